@@ -1,0 +1,52 @@
+package kernels
+
+import (
+	"testing"
+)
+
+// TestHotFunctionsDoNotAllocate pins the package contract that the hot
+// functions only use caller-owned memory.
+func TestHotFunctionsDoNotAllocate(t *testing.T) {
+	r := newRand(11)
+	const n, rows, cols = 3, 17, 33
+	x := randSlice(r, n*cols, 1)
+	dst := make([]float32, n*rows)
+	wf := &Matrix{Rows: rows, Cols: cols, F32: randSlice(r, rows*cols, 1)}
+	wb := &Matrix{Rows: rows, Cols: cols, BF16: make([]uint16, rows*cols)}
+	for i, v := range wf.F32 {
+		wb.BF16[i] = toBF16(v)
+	}
+	row := make([]float32, 64)
+	wrow := make([]float32, cols)
+	w := randSlice(r, 64, 1)
+	b := randSlice(r, 64, 1)
+	scores := randSlice(r, 1000, 10)
+	idx := make([]int32, 16)
+	rope := NewRope(64, 10000, nil)
+	row64 := make([]float64, 64)
+
+	tests := []struct {
+		name string
+		f    func()
+	}{
+		{"MatMulT f32", func() { MatMulT(dst, x, n, wf) }},
+		{"MatMulT bf16", func() { MatMulT(dst, x, n, wb) }},
+		{"MatVecT bf16", func() { MatVecT(dst[:rows], x[:cols], wb) }},
+		{"Matrix.Row", func() { wrow = wb.Row(1, wrow) }},
+		{"Dot", func() { _ = Dot(row, w) }},
+		{"Axpy", func() { Axpy(0.5, w, row) }},
+		{"RMSNorm", func() { RMSNorm(row, row, w, 1e-6) }},
+		{"LayerNorm", func() { LayerNorm(row, row, w, b, 1e-6) }},
+		{"SwiGLU", func() { SwiGLU(row, row, w) }},
+		{"Softmax", func() { Softmax(row) }},
+		{"LogSumExp", func() { _ = LogSumExp(row) }},
+		{"TopK", func() { TopK(idx, scores) }},
+		{"Rope.Apply", func() { rope.Apply(row, 4097, true) }},
+		{"Rope.Apply64", func() { rope.Apply64(row64, 4097, false) }},
+	}
+	for _, tc := range tests {
+		if got := testing.AllocsPerRun(20, tc.f); got != 0 {
+			t.Errorf("%s allocates %v times per call, want 0", tc.name, got)
+		}
+	}
+}

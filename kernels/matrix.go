@@ -1,0 +1,250 @@
+package kernels
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Matrix is a row-major weight [Rows, Cols] = [out, in], the layout HF
+// checkpoints store Linear weights in. Exactly one of F32 and BF16 is set
+// (non-nil) and holds Rows·Cols elements; BF16 elements are raw bfloat16 bits.
+type Matrix struct {
+	Rows, Cols int
+	F32        []float32
+	BF16       []uint16
+}
+
+// Validate reports whether m is a well-formed weight: non-negative shape,
+// exactly one storage slice set, and that slice holding Rows·Cols elements.
+func (m *Matrix) Validate() error {
+	if m == nil {
+		return errors.New("kernels: nil matrix")
+	}
+	if m.Rows < 0 || m.Cols < 0 {
+		return fmt.Errorf("kernels: matrix shape [%d, %d] has a negative dimension", m.Rows, m.Cols)
+	}
+	if m.Cols > 0 && m.Rows > math.MaxInt/m.Cols {
+		return fmt.Errorf("kernels: matrix shape [%d, %d] overflows int", m.Rows, m.Cols)
+	}
+	want := m.Rows * m.Cols
+	switch {
+	case m.F32 != nil && m.BF16 != nil:
+		return fmt.Errorf("kernels: matrix [%d, %d] has both F32 (%d) and BF16 (%d) storage set; set exactly one", m.Rows, m.Cols, len(m.F32), len(m.BF16))
+	case m.F32 != nil:
+		if len(m.F32) != want {
+			return fmt.Errorf("kernels: matrix [%d, %d] needs %d f32 elements, has %d", m.Rows, m.Cols, want, len(m.F32))
+		}
+	case m.BF16 != nil:
+		if len(m.BF16) != want {
+			return fmt.Errorf("kernels: matrix [%d, %d] needs %d bf16 elements, has %d", m.Rows, m.Cols, want, len(m.BF16))
+		}
+	default:
+		return fmt.Errorf("kernels: matrix [%d, %d] has no storage; set F32 or BF16", m.Rows, m.Cols)
+	}
+	return nil
+}
+
+// Row returns row i of m as float32 (bf16 widened exactly). It writes into
+// dst when cap(dst) ≥ Cols and allocates otherwise. It panics if i is out of
+// range.
+func (m *Matrix) Row(i int, dst []float32) []float32 {
+	if i < 0 || i >= m.Rows {
+		panic(fmt.Sprintf("kernels: Matrix.Row(%d) out of range [0, %d)", i, m.Rows))
+	}
+	if cap(dst) >= m.Cols {
+		dst = dst[:m.Cols]
+	} else {
+		dst = make([]float32, m.Cols)
+	}
+	if m.F32 != nil {
+		copy(dst, m.F32[i*m.Cols:(i+1)*m.Cols])
+		return dst
+	}
+	src := m.BF16[i*m.Cols : (i+1)*m.Cols]
+	for k, h := range src {
+		dst[k] = bf16ToF32(h)
+	}
+	return dst
+}
+
+// bf16ToF32 widens raw bfloat16 bits to float32; the conversion is exact.
+func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// MatMulT computes dst[n, w.Rows] = x[n, w.Cols] · wᵀ, the Linear layer
+// y = x Wᵀ. x and dst are row-major; dst must not overlap x. Element (i, j)
+// is exactly Dot(x row i, w row j) (bf16 rows widened), whatever n is.
+// It panics if w is malformed, n < 0, len(x) != n·w.Cols or
+// len(dst) != n·w.Rows.
+func MatMulT(dst, x []float32, n int, w *Matrix) {
+	if err := w.Validate(); err != nil {
+		panic(fmt.Sprintf("kernels: MatMulT: %v", err))
+	}
+	if n < 0 || len(x) != n*w.Cols || len(dst) != n*w.Rows {
+		panic(fmt.Sprintf("kernels: MatMulT: n=%d, w [%d, %d] needs len(x)=%d and len(dst)=%d, got %d and %d",
+			n, w.Rows, w.Cols, n*w.Cols, n*w.Rows, len(x), len(dst)))
+	}
+	if n == 0 {
+		return
+	}
+	out, in := w.Rows, w.Cols
+	// Weight rows outer, activation rows inner in pairs: each weight row is
+	// read from memory once and stays in cache while the activations stream
+	// past it; a pair shares every weight load (and its bf16 widening).
+	for j := range out {
+		if w.F32 != nil {
+			wr := w.F32[j*in : (j+1)*in]
+			i := 0
+			for ; i+2 <= n; i += 2 {
+				s0, s1 := dot2(x[i*in:(i+1)*in], x[(i+1)*in:(i+2)*in], wr)
+				dst[i*out+j] = s0
+				dst[(i+1)*out+j] = s1
+			}
+			if i < n {
+				dst[i*out+j] = Dot(x[i*in:(i+1)*in], wr)
+			}
+			continue
+		}
+		wr := w.BF16[j*in : (j+1)*in]
+		i := 0
+		for ; i+2 <= n; i += 2 {
+			s0, s1 := dot2BF16(x[i*in:(i+1)*in], x[(i+1)*in:(i+2)*in], wr)
+			dst[i*out+j] = s0
+			dst[(i+1)*out+j] = s1
+		}
+		if i < n {
+			dst[i*out+j] = dotBF16(x[i*in:(i+1)*in], wr)
+		}
+	}
+}
+
+// MatVecT computes dst[w.Rows] = w · x for one activation row x[w.Cols]
+// (MatMulT with n = 1). It panics on malformed w or mismatched lengths.
+func MatVecT(dst, x []float32, w *Matrix) {
+	if err := w.Validate(); err != nil {
+		panic(fmt.Sprintf("kernels: MatVecT: %v", err))
+	}
+	if len(x) != w.Cols || len(dst) != w.Rows {
+		panic(fmt.Sprintf("kernels: MatVecT: w [%d, %d] needs len(x)=%d and len(dst)=%d, got %d and %d",
+			w.Rows, w.Cols, w.Cols, w.Rows, len(x), len(dst)))
+	}
+	in := w.Cols
+	if w.F32 != nil {
+		for j := range dst {
+			dst[j] = Dot(x, w.F32[j*in:(j+1)*in])
+		}
+		return
+	}
+	for j := range dst {
+		dst[j] = dotBF16(x, w.BF16[j*in:(j+1)*in])
+	}
+}
+
+// Dot returns Σ a[k]·b[k] in the package's fixed summation order (see the
+// package documentation). It panics if the lengths differ.
+func Dot(a, b []float32) float32 {
+	if len(a) != len(b) {
+		panic(fmt.Sprintf("kernels: Dot: lengths differ: %d and %d", len(a), len(b)))
+	}
+	var s0, s1, s2, s3 float32
+	k := 0
+	for ; k+4 <= len(a); k += 4 {
+		a4 := a[k : k+4 : k+4]
+		b4 := b[k : k+4 : k+4]
+		s0 += float32(a4[0] * b4[0])
+		s1 += float32(a4[1] * b4[1])
+		s2 += float32(a4[2] * b4[2])
+		s3 += float32(a4[3] * b4[3])
+	}
+	for ; k < len(a); k++ {
+		s0 += float32(a[k] * b[k])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dot2 returns Dot(x0, w) and Dot(x1, w) with one pass over w; the summation
+// order of each result is exactly Dot's. Callers guarantee equal lengths.
+func dot2(x0, x1, w []float32) (float32, float32) {
+	x0 = x0[:len(w)]
+	x1 = x1[:len(w)]
+	var a0, a1, a2, a3, b0, b1, b2, b3 float32
+	k := 0
+	for ; k+4 <= len(w); k += 4 {
+		w4 := w[k : k+4 : k+4]
+		p := x0[k : k+4 : k+4]
+		q := x1[k : k+4 : k+4]
+		a0 += float32(p[0] * w4[0])
+		b0 += float32(q[0] * w4[0])
+		a1 += float32(p[1] * w4[1])
+		b1 += float32(q[1] * w4[1])
+		a2 += float32(p[2] * w4[2])
+		b2 += float32(q[2] * w4[2])
+		a3 += float32(p[3] * w4[3])
+		b3 += float32(q[3] * w4[3])
+	}
+	for ; k < len(w); k++ {
+		a0 += float32(x0[k] * w[k])
+		b0 += float32(x1[k] * w[k])
+	}
+	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
+}
+
+// dotBF16 is Dot(x, widen(w)) with the same summation order.
+func dotBF16(x []float32, w []uint16) float32 {
+	x = x[:len(w)]
+	var s0, s1, s2, s3 float32
+	k := 0
+	for ; k+4 <= len(w); k += 4 {
+		w4 := w[k : k+4 : k+4]
+		p := x[k : k+4 : k+4]
+		s0 += float32(p[0] * bf16ToF32(w4[0]))
+		s1 += float32(p[1] * bf16ToF32(w4[1]))
+		s2 += float32(p[2] * bf16ToF32(w4[2]))
+		s3 += float32(p[3] * bf16ToF32(w4[3]))
+	}
+	for ; k < len(w); k++ {
+		s0 += float32(x[k] * bf16ToF32(w[k]))
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dot2BF16 is dot2 over a bf16 weight row: each weight is widened once and
+// used for both activation rows.
+func dot2BF16(x0, x1 []float32, w []uint16) (float32, float32) {
+	x0 = x0[:len(w)]
+	x1 = x1[:len(w)]
+	var a0, a1, a2, a3, b0, b1, b2, b3 float32
+	k := 0
+	for ; k+4 <= len(w); k += 4 {
+		w4 := w[k : k+4 : k+4]
+		p := x0[k : k+4 : k+4]
+		q := x1[k : k+4 : k+4]
+		v0, v1, v2, v3 := bf16ToF32(w4[0]), bf16ToF32(w4[1]), bf16ToF32(w4[2]), bf16ToF32(w4[3])
+		a0 += float32(p[0] * v0)
+		b0 += float32(q[0] * v0)
+		a1 += float32(p[1] * v1)
+		b1 += float32(q[1] * v1)
+		a2 += float32(p[2] * v2)
+		b2 += float32(q[2] * v2)
+		a3 += float32(p[3] * v3)
+		b3 += float32(q[3] * v3)
+	}
+	for ; k < len(w); k++ {
+		v := bf16ToF32(w[k])
+		a0 += float32(x0[k] * v)
+		b0 += float32(x1[k] * v)
+	}
+	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
+}
+
+// Axpy computes y += alpha·x element-wise (each product rounded to float32
+// before the add). It panics if the lengths differ.
+func Axpy(alpha float32, x, y []float32) {
+	if len(x) != len(y) {
+		panic(fmt.Sprintf("kernels: Axpy: lengths differ: len(x)=%d, len(y)=%d", len(x), len(y)))
+	}
+	y = y[:len(x)]
+	for k, v := range x {
+		y[k] += float32(alpha * v)
+	}
+}

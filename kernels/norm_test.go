@@ -1,0 +1,159 @@
+package kernels
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func rmsNorm64(x, w []float32, eps float64) []float64 {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	r := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(w[i]) * float64(v) * r
+	}
+	return y
+}
+
+func layerNorm64(x, w, b []float32, eps float64) []float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v)
+	}
+	mean := s / float64(len(x))
+	var ss float64
+	for _, v := range x {
+		d := float64(v) - mean
+		ss += d * d
+	}
+	r := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = (float64(v)-mean)*r*float64(w[i]) + float64(b[i])
+	}
+	return y
+}
+
+func TestNorms(t *testing.T) {
+	tests := []struct {
+		name   string
+		n      int
+		scale  float32 // input magnitude
+		offset float32 // added to every input (LayerNorm must remove it)
+		eps    float32
+	}{
+		{"one", 1, 1, 0, 1e-6},
+		{"odd", 3, 1, 0, 1e-6},
+		{"rope width", 64, 1, 0, 1e-6},
+		{"latent", 512, 0.01, 0, 1e-6},
+		{"odd wide", 513, 100, 0, 1e-5},
+		{"hidden", 7168, 3, 0.5, 1e-6},
+		{"large", 256, 1e4, 1e3, 1e-6},
+		{"tiny eps-dominated", 128, 1e-4, 0, 1e-5},
+	}
+	r := newRand(4)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			x := randSlice(r, tc.n, tc.scale)
+			for i := range x {
+				x[i] += tc.offset
+			}
+			w := randSlice(r, tc.n, 2)
+			b := randSlice(r, tc.n, 1)
+			opt := cmpopts.EquateApprox(2e-6, 1e-6)
+
+			got := make([]float32, tc.n)
+			RMSNorm(got, x, w, tc.eps)
+			if diff := cmp.Diff(rmsNorm64(x, w, float64(tc.eps)), to64(got), opt); diff != "" {
+				t.Errorf("RMSNorm (-want +got):\n%s", diff)
+			}
+			alias := append([]float32(nil), x...)
+			RMSNorm(alias, alias, w, tc.eps)
+			if diff := cmp.Diff(got, alias); diff != "" {
+				t.Errorf("RMSNorm in place differs from out of place (-out +in):\n%s", diff)
+			}
+
+			got = make([]float32, tc.n)
+			LayerNorm(got, x, w, b, tc.eps)
+			// The float32 mean of large offset rows loses a few ulps of the
+			// offset; the bound scales with offset/spread.
+			lopt := cmpopts.EquateApprox(2e-5, 2e-5)
+			if diff := cmp.Diff(layerNorm64(x, w, b, float64(tc.eps)), to64(got), lopt); diff != "" {
+				t.Errorf("LayerNorm (-want +got):\n%s", diff)
+			}
+			alias = append([]float32(nil), x...)
+			LayerNorm(alias, alias, w, b, tc.eps)
+			if diff := cmp.Diff(got, alias); diff != "" {
+				t.Errorf("LayerNorm in place differs from out of place (-out +in):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNormEdgeCases(t *testing.T) {
+	// A constant row has zero variance: LayerNorm returns the bias exactly.
+	x := []float32{2.5, 2.5, 2.5, 2.5, 2.5}
+	w := []float32{1, 2, 3, 4, 5}
+	b := []float32{-1, 0, 1, 2, 3}
+	got := make([]float32, 5)
+	LayerNorm(got, x, w, b, 1e-6)
+	if diff := cmp.Diff(b, got); diff != "" {
+		t.Errorf("LayerNorm of a constant row (-bias +got):\n%s", diff)
+	}
+	// An all-zero row stays zero under RMSNorm (eps keeps it finite).
+	zero := make([]float32, 7)
+	RMSNorm(got[:0], zero[:0], w[:0], 1e-6) // empty rows are allowed
+	out := make([]float32, 7)
+	RMSNorm(out, zero, make([]float32, 7), 1e-6)
+	if diff := cmp.Diff(zero, out); diff != "" {
+		t.Errorf("RMSNorm of zeros (-want +got):\n%s", diff)
+	}
+	expectPanic(t, "RMSNorm lengths", func() { RMSNorm(make([]float32, 3), make([]float32, 3), make([]float32, 2), 1e-6) })
+	expectPanic(t, "LayerNorm lengths", func() {
+		LayerNorm(make([]float32, 3), make([]float32, 3), make([]float32, 3), make([]float32, 4), 1e-6)
+	})
+}
+
+func TestSiLUSwiGLU(t *testing.T) {
+	tests := []struct {
+		x    float32
+		want float64
+	}{
+		{0, 0},
+		{1, 1 / (1 + math.Exp(-1))},
+		{-1, -1 / (1 + math.Exp(1))},
+		{20, 20 / (1 + math.Exp(-20))},
+		{-200, -200 / (1 + math.Exp(200))},
+		{-1e4, 0}, // exp overflows: −1e4/Inf = −0
+		{1e4, 1e4},
+	}
+	for _, tc := range tests {
+		if diff := cmp.Diff(tc.want, float64(SiLU(tc.x)), cmpopts.EquateApprox(1e-7, 1e-30)); diff != "" {
+			t.Errorf("SiLU(%v) (-want +got):\n%s", tc.x, diff)
+		}
+	}
+	r := newRand(5)
+	g := randSlice(r, 37, 6)
+	u := randSlice(r, 37, 2)
+	want := make([]float64, len(g))
+	for i := range g {
+		gv := float64(g[i])
+		want[i] = gv / (1 + math.Exp(-gv)) * float64(u[i])
+	}
+	got := make([]float32, len(g))
+	SwiGLU(got, g, u)
+	if diff := cmp.Diff(want, to64(got), cmpopts.EquateApprox(2e-7, 1e-12)); diff != "" {
+		t.Errorf("SwiGLU (-want +got):\n%s", diff)
+	}
+	SwiGLU(g, g, u) // dst aliases gate
+	if diff := cmp.Diff(got, g); diff != "" {
+		t.Errorf("SwiGLU in place (-out +in):\n%s", diff)
+	}
+	expectPanic(t, "SwiGLU lengths", func() { SwiGLU(make([]float32, 2), make([]float32, 2), make([]float32, 3)) })
+}

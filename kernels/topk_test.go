@@ -1,0 +1,155 @@
+package kernels
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// topKSorted is the oracle: sort every selectable index by (score desc,
+// index asc), keep the first k, pad with −1.
+func topKSorted(k int, scores []float32) ([]int32, int) {
+	var idx []int32
+	for i, s := range scores {
+		if !math.IsNaN(float64(s)) && !math.IsInf(float64(s), -1) {
+			idx = append(idx, int32(i))
+		}
+	}
+	slices.SortStableFunc(idx, func(a, b int32) int {
+		switch sa, sb := scores[a], scores[b]; {
+		case sa > sb:
+			return -1
+		case sa < sb:
+			return 1
+		}
+		return int(a - b)
+	})
+	cnt := min(k, len(idx))
+	out := make([]int32, k)
+	for i := range out {
+		out[i] = -1
+	}
+	copy(out, idx[:cnt])
+	return out, cnt
+}
+
+// tieScores draws integer scores from a small range (heavy ties) and sprinkles
+// −Inf, NaN, +Inf and −0.
+func tieScores(seed uint64, n, levels int) []float32 {
+	r := newRand(seed)
+	s := make([]float32, n)
+	for i := range s {
+		switch u := r.IntN(20); u {
+		case 0:
+			s[i] = float32(math.Inf(-1))
+		case 1:
+			s[i] = float32(math.NaN())
+		case 2:
+			s[i] = float32(math.Copysign(0, -1))
+		case 3:
+			if r.IntN(10) == 0 {
+				s[i] = float32(math.Inf(1))
+				break
+			}
+			fallthrough
+		default:
+			s[i] = float32(r.IntN(levels) - levels/2)
+		}
+	}
+	return s
+}
+
+func TestTopK(t *testing.T) {
+	tests := []struct {
+		name      string
+		n, levels int
+		ks        []int
+	}{
+		{"empty", 0, 3, []int{0, 1, 4}},
+		{"single", 1, 1, []int{0, 1, 3}},
+		{"small", 7, 3, []int{1, 3, 7, 12}},
+		{"ties", 100, 4, []int{1, 5, 16, 50, 100, 105}},
+		{"many ties", 1000, 2, []int{1, 64, 999, 1000, 1001}},
+		{"spread", 5000, 100000, []int{2048, 16}},
+		{"indexer shape", 65536, 50, []int{2048}},
+	}
+	for ti, tc := range tests {
+		for _, k := range tc.ks {
+			scores := tieScores(uint64(100+ti*10+k), tc.n, tc.levels)
+			want, wantCnt := topKSorted(k, scores)
+			got := make([]int32, k)
+			for i := range got {
+				got[i] = 12345 // garbage that must be overwritten
+			}
+			cnt := TopK(got, scores)
+			if cnt != wantCnt {
+				t.Errorf("%s n=%d k=%d: count %d, want %d", tc.name, tc.n, k, cnt, wantCnt)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s n=%d k=%d (-sorted oracle +TopK):\n%s", tc.name, tc.n, k, diff)
+			}
+		}
+	}
+}
+
+func TestTopKOrderCases(t *testing.T) {
+	inf := float32(math.Inf(1))
+	nan := float32(math.NaN())
+	tests := []struct {
+		name   string
+		scores []float32
+		k      int
+		want   []int32
+		cnt    int
+	}{
+		{"descending then index", []float32{1, 3, 3, 2, 3}, 4, []int32{1, 2, 4, 3}, 4},
+		{"ascending input", []float32{0, 1, 2, 3, 4, 5}, 3, []int32{5, 4, 3}, 3},
+		{"unselectable padded", []float32{-inf, nan, 2, -inf}, 3, []int32{2, -1, -1}, 1},
+		{"all unselectable", []float32{nan, -inf}, 2, []int32{-1, -1}, 0},
+		{"plus inf first", []float32{5, inf, 5, -1e38}, 4, []int32{1, 0, 2, 3}, 4},
+		{"signed zeros tie", []float32{float32(math.Copysign(0, -1)), 0}, 1, []int32{0}, 1},
+	}
+	for _, tc := range tests {
+		got := make([]int32, tc.k)
+		cnt := TopK(got, tc.scores)
+		if cnt != tc.cnt {
+			t.Errorf("%s: count %d, want %d", tc.name, cnt, tc.cnt)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// FuzzTopK decodes bytes into scores from a small alphabet (ties, NaN, ±Inf,
+// ±0) and checks TopK against the sort-based oracle.
+func FuzzTopK(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 2, 1}, uint8(2))
+	f.Add([]byte{0, 0, 0, 255, 254}, uint8(9))
+	f.Add([]byte{}, uint8(0))
+	alphabet := []float32{
+		float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)),
+		0, float32(math.Copysign(0, -1)), 1, -1, 2, 0.5, -3e38, 3e38,
+	}
+	f.Fuzz(func(t *testing.T, data []byte, k uint8) {
+		scores := make([]float32, len(data))
+		for i, b := range data {
+			if int(b) < len(alphabet) {
+				scores[i] = alphabet[b]
+			} else {
+				scores[i] = float32(b%7) - 3
+			}
+		}
+		want, wantCnt := topKSorted(int(k), scores)
+		got := make([]int32, k)
+		cnt := TopK(got, scores)
+		if cnt != wantCnt {
+			t.Fatalf("count %d, want %d (scores %v, k %d)", cnt, wantCnt, scores, k)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("scores %v k %d (-oracle +TopK):\n%s", scores, k, diff)
+		}
+	})
+}
