@@ -1,0 +1,301 @@
+package oracle
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/cpmla/cpmla/numfmt"
+)
+
+// RunOptions narrows what a run computes.
+type RunOptions struct {
+	// LogitsFrom is the first position whose next-token logprobs are
+	// computed; LogProbs[t] is nil for t < LogitsFrom. The LM head is the
+	// most expensive step of a small model, so verifying a decode tail need
+	// not pay for the whole prompt. 0 computes every position;
+	// len(tokens) computes none.
+	LogitsFrom int
+}
+
+// Result is the outcome of one oracle run over a single sequence.
+type Result struct {
+	// LogProbs[t][v] = log p(v | tokens[:t+1]) for t ≥ LogitsFrom.
+	LogProbs [][]float64
+	// TopK[l][t] lists the positions token t attends to in layer l, sorted
+	// ascending (nil for dense models).
+	TopK [][][]int32
+	// Margin[l][t] is the gap between the k-th and (k+1)-th index score,
+	// +Inf when all keys are selected (nil for dense models).
+	Margin [][]float64
+	// KthScore[l][t] is the k-th largest index score (nil for dense models).
+	KthScore [][]float64
+}
+
+// attnState holds one layer's attention inputs for the whole sequence.
+type attnState struct {
+	q    [][]float64 // [t][H·(dn+dr)], each head [q_nope | RoPE'd q_pe]
+	rows [][]float64 // [t][dc+dr] cached row [c_kv | k_pe], rounded as stored
+	cq   [][]float64 // [t][dq] normalized q latent (nil when q_lora_rank = 0)
+	sel  [][]int32   // [t] positions attended to, ascending
+}
+
+// Run computes the logprobs of every position of tokens (positions 0…n−1)
+// and, for sparse models, every layer's selected sets.
+func (m *Model) Run(tokens []int) (*Result, error) { return m.RunWith(tokens, RunOptions{}) }
+
+// RunWith is Run with RunOptions.
+func (m *Model) RunWith(tokens []int, ro RunOptions) (*Result, error) {
+	cfg := &m.cfg
+	n := len(tokens)
+	if n == 0 {
+		return nil, fmt.Errorf("oracle: empty token sequence; pass at least one token")
+	}
+	if n > cfg.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("oracle: %d tokens exceed max_position_embeddings=%d; pass at most %d tokens", n, cfg.MaxPositionEmbeddings, cfg.MaxPositionEmbeddings)
+	}
+	for i, tok := range tokens {
+		if tok < 0 || tok >= cfg.VocabSize {
+			return nil, fmt.Errorf("oracle: token %d at position %d is outside the vocabulary [0, %d)", tok, i, cfg.VocabSize)
+		}
+	}
+	if ro.LogitsFrom < 0 || ro.LogitsFrom > n {
+		return nil, fmt.Errorf("oracle: LogitsFrom=%d is outside [0, %d] for %d tokens", ro.LogitsFrom, n, n)
+	}
+	d := cfg.HiddenSize
+	h := make([][]float64, n)
+	for t, tok := range tokens {
+		h[t] = make([]float64, d)
+		for i, v := range m.embed[tok*d : (tok+1)*d] {
+			h[t][i] = float64(v)
+		}
+	}
+	res := &Result{LogProbs: make([][]float64, n)}
+	if cfg.Sparse() {
+		res.TopK = make([][][]int32, cfg.NumLayers)
+		res.Margin = make([][]float64, cfg.NumLayers)
+		res.KthScore = make([][]float64, cfg.NumLayers)
+	}
+	xs := make([][]float64, n)
+	for t := range xs {
+		xs[t] = make([]float64, d)
+	}
+	for l := range m.layers {
+		lw := &m.layers[l]
+		for t := range n {
+			rmsNorm(xs[t], h[t], lw.inputNorm, cfg.RMSNormEps)
+		}
+		st := m.attentionInputs(l, xs, 0)
+		if cfg.Sparse() {
+			is, err := m.indexerSelect(l, xs, st.cq, 0)
+			if err != nil {
+				return nil, fmt.Errorf("oracle: %w", err)
+			}
+			st.sel = is.sel
+			res.TopK[l], res.Margin[l], res.KthScore[l] = is.sel, is.margin, is.kthScore
+		} else {
+			st.sel = causalSets(n)
+		}
+		u := m.attendMHA(l, st)
+		for t := range n {
+			for i, v := range u[t] {
+				h[t][i] += v
+			}
+		}
+		m.mlp(l, h)
+	}
+	m.logProbs(h, ro.LogitsFrom, res.LogProbs)
+	for t := ro.LogitsFrom; t < n; t++ {
+		for v, lp := range res.LogProbs[t] {
+			if math.IsNaN(lp) {
+				return nil, fmt.Errorf("oracle: logprob of token %d at position %d is NaN (weights %q hold non-finite values?)", v, t, cfg.Name)
+			}
+		}
+	}
+	return res, nil
+}
+
+// causalSets is S_t = {0, …, t} for every t < n.
+func causalSets(n int) [][]int32 {
+	all := make([]int32, n)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	sel := make([][]int32, n)
+	for t := range sel {
+		sel[t] = all[: t+1 : t+1]
+	}
+	return sel
+}
+
+// attentionInputs computes, for every token of the sequence, the MLA query
+// (RoPE applied to q_pe), the cached row [c_kv | k_pe] rounded as the KV
+// cache stores it, and the q latent the indexer reads. Token t sits at
+// position pos0 + t.
+func (m *Model) attentionInputs(l int, xs [][]float64, pos0 int) *attnState {
+	cfg := &m.cfg
+	lw := &m.layers[l]
+	n := len(xs)
+	dn, dr, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.KVLoraRank
+	st := &attnState{q: make([][]float64, n), rows: make([][]float64, n)}
+	if cfg.QLoraRank > 0 {
+		st.cq = make([][]float64, n)
+	}
+	qa := make([]float64, cfg.QLoraRank)
+	a := make([]float64, dc+dr)
+	for t := range n {
+		st.q[t] = make([]float64, cfg.NumHeads*(dn+dr))
+		if cfg.QLoraRank > 0 {
+			matVec(qa, lw.qA, xs[t])
+			st.cq[t] = make([]float64, cfg.QLoraRank)
+			rmsNorm(st.cq[t], qa, lw.qANorm, cfg.RMSNormEps)
+			matVec(st.q[t], lw.qB, st.cq[t])
+		} else {
+			matVec(st.q[t], lw.q, xs[t])
+		}
+		for h := range cfg.NumHeads {
+			m.rope.rotate(st.q[t][h*(dn+dr)+dn:(h+1)*(dn+dr)], pos0+t, cfg.RopeInterleave)
+		}
+		matVec(a, lw.kvA, xs[t])
+		row := make([]float64, dc+dr)
+		rmsNorm(row[:dc], a[:dc], lw.kvANorm, cfg.RMSNormEps)
+		copy(row[dc:], a[dc:])
+		m.rope.rotate(row[dc:], pos0+t, cfg.RopeInterleave)
+		m.roundRow(row)
+		st.rows[t] = row
+	}
+	return st
+}
+
+// attendMHA is attention in the non-absorbed form: per head, keys
+// k_nope = W_UK_h c_kv and values v = W_UV_h c_kv are expanded from the
+// cached rows, logits = scale·(q_nope·k_nope + q_pe·k_pe) over the selected
+// set, softmax, o = Σ p v, and u = W_O concat_h o.
+func (m *Model) attendMHA(l int, st *attnState) [][]float64 {
+	cfg := &m.cfg
+	lw := &m.layers[l]
+	n := len(st.rows)
+	nh, dn, dr, dv, dc := cfg.NumHeads, cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
+	scale := cfg.SoftmaxScale()
+	kv := make([][]float64, n) // [s][H·(dn+dv)]: per head [k_nope | v]
+	for s := range n {
+		kv[s] = make([]float64, nh*(dn+dv))
+		matVec(kv[s], lw.kvB, st.rows[s][:dc])
+	}
+	u := make([][]float64, n)
+	o := make([]float64, nh*dv)
+	p := make([]float64, n)
+	for t := range n {
+		keys := st.sel[t]
+		for h := range nh {
+			qh := st.q[t][h*(dn+dr) : (h+1)*(dn+dr)]
+			for j, s := range keys {
+				kh := kv[s][h*(dn+dv):]
+				p[j] = scale * (dot64(qh[:dn], kh[:dn]) + dot64(qh[dn:], st.rows[s][dc:]))
+			}
+			softmax(p[:len(keys)])
+			oh := o[h*dv : (h+1)*dv]
+			clear(oh)
+			for j, s := range keys {
+				v := kv[s][h*(dn+dv)+dn : (h+1)*(dn+dv)]
+				for i := range oh {
+					oh[i] += p[j] * v[i]
+				}
+			}
+		}
+		u[t] = make([]float64, cfg.HiddenSize)
+		matVec(u[t], lw.o, o)
+	}
+	return u
+}
+
+// mlp adds W_down(silu(W_gate y)·(W_up y)), y = RMSNorm(h), to every h[t].
+func (m *Model) mlp(l int, h [][]float64) {
+	cfg := &m.cfg
+	lw := &m.layers[l]
+	y := make([]float64, cfg.HiddenSize)
+	g := make([]float64, cfg.IntermediateSize)
+	up := make([]float64, cfg.IntermediateSize)
+	down := make([]float64, cfg.HiddenSize)
+	for t := range h {
+		rmsNorm(y, h[t], lw.postNorm, cfg.RMSNormEps)
+		matVec(g, lw.gate, y)
+		matVec(up, lw.up, y)
+		for i := range g {
+			g[i] = silu(g[i]) * up[i]
+		}
+		matVec(down, lw.down, g)
+		for i, v := range down {
+			h[t][i] += v
+		}
+	}
+}
+
+// logProbs fills out[t] = log_softmax(lm_head(RMSNorm(h[t]))) for t ≥ from.
+// Each LM-head row is read once and applied to every requested position.
+func (m *Model) logProbs(h [][]float64, from int, out [][]float64) {
+	cfg := &m.cfg
+	d := cfg.HiddenSize
+	fin := make([][]float64, len(h)-from)
+	for i := range fin {
+		fin[i] = make([]float64, d)
+		rmsNorm(fin[i], h[from+i], m.norm, cfg.RMSNormEps)
+		out[from+i] = make([]float64, cfg.VocabSize)
+	}
+	if len(fin) == 0 {
+		return
+	}
+	for v := range cfg.VocabSize {
+		row := m.head[v*d : (v+1)*d]
+		for i, f := range fin {
+			out[from+i][v] = dot(row, f)
+		}
+	}
+	for _, lp := range out[from:] {
+		logSoftmax(lp)
+	}
+}
+
+// roundRow rounds a cached MLA row [c_kv | k_pe] in place as the KV cache
+// dtype stores it.
+func (m *Model) roundRow(row []float64) {
+	switch m.opt.KVDType {
+	case KVF32:
+		for i, v := range row {
+			row[i] = float64(float32(v))
+		}
+	case KVBF16:
+		for i, v := range row {
+			row[i] = float64(numfmt.RoundBF16(float32(v)))
+		}
+	case KVFP8DSMLA:
+		f := make([]float32, len(row))
+		for i, v := range row {
+			f[i] = float32(v)
+		}
+		numfmt.RoundDSMLA(f)
+		for i, v := range f {
+			row[i] = float64(v)
+		}
+	default:
+		panic("oracle: unchecked kv cache dtype " + m.opt.KVDType)
+	}
+}
+
+// roundIndexerKey rounds an indexer key in place as the indexer key cache
+// stores it.
+func (m *Model) roundIndexerKey(k []float64) {
+	f := make([]float32, len(k))
+	for i, v := range k {
+		f[i] = float32(v)
+	}
+	switch m.opt.IndexerDType {
+	case IndexerF32:
+	case IndexerFP8:
+		numfmt.RoundIndexerKey(f)
+	default:
+		panic("oracle: unchecked indexer key dtype " + m.opt.IndexerDType)
+	}
+	for i, v := range f {
+		k[i] = float64(v)
+	}
+}
