@@ -23,6 +23,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # keep the source tree free of __pycache__
 
 import kernels as K  # noqa: E402
 import numerics as N  # noqa: E402
@@ -462,6 +463,8 @@ def gen_dcp(w):
         idx = rng.integers(-1, span, (t_n, k_n)).astype(np.int32)
         idx[rng.uniform(size=idx.shape) < 0.15] = -1
         req = rng.integers(0, r_n, t_n).astype(np.int32)
+        if compact:
+            bt[req[0], 0] = -1  # an unallocated block: its positions are dropped
         slots, counts = K.dcp_localize(idx, bt, req, bs, n, r, i, compact)
         emit_localize(w, name, seed, bt, idx, req, bs, n, r, i, compact, slots, counts)
 

@@ -183,7 +183,8 @@ def dcp_local_seq_len_count(s, n, r, i):
 def dcp_localize(indices, block_table, req_id, block_size, n, r, i, compact):
     """indices [T,K] request positions (-1 invalid) -> slots [T,K],
     valid_counts [T].  A position is kept when this rank owns it and its
-    local block lies inside the request's block table row; compact mode
+    local block lies inside the request's block table row and is allocated
+    (a negative block id is an unallocated block); compact mode
     moves the kept slots to the front in their original order."""
     t_n, k_n = indices.shape
     max_blocks = block_table.shape[1]
@@ -198,7 +199,7 @@ def dcp_localize(indices, block_table, req_id, block_size, n, r, i, compact):
             if g >= 0 and owner(g, n, i) == r:
                 loc = local_index(g, n, i)
                 blk, off = loc // block_size, loc % block_size
-                if blk < max_blocks:
+                if blk < max_blocks and int(row[blk]) >= 0:
                     slot = int(row[blk]) * block_size + off
             kept.append(slot)
         valid = [s for s in kept if s != -1]

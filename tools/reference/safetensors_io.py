@@ -7,8 +7,9 @@ relative to the first byte after the header) and may hold a "__metadata__"
 object of string keys and string values.
 
 The writer is deterministic: JSON keys are sorted, tensors are laid out in
-the order given, and the header is padded with spaces to a multiple of 8
-bytes so that every regeneration of a case produces identical bytes.
+order of decreasing element size and then name (so every tensor starts at a
+multiple of its element size), and the header is padded with spaces to a
+multiple of 8 bytes, so that every regeneration produces identical bytes.
 """
 
 import json
@@ -43,14 +44,18 @@ def write(path, tensors, metadata):
             if not isinstance(k, str) or not isinstance(v, str):
                 raise TypeError("metadata must map str to str: %r=%r" % (k, v))
         header["__metadata__"] = dict(metadata)
-    blobs = []
-    offset = 0
+    entries = []
     for entry in tensors:
         if len(entry) == 3:
             name, array, dtype = entry
         else:
             name, array = entry
             dtype = _name_of(array)
+        entries.append((name, array, dtype))
+    entries.sort(key=lambda e: (-DTYPES[e[2]].itemsize, e[0]))
+    blobs = []
+    offset = 0
+    for name, array, dtype in entries:
         array = np.ascontiguousarray(array, dtype=DTYPES[dtype])
         raw = array.tobytes(order="C")
         if name in header:
