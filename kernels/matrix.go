@@ -88,35 +88,35 @@ func MatMulT(dst, x []float32, n int, w *Matrix) {
 		return
 	}
 	out, in := w.Rows, w.Cols
-	// Weight rows outer, activation rows inner in pairs: each weight row is
-	// read from memory once and stays in cache while the activations stream
-	// past it; a pair shares every weight load (and its bf16 widening).
-	for j := range out {
-		if w.F32 != nil {
-			wr := w.F32[j*in : (j+1)*in]
-			i := 0
-			for ; i+2 <= n; i += 2 {
-				s0, s1 := dot2(x[i*in:(i+1)*in], x[(i+1)*in:(i+2)*in], wr)
-				dst[i*out+j] = s0
-				dst[(i+1)*out+j] = s1
+	// Blocks of weight rows small enough to stay in the L2 cache are reused by
+	// every activation row; within a block each activation row stays in L1
+	// while it meets every weight row of the block.
+	bytesPerWeight := 4
+	if w.F32 == nil {
+		bytesPerWeight = 2
+	}
+	jb := max(1, matMulBlockBytes/(in*bytesPerWeight))
+	for j0 := 0; j0 < out; j0 += jb {
+		j1 := min(j0+jb, out)
+		for i := range n {
+			xi := x[i*in : (i+1)*in]
+			di := dst[i*out : (i+1)*out]
+			if w.F32 != nil {
+				for j := j0; j < j1; j++ {
+					di[j] = Dot(xi, w.F32[j*in:(j+1)*in])
+				}
+				continue
 			}
-			if i < n {
-				dst[i*out+j] = Dot(x[i*in:(i+1)*in], wr)
+			for j := j0; j < j1; j++ {
+				di[j] = dotBF16(xi, w.BF16[j*in:(j+1)*in])
 			}
-			continue
-		}
-		wr := w.BF16[j*in : (j+1)*in]
-		i := 0
-		for ; i+2 <= n; i += 2 {
-			s0, s1 := dot2BF16(x[i*in:(i+1)*in], x[(i+1)*in:(i+2)*in], wr)
-			dst[i*out+j] = s0
-			dst[(i+1)*out+j] = s1
-		}
-		if i < n {
-			dst[i*out+j] = dotBF16(x[i*in:(i+1)*in], wr)
 		}
 	}
 }
+
+// matMulBlockBytes is the size of the weight block MatMulT keeps hot while
+// all activation rows pass over it (a fraction of a 1 MiB L2 cache).
+const matMulBlockBytes = 256 << 10
 
 // MatVecT computes dst[w.Rows] = w · x for one activation row x[w.Cols]
 // (MatMulT with n = 1). It panics on malformed w or mismatched lengths.
@@ -162,34 +162,8 @@ func Dot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// dot2 returns Dot(x0, w) and Dot(x1, w) with one pass over w; the summation
-// order of each result is exactly Dot's. Callers guarantee equal lengths.
-func dot2(x0, x1, w []float32) (float32, float32) {
-	x0 = x0[:len(w)]
-	x1 = x1[:len(w)]
-	var a0, a1, a2, a3, b0, b1, b2, b3 float32
-	k := 0
-	for ; k+4 <= len(w); k += 4 {
-		w4 := w[k : k+4 : k+4]
-		p := x0[k : k+4 : k+4]
-		q := x1[k : k+4 : k+4]
-		a0 += float32(p[0] * w4[0])
-		b0 += float32(q[0] * w4[0])
-		a1 += float32(p[1] * w4[1])
-		b1 += float32(q[1] * w4[1])
-		a2 += float32(p[2] * w4[2])
-		b2 += float32(q[2] * w4[2])
-		a3 += float32(p[3] * w4[3])
-		b3 += float32(q[3] * w4[3])
-	}
-	for ; k < len(w); k++ {
-		a0 += float32(x0[k] * w[k])
-		b0 += float32(x1[k] * w[k])
-	}
-	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
-}
-
-// dotBF16 is Dot(x, widen(w)) with the same summation order.
+// dotBF16 is Dot(x, widen(w)) with the same summation order. Callers
+// guarantee equal lengths.
 func dotBF16(x []float32, w []uint16) float32 {
 	x = x[:len(w)]
 	var s0, s1, s2, s3 float32
@@ -206,35 +180,6 @@ func dotBF16(x []float32, w []uint16) float32 {
 		s0 += float32(x[k] * bf16ToF32(w[k]))
 	}
 	return (s0 + s1) + (s2 + s3)
-}
-
-// dot2BF16 is dot2 over a bf16 weight row: each weight is widened once and
-// used for both activation rows.
-func dot2BF16(x0, x1 []float32, w []uint16) (float32, float32) {
-	x0 = x0[:len(w)]
-	x1 = x1[:len(w)]
-	var a0, a1, a2, a3, b0, b1, b2, b3 float32
-	k := 0
-	for ; k+4 <= len(w); k += 4 {
-		w4 := w[k : k+4 : k+4]
-		p := x0[k : k+4 : k+4]
-		q := x1[k : k+4 : k+4]
-		v0, v1, v2, v3 := bf16ToF32(w4[0]), bf16ToF32(w4[1]), bf16ToF32(w4[2]), bf16ToF32(w4[3])
-		a0 += float32(p[0] * v0)
-		b0 += float32(q[0] * v0)
-		a1 += float32(p[1] * v1)
-		b1 += float32(q[1] * v1)
-		a2 += float32(p[2] * v2)
-		b2 += float32(q[2] * v2)
-		a3 += float32(p[3] * v3)
-		b3 += float32(q[3] * v3)
-	}
-	for ; k < len(w); k++ {
-		v := bf16ToF32(w[k])
-		a0 += float32(x0[k] * v)
-		b0 += float32(x1[k] * v)
-	}
-	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 }
 
 // Axpy computes y += alpha·x element-wise (each product rounded to float32
