@@ -1,0 +1,58 @@
+package mla
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestHotPathsDoNotAllocate pins invariant 8 for the attention math: with a
+// workspace (and pre-boxed sources) the per-step calls allocate nothing.
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	const rows, heads, topk, nkv = 2, 4, 16, 64
+	rng := rand.New(rand.NewPCG(7, 0))
+	var kv KVSource = DenseKV(randVec(rng, nkv*RowDim))
+	q := randVec(rng, rows*heads*RowDim)
+	indices := make([]int32, rows*topk)
+	for i := range indices {
+		indices[i] = int32(rng.IntN(nkv+1)) - 1
+	}
+	out := make([]float32, rows*heads*LatentDim)
+	lse := make([]float32, rows*heads)
+	maxL := make([]float32, rows*heads)
+	topkLen := []int32{topk, topk / 2}
+	ws := NewWorkspace(topk, heads)
+
+	const ih, dim, tq = 4, 128, 3
+	var keys KeySource = DenseKeys{Dim: dim, Data: randVec(rng, nkv*dim)}
+	iq := randVec(rng, tq*ih*dim)
+	w := randVec(rng, tq*ih)
+	slots := make([]int32, nkv)
+	for i := range slots {
+		slots[i] = int32(nkv - 1 - i)
+	}
+	ends := []int32{1, 30, nkv}
+	scores := make([]float32, tq*nkv)
+	picked := make([]int32, tq*topk)
+	counts := make([]int32, tq)
+
+	const n = 3
+	part := randVec(rng, n*rows*heads*LatentDim)
+	partLSE := randVec(rng, n*rows*heads)
+
+	tests := []struct {
+		name string
+		fn   func()
+	}{
+		{"SparseAttention", func() {
+			SparseAttention(out, lse, maxL, q, rows, heads, kv, indices, topk, topkLen, 0.0625, ws)
+		}},
+		{"IndexerScores", func() { IndexerScores(scores, iq, w, tq, ih, dim, keys, slots, ends) }},
+		{"IndexerTopK", func() { IndexerTopK(picked, counts, scores, tq, nkv, topk) }},
+		{"CombineLSE", func() { CombineLSE(out, lse, part, partLSE, n, rows, heads, LatentDim) }},
+	}
+	for _, tc := range tests {
+		if a := testing.AllocsPerRun(20, tc.fn); a != 0 {
+			t.Errorf("%s allocates %v times per call", tc.name, a)
+		}
+	}
+}

@@ -1,0 +1,22 @@
+// Package mla is the single-rank math of Multi-head Latent Attention with
+// DeepSeek Sparse Attention: the absorbed sparse MQA form the decode and
+// sparse-prefill paths run over cache rows, the non-absorbed causal MHA form
+// used for dense prefill and as a cross-check, the lightning-indexer scores and
+// top-k, and the exact log-sum-exp combine of partial results.
+//
+// Conventions:
+//   - A cache row is 576 float32: the 512-wide normalized latent c_kv, then the
+//     64-wide RoPE key k_pe. Values are the first 512 dims of the same row.
+//   - LSE is float32 and natural log everywhere. A row that sees no key has
+//     output 0 and LSE −Inf (never +Inf, never NaN); NaN and +Inf partial LSEs
+//     are treated as empty by CombineLSE.
+//   - Sparse indices are cache slots; any negative index is "no key" and may
+//     appear anywhere in a row. Top-k ties go to the lowest position.
+//   - The softmax scale is passed in by the caller (config.Model.SoftmaxScale),
+//     never derived from the 576-wide row.
+//
+// This package must never read a cache row for an invalid index, allocate on
+// the hot path (SparseAttention, IndexerScores, IndexerTopK and CombineLSE are
+// allocation-free), start goroutines, know about ranks or collectives, or
+// decide ownership of positions (that is kvcache.Layout).
+package mla

@@ -1,0 +1,92 @@
+package mla
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/cpmla/cpmla/kernels"
+)
+
+// indexerBlockFloats bounds the queries scored against one pass over the
+// keys (t·heads·dim floats), so the block stays in the L2 cache while every
+// key is loaded once per block.
+const indexerBlockFloats = 32 << 10
+
+// keyScratch recycles the decode buffers IndexerScores hands to KeySource,
+// so that steady-state calls do not allocate.
+var keyScratch = sync.Pool{New: func() any { return new([]float32) }}
+
+// IndexerScores computes the lightning-indexer scores of t queries against
+// the keys at slots (position j of the request is in slot slots[j]):
+//
+//	scores[i, j] = Σ_h w[i,h] · ReLU(q[i,h]·key(slots[j]))   for j < ends[i]
+//	scores[i, j] = −Inf                                       for ends[i] ≤ j < nkeys
+//
+// q is [t, heads, dim], w is [t, heads] with the H_I^-0.5·d_I^-0.5 scale
+// already folded in, nkeys = len(slots), scores is [t, nkeys]. ends[i] is the
+// number of keys query i may see (its causal bound, 0..nkeys). Keys past every
+// query's bound are never read. Steady-state calls do not allocate.
+func IndexerScores(scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
+	nkeys := len(slots)
+	checkLen("IndexerScores", "scores", len(scores), t*nkeys)
+	checkLen("IndexerScores", "q", len(q), t*heads*dim)
+	checkLen("IndexerScores", "w", len(w), t*heads)
+	checkLen("IndexerScores", "ends", len(ends), t)
+	negInf := float32(math.Inf(-1))
+	for i, e := range ends[:t] {
+		if e < 0 || int(e) > nkeys {
+			panic(fmt.Sprintf("mla: IndexerScores: query %d sees %d keys, %d are given", i, e, nkeys))
+		}
+		row := scores[i*nkeys : (i+1)*nkeys]
+		for j := int(e); j < nkeys; j++ {
+			row[j] = negInf
+		}
+	}
+	sp := keyScratch.Get().(*[]float32)
+	if cap(*sp) < dim {
+		*sp = make([]float32, dim)
+	}
+	scratch := (*sp)[:dim]
+	defer keyScratch.Put(sp)
+
+	block := max(1, indexerBlockFloats/max(1, heads*dim))
+	for i0 := 0; i0 < t; i0 += block {
+		i1 := min(t, i0+block)
+		var maxEnd int32
+		for _, e := range ends[i0:i1] {
+			maxEnd = max(maxEnd, e)
+		}
+		for j := range int(maxEnd) {
+			key := keys.Key(slots[j], scratch)[:dim]
+			for i := i0; i < i1; i++ {
+				if j >= int(ends[i]) {
+					continue
+				}
+				var s float32
+				for h := range heads {
+					if d := kernels.Dot(q[(i*heads+h)*dim:(i*heads+h+1)*dim], key); d > 0 {
+						s += w[i*heads+h] * d
+					}
+				}
+				scores[i*nkeys+j] = s
+			}
+		}
+	}
+}
+
+// IndexerTopK selects, for each of t queries, the k best positions of its
+// score row (scores is [t, nkeys]): score descending, then lowest position,
+// −Inf and NaN never selected. indices [t, k] receives positions (not slots)
+// best first, padded with −1 at the end; counts[i] is the number selected,
+// min(k, ends[i]) for rows written by IndexerScores. The order is a total
+// order, so every rank given the same scores selects the same set. It does
+// not allocate.
+func IndexerTopK(indices, counts []int32, scores []float32, t, nkeys, k int) {
+	checkLen("IndexerTopK", "indices", len(indices), t*k)
+	checkLen("IndexerTopK", "counts", len(counts), t)
+	checkLen("IndexerTopK", "scores", len(scores), t*nkeys)
+	for i := range t {
+		counts[i] = int32(kernels.TopK(indices[i*k:(i+1)*k], scores[i*nkeys:(i+1)*nkeys]))
+	}
+}

@@ -1,0 +1,154 @@
+package mla
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// countingKeys records how often each slot's key is read.
+type countingKeys struct {
+	keys  DenseKeys
+	reads map[int32]int
+}
+
+func (c *countingKeys) Key(slot int32, scratch []float32) []float32 {
+	c.reads[slot]++
+	return c.keys.Key(slot, scratch)
+}
+
+// TestIndexerScores compares with the float64 formula
+// Σ_h w[i,h]·ReLU(q[i,h]·k[slot(j)]), −Inf past each query's bound.
+func TestIndexerScores(t *testing.T) {
+	tests := []struct {
+		name             string
+		t, heads, dim, n int
+		ends             []int32
+	}{
+		{"prefill causal", 5, 4, 128, 5, []int32{1, 2, 3, 4, 5}},
+		{"decode rows", 3, 32, 128, 40, []int32{38, 39, 40}},
+		{"chunk with empty query", 4, 2, 16, 9, []int32{0, 9, 3, 7}},
+		{"many queries, small dim", 300, 2, 8, 20, nil},
+	}
+	negInf := float32(math.Inf(-1))
+	for k, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, uint64(k)))
+			ends := tc.ends
+			if ends == nil {
+				for i := range tc.t {
+					ends = append(ends, int32(i%(tc.n+1)))
+				}
+			}
+			maxEnd := slices.Max(ends)
+			// Keys live at a permutation of slots; keys no query sees are NaN.
+			nslots := tc.n + 3
+			perm := rng.Perm(nslots)
+			slots := make([]int32, tc.n)
+			data := filled(nslots*tc.dim, float32(math.NaN()))
+			for j := range slots {
+				slots[j] = int32(perm[j])
+				if j < int(maxEnd) {
+					copy(data[perm[j]*tc.dim:], randVec(rng, tc.dim))
+				}
+			}
+			src := &countingKeys{keys: DenseKeys{Dim: tc.dim, Data: data}, reads: map[int32]int{}}
+			q := randVec(rng, tc.t*tc.heads*tc.dim)
+			w := randVec(rng, tc.t*tc.heads)
+			want := make([]float32, tc.t*tc.n)
+			for i := range tc.t {
+				for j := range tc.n {
+					if j >= int(ends[i]) {
+						want[i*tc.n+j] = negInf
+						continue
+					}
+					var s float64
+					for h := range tc.heads {
+						var d float64
+						for c := range tc.dim {
+							d += float64(q[(i*tc.heads+h)*tc.dim+c]) * float64(data[int(slots[j])*tc.dim+c])
+						}
+						s += float64(w[i*tc.heads+h]) * max(d, 0)
+					}
+					want[i*tc.n+j] = float32(s)
+				}
+			}
+			got := filled(tc.t*tc.n, float32(math.NaN()))
+			IndexerScores(got, q, w, tc.t, tc.heads, tc.dim, src, slots, ends)
+			diffF32(t, "scores", want, got, approx(1e-4, 1e-6))
+			for j := int(maxEnd); j < tc.n; j++ {
+				if src.reads[slots[j]] != 0 {
+					t.Errorf("key %d (slot %d) is past every bound but was read", j, slots[j])
+				}
+			}
+		})
+	}
+}
+
+// refTopK sorts positions by score descending, then position ascending, and
+// keeps the first k selectable ones (−Inf and NaN never selected).
+func refTopK(scores []float32, k int) ([]int32, int32) {
+	var pos []int32
+	for j, s := range scores {
+		if !math.IsNaN(float64(s)) && !math.IsInf(float64(s), -1) {
+			pos = append(pos, int32(j))
+		}
+	}
+	slices.SortStableFunc(pos, func(a, b int32) int {
+		switch sa, sb := scores[a], scores[b]; {
+		case sa > sb:
+			return -1
+		case sa < sb:
+			return 1
+		}
+		return int(a - b)
+	})
+	pos = pos[:min(k, len(pos))]
+	count := int32(len(pos))
+	for len(pos) < k {
+		pos = append(pos, -1)
+	}
+	return pos, count
+}
+
+// TestIndexerTopKTies: integer-valued scores with heavy ties (3 distinct
+// values), causal −Inf tails and NaN entries; ties go to the lowest position.
+func TestIndexerTopKTies(t *testing.T) {
+	const tq, n, k = 7, 50, 16
+	rng := rand.New(rand.NewPCG(6, 0))
+	scores := make([]float32, tq*n)
+	for i := range tq {
+		end := []int{0, 3, 16, 17, 30, 50, 50}[i]
+		for j := range n {
+			switch {
+			case j >= end:
+				scores[i*n+j] = float32(math.Inf(-1))
+			case i == 6 && j%7 == 0:
+				scores[i*n+j] = float32(math.NaN())
+			default:
+				scores[i*n+j] = float32(rng.IntN(3))
+			}
+		}
+	}
+	var want, wantCounts []int32
+	for i := range tq {
+		idx, c := refTopK(scores[i*n:(i+1)*n], k)
+		want, wantCounts = append(want, idx...), append(wantCounts, c)
+	}
+	got := make([]int32, tq*k)
+	counts := make([]int32, tq)
+	IndexerTopK(got, counts, scores, tq, n, k)
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("indices (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(wantCounts, counts); d != "" {
+		t.Errorf("counts (-want +got):\n%s", d)
+	}
+	// counts = min(k, ends) for rows without NaN.
+	if d := cmp.Diff([]int32{0, 3, 16, 16, 16, 16}, counts[:6]); d != "" {
+		t.Errorf("counts are not min(k, ends) (-want +got):\n%s", d)
+	}
+}
