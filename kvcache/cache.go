@@ -1,0 +1,201 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/cpmla/cpmla/mla"
+	"github.com/cpmla/cpmla/numfmt"
+)
+
+// Cache holds, for every layer, the MLA rows and the indexer keys of this
+// rank's KV blocks. Slot g is offset g%B of block g/B. All storage is
+// allocated by NewCache; reads and writes never allocate.
+type Cache struct {
+	layers    []LayerCache
+	blockSize int
+	bytes     int64
+}
+
+// LayerCache is one layer's part of a Cache. It implements mla.KVSource (Row)
+// and mla.KeySource (Key). Writes to distinct slots may run concurrently.
+type LayerCache struct {
+	slots int
+	kv    KVDType
+	// Exactly one of the row stores is non-nil, per kv.
+	rowsF32  []float32 // [slots, RowDim]
+	rowsBF16 []uint16  // [slots, RowDim]
+	rowsFP8  []byte    // [slots, DSMLARecordBytes]
+
+	idx      IndexerDType
+	indexDim int // 0: the layer keeps no indexer keys
+	keysF32  []float32
+	keysFP8  []byte // [slots, IndexerKeyBytes]
+}
+
+var (
+	_ mla.KVSource  = (*LayerCache)(nil)
+	_ mla.KeySource = (*LayerCache)(nil)
+)
+
+// NewCache allocates the cache of one rank: layers × numBlocks blocks of
+// blockSize tokens, MLA rows in format kv and, when indexDim > 0, indexer
+// keys of indexDim values in format idx (indexDim 0 = a dense-MLA model
+// without indexer; idx is then ignored).
+func NewCache(layers, numBlocks, blockSize int, kv KVDType, idx IndexerDType, indexDim int) (*Cache, error) {
+	switch {
+	case layers < 1:
+		return nil, fmt.Errorf("new KV cache: %d layers, need at least 1", layers)
+	case numBlocks < 1:
+		return nil, fmt.Errorf("new KV cache: %d blocks, need at least 1 (give the KV cache more memory)", numBlocks)
+	case blockSize < 1:
+		return nil, fmt.Errorf("new KV cache: block size %d, need at least 1 (use --block-size 64)", blockSize)
+	case RowBytes(kv) == 0:
+		return nil, fmt.Errorf("new KV cache: kv cache dtype %q is not supported (use --kv-cache-dtype %s)", kv, joinNames(kvDTypes))
+	case indexDim < 0:
+		return nil, fmt.Errorf("new KV cache: indexer key width %d, need 0 (no indexer) or more", indexDim)
+	case indexDim > 0 && KeyBytes(idx, indexDim) == 0:
+		if idx == IdxFP8 {
+			return nil, fmt.Errorf("new KV cache: fp8 indexer keys hold %d values, the model's index_head_dim is %d (use indexer cache dtype f32)", numfmt.IndexerKeyDim, indexDim)
+		}
+		return nil, fmt.Errorf("new KV cache: indexer cache dtype %q is not supported (use one of %s)", idx, joinNames(indexerDTypes))
+	}
+	slots := numBlocks * blockSize
+	c := &Cache{layers: make([]LayerCache, layers), blockSize: blockSize}
+	c.bytes = int64(layers) * int64(slots) * int64(RowBytes(kv))
+	if indexDim > 0 {
+		c.bytes += int64(layers) * int64(slots) * int64(KeyBytes(idx, indexDim))
+	}
+
+	// One slab per store, cut into layers.
+	var rowsF32, keysF32 []float32
+	var rowsBF16 []uint16
+	var rowsFP8, keysFP8 []byte
+	switch kv {
+	case KVF32:
+		rowsF32 = make([]float32, layers*slots*mla.RowDim)
+	case KVBF16:
+		rowsBF16 = make([]uint16, layers*slots*mla.RowDim)
+	case KVFP8DSMLA:
+		rowsFP8 = make([]byte, layers*slots*numfmt.DSMLARecordBytes)
+	}
+	if indexDim > 0 {
+		switch idx {
+		case IdxF32:
+			keysF32 = make([]float32, layers*slots*indexDim)
+		case IdxFP8:
+			keysFP8 = make([]byte, layers*slots*numfmt.IndexerKeyBytes)
+		}
+	}
+	for i := range c.layers {
+		lc := &c.layers[i]
+		*lc = LayerCache{slots: slots, kv: kv, idx: idx, indexDim: indexDim}
+		lc.rowsF32 = layerPart(rowsF32, i, slots*mla.RowDim)
+		lc.rowsBF16 = layerPart(rowsBF16, i, slots*mla.RowDim)
+		lc.rowsFP8 = layerPart(rowsFP8, i, slots*numfmt.DSMLARecordBytes)
+		lc.keysF32 = layerPart(keysF32, i, slots*indexDim)
+		lc.keysFP8 = layerPart(keysFP8, i, slots*numfmt.IndexerKeyBytes)
+	}
+	return c, nil
+}
+
+// layerPart is layer i's n-element part of a slab (nil for a nil slab).
+func layerPart[T any](slab []T, i, n int) []T {
+	if slab == nil {
+		return nil
+	}
+	return slab[i*n : (i+1)*n : (i+1)*n]
+}
+
+// Layer returns layer i's cache.
+func (c *Cache) Layer(i int) *LayerCache { return &c.layers[i] }
+
+// Layers is the number of layers.
+func (c *Cache) Layers() int { return len(c.layers) }
+
+// BlockSize is the number of tokens per block.
+func (c *Cache) BlockSize() int { return c.blockSize }
+
+// Bytes is the storage held by the cache (rows and keys of all layers).
+func (c *Cache) Bytes() int64 { return c.bytes }
+
+// Slots is the number of token slots per layer (blocks × block size).
+func (lc *LayerCache) Slots() int { return lc.slots }
+
+// checkSlot panics unless 0 ≤ slot < Slots.
+func (lc *LayerCache) checkSlot(slot int32) {
+	if slot < 0 || int(slot) >= lc.slots {
+		panic(fmt.Sprintf("kvcache: slot %d outside a cache of %d slots", slot, lc.slots))
+	}
+}
+
+// WriteRow stores a RowDim-wide row (latent | rope) at slot, rounding it to
+// the cache format. A negative slot (a position another rank owns, or
+// padding) is skipped.
+func (lc *LayerCache) WriteRow(slot int32, row []float32) {
+	if slot < 0 {
+		return
+	}
+	lc.checkSlot(slot)
+	row = row[:mla.RowDim]
+	switch lc.kv {
+	case KVF32:
+		copy(lc.rowsF32[int(slot)*mla.RowDim:], row)
+	case KVBF16:
+		numfmt.F32sToBF16(lc.rowsBF16[int(slot)*mla.RowDim:], row)
+	case KVFP8DSMLA:
+		numfmt.EncodeDSMLA(lc.rowsFP8[int(slot)*numfmt.DSMLARecordBytes:], row)
+	}
+}
+
+// Row returns the dequantized row at slot. For f32 caches it is a view of the
+// cache; otherwise it is decoded into scratch (len ≥ RowDim).
+func (lc *LayerCache) Row(slot int32, scratch []float32) []float32 {
+	lc.checkSlot(slot)
+	off := int(slot) * mla.RowDim
+	switch lc.kv {
+	case KVF32:
+		return lc.rowsF32[off : off+mla.RowDim : off+mla.RowDim]
+	case KVBF16:
+		numfmt.BF16ToF32s(scratch, lc.rowsBF16[off:off+mla.RowDim])
+	case KVFP8DSMLA:
+		numfmt.DecodeDSMLA(scratch, lc.rowsFP8[int(slot)*numfmt.DSMLARecordBytes:])
+	}
+	return scratch[:mla.RowDim]
+}
+
+// checkKeys panics if the layer keeps no indexer keys.
+func (lc *LayerCache) checkKeys() {
+	if lc.indexDim == 0 {
+		panic("kvcache: this cache keeps no indexer keys (built with index width 0)")
+	}
+}
+
+// WriteKey stores an indexer key (the cache's index width) at slot, rounding
+// it to the key format. A negative slot is skipped.
+func (lc *LayerCache) WriteKey(slot int32, key []float32) {
+	if slot < 0 {
+		return
+	}
+	lc.checkKeys()
+	lc.checkSlot(slot)
+	key = key[:lc.indexDim]
+	switch lc.idx {
+	case IdxF32:
+		copy(lc.keysF32[int(slot)*lc.indexDim:], key)
+	case IdxFP8:
+		numfmt.EncodeIndexerKey(lc.keysFP8[int(slot)*numfmt.IndexerKeyBytes:], key)
+	}
+}
+
+// Key returns the dequantized indexer key at slot. For f32 keys it is a view
+// of the cache; otherwise it is decoded into scratch (len ≥ the index width).
+func (lc *LayerCache) Key(slot int32, scratch []float32) []float32 {
+	lc.checkKeys()
+	lc.checkSlot(slot)
+	if lc.idx == IdxF32 {
+		off := int(slot) * lc.indexDim
+		return lc.keysF32[off : off+lc.indexDim : off+lc.indexDim]
+	}
+	numfmt.DecodeIndexerKey(scratch, lc.keysFP8[int(slot)*numfmt.IndexerKeyBytes:])
+	return scratch[:lc.indexDim]
+}
