@@ -89,6 +89,8 @@ func TestMatMulT(t *testing.T) {
 	shapes := []struct{ n, rows, cols int }{
 		{0, 3, 5}, {1, 1, 1}, {1, 7, 13}, {2, 5, 3}, {3, 17, 31}, {4, 9, 4},
 		{5, 33, 64}, {7, 9, 257}, {6, 1, 1000}, {16, 64, 576}, {9, 130, 7},
+		// Larger than one MatMulT weight block in both dtypes (uneven split).
+		{3, 100, 1500},
 	}
 	r := newRand(2)
 	for _, sh := range shapes {
