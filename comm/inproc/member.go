@@ -1,0 +1,196 @@
+package inproc
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cpmla/cpmla/comm"
+)
+
+// member is one rank's handle on a group; it implements comm.Group.
+type member struct {
+	w     *world
+	s     *shared
+	rank  int // group rank
+	seq   uint64
+	timer *time.Timer
+	meter *comm.Meter
+}
+
+func newMember(w *world, s *shared, rank int) *member {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &member{w: w, s: s, rank: rank, timer: t, meter: comm.NewMeter(w.opts.TraceCapacity)}
+}
+
+func (m *member) Name() string                                  { return m.s.name }
+func (m *member) Rank() int                                     { return m.rank }
+func (m *member) Size() int                                     { return len(m.s.ranks) }
+func (m *member) Stats() comm.Stats                             { return m.meter.Stats() }
+func (m *member) Trace(dst []comm.TraceEntry) []comm.TraceEntry { return m.meter.Trace(dst) }
+
+// Split returns the sub-group made of the listed ranks of m's group.
+func (m *member) Split(name string, members []int) (comm.Group, error) {
+	if name == "" || strings.ContainsAny(name, "[] ") {
+		return nil, fmt.Errorf("group name %q must be non-empty without spaces or brackets", name)
+	}
+	if len(members) == 0 {
+		return nil, fmt.Errorf("group %s: no members", name)
+	}
+	self := -1
+	ranks := make([]int, len(members))
+	for i, r := range members {
+		if r < 0 || r >= len(m.s.ranks) {
+			return nil, fmt.Errorf("group %s: member %d outside %s (size %d)", name, r, m.s.name, len(m.s.ranks))
+		}
+		if slices.Contains(members[:i], r) {
+			return nil, fmt.Errorf("group %s: member %d listed twice in %v", name, r, members)
+		}
+		if r == m.rank {
+			self = i
+		}
+		ranks[i] = m.s.ranks[r]
+	}
+	key := groupName(name, ranks)
+	if self < 0 {
+		return nil, fmt.Errorf("group %s: rank %d of %s is not among the members %v; only members split a group", key, m.rank, m.s.name, members)
+	}
+	m.w.mu.Lock()
+	defer m.w.mu.Unlock()
+	s := m.w.groups[key]
+	if s == nil {
+		s = newShared(key, ranks)
+		m.w.groups[key] = s
+	}
+	if s.claimed[self] {
+		return nil, fmt.Errorf("group %s: world rank %d already holds a handle; split each group once per rank", key, ranks[self])
+	}
+	s.claimed[self] = true
+	return newMember(m.w, s, self), nil
+}
+
+// Do runs one collective.
+func (m *member) Do(ctx context.Context, c comm.Collective) error {
+	start := time.Now()
+	err := m.do(ctx, &c)
+	m.meter.Done(&c, m.rank, len(m.s.ranks), time.Since(start), err == nil)
+	return err
+}
+
+func (m *member) do(ctx context.Context, c *comm.Collective) error {
+	if f := m.w.err.Load(); f != nil {
+		return f.err
+	}
+	s := m.s
+	seq := m.seq
+	m.seq++
+	m.meter.Enter(seq, c)
+	s.records[m.rank] = c.Record(s.ranks[m.rank], seq)
+	s.calls[m.rank] = *c
+	s.argErr[m.rank] = c.Validate(m.rank, len(s.ranks))
+	s.entered[m.rank].Store(seq + 1)
+	if err := ctx.Err(); err != nil {
+		return m.abort(seq, err)
+	}
+
+	m.timer.Reset(m.w.opts.Timeout)
+	err := m.arrive(ctx, seq)
+	m.timer.Stop()
+	if err != nil {
+		return err
+	}
+	// Every member that gets here sees the same records and reaches the
+	// same verdict, so either all move data and finish, or none does.
+	if err := comm.CheckLedger(s.name, s.records); err != nil {
+		return m.w.fail(err)
+	}
+	for i, e := range s.argErr {
+		if e != nil {
+			return m.w.fail(fmt.Errorf("collective refused in group %s seq %d on rank %d: %w", s.name, seq, s.ranks[i], e))
+		}
+	}
+	m.move(c)
+	m.finish()
+	return nil
+}
+
+// arrive waits until every member has entered the collective. On a
+// timeout, a cancelled ctx or a failed world it withdraws its arrival
+// atomically, so that no member can complete the rendezvous without it,
+// unless the rendezvous has completed already, in which case it proceeds.
+func (m *member) arrive(ctx context.Context, seq uint64) error {
+	s := m.s
+	n := uint64(len(s.ranks))
+	v := s.arrivals.Add(1)
+	if v%n == 0 {
+		m.wakeOthers()
+		return nil
+	}
+	target := (v + n - 1) / n * n
+	var cause error
+	select {
+	case <-s.wake[m.rank]:
+		return nil
+	case <-m.timer.C:
+		cause = comm.ErrTimeout
+	case <-ctx.Done():
+		cause = ctx.Err()
+	case <-m.w.failed:
+	}
+	for {
+		c := s.arrivals.Load()
+		if c >= target { // completed after all: the wake token is on its way
+			<-s.wake[m.rank]
+			return nil
+		}
+		if s.arrivals.CompareAndSwap(c, c-1) {
+			break
+		}
+	}
+	if cause == nil {
+		return m.w.err.Load().err
+	}
+	return m.abort(seq, cause)
+}
+
+// finish waits until every member has finished reading. Every member that
+// completed arrive gets here after bounded copying work, so the wait needs
+// no deadline of its own.
+func (m *member) finish() {
+	s := m.s
+	if s.arrivals.Add(1)%uint64(len(s.ranks)) == 0 {
+		m.wakeOthers()
+		return
+	}
+	<-s.wake[m.rank]
+}
+
+func (m *member) wakeOthers() {
+	for i, ch := range m.s.wake {
+		if i != m.rank {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// abort poisons the world with an *comm.AbortError naming the members that
+// had not entered collective seq, and returns the world's error.
+func (m *member) abort(seq uint64, cause error) error {
+	s := m.s
+	e := &comm.AbortError{Group: s.name, Record: s.records[m.rank], Timeout: m.w.opts.Timeout, Cause: cause}
+	e.Record.SendCounts = slices.Clone(e.Record.SendCounts)
+	e.Record.RecvCounts = slices.Clone(e.Record.RecvCounts)
+	for i := range s.ranks {
+		if s.entered[i].Load() < seq+1 {
+			e.Missing = append(e.Missing, s.ranks[i])
+			e.LastSeq = append(e.LastSeq, int64(s.entered[i].Load())-1)
+		}
+	}
+	return m.w.fail(e)
+}
