@@ -1,0 +1,393 @@
+package jinja
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+type filterFunc func(x any, args []any, kwargs map[string]any) (any, error)
+type testFunc func(x any, args []any) (bool, error)
+
+// filters are the supported filters. A filter outside this table is refused
+// when the template is parsed.
+var filters map[string]filterFunc
+
+// tests are the supported tests of "x is name".
+var tests map[string]testFunc
+
+// globals are the functions a template can call.
+var globals map[string]any
+
+func init() {
+	filters = map[string]filterFunc{
+		"trim": func(x any, args []any, _ map[string]any) (any, error) {
+			s, err := stringArg(x)
+			if err != nil {
+				return nil, err
+			}
+			if len(args) > 0 {
+				chars, err := stringArg(args[0])
+				if err != nil {
+					return nil, err
+				}
+				return strings.Trim(s, chars), nil
+			}
+			return strings.TrimSpace(s), nil
+		},
+		"length": lengthFilter,
+		"count":  lengthFilter,
+		"string": func(x any, _ []any, _ map[string]any) (any, error) { return toString(x), nil },
+		"lower": func(x any, _ []any, _ map[string]any) (any, error) {
+			s, err := stringArg(x)
+			return strings.ToLower(s), err
+		},
+		"upper": func(x any, _ []any, _ map[string]any) (any, error) {
+			s, err := stringArg(x)
+			return strings.ToUpper(s), err
+		},
+		"first": func(x any, _ []any, _ map[string]any) (any, error) {
+			items, err := iterate(x)
+			if err != nil || len(items) == 0 {
+				return undefined{"first"}, err
+			}
+			return items[0], nil
+		},
+		"last": func(x any, _ []any, _ map[string]any) (any, error) {
+			items, err := iterate(x)
+			if err != nil || len(items) == 0 {
+				return undefined{"last"}, err
+			}
+			return items[len(items)-1], nil
+		},
+		"join": func(x any, args []any, _ map[string]any) (any, error) {
+			items, err := iterate(x)
+			if err != nil {
+				return nil, err
+			}
+			sep := ""
+			if len(args) > 0 {
+				if sep, err = stringArg(args[0]); err != nil {
+					return nil, err
+				}
+			}
+			parts := make([]string, len(items))
+			for i, it := range items {
+				parts[i] = toString(it)
+			}
+			return strings.Join(parts, sep), nil
+		},
+		"default": defaultFilter,
+		"d":       defaultFilter,
+		"tojson": func(x any, args []any, kwargs map[string]any) (any, error) {
+			indent := any(nil)
+			if len(args) > 0 {
+				indent = args[0]
+			}
+			if v, ok := kwargs["indent"]; ok {
+				indent = v
+			}
+			n := int64(0)
+			if indent != nil {
+				var ok bool
+				if n, ok = indent.(int64); !ok {
+					return nil, fmt.Errorf("indent must be an integer, got a %s", typeName(indent))
+				}
+			}
+			return toJSON(x, int(n))
+		},
+		"replace": func(x any, args []any, _ map[string]any) (any, error) {
+			if len(args) < 2 {
+				return nil, fmt.Errorf("needs the old and the new string")
+			}
+			s, err := stringArg(x)
+			if err != nil {
+				return nil, err
+			}
+			old, err := stringArg(args[0])
+			if err != nil {
+				return nil, err
+			}
+			repl, err := stringArg(args[1])
+			if err != nil {
+				return nil, err
+			}
+			return strings.ReplaceAll(s, old, repl), nil
+		},
+		"list": func(x any, _ []any, _ map[string]any) (any, error) {
+			items, err := iterate(x)
+			if items == nil {
+				items = []any{}
+			}
+			return items, err
+		},
+		"items": func(x any, _ []any, _ map[string]any) (any, error) {
+			m, ok := x.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("items of a %s", typeName(x))
+			}
+			return dictItems(m), nil
+		},
+	}
+	tests = map[string]testFunc{
+		"defined":   func(x any, _ []any) (bool, error) { _, u := x.(undefined); return !u, nil },
+		"undefined": func(x any, _ []any) (bool, error) { _, u := x.(undefined); return u, nil },
+		"none":      func(x any, _ []any) (bool, error) { return x == nil, nil },
+		"string":    func(x any, _ []any) (bool, error) { _, ok := x.(string); return ok, nil },
+		"number": func(x any, _ []any) (bool, error) {
+			switch x.(type) {
+			case int64, float64:
+				return true, nil
+			}
+			return false, nil
+		},
+		"integer":  func(x any, _ []any) (bool, error) { _, ok := x.(int64); return ok, nil },
+		"boolean":  func(x any, _ []any) (bool, error) { _, ok := x.(bool); return ok, nil },
+		"true":     func(x any, _ []any) (bool, error) { return x == true, nil },
+		"false":    func(x any, _ []any) (bool, error) { return x == false, nil },
+		"mapping":  func(x any, _ []any) (bool, error) { _, ok := x.(map[string]any); return ok, nil },
+		"sequence": isSequence,
+		"iterable": isSequence,
+		"equalto": func(x any, args []any) (bool, error) {
+			if len(args) != 1 {
+				return false, fmt.Errorf("needs one argument")
+			}
+			return equal(x, args[0]), nil
+		},
+	}
+	globals = map[string]any{
+		"namespace": callable(func(args []any, kwargs map[string]any) (any, error) {
+			if len(args) > 0 {
+				return nil, fmt.Errorf("namespace takes keyword arguments only")
+			}
+			ns := &Namespace{attrs: make(map[string]any, len(kwargs))}
+			for k, v := range kwargs {
+				ns.attrs[k] = v
+			}
+			return ns, nil
+		}),
+		"raise_exception": callable(func(args []any, _ map[string]any) (any, error) {
+			msg := "raise_exception called"
+			if len(args) > 0 {
+				msg = toString(args[0])
+			}
+			return nil, &Exception{Message: msg}
+		}),
+		"range": callable(func(args []any, _ map[string]any) (any, error) {
+			var bounds [3]int64
+			bounds[2] = 1
+			switch len(args) {
+			case 1:
+				n, ok := args[0].(int64)
+				if !ok {
+					return nil, fmt.Errorf("range needs integers")
+				}
+				bounds[1] = n
+			case 2, 3:
+				for i, a := range args {
+					n, ok := a.(int64)
+					if !ok {
+						return nil, fmt.Errorf("range needs integers")
+					}
+					bounds[i] = n
+				}
+			default:
+				return nil, fmt.Errorf("range takes 1 to 3 arguments, got %d", len(args))
+			}
+			lo, hi, step := bounds[0], bounds[1], bounds[2]
+			if step == 0 {
+				return nil, fmt.Errorf("range step cannot be zero")
+			}
+			out := []any{}
+			for i := lo; (step > 0 && i < hi) || (step < 0 && i > hi); i += step {
+				if len(out) >= maxLoopIterations {
+					return nil, fmt.Errorf("range longer than %d elements", maxLoopIterations)
+				}
+				out = append(out, i)
+			}
+			return out, nil
+		}),
+	}
+}
+
+func stringArg(x any) (string, error) {
+	switch s := x.(type) {
+	case string:
+		return s, nil
+	case undefined:
+		return "", nil
+	}
+	return "", fmt.Errorf("expected a string, got a %s", typeName(x))
+}
+
+func lengthFilter(x any, _ []any, _ map[string]any) (any, error) {
+	switch v := x.(type) {
+	case string:
+		return int64(utf8.RuneCountInString(v)), nil
+	case []any:
+		return int64(len(v)), nil
+	case map[string]any:
+		return int64(len(v)), nil
+	case undefined:
+		return int64(0), nil
+	}
+	return nil, fmt.Errorf("length of a %s", typeName(x))
+}
+
+func defaultFilter(x any, args []any, _ map[string]any) (any, error) {
+	var def any = ""
+	if len(args) > 0 {
+		def = args[0]
+	}
+	boolean := len(args) > 1 && truthy(args[1])
+	if _, u := x.(undefined); u || (boolean && !truthy(x)) {
+		return def, nil
+	}
+	return x, nil
+}
+
+func isSequence(x any, _ []any) (bool, error) {
+	switch x.(type) {
+	case []any, string, map[string]any:
+		return true, nil
+	}
+	return false, nil
+}
+
+func dictItems(m map[string]any) []any {
+	keys := sortedKeys(m)
+	out := make([]any, len(keys))
+	for i, k := range keys {
+		out[i] = []any{k, m[k]}
+	}
+	return out
+}
+
+// stringMethod returns the bound method name of s, if it is supported.
+func stringMethod(s, name string) (callable, bool) {
+	strArgs := func(args []any) ([]string, error) {
+		out := make([]string, len(args))
+		for i, a := range args {
+			v, err := stringArg(a)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	trim := func(f func(string, string) string, g func(string) string) callable {
+		return func(args []any, _ map[string]any) (any, error) {
+			a, err := strArgs(args)
+			if err != nil {
+				return nil, err
+			}
+			if len(a) > 0 {
+				return f(s, a[0]), nil
+			}
+			return g(s), nil
+		}
+	}
+	switch name {
+	case "strip":
+		return trim(strings.Trim, strings.TrimSpace), true
+	case "lstrip":
+		return trim(strings.TrimLeft, func(s string) string { return strings.TrimLeft(s, " \t\n\r\f\v") }), true
+	case "rstrip":
+		return trim(strings.TrimRight, func(s string) string { return strings.TrimRight(s, " \t\n\r\f\v") }), true
+	case "upper":
+		return func([]any, map[string]any) (any, error) { return strings.ToUpper(s), nil }, true
+	case "lower":
+		return func([]any, map[string]any) (any, error) { return strings.ToLower(s), nil }, true
+	case "startswith", "endswith":
+		return func(args []any, _ map[string]any) (any, error) {
+			a, err := strArgs(args)
+			if err != nil {
+				return nil, err
+			}
+			if len(a) != 1 {
+				return nil, fmt.Errorf("%s takes one string", name)
+			}
+			if name == "startswith" {
+				return strings.HasPrefix(s, a[0]), nil
+			}
+			return strings.HasSuffix(s, a[0]), nil
+		}, true
+	case "split":
+		return func(args []any, _ map[string]any) (any, error) {
+			a, err := strArgs(args)
+			if err != nil {
+				return nil, err
+			}
+			var parts []string
+			if len(a) == 0 {
+				parts = strings.Fields(s)
+			} else {
+				if a[0] == "" {
+					return nil, fmt.Errorf("split: empty separator")
+				}
+				parts = strings.Split(s, a[0])
+			}
+			out := make([]any, len(parts))
+			for i, p := range parts {
+				out[i] = p
+			}
+			return out, nil
+		}, true
+	case "replace":
+		return func(args []any, _ map[string]any) (any, error) {
+			a, err := strArgs(args)
+			if err != nil {
+				return nil, err
+			}
+			if len(a) != 2 {
+				return nil, fmt.Errorf("replace takes two strings")
+			}
+			return strings.ReplaceAll(s, a[0], a[1]), nil
+		}, true
+	}
+	return nil, false
+}
+
+// dictMethod returns the bound method name of m, if it is supported.
+func dictMethod(m map[string]any, name string) (callable, bool) {
+	switch name {
+	case "items":
+		return func([]any, map[string]any) (any, error) { return dictItems(m), nil }, true
+	case "keys":
+		return func([]any, map[string]any) (any, error) {
+			keys := sortedKeys(m)
+			out := make([]any, len(keys))
+			for i, k := range keys {
+				out[i] = k
+			}
+			return out, nil
+		}, true
+	case "values":
+		return func([]any, map[string]any) (any, error) {
+			keys := sortedKeys(m)
+			out := make([]any, len(keys))
+			for i, k := range keys {
+				out[i] = m[k]
+			}
+			return out, nil
+		}, true
+	case "get":
+		return func(args []any, _ map[string]any) (any, error) {
+			if len(args) < 1 || len(args) > 2 {
+				return nil, fmt.Errorf("get takes a key and an optional default")
+			}
+			k, ok := args[0].(string)
+			if ok {
+				if v, found := m[k]; found {
+					return v, nil
+				}
+			}
+			if len(args) == 2 {
+				return args[1], nil
+			}
+			return nil, nil
+		}, true
+	}
+	return nil, false
+}

@@ -1,0 +1,235 @@
+package tokenizer
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2"
+)
+
+// A preTokenizer cuts a piece of text into smaller pieces; the BPE model
+// encodes each final piece on its own. Pieces are substrings of the input,
+// except where a stage inserts text (the byte-level prefix space).
+type preTokenizer interface {
+	appendPieces(dst []string, piece string) []string
+}
+
+// preTokenizerSequence applies its stages one after the other, each to every
+// piece the previous stage produced.
+type preTokenizerSequence []preTokenizer
+
+func (seq preTokenizerSequence) appendPieces(dst []string, piece string) []string {
+	if len(seq) == 0 {
+		return append(dst, piece)
+	}
+	cur := []string{piece}
+	var next []string
+	for _, stage := range seq {
+		next = next[:0]
+		for _, p := range cur {
+			next = stage.appendPieces(next, p)
+		}
+		cur, next = next, cur
+	}
+	return append(dst, cur...)
+}
+
+// splitBehavior says what a Split stage does with the matches of its pattern.
+type splitBehavior int
+
+const (
+	splitIsolated splitBehavior = iota
+	splitRemoved
+	splitMergedWithPrevious
+	splitMergedWithNext
+	splitContiguous
+)
+
+var splitBehaviors = map[string]splitBehavior{
+	"Isolated":           splitIsolated,
+	"Removed":            splitRemoved,
+	"MergedWithPrevious": splitMergedWithPrevious,
+	"MergedWithNext":     splitMergedWithNext,
+	"Contiguous":         splitContiguous,
+}
+
+// matcher finds the non-overlapping, leftmost-first matches of a pattern in
+// s and appends them as byte spans.
+type matcher interface {
+	appendMatches(dst []span, s string) []span
+}
+
+type span struct{ start, end int }
+
+// handMatcher scans with a hand-written matcher (see scan.go).
+type handMatcher func(s string, i int) int
+
+func (m handMatcher) appendMatches(dst []span, s string) []span {
+	for i := 0; i < len(s); {
+		if end := m(s, i); end > i {
+			dst = append(dst, span{i, end})
+			i = end
+			continue
+		}
+		_, _, w := runeAt(s, i)
+		i += w
+	}
+	return dst
+}
+
+// regexMatcher runs any pattern the backtracking engine accepts. It works on
+// runes; invalid UTF-8 bytes become U+FFFD for matching but keep their byte
+// offsets, so every byte of the input survives the split.
+type regexMatcher struct{ re *regexp2.Regexp }
+
+func (m regexMatcher) appendMatches(dst []span, s string) []span {
+	runes := make([]rune, 0, len(s))
+	offsets := make([]int, 0, len(s)+1)
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		runes = append(runes, r)
+		offsets = append(offsets, i)
+		i += w
+	}
+	offsets = append(offsets, len(s))
+	match, err := m.re.FindRunesMatch(runes)
+	for err == nil && match != nil {
+		if match.Length > 0 {
+			dst = append(dst, span{offsets[match.Index], offsets[match.Index+match.Length]})
+		}
+		match, err = m.re.FindNextMatch(match)
+	}
+	// The engine runs without a timeout, so err stays nil; a pattern that
+	// cannot be evaluated was refused when the tokenizer was loaded.
+	return dst
+}
+
+// literalMatcher matches a fixed string (a Split with a String pattern).
+type literalMatcher string
+
+func (m literalMatcher) appendMatches(dst []span, s string) []span {
+	if m == "" {
+		return dst
+	}
+	for i := 0; i+len(m) <= len(s); {
+		if s[i:i+len(m)] == string(m) {
+			dst = append(dst, span{i, i + len(m)})
+			i += len(m)
+			continue
+		}
+		i++
+	}
+	return dst
+}
+
+// compileSplitPattern returns the hand-written matcher for a known pattern
+// and the general engine otherwise (or always, when forceRegex is set).
+func compileSplitPattern(pattern string, forceRegex bool) (matcher, error) {
+	if m, ok := handMatchers[pattern]; ok && !forceRegex {
+		return handMatcher(m), nil
+	}
+	re, err := regexp2.Compile(pattern, regexp2.None)
+	if err != nil {
+		return nil, fmt.Errorf("compile split pattern %q: %w", pattern, err)
+	}
+	return regexMatcher{re}, nil
+}
+
+// splitStage is the Split pre-tokenizer.
+type splitStage struct {
+	m        matcher
+	behavior splitBehavior
+	invert   bool
+}
+
+func (st splitStage) appendPieces(dst []string, piece string) []string {
+	var buf [32]span
+	matches := st.m.appendMatches(buf[:0], piece)
+	// Cut the piece into alternating gap and match segments.
+	type segment struct {
+		span
+		isMatch bool
+	}
+	var segBuf [64]segment
+	segs := segBuf[:0]
+	prev := 0
+	for _, m := range matches {
+		if m.start > prev {
+			segs = append(segs, segment{span{prev, m.start}, st.invert})
+		}
+		segs = append(segs, segment{m, !st.invert})
+		prev = m.end
+	}
+	if prev < len(piece) {
+		segs = append(segs, segment{span{prev, len(piece)}, st.invert})
+	}
+	switch st.behavior {
+	case splitIsolated:
+		for _, sg := range segs {
+			dst = append(dst, piece[sg.start:sg.end])
+		}
+	case splitRemoved:
+		for _, sg := range segs {
+			if !sg.isMatch {
+				dst = append(dst, piece[sg.start:sg.end])
+			}
+		}
+	case splitMergedWithPrevious:
+		// A match joins the segment before it, unless that segment is
+		// itself a match.
+		out := len(dst)
+		prevMatch := false
+		var lastStart int
+		for _, sg := range segs {
+			if sg.isMatch && !prevMatch && len(dst) > out {
+				dst[len(dst)-1] = piece[lastStart:sg.end]
+			} else {
+				lastStart = sg.start
+				dst = append(dst, piece[sg.start:sg.end])
+			}
+			prevMatch = sg.isMatch
+		}
+	case splitMergedWithNext:
+		// A match joins the segment after it, unless that segment is itself
+		// a match.
+		for k := 0; k < len(segs); k++ {
+			sg := segs[k]
+			if sg.isMatch && k+1 < len(segs) && !segs[k+1].isMatch {
+				dst = append(dst, piece[sg.start:segs[k+1].end])
+				k++
+				continue
+			}
+			dst = append(dst, piece[sg.start:sg.end])
+		}
+	case splitContiguous:
+		for k := 0; k < len(segs); {
+			j := k + 1
+			if segs[k].isMatch {
+				for j < len(segs) && segs[j].isMatch {
+					j++
+				}
+			}
+			dst = append(dst, piece[segs[k].start:segs[j-1].end])
+			k = j
+		}
+	}
+	return dst
+}
+
+// byteLevelStage is the ByteLevel pre-tokenizer: an optional prefix space on
+// every piece and an optional split with the byte-level pattern. The mapping
+// of bytes to the byte-level alphabet happens in the BPE model.
+type byteLevelStage struct {
+	addPrefixSpace bool
+	split          matcher // nil when use_regex is false
+}
+
+func (st byteLevelStage) appendPieces(dst []string, piece string) []string {
+	if st.addPrefixSpace && (len(piece) == 0 || piece[0] != ' ') {
+		piece = " " + piece
+	}
+	if st.split == nil {
+		return append(dst, piece)
+	}
+	return splitStage{m: st.split}.appendPieces(dst, piece)
+}

@@ -1,0 +1,65 @@
+package tokenizer
+
+import "unicode/utf8"
+
+// StreamDecoder turns a stream of generated ids into text pieces. A token
+// may end in the middle of a multi-byte character; the decoder holds such
+// an incomplete character back until the following tokens complete it, so
+// every piece it returns ends on a character boundary. Bytes that can never
+// become a valid character are passed through at once. Special tokens are
+// skipped, as Decode(ids, true) does; the concatenation of everything Add
+// and Flush return equals Decode(ids, true) (without
+// clean_up_tokenization_spaces, which needs the whole text).
+//
+// A StreamDecoder belongs to one sequence and is not safe for concurrent
+// use.
+type StreamDecoder struct {
+	t       *Tokenizer
+	pending []byte
+}
+
+// NewStreamDecoder returns a decoder for one generated sequence.
+func (t *Tokenizer) NewStreamDecoder() *StreamDecoder {
+	return &StreamDecoder{t: t, pending: make([]byte, 0, 16)}
+}
+
+// Add decodes one id and returns the text that is now complete (possibly
+// "").
+func (d *StreamDecoder) Add(id int) string {
+	d.pending = d.t.appendToken(d.pending, id, true)
+	cut := completePrefix(d.pending)
+	if cut == 0 {
+		return ""
+	}
+	out := string(d.pending[:cut])
+	d.pending = append(d.pending[:0], d.pending[cut:]...)
+	return out
+}
+
+// Flush returns whatever is held back (an incomplete character at the end
+// of the sequence) and resets the decoder.
+func (d *StreamDecoder) Flush() string {
+	out := string(d.pending)
+	d.pending = d.pending[:0]
+	return out
+}
+
+// completePrefix returns the length of the longest prefix of b that does
+// not end inside a character that later bytes could still complete.
+func completePrefix(b []byte) int {
+	// Only the last three bytes can belong to an unfinished character.
+	for back := 1; back <= 3 && back <= len(b); back++ {
+		start := len(b) - back
+		c := b[start]
+		if c < utf8.RuneSelf {
+			return len(b) // ASCII: nothing pending after it
+		}
+		if utf8.RuneStart(c) {
+			if utf8.FullRune(b[start:]) {
+				return len(b)
+			}
+			return start
+		}
+	}
+	return len(b)
+}

@@ -1,0 +1,186 @@
+package tokenizer
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/cpmla/cpmla/tokenizer/jinja"
+)
+
+// Tokenizer turns text into token ids and back. It is immutable after
+// loading (apart from an internal word cache) and safe for concurrent use.
+type Tokenizer struct {
+	model *bpeModel
+	pre   preTokenizer
+
+	tokens      []string // id → token string ("" for unused ids)
+	present     []bool   // id is a token
+	added       *addedMatcher
+	addedTokens []AddedToken
+	addedByID   map[int]int // id → index into addedTokens
+
+	prefix, suffix   []int // ids Encode adds around the text when asked to
+	bosID, eosID     int
+	byteLevelDecoder bool
+	cleanUp          bool
+
+	chat     *jinja.Template
+	chatVars map[string]any
+}
+
+var (
+	//go:embed data/deepseek-v3/tokenizer.json
+	defaultTokenizerJSON []byte
+	//go:embed data/deepseek-v3/tokenizer_config.json
+	defaultConfigJSON []byte
+)
+
+var defaultTokenizer = sync.OnceValues(func() (*Tokenizer, error) {
+	t, err := Parse(defaultTokenizerJSON, defaultConfigJSON)
+	if err != nil {
+		return nil, fmt.Errorf("embedded DeepSeek-V3 tokenizer: %w", err)
+	}
+	return t, nil
+})
+
+// Default returns the embedded DeepSeek-V3 tokenizer. It is parsed once and
+// shared.
+func Default() (*Tokenizer, error) { return defaultTokenizer() }
+
+// EncodeOptions separates the two things "special tokens" can mean.
+type EncodeOptions struct {
+	// AddSpecial adds the ids the tokenizer puts around every text (BOS
+	// for DeepSeek-V3).
+	AddSpecial bool
+	// ParseSpecial recognises added-token strings such as
+	// "<｜User｜>" in the text as their single ids. Without it they are
+	// encoded as plain text, which is what untrusted text needs.
+	ParseSpecial bool
+}
+
+// Encode tokenizes text. With addSpecial, BOS (or whatever the
+// configuration puts around a text) is added and added-token strings in the
+// text become their ids; without it no id is added and those strings are
+// encoded as plain text.
+func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
+	return t.EncodeWith(text, EncodeOptions{AddSpecial: addSpecial, ParseSpecial: addSpecial})
+}
+
+// EncodeWith tokenizes text with explicit options. A rendered chat
+// template already contains BOS, so it is encoded with ParseSpecial and
+// without AddSpecial (see EncodeChat).
+func (t *Tokenizer) EncodeWith(text string, opts EncodeOptions) []int {
+	ids := make([]int, 0, len(text)/3+len(t.prefix)+len(t.suffix)+1)
+	if opts.AddSpecial {
+		ids = append(ids, t.prefix...)
+	}
+	if opts.ParseSpecial && len(t.addedTokens) > 0 {
+		var buf [16]addedSegment
+		for _, seg := range t.added.split(buf[:0], text) {
+			if seg.token >= 0 {
+				ids = append(ids, t.addedTokens[seg.token].ID)
+				continue
+			}
+			ids = t.appendText(ids, seg.text)
+		}
+	} else {
+		ids = t.appendText(ids, text)
+	}
+	if opts.AddSpecial {
+		ids = append(ids, t.suffix...)
+	}
+	return ids
+}
+
+// appendText encodes text that contains no added tokens.
+func (t *Tokenizer) appendText(ids []int, text string) []int {
+	if text == "" {
+		return ids
+	}
+	var buf [64]string
+	for _, piece := range t.pre.appendPieces(buf[:0], text) {
+		if piece != "" {
+			ids = t.model.appendWord(ids, piece)
+		}
+	}
+	return ids
+}
+
+// Decode turns ids back into text. Ids that are not tokens are skipped, as
+// are special tokens when skipSpecial is set. The result is exactly the
+// bytes the tokens stand for; if the ids cut a multi-byte character, the
+// partial character is returned as it is (invalid UTF-8).
+func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
+	buf := make([]byte, 0, len(ids)*4)
+	for _, id := range ids {
+		buf = t.appendToken(buf, id, skipSpecial)
+	}
+	if t.cleanUp {
+		return cleanUpSpaces(string(buf))
+	}
+	return string(buf)
+}
+
+// appendToken appends the bytes of one token.
+func (t *Tokenizer) appendToken(buf []byte, id int, skipSpecial bool) []byte {
+	if id < 0 || id >= len(t.tokens) || !t.present[id] {
+		return buf
+	}
+	if i, ok := t.addedByID[id]; ok {
+		if skipSpecial && t.addedTokens[i].Special {
+			return buf
+		}
+		return append(buf, t.addedTokens[i].Content...)
+	}
+	if t.byteLevelDecoder {
+		return appendByteLevelDecoded(buf, t.tokens[id])
+	}
+	return append(buf, t.tokens[id]...)
+}
+
+// cleanUpSpaces removes the spaces before punctuation and contractions that
+// word-level detokenizers leave (tokenizer_config.json's
+// clean_up_tokenization_spaces).
+func cleanUpSpaces(s string) string {
+	return strings.NewReplacer(" .", ".", " ?", "?", " !", "!", " ,", ",", " ' ", "'",
+		" n't", "n't", " 'm", "'m", " 's", "'s", " 've", "'ve", " 're", "'re").Replace(s)
+}
+
+// VocabSize is the number of ids, one more than the largest token id.
+func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
+
+// TokenID returns the id of a token string (an added token or a vocabulary
+// entry, spelled as in tokenizer.json).
+func (t *Tokenizer) TokenID(s string) (int, bool) {
+	for _, a := range t.addedTokens {
+		if a.Content == s {
+			return a.ID, true
+		}
+	}
+	id, ok := t.model.vocab[s]
+	return id, ok
+}
+
+// Token returns the token string of an id as spelled in tokenizer.json.
+func (t *Tokenizer) Token(id int) (string, bool) {
+	if id < 0 || id >= len(t.tokens) || !t.present[id] {
+		return "", false
+	}
+	return t.tokens[id], true
+}
+
+// BOS is the beginning-of-sequence id, or -1 when the configuration names
+// none.
+func (t *Tokenizer) BOS() int { return t.bosID }
+
+// EOS is the end-of-sequence id, or -1 when the configuration names none.
+func (t *Tokenizer) EOS() int { return t.eosID }
+
+// IsSpecial reports whether id is an added token marked special (a control
+// token that Decode skips when asked to).
+func (t *Tokenizer) IsSpecial(id int) bool {
+	i, ok := t.addedByID[id]
+	return ok && t.addedTokens[i].Special
+}
