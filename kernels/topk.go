@@ -24,6 +24,7 @@ func TopK(dst []int32, scores []float32) int {
 	// increasing order, so a candidate whose score equals the root's loses the
 	// tie and only strictly larger scores enter once the heap is full.
 	cnt := 0
+	var floor float32 // score of the heap root once the heap is full
 	for i, s := range scores {
 		if s != s || s < -math.MaxFloat32 { // NaN or −Inf
 			continue
@@ -32,13 +33,17 @@ func TopK(dst []int32, scores []float32) int {
 			dst[cnt] = int32(i)
 			topkSiftUp(dst, scores, cnt)
 			cnt++
+			if cnt == k {
+				floor = scores[dst[0]]
+			}
 			continue
 		}
-		if s <= scores[dst[0]] {
+		if s <= floor {
 			continue
 		}
 		dst[0] = int32(i)
 		topkSiftDown(dst[:cnt], scores, 0)
+		floor = scores[dst[0]]
 	}
 	// Heap sort: moving the worst to the end each time leaves dst[:cnt]
 	// ordered best first.
