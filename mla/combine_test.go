@@ -213,3 +213,58 @@ func TestCombineLSEReference(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCombineLSE: for any partial LSEs (finite, ±Inf, NaN) the combine never
+// produces NaN, ignores empty partials whose outputs are NaN, gives an LSE at
+// least the largest partial one, and keeps every output inside the range of
+// the non-empty partial outputs (the weights are a convex combination).
+func FuzzCombineLSE(f *testing.F) {
+	f.Add(float32(0), float32(0), float32(0), uint64(1))
+	f.Add(nan, posInf, negInf, uint64(2))
+	f.Add(float32(1e30), float32(-1e30), float32(3), uint64(3))
+	f.Add(float32(88), float32(89), nan, uint64(4))
+	f.Fuzz(func(t *testing.T, l0, l1, l2 float32, seed uint64) {
+		const n, d = 3, 4
+		lse := []float32{l0, l1, l2}
+		rng := rand.New(rand.NewPCG(seed, 0))
+		out := make([]float32, n*d)
+		lo, hi := make([]float32, d), make([]float32, d)
+		for i := range d {
+			lo[i], hi[i] = posInf, negInf
+		}
+		maxLSE, empty := negInf, true
+		for r, l := range lse {
+			isEmpty := l != l || math.IsInf(float64(l), 0)
+			for i := range d {
+				if isEmpty {
+					out[r*d+i] = nan
+					continue
+				}
+				v := float32(rng.NormFloat64())
+				out[r*d+i] = v
+				lo[i], hi[i] = min(lo[i], v), max(hi[i], v)
+			}
+			if !isEmpty {
+				maxLSE, empty = max(maxLSE, l), false
+			}
+		}
+		dst := make([]float32, d)
+		dstLSE := make([]float32, 1)
+		mla.CombineLSE(dst, dstLSE, out, lse, n, 1, 1, d)
+		if empty {
+			if dstLSE[0] != negInf || !cmp.Equal(dst, make([]float32, d)) {
+				t.Fatalf("lse %v: all empty gave %v, %v", lse, dst, dstLSE)
+			}
+			return
+		}
+		if dstLSE[0] != dstLSE[0] || dstLSE[0] < maxLSE {
+			t.Fatalf("lse %v: combined lse %v below the largest partial %v", lse, dstLSE[0], maxLSE)
+		}
+		for i, v := range dst {
+			slack := 1e-5 * max(1, float32(math.Abs(float64(lo[i]))), float32(math.Abs(float64(hi[i]))))
+			if v != v || v < lo[i]-slack || v > hi[i]+slack {
+				t.Fatalf("lse %v: out[%d] = %v outside [%v, %v]", lse, i, v, lo[i], hi[i])
+			}
+		}
+	})
+}

@@ -18,7 +18,9 @@ type KVSource interface {
 }
 
 // DenseKV is an in-memory [n, RowDim] row-major buffer whose slot is the row
-// index. It implements KVSource without copying.
+// index. It implements KVSource without copying. Converting it to a KVSource
+// boxes the slice header (one small allocation), so convert once, outside
+// per-step loops.
 type DenseKV []float32
 
 // Row returns row slot of the buffer (a view; scratch is unused).
@@ -38,7 +40,8 @@ type KeySource interface {
 }
 
 // DenseKeys is an in-memory [n, Dim] row-major key buffer whose slot is the
-// row index. It implements KeySource without copying.
+// row index. It implements KeySource without copying; as with DenseKV,
+// convert it to a KeySource once, outside per-step loops.
 type DenseKeys struct {
 	Dim  int
 	Data []float32

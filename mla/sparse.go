@@ -3,6 +3,7 @@ package mla
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/cpmla/cpmla/kernels"
 )
@@ -31,10 +32,15 @@ func NewWorkspace(topk, heads int) *Workspace {
 	}
 }
 
-// Bytes is the memory the workspace holds.
-func (ws *Workspace) Bytes() int64 {
-	return int64(len(ws.rowBuf)+len(ws.logits))*4 + int64(len(ws.rows))*24
+// WorkspaceBytes is the memory NewWorkspace(topk, heads) holds, for start-up
+// memory budgets: the decode space of topk rows, their slice headers and the
+// [heads, topk] logits.
+func WorkspaceBytes(topk, heads int) int64 {
+	return int64(topk)*RowDim*4 + int64(topk)*int64(unsafe.Sizeof([]float32(nil))) + int64(heads)*int64(topk)*4
 }
+
+// Bytes is the memory the workspace holds (WorkspaceBytes of its sizes).
+func (ws *Workspace) Bytes() int64 { return WorkspaceBytes(ws.topk, ws.heads) }
 
 // SparseAttention is the absorbed (MQA) sparse MLA attention of the FlashMLA
 // sparse kernels, in natural-log units:
