@@ -14,8 +14,8 @@
 //     tokens of logical block j in its own physical block BlockTable[j].
 //   - 1 ≤ I ≤ B and B mod I == 0 (Layout.Validate), so a local block holds
 //     exactly B tokens of one logical block of N·B positions.
-//   - Storage is allocated once, in NewCache and NewPool; reads and writes
-//     never allocate.
+//   - Storage is allocated once, in NewCache and NewPool; cache reads and
+//     writes never allocate.
 //
 // This package must never run attention, talk to other ranks, decide which
 // request gets blocks (that is the scheduler's job), or grow its storage after
