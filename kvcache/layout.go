@@ -89,19 +89,17 @@ func (l Layout) LocalSeqLens(dst, seqLens []int32, rank int) {
 }
 
 // Slot is the cache slot of position p of a request on DCP rank, or −1 when
-// another rank owns p. blockTable holds the request's block ids (the same on
-// every rank); the slot is blockTable[Local(p)/B]·B + Local(p)%B.
-// It panics if the block table does not cover p.
+// another rank owns p (or p's block is unallocated, a negative id).
+// blockTable holds the request's block ids (the same on every rank); the
+// slot is blockTable[Local(p)/B]·B + Local(p)%B. It panics if rank owns p
+// and the block table does not reach it.
 func (l Layout) Slot(blockTable []int32, blockSize, p, rank int) int32 {
-	if l.Owner(p) != rank {
-		return -1
+	if l.Owner(p) == rank {
+		if blk := l.Local(p) / blockSize; blk >= len(blockTable) {
+			panic(fmt.Sprintf("kvcache: position %d (local %d on rank %d) needs block %d, block table has %d", p, l.Local(p), rank, blk, len(blockTable)))
+		}
 	}
-	loc := l.Local(p)
-	blk := loc / blockSize
-	if blk >= len(blockTable) {
-		panic(fmt.Sprintf("kvcache: position %d (local %d on rank %d) needs block %d, block table has %d", p, loc, rank, blk, len(blockTable)))
-	}
-	return blockTable[blk]*int32(blockSize) + int32(loc%blockSize)
+	return l.localSlot(blockTable, blockSize, p, rank)
 }
 
 // Localize turns request-relative global positions (top-k indices, −1 or any

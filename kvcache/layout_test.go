@@ -301,3 +301,22 @@ func FuzzLayout(f *testing.F) {
 		}
 	})
 }
+
+// TestSlotEdges: an unallocated block gives −1; an owned position past the
+// block table is a bookkeeping bug and panics; positions owned elsewhere
+// never look at the table.
+func TestSlotEdges(t *testing.T) {
+	l := Layout{N: 2, I: 1}
+	if got := l.Slot([]int32{-1}, 4, 2, 0); got != -1 {
+		t.Errorf("slot in an unallocated block = %d, want -1", got)
+	}
+	if got := l.Slot(nil, 4, 9, 0); got != -1 {
+		t.Errorf("slot of a position rank 0 does not own = %d, want -1", got)
+	}
+	defer func() {
+		if r := recover(); r == nil {
+			t.Error("Slot past the block table did not panic")
+		}
+	}()
+	l.Slot([]int32{3}, 4, 8, 0) // local 4 → block 1 of a 1-block table
+}
