@@ -26,6 +26,7 @@ type AddedToken struct {
 type addedMatcher struct {
 	nodes  []trieNode
 	tokens []AddedToken
+	first  [256]bool // bytes that start some token
 }
 
 type trieNode struct {
@@ -54,6 +55,7 @@ func newAddedMatcher(tokens []AddedToken) *addedMatcher {
 			n = child
 		}
 		m.nodes[n].token = int32(ti)
+		m.first[tok.Content[0]] = true
 	}
 	return m
 }
@@ -86,10 +88,9 @@ type addedSegment struct {
 // split cuts s into text and added-token segments. Whitespace absorbed by
 // lstrip/rstrip tokens is removed from the neighbouring text.
 func (m *addedMatcher) split(dst []addedSegment, s string) []addedSegment {
-	root := m.nodes[0].children
 	textStart := 0
 	for i := 0; i < len(s); {
-		if _, ok := root[s[i]]; !ok {
+		if !m.first[s[i]] {
 			i++
 			continue
 		}

@@ -34,7 +34,7 @@ func pairKey(left, right int32) uint64 { return uint64(uint32(left))<<32 | uint6
 const wordCacheLimit = 1 << 15
 
 // words longer than this (in bytes) bypass the cache.
-const wordCacheMaxLen = 64
+const wordCacheMaxLen = 256
 
 // appendWord appends the ids of one pre-tokenized piece.
 func (m *bpeModel) appendWord(dst []int, word string) []int {

@@ -20,8 +20,12 @@ const (
 	classSpace
 )
 
-var asciiClass = func() (t [utf8.RuneSelf]uint8) {
-	for r := rune(0); r < utf8.RuneSelf; r++ {
+// bmpClass caches the class of every rune of the Basic Multilingual Plane
+// (64 KiB, filled once at start-up), so that the split matchers do not walk
+// the Unicode range tables for common text.
+var bmpClass = func() *[0x10000]uint8 {
+	t := new([0x10000]uint8)
+	for r := range rune(0x10000) {
 		t[r] = slowClass(r)
 	}
 	return t
@@ -54,8 +58,11 @@ func slowClass(r rune) uint8 {
 // class and width. Invalid bytes decode as U+FFFD with width 1.
 func runeAt(s string, i int) (r rune, class uint8, width int) {
 	if b := s[i]; b < utf8.RuneSelf {
-		return rune(b), asciiClass[b], 1
+		return rune(b), bmpClass[b], 1
 	}
 	r, width = utf8.DecodeRuneInString(s[i:])
+	if r < 0x10000 {
+		return r, bmpClass[r], width
+	}
 	return r, slowClass(r), width
 }

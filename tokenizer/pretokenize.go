@@ -77,6 +77,28 @@ func (m handMatcher) appendMatches(dst []span, s string) []span {
 	return dst
 }
 
+// appendIsolated appends the matches of m in s and the gaps between them,
+// in order.
+func (m handMatcher) appendIsolated(dst []string, s string) []string {
+	gap := 0
+	for i := 0; i < len(s); {
+		if end := m(s, i); end > i {
+			if gap < i {
+				dst = append(dst, s[gap:i])
+			}
+			dst = append(dst, s[i:end])
+			i, gap = end, end
+			continue
+		}
+		_, _, w := runeAt(s, i)
+		i += w
+	}
+	if gap < len(s) {
+		dst = append(dst, s[gap:])
+	}
+	return dst
+}
+
 // regexMatcher runs any pattern the backtracking engine accepts. It works on
 // runes; invalid UTF-8 bytes become U+FFFD for matching but keep their byte
 // offsets, so every byte of the input survives the split.
@@ -143,6 +165,11 @@ type splitStage struct {
 }
 
 func (st splitStage) appendPieces(dst []string, piece string) []string {
+	if hm, ok := st.m.(handMatcher); ok && st.behavior == splitIsolated {
+		// Isolated keeps every match and every gap as a piece, whichever
+		// side is inverted, so the pieces can be emitted while scanning.
+		return hm.appendIsolated(dst, piece)
+	}
 	var buf [32]span
 	matches := st.m.appendMatches(buf[:0], piece)
 	// Cut the piece into alternating gap and match segments.
