@@ -4,8 +4,8 @@ import "math"
 
 // Softmax replaces x by softmax(x) in place: exp(x − max) / Σ exp(x − max),
 // with the exponentials taken and summed in float64 (each output is within
-// two float32 roundings of the exact value). The max subtraction means no input magnitude
-// overflows. Special rows:
+// two float32 roundings of the exact value). Subtracting the max means no
+// input magnitude overflows. Special rows:
 //   - empty: nothing to do;
 //   - every entry −Inf (a fully masked row): every output is 0, never NaN;
 //   - some entries +Inf: those share the mass equally, the rest get 0;
