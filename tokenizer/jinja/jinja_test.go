@@ -1,0 +1,143 @@
+package jinja
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The expected outputs follow from Jinja2's documented semantics with
+// trim_blocks and lstrip_blocks on (the environment Hugging Face
+// transformers uses for chat templates).
+func TestRender(t *testing.T) {
+	msgs := []any{
+		map[string]any{"role": "system", "content": "S"},
+		map[string]any{"role": "user", "content": "U1"},
+		map[string]any{"role": "assistant", "content": nil},
+	}
+	cases := []struct {
+		name, src, want string
+		vars            map[string]any
+	}{
+		{"text only", "plain text", "plain text", nil},
+		{"output and concat", "{{ a + '-' + b }}|{{ a ~ 1 }}", "x-y|x1", map[string]any{"a": "x", "b": "y"}},
+		{"undefined renders empty", "[{{ missing }}]", "[]", nil},
+		{"none and booleans print like Python", "{{ none }} {{ true }} {{ false }}", "None True False", nil},
+		{"arithmetic", "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 2 ** 10 }} {{ 1 + 2 * 3 }} {{ 7 / 2 }}", "3 -4 1 1024 7 3.5", nil},
+		{"if elif else", "{% for n in [1, 2, 3] %}{% if n == 1 %}a{% elif n == 2 %}b{% else %}c{% endif %}{% endfor %}", "abc", nil},
+		{"not binds looser than is", "{% if not x is defined %}undef{% endif %}", "undef", nil},
+		{"is none and is not none", "{% for m in messages %}{{ m['content'] is none }},{{ m.content is not none }};{% endfor %}", "False,True;False,True;True,False;", map[string]any{"messages": msgs}},
+		{"loop variables", "{% for m in messages %}{{ loop.index0 }}{{ loop.first }}{{ loop.last }} {% endfor %}", "0TrueFalse 1FalseFalse 2FalseTrue ", map[string]any{"messages": msgs}},
+		{"for else on empty", "{% for x in [] %}x{% else %}empty{% endfor %}", "empty", nil},
+		{"for with filter", "{% for m in messages if m.role != 'system' %}{{ m.role }} {% endfor %}", "user assistant ", map[string]any{"messages": msgs}},
+		{"set in loop does not leak", "{% set x = 1 %}{% for i in [1, 2] %}{% set x = i %}{% endfor %}{{ x }}", "1", nil},
+		{"namespace carries state out of a loop", "{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}", "6", nil},
+		{"ternary", "{{ 'yes' if flag else 'no' }}", "no", map[string]any{"flag": false}},
+		{"and or return operands", "{{ '' or 'b' }} {{ 'a' and 'c' }}", "b c", nil},
+		{"in and not in", "{{ 'b' in 'abc' }} {{ 3 not in [1, 2] }} {{ 'k' in {'k': 1} }}", "True True True", nil},
+		{"slices", "{{ [1, 2, 3, 4][1:3] }} {{ 'hello'[::-1] }} {{ messages[-1].role }}", "[2, 3] olleh assistant", map[string]any{"messages": msgs}},
+		{"filters", "{{ '  x  ' | trim }} {{ [1, 2] | length }} {{ ['a', 'b'] | join('-') }} {{ missing | default('d') }} {{ 'Ab' | upper }}", "x 2 a-b d AB", nil},
+		{"tojson", "{{ {'b': [1, 'x'], 'a': none} | tojson }}", `{"a": null, "b": [1, "x"]}`, nil},
+		{"string methods", "{{ ' x '.strip() }} {{ 'a,b'.split(',') }} {{ 'abc'.startswith('ab') }}", "x ['a', 'b'] True", nil},
+		{"dict items", "{% for k, v in {'b': 2, 'a': 1}.items() %}{{ k }}={{ v }} {% endfor %}", "a=1 b=2 ", nil},
+		{"escapes in literals", `{{ 'a\nb' }}{{ "\u00e9" }}`, "a\nbé", nil},
+		{"whitespace control", "a  {%- if true -%}  b  {%- endif -%}  c", "abc", nil},
+		{"trim_blocks drops the newline after a block tag", "{% if true %}\nx\n{% endif %}\ny", "x\ny", nil},
+		{"lstrip_blocks drops indentation before a block tag", "  {% if true %}x{% endif %}", "x", nil},
+		{"plus sign disables lstrip", "  {%+ if true %}x{% endif %}", "  x", nil},
+		{"output tags keep surrounding whitespace", "  {{ 'x' }}\n", "  x\n", nil},
+		{"comments vanish", "a{# note #}b", "ab", nil},
+		{"range", "{% for i in range(3) %}{{ i }}{% endfor %}", "012", nil},
+	}
+	for _, c := range cases {
+		tpl, err := Parse(c.src)
+		if err != nil {
+			t.Errorf("%s: Parse: %v", c.name, err)
+			continue
+		}
+		got, err := tpl.Render(c.vars)
+		if err != nil {
+			t.Errorf("%s: Render: %v", c.name, err)
+			continue
+		}
+		if diff := cmp.Diff(c.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	parseCases := []struct{ src, wantErr string }{
+		{"{% if x %}", "not closed by {% endif %}"},
+		{"{% for x in y %}", "not closed by {% endfor %}"},
+		{"{% endif %}", "unexpected {% endif %}"},
+		{"{{ x | frobnicate }}", `unsupported filter "frobnicate"`},
+		{"{{ x is prime }}", `unsupported test "prime"`},
+		{"{% include 'other.j2' %}", "unsupported statement {% include %}"},
+		{"{{ 'open }}", `missing "}}"`}, // the quote runs to the end of the template
+		{"{{ x ", `missing "}}"`},
+		{"{{ (1, 2) }}", "tuples are not supported"},
+		{"{% set x %}y{% endset %}", "block form of set"},
+		{"{{ 1 + }}", "unexpected end of tag"},
+		{"{{ a $ b }}", "unexpected character"},
+	}
+	for _, c := range parseCases {
+		_, err := Parse(c.src)
+		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("Parse(%q) error %v, want one containing %q", c.src, err, c.wantErr)
+		}
+	}
+	renderCases := []struct{ src, wantErr string }{
+		{"{{ raise_exception('roles must alternate') }}", "template raised: roles must alternate"},
+		{"{{ missing.attr }}", `"missing" is undefined, so it has no attribute "attr"`},
+		{"{{ 'a' + 1 }}", "unsupported operand types for +: string and int"},
+		{"{{ 1 // 0 }}", "integer division by zero"},
+		{"{% set x.y = 1 %}", "not a namespace"},
+		{"{% for i in 5 %}{% endfor %}", "not iterable"},
+		{"{{ none[0] }}", "none has no item"},
+	}
+	for _, c := range renderCases {
+		tpl, err := Parse(c.src)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", c.src, err)
+			continue
+		}
+		_, err = tpl.Render(nil)
+		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("Render(%q) error %v, want one containing %q", c.src, err, c.wantErr)
+		}
+	}
+	tpl, err := Parse("{{ raise_exception('no') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tpl.Render(nil)
+	var exc *Exception
+	if !errors.As(err, &exc) || exc.Message != "no" {
+		t.Errorf("raise_exception error %v is not an *Exception with message \"no\"", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"{% set ns = namespace(a=1) %}{% for m in messages %}{% if m['role'] == 'user' %}{{ m.content }}{% endif %}{% endfor %}",
+		"{{ x | default('y') | trim }}{# c #}",
+		"{%- if not a is defined -%}{{ [1, 2][::-1] }}{% elif b %}x{% else %}y{% endif %}",
+		"{{ 'a\\n' ~ \"b\" }}",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		tpl, err := Parse(src)
+		if err != nil {
+			return
+		}
+		// A template that parses must render or fail cleanly, never panic.
+		_, _ = tpl.Render(map[string]any{
+			"messages":              []any{map[string]any{"role": "user", "content": "hi"}},
+			"add_generation_prompt": true,
+		})
+	})
+}
