@@ -328,6 +328,7 @@ func (t *Tokenizer) buildVocab(vocab map[string]int, added []AddedToken) error {
 		t.tokens[id], t.present[id] = tok, true
 	}
 	t.addedByID = make(map[int]int, len(added))
+	t.addedByText = make(map[string]int, len(added))
 	var matchable []AddedToken
 	for _, a := range added {
 		if a.Content == "" {
@@ -337,6 +338,10 @@ func (t *Tokenizer) buildVocab(vocab map[string]int, added []AddedToken) error {
 			return fmt.Errorf("added token %q has id %d, which already belongs to %q", a.Content, a.ID, t.tokens[a.ID])
 		}
 		t.tokens[a.ID], t.present[a.ID] = a.Content, true
+		if other, dup := t.addedByText[a.Content]; dup && other != a.ID {
+			return fmt.Errorf("added token %q appears with ids %d and %d", a.Content, other, a.ID)
+		}
+		t.addedByText[a.Content] = a.ID
 		t.addedByID[a.ID] = len(matchable)
 		matchable = append(matchable, a)
 	}

@@ -19,7 +19,8 @@ type Tokenizer struct {
 	present     []bool   // id is a token
 	added       *addedMatcher
 	addedTokens []AddedToken
-	addedByID   map[int]int // id → index into addedTokens
+	addedByID   map[int]int    // id → index into addedTokens
+	addedByText map[string]int // content → id
 
 	prefix, suffix   []int // ids Encode adds around the text when asked to
 	bosID, eosID     int
@@ -154,10 +155,8 @@ func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
 // TokenID returns the id of a token string (an added token or a vocabulary
 // entry, spelled as in tokenizer.json).
 func (t *Tokenizer) TokenID(s string) (int, bool) {
-	for _, a := range t.addedTokens {
-		if a.Content == s {
-			return a.ID, true
-		}
+	if id, ok := t.addedByText[s]; ok {
+		return id, true
 	}
 	id, ok := t.model.vocab[s]
 	return id, ok
