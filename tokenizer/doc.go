@@ -23,10 +23,11 @@
 //
 // Invariants:
 //   - For byte-level tokenizers, Decode(Encode(s, false), false) == s for
-//     every string s, including invalid UTF-8 (every byte has a symbol).
-//   - Encode never drops or reorders input bytes; with ParseSpecial off no
-//     id of an added token is produced from text (untrusted text cannot
-//     inject control tokens).
+//     every string s, including invalid UTF-8 (every byte has a symbol), so
+//     Encode never drops or reorders input bytes.
+//   - With ParseSpecial off, added-token strings in text are not matched;
+//     for the embedded tokenizer no added-token id comes out of plain text
+//     (untrusted text cannot inject control tokens).
 //   - The concatenated output of a StreamDecoder equals Decode(ids, true).
 //
 // The package must never compile a pattern or a template per call, never
