@@ -111,7 +111,7 @@ func (p *Plan) WriteSVG(w io.Writer) error {
 	for _, wn := range p.Warnings {
 		warnLines = append(warnLines, wrap("["+wn.Code+"] "+wn.Message, int((width-40)/6.3))...)
 	}
-	height := top + chartH + 70 + float64(len(warnLines))*16 + 20
+	height := top + chartH + 78 + float64(len(warnLines))*16 + 20
 
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="DejaVu Sans, Helvetica, Arial, sans-serif">`+"\n", width, height, width, height)
@@ -174,7 +174,8 @@ func (p *Plan) WriteSVG(w io.Writer) error {
 				x+3, y0, barW-6, y1-y0, color, esc(fmt.Sprintf("autotuner request %s", FormatGiB(p.AutotuneRequestBytes))))
 		}
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="12" text-anchor="middle">rank %d</text>`+"\n", x+barW/2, top+chartH+16, r.Rank)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="10" text-anchor="middle" fill="#555">TP%d PCP%d DCP%d</text>`+"\n", x+barW/2, top+chartH+30, r.TPRank, r.PCPRank, r.DCPRank)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="10" text-anchor="middle" fill="#555">TP%d PCP%d</text>`+"\n", x+barW/2, top+chartH+29, r.TPRank, r.PCPRank)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="10" text-anchor="middle" fill="#555">DCP%d</text>`+"\n", x+barW/2, top+chartH+41, r.DCPRank)
 		b.WriteString("</g>\n")
 	}
 	if len(p.Ranks) > n {
@@ -218,20 +219,25 @@ func (p *Plan) WriteSVG(w io.Writer) error {
 		ly += 22
 	}
 	ly += 8
-	for _, line := range []string{
+	facts := []string{
 		fmt.Sprintf("KV tokens per rank: %s", groupDigits(p.KVTokensPerRank)),
 		fmt.Sprintf("context tokens per DCP group: %s", groupDigits(p.ContextTokens)),
 		fmt.Sprintf("max concurrency at %d tokens: %.2fx", p.MaxModelLen, p.MaxConcurrency),
 		fmt.Sprintf("recommended utilization: %.4f", p.RecommendedUtilization),
-		fmt.Sprintf("FlashInfer workspace: %.2f needed / %.2f set", GiBOf(p.FlashInferNeedBytes), GiBOf(p.FlashInferConfigured)),
-		fmt.Sprintf("DCP a2a buffer: %s tokens, %.2f", groupDigits(p.A2ATokens), GiBOf(p.A2ABytes)),
-	} {
+	}
+	if p.Target != TargetCPU && p.AttentionBackend == BackendSparseSharded {
+		facts = append(facts, fmt.Sprintf("FlashInfer workspace: %.2f needed / %.2f set", GiBOf(p.FlashInferNeedBytes), GiBOf(p.FlashInferConfigured)))
+	}
+	if p.Target != TargetCPU && p.DCP > 1 {
+		facts = append(facts, fmt.Sprintf("DCP a2a buffer (%s): %s tokens, %.2f", p.DCPCommBackend, groupDigits(p.A2ATokens), GiBOf(p.A2ABytes)))
+	}
+	for _, line := range facts {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="12" fill="#333">%s</text>`+"\n", lx, ly, esc(line))
 		ly += 18
 	}
 
 	// Warnings with their fixes.
-	wy := top + chartH + 64
+	wy := top + chartH + 72
 	if len(warnLines) > 0 {
 		fmt.Fprintf(&b, `<text class="warnings" x="20" y="%.1f" font-size="12" fill="#c0281f">`+"\n", wy)
 		for i, line := range warnLines {

@@ -75,8 +75,8 @@ func (p *Plan) WriteTable(w io.Writer) error {
 	}
 	if p.Target != TargetCPU {
 		rows = append(rows,
-			[2]string{"FlashInfer sparse workspace", fmt.Sprintf("%s needed, %s configured", FormatBytes(p.FlashInferNeedBytes), FormatBytes(p.FlashInferConfigured))},
-			[2]string{"DCP a2a buffer (" + p.DCPCommBackend + ")", fmt.Sprintf("%s tokens, %s; %s at %d tokens", groupDigits(p.A2ATokens), FormatBytes(p.A2ABytes), FormatBytes(p.A2ABytesAtMaxBatched), p.MaxNumBatchedTokens)},
+			[2]string{"FlashInfer sparse workspace", fmt.Sprintf("%s needed, %s configured%s", FormatBytes(p.FlashInferNeedBytes), FormatBytes(p.FlashInferConfigured), unusedBy(p, p.AttentionBackend == BackendSparseSharded))},
+			[2]string{"DCP a2a buffer (" + p.DCPCommBackend + ")", fmt.Sprintf("%s tokens, %s; %s at %d tokens%s", groupDigits(p.A2ATokens), FormatBytes(p.A2ABytes), FormatBytes(p.A2ABytesAtMaxBatched), p.MaxNumBatchedTokens, unusedBy(p, p.DCPCommBackend == CommA2A))},
 		)
 	}
 	for _, r := range rows {
@@ -101,4 +101,12 @@ func (p *Plan) WriteTable(w io.Writer) error {
 		return fmt.Errorf("write plan table: %w", err)
 	}
 	return nil
+}
+
+// unusedBy marks a buffer the configuration does not allocate.
+func unusedBy(p *Plan, used bool) string {
+	if used {
+		return ""
+	}
+	return " (not allocated by this configuration)"
 }
