@@ -126,3 +126,68 @@ func overlaps(a, b []byte) bool {
 	pb := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
+
+// SumRankOrder writes the element-wise sum of srcs into dst, adding in the
+// order given: dst[i] = ((srcs[0][i] + srcs[1][i]) + srcs[2][i]) + ….
+// Transports pass the members' contributions in group-rank order, so every
+// member that computes an element gets the same bits. dst may be one of
+// srcs only if it is srcs[0]. All slices have len(dst) bytes, a whole
+// number of dt elements.
+func SumRankOrder(dt DType, dst []byte, srcs [][]byte) error {
+	es := dt.Size()
+	if es == 0 || len(dst)%es != 0 {
+		return fmt.Errorf("sum %s: %d bytes is not a whole number of elements", dt, len(dst))
+	}
+	if len(srcs) == 0 {
+		return fmt.Errorf("sum %s: no sources", dt)
+	}
+	for j, s := range srcs {
+		if len(s) != len(dst) {
+			return fmt.Errorf("sum %s: source %d has %d bytes, dst %d", dt, j, len(s), len(dst))
+		}
+		if j > 0 && overlaps(s, dst) {
+			return fmt.Errorf("sum %s: source %d overlaps dst; only the first source may", dt, j)
+		}
+	}
+	switch dt {
+	case U8:
+		sumRankOrder(dst, srcs, view[uint8])
+	case I32:
+		sumRankOrder(view[int32](dst), srcs, view[int32])
+	case F32:
+		sumRankOrder(view[float32](dst), srcs, view[float32])
+	case F64:
+		sumRankOrder(view[float64](dst), srcs, view[float64])
+	}
+	return nil
+}
+
+// sumRankOrder adds up to four sources per pass over dst, keeping the
+// left-to-right order of additions.
+func sumRankOrder[T Elem](dst []T, srcs [][]byte, as func([]byte) []T) {
+	n := len(dst)
+	a := as(srcs[0])[:n]
+	switch len(srcs) {
+	case 1:
+		copy(dst, a)
+		return
+	case 2:
+		b := as(srcs[1])[:n]
+		for i := range dst {
+			dst[i] = a[i] + b[i]
+		}
+	case 3:
+		b, c := as(srcs[1])[:n], as(srcs[2])[:n]
+		for i := range dst {
+			dst[i] = a[i] + b[i] + c[i]
+		}
+	default:
+		b, c, d := as(srcs[1])[:n], as(srcs[2])[:n], as(srcs[3])[:n]
+		for i := range dst {
+			dst[i] = a[i] + b[i] + c[i] + d[i]
+		}
+	}
+	for j := 4; j < len(srcs); j++ {
+		addInto(dst, as(srcs[j])[:n])
+	}
+}

@@ -3,6 +3,7 @@ package inproc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -288,5 +289,62 @@ func TestWithMismatch(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestCancelAtRandomPoints cancels one rank's context at varying moments
+// of a stream of collectives: every rank must return (no member may be
+// left waiting for one that withdrew), the collectives completed before the
+// failure must be correct, and every rank that failed reports the world's
+// one error.
+func TestCancelAtRandomPoints(t *testing.T) {
+	const size, n, iters = 3, 5000, 40
+	cancelled := 0
+	defer func() { t.Logf("%d of 12 trials cancelled mid-stream", cancelled) }()
+	for trial := range 12 {
+		world := newWorld(t, size, inproc.Options{Timeout: 5 * time.Second})
+		ctx0, cancel := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(time.Duration(trial*trial*40) * time.Microsecond)
+			cancel()
+		}()
+		errs := inproc.Run(context.Background(), world, func(ctx context.Context, g comm.Group) error {
+			if g.Rank() == 0 {
+				ctx = ctx0
+			}
+			src := make([]float32, n)
+			dst := make([]float32, n)
+			for it := range iters {
+				for i := range src {
+					src[i] = float32(g.Rank() + it)
+				}
+				if err := comm.AllReduce(ctx, g, dst, src); err != nil {
+					return err
+				}
+				if want := float32(0 + 1 + 2 + 3*it); dst[0] != want || dst[n-1] != want {
+					return fmt.Errorf("iteration %d: got %v..%v, want %v", it, dst[0], dst[n-1], want)
+				}
+			}
+			return nil
+		})
+		cancel()
+		var shared error
+		for r, err := range errs {
+			if err != nil && r == 0 {
+				cancelled++
+			}
+			if err == nil {
+				continue
+			}
+			var ae *comm.AbortError
+			if !errors.As(err, &ae) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("trial %d rank %d: %v", trial, r, err)
+			}
+			if shared == nil {
+				shared = err
+			} else if err != shared {
+				t.Fatalf("trial %d: ranks report different errors:\n%v\n%v", trial, shared, err)
+			}
+		}
 	}
 }

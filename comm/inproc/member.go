@@ -3,6 +3,7 @@ package inproc
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -18,12 +19,14 @@ type member struct {
 	seq   uint64
 	timer *time.Timer
 	meter *comm.Meter
+	srcs  [][]byte // per-peer views for reductions, cleared after use
 }
 
 func newMember(w *world, s *shared, rank int) *member {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &member{w: w, s: s, rank: rank, timer: t, meter: comm.NewMeter(w.opts.TraceCapacity)}
+	return &member{w: w, s: s, rank: rank, timer: t, meter: comm.NewMeter(w.opts.TraceCapacity),
+		srcs: make([][]byte, len(s.ranks))}
 }
 
 func (m *member) Name() string                                  { return m.s.name }
@@ -75,12 +78,12 @@ func (m *member) Split(name string, members []int) (comm.Group, error) {
 // Do runs one collective.
 func (m *member) Do(ctx context.Context, c comm.Collective) error {
 	start := time.Now()
-	err := m.do(ctx, &c)
+	err := m.do(ctx, &c, start)
 	m.meter.Done(&c, m.rank, len(m.s.ranks), time.Since(start), err == nil)
 	return err
 }
 
-func (m *member) do(ctx context.Context, c *comm.Collective) error {
+func (m *member) do(ctx context.Context, c *comm.Collective, start time.Time) error {
 	if f := m.w.err.Load(); f != nil {
 		return f.err
 	}
@@ -96,10 +99,7 @@ func (m *member) do(ctx context.Context, c *comm.Collective) error {
 		return m.abort(seq, err)
 	}
 
-	m.timer.Reset(m.w.opts.Timeout)
-	err := m.arrive(ctx, seq)
-	m.timer.Stop()
-	if err != nil {
+	if err := m.arrive(ctx, seq, start); err != nil {
 		return err
 	}
 	// Every member that gets here sees the same records and reaches the
@@ -113,7 +113,7 @@ func (m *member) do(ctx context.Context, c *comm.Collective) error {
 		}
 	}
 	m.move(c)
-	m.finish()
+	m.rendezvous()
 	return nil
 }
 
@@ -121,7 +121,7 @@ func (m *member) do(ctx context.Context, c *comm.Collective) error {
 // timeout, a cancelled ctx or a failed world it withdraws its arrival
 // atomically, so that no member can complete the rendezvous without it,
 // unless the rendezvous has completed already, in which case it proceeds.
-func (m *member) arrive(ctx context.Context, seq uint64) error {
+func (m *member) arrive(ctx context.Context, seq uint64, start time.Time) error {
 	s := m.s
 	n := uint64(len(s.ranks))
 	v := s.arrivals.Add(1)
@@ -129,10 +129,15 @@ func (m *member) arrive(ctx context.Context, seq uint64) error {
 		m.wakeOthers()
 		return nil
 	}
+	if m.spin() {
+		return nil
+	}
 	target := (v + n - 1) / n * n
 	var cause error
+	m.timer.Reset(m.w.opts.Timeout - time.Since(start))
 	select {
 	case <-s.wake[m.rank]:
+		m.timer.Stop()
 		return nil
 	case <-m.timer.C:
 		cause = comm.ErrTimeout
@@ -140,6 +145,7 @@ func (m *member) arrive(ctx context.Context, seq uint64) error {
 		cause = ctx.Err()
 	case <-m.w.failed:
 	}
+	m.timer.Stop()
 	for {
 		c := s.arrivals.Load()
 		if c >= target { // completed after all: the wake token is on its way
@@ -156,16 +162,36 @@ func (m *member) arrive(ctx context.Context, seq uint64) error {
 	return m.abort(seq, cause)
 }
 
-// finish waits until every member has finished reading. Every member that
-// completed arrive gets here after bounded copying work, so the wait needs
-// no deadline of its own.
-func (m *member) finish() {
+// spinRounds is how many times a waiting member yields its processor and
+// looks for its wake-up before it blocks: a rendezvous usually completes
+// within a few scheduling rounds, and blocking costs more than that.
+const spinRounds = 16
+
+// spin polls for this member's wake-up for a few scheduling rounds.
+func (m *member) spin() bool {
+	for range spinRounds {
+		select {
+		case <-m.s.wake[m.rank]:
+			return true
+		default:
+			runtime.Gosched()
+		}
+	}
+	return false
+}
+
+// rendezvous waits until every member has reached the same point after
+// arrive. Every member that completed arrive gets here after bounded
+// copying work, so the wait needs no deadline of its own.
+func (m *member) rendezvous() {
 	s := m.s
 	if s.arrivals.Add(1)%uint64(len(s.ranks)) == 0 {
 		m.wakeOthers()
 		return
 	}
-	<-s.wake[m.rank]
+	if !m.spin() {
+		<-s.wake[m.rank]
+	}
 }
 
 func (m *member) wakeOthers() {

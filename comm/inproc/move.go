@@ -2,6 +2,12 @@ package inproc
 
 import "github.com/cpmla/cpmla/comm"
 
+// chunkedAllReduceMin is the element count from which AllReduce splits the
+// summation among the members (each sums one 1/P chunk, then copies the
+// others' chunks) at the price of one more rendezvous. Every element is
+// summed in group-rank order either way, so the bits do not depend on it.
+const chunkedAllReduceMin = 4096
+
 // move fills this member's receive buffer from the peers' published send
 // buffers. The ledger has agreed and every buffer has been validated.
 func (m *member) move(c *comm.Collective) {
@@ -19,7 +25,19 @@ func (m *member) move(c *comm.Collective) {
 		nb := c.Count / p * es
 		m.sum(c.DType, c.Recv, r*nb)
 	case comm.OpAllReduce:
-		m.sum(c.DType, c.Recv, 0)
+		if c.Count < chunkedAllReduceMin || p == 1 {
+			m.sum(c.DType, c.Recv, 0)
+			return
+		}
+		lo, hi := chunk(c.Count, p, r)
+		m.sum(c.DType, c.Recv[lo*es:hi*es], lo*es)
+		m.rendezvous()
+		for j := range p {
+			if j != r {
+				lo, hi := chunk(c.Count, p, j)
+				copy(c.Recv[lo*es:hi*es], s.calls[j].Recv[lo*es:hi*es])
+			}
+		}
 	case comm.OpAllToAll:
 		nb := c.Count / p * es
 		for j := range p {
@@ -44,14 +62,19 @@ func (m *member) move(c *comm.Collective) {
 	}
 }
 
+// chunk is the element range [lo, hi) of member r when n elements are
+// split into p near-equal parts.
+func chunk(n, p, r int) (lo, hi int) { return r * n / p, (r + 1) * n / p }
+
 // sum writes Σ_j Send_j[off : off+len(dst)] into dst, adding the members'
 // contributions in group-rank order so that every member computes
 // bit-identical sums.
 func (m *member) sum(dt comm.DType, dst []byte, off int) {
-	calls := m.s.calls
-	copy(dst, calls[0].Send[off:off+len(dst)])
-	for j := 1; j < len(calls); j++ {
-		// Lengths were validated, so AddInto cannot fail here.
-		_ = comm.AddInto(dt, dst, calls[j].Send[off:off+len(dst)])
+	for j := range m.s.calls {
+		m.srcs[j] = m.s.calls[j].Send[off : off+len(dst)]
 	}
+	// Lengths were validated and the receive buffer overlaps no send
+	// buffer, so SumRankOrder cannot fail here.
+	_ = comm.SumRankOrder(dt, dst, m.srcs)
+	clear(m.srcs)
 }

@@ -84,6 +84,7 @@ type opCase struct {
 
 var opCases = []opCase{
 	{1, 0}, {1, 5}, {2, 0}, {2, 6}, {3, 0}, {3, 9}, {3, 12}, {4, 4}, {4, 36}, {8, 0}, {8, 8}, {8, 40}, {5, 15},
+	{3, 4098}, {4, 4097}, // long enough for the chunked AllReduce, uneven chunks
 }
 
 func TestOpsFloat32(t *testing.T) { testOps[float32](t) }
@@ -230,7 +231,13 @@ func FuzzAllToAllV(f *testing.F) {
 // TestReductionsDeterministic pins that every member gets the same bits,
 // equal to the sum in group-rank order, on every run.
 func TestReductionsDeterministic(t *testing.T) {
-	const size, n = 4, 64
+	for _, n := range []int{64, 8192} { // direct and chunked AllReduce
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testReductionsDeterministic(t, n) })
+	}
+}
+
+func testReductionsDeterministic(t *testing.T, n int) {
+	const size = 4
 	in := make([][]float32, size)
 	for r := range in {
 		in[r] = make([]float32, n)
