@@ -42,7 +42,7 @@ func (m *Model) indexerSelect(l int, xs, cq [][]float64, pos0 int) (*indexerSele
 		kI[t] = make([]float64, di)
 		layerNorm(kI[t], raw, lw.idxKNormW, lw.idxKNormB, indexerNormEps)
 		m.rope.rotate(kI[t][:dr], pos0+t, m.cfg.IndexerRopeInterleave)
-		m.roundIndexerKey(kI[t])
+		m.roundIndexerKey(l, pos0+t, kI[t])
 		w[t] = make([]float64, hi)
 		matVec(w[t], lw.idxWeights, xs[t])
 		for h := range w[t] {

@@ -156,6 +156,9 @@ type Model struct {
 	head   []float32
 	layers []layerWeights
 	rope   ropeTable
+
+	stored   StoredValues
+	rounding RoundingReport
 }
 
 // New checks cfg and opt, reads every tensor from w and checks its shape.
@@ -287,3 +290,8 @@ func (s MapSource) Tensor(name string) ([]float32, []int, error) {
 	}
 	return t.Values, t.Shape, nil
 }
+
+// WithStoredValues makes later runs check and adopt an engine's stored cache
+// values at rounding boundaries (see StoredValues). A Model is not safe for
+// concurrent runs.
+func (m *Model) WithStoredValues(s StoredValues) { m.stored = s }

@@ -29,6 +29,8 @@ type Result struct {
 	Margin [][]float64
 	// KthScore[l][t] is the k-th largest index score (nil for dense models).
 	KthScore [][]float64
+	// Rounding reports the check of stored values (zero without StoredValues).
+	Rounding RoundingReport
 }
 
 // attnState holds one layer's attention inputs for the whole sequence.
@@ -70,6 +72,7 @@ func (m *Model) RunWith(tokens []int, ro RunOptions) (*Result, error) {
 		}
 	}
 	res := &Result{LogProbs: make([][]float64, n)}
+	m.rounding = RoundingReport{}
 	if cfg.Sparse() {
 		res.TopK = make([][][]int32, cfg.NumLayers)
 		res.Margin = make([][]float64, cfg.NumLayers)
@@ -111,6 +114,7 @@ func (m *Model) RunWith(tokens []int, ro RunOptions) (*Result, error) {
 			}
 		}
 	}
+	res.Rounding = m.rounding
 	return res, nil
 }
 
@@ -160,7 +164,7 @@ func (m *Model) attentionInputs(l int, xs [][]float64, pos0 int) *attnState {
 		rmsNorm(row[:dc], a[:dc], lw.kvANorm, cfg.RMSNormEps)
 		copy(row[dc:], a[dc:])
 		m.rope.rotate(row[dc:], pos0+t, cfg.RopeInterleave)
-		m.roundRow(row)
+		m.roundRow(l, pos0+t, row)
 		st.rows[t] = row
 	}
 	return st
@@ -255,47 +259,44 @@ func (m *Model) logProbs(h [][]float64, from int, out [][]float64) {
 	}
 }
 
-// roundRow rounds a cached MLA row [c_kv | k_pe] in place as the KV cache
-// dtype stores it.
-func (m *Model) roundRow(row []float64) {
+// roundRow rounds a cached MLA row [c_kv | k_pe] of (layer, pos) in place
+// as the KV cache dtype stores it, resolving rounding ties against stored
+// values when they are given.
+func (m *Model) roundRow(layer, pos int, row []float64) {
+	var round func([]float32)
 	switch m.opt.KVDType {
 	case KVF32:
-		for i, v := range row {
-			row[i] = float64(float32(v))
-		}
+		round = roundF32
 	case KVBF16:
-		for i, v := range row {
-			row[i] = float64(numfmt.RoundBF16(float32(v)))
-		}
+		round = roundBF16s
 	case KVFP8DSMLA:
-		f := make([]float32, len(row))
-		for i, v := range row {
-			f[i] = float32(v)
-		}
-		numfmt.RoundDSMLA(f)
-		for i, v := range f {
-			row[i] = float64(v)
-		}
+		round = numfmt.RoundDSMLA
 	default:
 		panic("oracle: unchecked kv cache dtype " + m.opt.KVDType)
 	}
+	var stored []float32
+	if m.opt.KVDType != KVF32 {
+		// float32 storage has no rounding boundary to resolve.
+		stored = m.storedRow(layer, pos)
+	}
+	m.resolve("kv row", layer, pos, row, stored, round)
 }
 
-// roundIndexerKey rounds an indexer key in place as the indexer key cache
-// stores it.
-func (m *Model) roundIndexerKey(k []float64) {
-	f := make([]float32, len(k))
-	for i, v := range k {
-		f[i] = float32(v)
-	}
+// roundIndexerKey rounds an indexer key of (layer, pos) in place as the
+// indexer key cache stores it.
+func (m *Model) roundIndexerKey(layer, pos int, k []float64) {
+	var round func([]float32)
 	switch m.opt.IndexerDType {
 	case IndexerF32:
+		round = roundF32
 	case IndexerFP8:
-		numfmt.RoundIndexerKey(f)
+		round = numfmt.RoundIndexerKey
 	default:
 		panic("oracle: unchecked indexer key dtype " + m.opt.IndexerDType)
 	}
-	for i, v := range f {
-		k[i] = float64(v)
+	var stored []float32
+	if m.opt.IndexerDType != IndexerF32 {
+		stored = m.storedKey(layer, pos)
 	}
+	m.resolve("indexer key", layer, pos, k, stored, round)
 }

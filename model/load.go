@@ -1,0 +1,35 @@
+package model
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/safetensors"
+)
+
+// DefaultWeightSeed seeds the random weights of a preset named without a
+// checkpoint directory.
+const DefaultWeightSeed = 0
+
+// Source resolves a --model argument to its config and tensors: a preset name
+// gives deterministic random weights from seed; a directory gives the
+// checkpoint it holds (config.json + safetensors, sharded or not).
+func Source(arg string, seed uint64) (*config.Model, TensorSource, error) {
+	if st, err := os.Stat(arg); err == nil && st.IsDir() {
+		cfg, err := config.Load(arg)
+		if err != nil {
+			return nil, nil, err
+		}
+		ck, err := safetensors.OpenDir(arg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open checkpoint %s: %w", arg, err)
+		}
+		return cfg, ck, nil
+	}
+	cfg, err := config.Load(arg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, RandomTensors(cfg, seed), nil
+}
