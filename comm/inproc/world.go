@@ -27,7 +27,6 @@ type Options struct {
 
 // world is the state shared by all groups of one set of ranks.
 type world struct {
-	size   int
 	opts   Options
 	failed chan struct{} // closed when err is set
 	err    atomic.Pointer[failure]
@@ -108,7 +107,7 @@ func NewWorld(size int, opts Options) ([]comm.Group, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	w := &world{size: size, opts: opts, failed: make(chan struct{}), groups: map[string]*shared{}}
+	w := &world{opts: opts, failed: make(chan struct{}), groups: map[string]*shared{}}
 	ranks := make([]int, size)
 	for i := range ranks {
 		ranks[i] = i
