@@ -39,6 +39,9 @@ func generate(o generateOptions) (*generateResult, error) {
 	if len(o.promptIDs) == 0 {
 		return nil, fmt.Errorf("--prompt-ids is empty: give at least one token id")
 	}
+	if err := o.params.Validate(); err != nil {
+		return nil, err
+	}
 	if o.maxTokens < 0 {
 		return nil, fmt.Errorf("--max-tokens must be ≥ 0, got %d", o.maxTokens)
 	}

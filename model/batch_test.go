@@ -1,0 +1,100 @@
+package model
+
+import (
+	"math"
+	"testing"
+
+	"github.com/cpmla/cpmla/config"
+)
+
+// TestMixedBatchEqualsSeparateRuns runs a prefill chunk of one request and a
+// decode of another in one step and compares each with the same request run
+// alone: batching must not change any logit.
+func TestMixedBatchEqualsSeparateRuns(t *testing.T) {
+	cfg, err := config.Load("glm5-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Build(cfg, RandomTensors(cfg, 3), Shard{TPSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B = 8
+	newRunner := func() *Runner {
+		r, err := NewRunner(m, RunnerOptions{MaxTokens: 40, MaxModelLen: 64, MaxLogitRows: 4, MaxSeqs: 2, BlockSize: B, NumBlocks: 16, KVDType: "bf16", IndexerDType: "fp8"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := make([]int32, 21) // request A: 21-token prompt, then one decode
+	for i := range a {
+		a[i] = int32(100 + 37*i)
+	}
+	bp := make([]int32, 30) // request B: prefill of 30 tokens in chunks 18 + 12
+	for i := range bp {
+		bp[i] = int32(5000 + 11*i)
+	}
+	tabA, tabB := []int32{0, 1, 2, 3}, []int32{7, 6, 5, 4}
+	logitsOf := func(r *Runner, i int) []float32 {
+		_, l := r.Logits(i)
+		return append([]float32(nil), l...)
+	}
+	// Alone.
+	ra := newRunner()
+	mustForward(t, ra, Seq{Tokens: a[:20], BlockTable: tabA})
+	mustForward(t, ra, Seq{Tokens: a[20:], Start: 20, BlockTable: tabA})
+	wantA := logitsOf(ra, 0)
+	rb := newRunner()
+	mustForward(t, rb, Seq{Tokens: bp[:18], BlockTable: tabB})
+	mustForward(t, rb, Seq{Tokens: bp[18:], Start: 18, BlockTable: tabB})
+	wantB := logitsOf(rb, 0)
+	// Together: step 1 prefills A and the first chunk of B; step 2 decodes A
+	// and finishes B's prefill.
+	r := newRunner()
+	mustForward(t, r, Seq{Tokens: a[:20], BlockTable: tabA}, Seq{Tokens: bp[:18], BlockTable: tabB})
+	mustForward(t, r, Seq{Tokens: a[20:], Start: 20, BlockTable: tabA}, Seq{Tokens: bp[18:], Start: 18, BlockTable: tabB})
+	if r.NumLogitRows() != 2 {
+		t.Fatalf("%d logit rows, want 2", r.NumLogitRows())
+	}
+	for i, want := range [][]float32{wantA, wantB} {
+		got := logitsOf(r, i)
+		maxd := 0.0
+		for j := range got {
+			maxd = math.Max(maxd, math.Abs(float64(got[j]-want[j])))
+		}
+		if maxd != 0 {
+			t.Errorf("request %d: batched logits differ from the request run alone by up to %g", i, maxd)
+		}
+	}
+}
+
+func mustForward(t *testing.T, r *Runner, seqs ...Seq) {
+	t.Helper()
+	if err := r.Forward(&Batch{Seqs: seqs}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestForwardRefusesOversizedSteps(t *testing.T) {
+	cfg, _ := config.Load("glm5-mini")
+	m, err := Build(cfg, RandomTensors(cfg, 3), Shard{TPSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRunner(m, RunnerOptions{MaxTokens: 4, MaxModelLen: 16, MaxSeqs: 1, BlockSize: 4, NumBlocks: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]*Batch{
+		"too many tokens":    {Seqs: []Seq{{Tokens: make([]int32, 5), BlockTable: []int32{0, 1}}}},
+		"too many sequences": {Seqs: []Seq{{Tokens: []int32{1}, BlockTable: []int32{0}}, {Tokens: []int32{1}, BlockTable: []int32{1}}}},
+		"beyond max len":     {Seqs: []Seq{{Tokens: []int32{1}, Start: 16, BlockTable: []int32{0, 1, 2, 3, 0}}}},
+		"short block table":  {Seqs: []Seq{{Tokens: []int32{1, 2, 3}, Start: 3, BlockTable: []int32{0}}}},
+		"token out of vocab": {Seqs: []Seq{{Tokens: []int32{int32(cfg.VocabSize)}, BlockTable: []int32{0}}}},
+	} {
+		if err := r.Forward(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
