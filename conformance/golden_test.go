@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"io/fs"
 	"path/filepath"
 	"testing"
 
@@ -47,6 +48,30 @@ func TestManifestHashes(t *testing.T) {
 	m := loadManifest(t)
 	if err := m.Verify(caseDir); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGoldenDataStaysSmall keeps the committed case files within a few
+// megabytes: they are cloned with every checkout.
+func TestGoldenDataStaysSmall(t *testing.T) {
+	const limit = 5 << 20
+	var total int64
+	err := filepath.WalkDir(caseDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		total += info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total > limit {
+		t.Errorf("testdata/conformance holds %d bytes, keep it under %d", total, limit)
 	}
 }
 
