@@ -40,19 +40,23 @@ const maxOutputElems = 1 << 30
 // the first tensor that has a dimension binds its name to a value, and every
 // later use must agree.
 type binder struct {
-	c    Case
+	c        Case
+	declared []string // the kernel's inputs; reading any other is a bug
 	dims map[string]int
 	from map[string]string // dimension name -> what bound it, e.g. `tensor "q"`
 }
 
-func newBinder(c Case) *binder {
-	return &binder{c: c, dims: map[string]int{}, from: map[string]string{}}
+func newBinder(c Case, declared []string) *binder {
+	return &binder{c: c, declared: declared, dims: map[string]int{}, from: map[string]string{}}
 }
 
 // tensor fetches name and checks its dtype and shape. dims are dimension
 // names or decimal constants. It returns ok=false, err=nil for an absent
 // optional tensor.
 func (b *binder) tensor(name string, dt safetensors.DType, dims []string, optional bool) (t safetensors.Tensor, ok bool, err error) {
+	if !slices.Contains(b.declared, name) {
+		return t, false, fmt.Errorf("the kernel reads tensor %q, which its input list does not declare", name)
+	}
 	t, ok = b.c.Tensors[name]
 	if !ok {
 		if optional {

@@ -39,6 +39,20 @@ var runners = map[string]runner{
 	KernelDCPLocalize:     runDCPLocalize,
 }
 
+// inputs lists the tensors each kernel reads (optional ones included). A
+// case with any other tensor is refused: a misspelt optional input such as
+// "topk_lenght" must not silently change the semantics.
+var inputs = map[string][]string{
+	KernelSparsePrefill:   {"q", "kv", "indices", "topk_length"},
+	KernelSparseDecode:    {"q", "kv_cache", "indices", "topk_length"},
+	KernelDSMLAQuantize:   {"kv"},
+	KernelDSMLADequantize: {"records"},
+	KernelIndexerTopK:     {"q", "k", "w", "ends"},
+	KernelLSECombine:      {"out", "lse"},
+	KernelDCPLocalSeqLens: {"seq_lens"},
+	KernelDCPLocalize:     {"indices", "block_table", "req_id"},
+}
+
 // Kernels returns the kernel names Run understands, sorted.
 func Kernels() []string {
 	return slices.Sorted(maps.Keys(runners))
@@ -67,7 +81,12 @@ func RunCase(c Case) ([]safetensors.Tensor, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown kernel %q in metadata (known: %s)", k, known)
 	}
-	out, err := run(newBinder(c), meta{c.Metadata})
+	for _, name := range slices.Sorted(maps.Keys(c.Tensors)) {
+		if !slices.Contains(inputs[k], name) {
+			return nil, fmt.Errorf("%s: tensor %q is not an input of this kernel (inputs: %s)", k, name, strings.Join(inputs[k], ", "))
+		}
+	}
+	out, err := run(newBinder(c, inputs[k]), meta{c.Metadata})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k, err)
 	}

@@ -80,6 +80,11 @@ func TestMalformedCases(t *testing.T) {
 			`metadata "kernel" is missing (set it to one of: ` + knownKernels + `)`},
 		{"missing tensor", prefillCase, func(c Case) { delete(c.Tensors, "kv") },
 			`sparse_mla_prefill: tensor "kv" is missing (want F32 [s_kv, 576]; case has "indices", "q", "topk_length")`},
+		{"misspelt optional tensor", prefillCase, func(c Case) {
+			c.Tensors["topk_lenght"] = c.Tensors["topk_length"]
+			delete(c.Tensors, "topk_length")
+		},
+			`sparse_mla_prefill: tensor "topk_lenght" is not an input of this kernel (inputs: q, kv, indices, topk_length)`},
 		{"wrong dtype", prefillCase, func(c Case) { x := c.Tensors["q"]; x.DType = safetensors.I32; c.Tensors["q"] = x },
 			`sparse_mla_prefill: tensor "q" has dtype I32, want F32`},
 		{"wrong head dim", prefillCase, func(c Case) { reshape(c, "q", 4, 4, 512) },
