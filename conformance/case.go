@@ -42,8 +42,8 @@ const maxOutputElems = 1 << 30
 type binder struct {
 	c        Case
 	declared []string // the kernel's inputs; reading any other is a bug
-	dims map[string]int
-	from map[string]string // dimension name -> what bound it, e.g. `tensor "q"`
+	dims     map[string]int
+	from     map[string]string // dimension name -> what bound it, e.g. `tensor "q"`
 }
 
 func newBinder(c Case, declared []string) *binder {
