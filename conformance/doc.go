@@ -54,9 +54,10 @@
 // tolerance), where any key whose reference score is that close is
 // accepted; exact ties are never marked and must go to the lowest index.
 //
-// A malformed case — unknown or missing kernel, missing tensor, wrong dtype,
-// wrong rank or shape, dimensions that disagree between tensors, a bad
-// metadata value, an index or length out of range — gives a one-line error
+// A malformed case — unknown or missing kernel, missing tensor, a tensor the
+// kernel does not read, wrong dtype, wrong rank or shape, dimensions that
+// disagree between tensors, a bad metadata value, an index or length out of
+// range — gives a one-line error
 // naming the tensor or field, what was expected and what was found. Run must
 // never panic on any input file, never modify the input's tensors (they may
 // be read-only file mappings), and never carry math of its own: every number
