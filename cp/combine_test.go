@@ -179,6 +179,19 @@ func TestCombineEqualsSingleRank(t *testing.T) {
 					// The LSEs are computed by the same float64 arithmetic in
 					// both backends; the outputs differ only by float32
 					// rounding of the rescale-then-sum order.
+					differ := 0
+					for i := range a[r] {
+						if math.Float32bits(a[r][i]) != math.Float32bits(b[r][i]) {
+							differ++
+						}
+					}
+					t.Logf("N=%d I=%d rank %d: %d of %d values differ in bits between ag_rs and a2a", n, interleave, r, differ, len(a[r]))
+					// The global LSEs come from the same float64 formula in
+					// both backends, so they are bit-identical.
+					lseA, lseB := a[r][sc.rows*heads*mla.LatentDim:], b[r][sc.rows*heads*mla.LatentDim:]
+					if diff := cmp.Diff(lseA, lseB); diff != "" {
+						t.Errorf("N=%d I=%d rank %d: global LSEs differ in bits (-ag_rs +a2a):\n%s", n, interleave, r, diff)
+					}
 					if diff := cmp.Diff(a[r], b[r], cmpopts.EquateApprox(1e-6, 1e-6)); diff != "" {
 						t.Errorf("N=%d I=%d rank %d: ag_rs and a2a differ (-ag_rs +a2a):\n%s", n, interleave, r, diff)
 					}
