@@ -95,11 +95,12 @@ func TestEngineMatchesOracle(t *testing.T) {
 		{"glm5-mini", "fp8_ds_mla", "fp8"},
 		{"v32-mini", "f32", "f32"},
 		{"v32-mini", "fp8_ds_mla", "f32"},
+		{"dense-mla", "bf16", "f32"},
 	}
 	const promptLen, decode, blockSize = 24, 16, 16
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s/%s/%s", tc.preset, tc.kv, tc.idx), func(t *testing.T) {
-			cfg, err := config.Load(tc.preset)
+			cfg, err := loadTestModel(tc.preset)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,6 +147,12 @@ func TestEngineMatchesOracle(t *testing.T) {
 			for _, tie := range res.NearTies(nearTieTol) {
 				ties[selKey{tie.Layer, tie.Pos}] = true
 			}
+			if !cfg.Sparse() {
+				if len(sel) != 0 {
+					t.Errorf("dense model reported %d indexer selections", len(sel))
+				}
+				return
+			}
 			mismatch := 0
 			for l := 0; l < cfg.NumLayers; l++ {
 				for pos := range tokens {
@@ -184,4 +191,19 @@ func TestGenerateDeterministic(t *testing.T) {
 	if !slices.Equal(a, c) {
 		t.Fatalf("block size changed the result: %v vs %v", a, c)
 	}
+}
+
+// loadTestModel resolves a preset, plus "dense-mla": glm5-mini without the
+// indexer, the DeepSeek-V2/V3-style dense MLA path (top-k = all keys).
+func loadTestModel(name string) (*config.Model, error) {
+	if name != "dense-mla" {
+		return config.Load(name)
+	}
+	cfg, err := config.Load("glm5-mini")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Name, cfg.Architecture = "dense-mla", "deepseek_v3"
+	cfg.IndexTopK, cfg.IndexNHeads, cfg.IndexHeadDim = 0, 0, 0
+	return cfg, nil
 }
