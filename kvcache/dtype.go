@@ -6,6 +6,7 @@ import (
 
 	"github.com/cpmla/cpmla/mla"
 	"github.com/cpmla/cpmla/numfmt"
+	"github.com/cpmla/cpmla/plan"
 )
 
 // KVDType is the storage format of MLA cache rows (--kv-cache-dtype).
@@ -62,30 +63,34 @@ func joinNames[T ~string](names []T) string {
 }
 
 // RowBytes is the size of one token's MLA cache row in format d, or 0 for an
-// unknown format.
+// unknown format. Sizes come from plan.RowBytes, the one definition the
+// planner and the memory budget share.
 func RowBytes(d KVDType) int {
 	switch d {
-	case KVF32:
-		return mla.RowDim * 4
-	case KVBF16:
-		return mla.RowDim * 2
-	case KVFP8DSMLA:
-		return numfmt.DSMLARecordBytes
+	case KVF32, KVBF16, KVFP8DSMLA:
+		n, err := plan.RowBytes(string(d), mla.LatentDim, mla.RopeDim)
+		if err != nil {
+			return 0
+		}
+		return int(n)
 	}
 	return 0
 }
 
 // KeyBytes is the size of one token's indexer key of width dim in format d,
 // or 0 when the format cannot store such a key (fp8 records hold exactly
-// numfmt.IndexerKeyDim values).
+// numfmt.IndexerKeyDim values). Sizes come from plan.KeyBytes, the one
+// definition the planner and the memory budget share.
 func KeyBytes(d IndexerDType, dim int) int {
 	switch {
 	case dim < 0:
 		return 0
-	case d == IdxF32:
-		return dim * 4
-	case d == IdxFP8 && dim == numfmt.IndexerKeyDim:
-		return numfmt.IndexerKeyBytes
+	case d == IdxF32, d == IdxFP8 && dim == numfmt.IndexerKeyDim:
+		n, err := plan.KeyBytes(string(d), dim)
+		if err != nil {
+			return 0
+		}
+		return int(n)
 	}
 	return 0
 }

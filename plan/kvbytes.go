@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/numfmt"
 )
 
 // Cache dtypes of the MLA latent row (kv_lora_rank latent + qk_rope_head_dim
@@ -17,7 +18,7 @@ const (
 
 // fp8ScaleGroup is the number of e4m3 values that share one f32 scale in the
 // fp8_ds_mla latent and in the fp8 indexer key.
-const fp8ScaleGroup = 128
+const fp8ScaleGroup = numfmt.DSMLATile
 
 // KVCacheDtypes lists the MLA row dtypes MLARowBytes accepts.
 var KVCacheDtypes = []string{DtypeBF16, DtypeFP8DSMLA, DtypeF32}
@@ -41,7 +42,14 @@ func NormalizeKVDtype(s string) string {
 // bf16 2·(L+R) = 1152 B and f32 4·(L+R) = 2304 B for L = 512, R = 64;
 // fp8_ds_mla L e4m3 bytes + 4 B per 128 latents + 2·R RoPE bytes = 656 B.
 func MLARowBytes(m *config.Model, kvDtype string) (int64, error) {
-	l, r := int64(m.KVLoraRank), int64(m.QKRopeHeadDim)
+	return RowBytes(kvDtype, m.KVLoraRank, m.QKRopeHeadDim)
+}
+
+// RowBytes is MLARowBytes for a row of latent + rope elements: the one
+// definition of an MLA cache row's size, used by the planner and by the
+// engine's cache (kvcache.RowBytes).
+func RowBytes(kvDtype string, latent, rope int) (int64, error) {
+	l, r := int64(latent), int64(rope)
 	switch NormalizeKVDtype(kvDtype) {
 	case DtypeBF16:
 		return 2 * (l + r), nil
@@ -64,7 +72,14 @@ func IndexerKeyBytes(m *config.Model, indexerDtype string) (int64, error) {
 	if !m.Sparse() {
 		return 0, nil
 	}
-	d := int64(m.IndexHeadDim)
+	return KeyBytes(indexerDtype, m.IndexHeadDim)
+}
+
+// KeyBytes is IndexerKeyBytes for a key of dim elements: the one definition
+// of an indexer key's size, used by the planner and by the engine's cache
+// (kvcache.KeyBytes).
+func KeyBytes(indexerDtype string, dim int) (int64, error) {
+	d := int64(dim)
 	switch NormalizeKVDtype(indexerDtype) {
 	case DtypeFP8:
 		if d%fp8ScaleGroup != 0 {
