@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"io"
-	"math"
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/kernels"
@@ -127,28 +126,26 @@ func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 		L := &m.Layers[i]
 		p := LayerPrefix(i)
 		a := p + "self_attn."
-		steps := []struct {
+		type matrixField struct {
 			dst  **kernels.Matrix
 			name string
-		}{
+		}
+		steps := []matrixField{
 			{&L.KVA, a + "kv_a_proj_with_mqa.weight"},
 			{&L.Gate, p + "mlp.gate_proj.weight"},
 			{&L.Up, p + "mlp.up_proj.weight"},
 			{&L.Down, p + "mlp.down_proj.weight"},
 		}
 		if cfg.QLoraRank > 0 {
-			steps = append(steps, struct {
-				dst  **kernels.Matrix
-				name string
-			}{&L.QA, a + "q_a_proj.weight"}, struct {
-				dst  **kernels.Matrix
-				name string
-			}{&L.QB, a + "q_b_proj.weight"})
+			steps = append(steps, matrixField{&L.QA, a + "q_a_proj.weight"}, matrixField{&L.QB, a + "q_b_proj.weight"})
 		} else {
-			steps = append(steps, struct {
-				dst  **kernels.Matrix
-				name string
-			}{&L.QB, a + "q_proj.weight"})
+			steps = append(steps, matrixField{&L.QB, a + "q_proj.weight"})
+		}
+		if cfg.Sparse() {
+			steps = append(steps,
+				matrixField{&L.IdxWQB, a + "indexer.wq_b.weight"},
+				matrixField{&L.IdxWK, a + "indexer.wk.weight"},
+				matrixField{&L.IdxWProj, a + "indexer.weights_proj.weight"})
 		}
 		for _, s := range steps {
 			if *s.dst, err = get(s.name); err != nil {
@@ -204,18 +201,6 @@ func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 		L.Up = rowSlice(L.Up, shard.TPRank*ilocal, ilocal)
 		L.Down = colSlice(L.Down, shard.TPRank*ilocal, ilocal)
 		if cfg.Sparse() {
-			for _, s := range []struct {
-				dst  **kernels.Matrix
-				name string
-			}{
-				{&L.IdxWQB, a + "indexer.wq_b.weight"},
-				{&L.IdxWK, a + "indexer.wk.weight"},
-				{&L.IdxWProj, a + "indexer.weights_proj.weight"},
-			} {
-				if *s.dst, err = get(s.name); err != nil {
-					return nil, err
-				}
-			}
 			if L.IdxNormW, err = vec(a + "indexer.k_norm.weight"); err != nil {
 				return nil, err
 			}
@@ -263,5 +248,3 @@ func colSlice(w *kernels.Matrix, lo, n int) *kernels.Matrix {
 	}
 	return s
 }
-
-func sqrtf(x float64) float64 { return math.Sqrt(x) }

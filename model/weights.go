@@ -1,13 +1,12 @@
 package model
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"unsafe"
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/kernels"
@@ -61,7 +60,7 @@ func randomValues(s TensorSpec, seed uint64) []float32 {
 	var mean, std float64
 	switch s.Kind {
 	case InitLinear:
-		std = 1 / sqrtf(float64(s.Shape[len(s.Shape)-1]))
+		std = 1 / math.Sqrt(float64(s.Shape[len(s.Shape)-1]))
 	case InitEmbedding:
 		std = 1
 	case InitNormWeight:
@@ -121,31 +120,23 @@ func checkTensor(src TensorSource, s TensorSpec) (safetensors.Tensor, error) {
 }
 
 // matrixOf views a 2-D tensor as a kernels.Matrix without copying when its
-// dtype is F32 or BF16 and its data is aligned; other dtypes are widened to f32.
+// dtype is F32 or BF16 and the data is aligned; anything else is widened to
+// f32 (an unaligned BF16 view is widened too rather than copied twice).
 func matrixOf(t safetensors.Tensor) (*kernels.Matrix, error) {
-	rows, cols := t.Shape[0], t.Shape[1]
-	m := &kernels.Matrix{Rows: rows, Cols: cols}
-	switch t.DType {
-	case safetensors.BF16:
-		if len(t.Data) > 0 && uintptr(unsafe.Pointer(&t.Data[0]))%2 == 0 && littleEndian {
-			m.BF16 = unsafe.Slice((*uint16)(unsafe.Pointer(&t.Data[0])), rows*cols)
-		} else {
-			m.BF16 = make([]uint16, rows*cols)
-			for i := range m.BF16 {
-				m.BF16[i] = binary.LittleEndian.Uint16(t.Data[2*i:])
-			}
-		}
-	default:
-		if v, err := t.F32(); err == nil {
-			m.F32 = v
-			break
-		}
-		v, err := t.ToF32(nil)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
-		}
-		m.F32 = v
+	m := &kernels.Matrix{Rows: t.Shape[0], Cols: t.Shape[1]}
+	if v, err := t.BF16(); err == nil {
+		m.BF16 = v
+		return m, nil
 	}
+	if v, err := t.F32(); err == nil {
+		m.F32 = v
+		return m, nil
+	}
+	v, err := t.ToF32(nil)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+	}
+	m.F32 = v
 	return m, nil
 }
 
@@ -157,11 +148,6 @@ func vectorOf(t safetensors.Tensor) ([]float32, error) {
 	}
 	return v, nil
 }
-
-var littleEndian = func() bool {
-	x := uint16(1)
-	return *(*byte)(unsafe.Pointer(&x)) == 1
-}()
 
 // OracleWeights adapts a TensorSource to the float32 view the oracle reads.
 type OracleWeights struct{ Src TensorSource }
