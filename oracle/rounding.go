@@ -113,21 +113,8 @@ func (m *Model) resolve(kind string, layer, pos int, vals []float64, stored []fl
 	}
 }
 
-func (m *Model) storedRow(layer, pos int) []float32 {
-	if m.stored.Row == nil {
-		return nil
-	}
-	return m.stored.Row(layer, pos)
-}
-
-func (m *Model) storedKey(layer, pos int) []float32 {
-	if m.stored.Key == nil {
-		return nil
-	}
-	return m.stored.Key(layer, pos)
-}
-
-func roundF32(v []float32) {}
+// roundF32 is the identity: the values were already converted to float32.
+func roundF32([]float32) {}
 
 func roundBF16s(v []float32) {
 	for i, x := range v {

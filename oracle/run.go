@@ -274,12 +274,7 @@ func (m *Model) roundRow(layer, pos int, row []float64) {
 	default:
 		panic("oracle: unchecked kv cache dtype " + m.opt.KVDType)
 	}
-	var stored []float32
-	if m.opt.KVDType != KVF32 {
-		// float32 storage has no rounding boundary to resolve.
-		stored = m.storedRow(layer, pos)
-	}
-	m.resolve("kv row", layer, pos, row, stored, round)
+	m.roundStored("kv row", layer, pos, row, m.opt.KVDType == KVF32, m.stored.Row, round)
 }
 
 // roundIndexerKey rounds an indexer key of (layer, pos) in place as the
@@ -294,9 +289,15 @@ func (m *Model) roundIndexerKey(layer, pos int, k []float64) {
 	default:
 		panic("oracle: unchecked indexer key dtype " + m.opt.IndexerDType)
 	}
-	var stored []float32
-	if m.opt.IndexerDType != IndexerF32 {
-		stored = m.storedKey(layer, pos)
+	m.roundStored("indexer key", layer, pos, k, m.opt.IndexerDType == IndexerF32, m.stored.Key, round)
+}
+
+// roundStored fetches the stored value of (layer, pos) when the dtype has
+// rounding boundaries to resolve (float32 storage has none) and rounds.
+func (m *Model) roundStored(kind string, layer, pos int, vals []float64, plainF32 bool, stored func(layer, pos int) []float32, round func([]float32)) {
+	var got []float32
+	if !plainF32 && stored != nil {
+		got = stored(layer, pos)
 	}
-	m.resolve("indexer key", layer, pos, k, stored, round)
+	m.resolve(kind, layer, pos, vals, got, round)
 }
