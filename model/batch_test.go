@@ -98,3 +98,32 @@ func TestForwardRefusesOversizedSteps(t *testing.T) {
 		}
 	}
 }
+
+func TestBuffersAccountEveryAllocation(t *testing.T) {
+	cfg, _ := config.Load("glm5-mini")
+	m, err := Build(cfg, RandomTensors(cfg, 3), Shard{TPSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := NewRunner(m, RunnerOptions{MaxTokens: 8, MaxModelLen: 64, MaxSeqs: 2, MaxLogitRows: 2, BlockSize: 8, NumBlocks: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := NewRunner(m, RunnerOptions{MaxTokens: 16, MaxModelLen: 64, MaxSeqs: 2, MaxLogitRows: 2, BlockSize: 8, NumBlocks: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Logits dominate at glm5-mini's vocabulary: 2 rows × 129280 × 4 B.
+	var logits int64
+	for _, b := range small.Buffers() {
+		if b.Name == "logits" {
+			logits = b.Bytes
+		}
+	}
+	if want := int64(2 * cfg.VocabSize * 4); logits != want {
+		t.Errorf("logits buffer %d B, want %d", logits, want)
+	}
+	if big.BufferBytes() <= small.BufferBytes() {
+		t.Errorf("doubling max tokens did not grow the buffers: %d vs %d B", big.BufferBytes(), small.BufferBytes())
+	}
+}

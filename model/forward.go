@@ -62,6 +62,36 @@ type Runner struct {
 	ends                                       []int32
 	logits                                     []float32
 	ws                                         *mla.Workspace
+	buffers                                    []Buffer
+}
+
+// Buffer names one persistent step buffer and its size.
+type Buffer struct {
+	Name  string
+	Bytes int64
+}
+
+func (r *Runner) track(name string, bytes int64) {
+	for i := range r.buffers {
+		if r.buffers[i].Name == name {
+			r.buffers[i].Bytes += bytes
+			return
+		}
+	}
+	r.buffers = append(r.buffers, Buffer{name, bytes})
+}
+
+// Buffers lists every persistent step buffer the runner allocated at
+// construction, in allocation order. The KV cache is separate (Cache.Bytes).
+func (r *Runner) Buffers() []Buffer { return r.buffers }
+
+// BufferBytes is the total of Buffers.
+func (r *Runner) BufferBytes() int64 {
+	var n int64
+	for _, b := range r.buffers {
+		n += b.Bytes
+	}
+	return n
 }
 
 // NewRunner allocates the cache and every step buffer for opt.
@@ -85,7 +115,11 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	if opt.IndexerDType == "" {
 		opt.IndexerDType = "f32"
 	}
-	cache, err := kvcache.NewCache(cfg.NumLayers, opt.NumBlocks, opt.BlockSize, opt.KVDType, opt.IndexerDType, max(cfg.IndexHeadDim, 1))
+	indexDim := 0 // dense MLA keeps no indexer keys
+	if cfg.Sparse() {
+		indexDim = cfg.IndexHeadDim
+	}
+	cache, err := kvcache.NewCache(cfg.NumLayers, opt.NumBlocks, opt.BlockSize, opt.KVDType, opt.IndexerDType, indexDim)
 	if err != nil {
 		return nil, fmt.Errorf("allocate KV cache: %w", err)
 	}
@@ -97,32 +131,34 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	T, H := opt.MaxTokens, m.Heads
 	D, dn, dr, dv, dc := cfg.HiddenSize, cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
 	qIn := max(cfg.QLoraRank, 1)
-	f := func(n int) []float32 { return make([]float32, n) }
-	r.rowPos, r.rowSeq = make([]int32, T), make([]int32, T)
-	r.seqSlot = make([]int32, opt.MaxSeqs*opt.MaxModelLen)
+	f := func(name string, n int) []float32 { r.track(name, int64(n)*4); return make([]float32, n) }
+	i32 := func(name string, n int) []int32 { r.track(name, int64(n)*4); return make([]int32, n) }
+	r.rowPos, r.rowSeq = i32("row positions", T), i32("row sequences", T)
+	r.seqSlot = i32("position slots", opt.MaxSeqs*opt.MaxModelLen)
 	r.seqSlotOff = make([]int, 0, opt.MaxSeqs)
-	r.logitRow = make([]int32, 0, opt.MaxLogitRows)
-	r.h, r.x = f(T*D), f(T*D)
-	r.cq, r.q = f(T*qIn), f(T*H*(dn+dr))
-	r.kva = f(T * (dc + dr))
-	r.qabs = f(T * H * mla.RowDim)
-	r.attnOut, r.lse = f(T*H*mla.LatentDim), f(T*H)
-	r.o, r.u = f(T*H*dv), f(T*D)
-	r.gather, r.gatherOut = f(T*max(dn, dc)), f(T*max(dc, dv))
+	r.logitRow = i32("logit rows", opt.MaxLogitRows)[:0]
+	r.h, r.x = f("hidden", T*D), f("normed hidden", T*D)
+	r.cq, r.q = f("q latent", T*qIn), f("q", T*H*(dn+dr))
+	r.kva = f("kv latent", T*(dc+dr))
+	r.qabs = f("absorbed q", T*H*mla.RowDim)
+	r.attnOut, r.lse = f("attention out", T*H*mla.LatentDim), f("attention lse", T*H)
+	r.o, r.u = f("value heads", T*H*dv), f("layer out", T*D)
+	r.gather, r.gatherOut = f("head gather", T*max(dn, dc)), f("head gather out", T*max(dc, dv))
 	il := m.Layers[0].IntermediateSize
-	r.gate, r.up = f(T*il), f(T*il)
+	r.gate, r.up = f("mlp gate", T*il), f("mlp up", T*il)
 	if cfg.Sparse() {
-		r.qI = f(T * cfg.IndexNHeads * cfg.IndexHeadDim)
-		r.kI = f(T * cfg.IndexHeadDim)
-		r.wI = f(T * cfg.IndexNHeads)
-		r.scores = f(opt.MaxModelLen)
-		r.idxPos = make([]int32, r.topk)
+		r.qI = f("indexer q", T*cfg.IndexNHeads*cfg.IndexHeadDim)
+		r.kI = f("indexer k", T*cfg.IndexHeadDim)
+		r.wI = f("indexer weights", T*cfg.IndexNHeads)
+		r.scores = f("indexer scores", opt.MaxModelLen)
+		r.idxPos = i32("top-k positions", r.topk)
 		r.idxCount = make([]int32, 1)
 		r.ends = make([]int32, 1)
 	}
-	r.indices = make([]int32, T*r.topk)
-	r.logits = f(opt.MaxLogitRows * cfg.VocabSize)
+	r.indices = i32("top-k slots", T*r.topk)
+	r.logits = f("logits", opt.MaxLogitRows*cfg.VocabSize)
 	r.ws = mla.NewWorkspace(r.topk, H)
+	r.track("attention workspace", mla.WorkspaceBytes(r.topk, H))
 	return r, nil
 }
 
