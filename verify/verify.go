@@ -1,0 +1,555 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/comm/inproc"
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/kvcache"
+	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/oracle"
+	"github.com/cpmla/cpmla/plan"
+	"github.com/cpmla/cpmla/sampler"
+)
+
+// Config is one verification run: a model, a parallel configuration and the
+// workload (a prefill of every prompt length in one batch, then greedy decode
+// steps of all of them together).
+type Config struct {
+	Model        string // preset or checkpoint directory
+	WeightSeed   uint64
+	TP, PCP, DCP int
+	Interleave   int
+	DCPComm      string // ag_rs or a2a
+	Backend      string // auto, sparse-gather, sparse-sharded (or aliases)
+	KVDType      string
+	IndexerDType string
+	BlockSize    int
+	PromptLens   []int
+	DecodeSteps  int
+	Seed         uint64 // prompt token seed
+	// Tolerance bounds max |Δ logprob| against the single-rank engine and the oracle.
+	Tolerance float64
+	// SkipOracle leaves out the float64 oracle (it is slow on long prompts).
+	SkipOracle bool
+	// InjectMismatch makes one rank enter one collective with a wrong count.
+	InjectMismatch bool
+	// CollectiveTimeout bounds every collective (default 30 s).
+	CollectiveTimeout time.Duration
+}
+
+// Result is what a run found.
+type Result struct {
+	OK                  bool     `json:"ok"`
+	Config              string   `json:"config"`
+	Backend             string   `json:"attention_backend"`
+	DCPComm             string   `json:"dcp_comm_backend"`
+	MaxAbsLogprobDiff   float64  `json:"max_abs_logprob_diff"`
+	MaxAbsOracleDiff    float64  `json:"max_abs_oracle_logprob_diff"`
+	GreedyIdentical     bool     `json:"greedy_identical"`
+	RanksIdentical      bool     `json:"ranks_identical"`
+	SelectionsIdentical bool     `json:"selections_identical"`
+	KVTokensPerRank     []int    `json:"kv_tokens_per_rank"`
+	SingleRankKVTokens  int      `json:"single_rank_kv_tokens"`
+	Positions           int      `json:"positions_compared"`
+	OracleRoundingTies  int      `json:"oracle_rounding_ties"`
+	OracleNearIndexTies int      `json:"oracle_near_index_ties"`
+	CollectivesPerRank  []uint64 `json:"collectives_per_rank"`
+	Problems            []string `json:"problems,omitempty"`
+	WallSeconds         float64  `json:"wall_seconds"`
+}
+
+func (c *Config) defaults() {
+	if c.Model == "" {
+		c.Model = config.DefaultPreset
+	}
+	for _, p := range []*int{&c.TP, &c.PCP, &c.DCP, &c.Interleave} {
+		if *p == 0 {
+			*p = 1
+		}
+	}
+	if c.DCPComm == "" {
+		c.DCPComm = plan.CommAGRS
+	}
+	if c.Backend == "" {
+		c.Backend = plan.BackendAuto
+	}
+	if c.KVDType == "" {
+		c.KVDType = "f32"
+	}
+	if c.IndexerDType == "" {
+		c.IndexerDType = "f32"
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if len(c.PromptLens) == 0 {
+		c.PromptLens = []int{1, 7, 40}
+	}
+	if c.Tolerance == 0 {
+		c.Tolerance = 1e-4
+	}
+	if c.CollectiveTimeout == 0 {
+		c.CollectiveTimeout = inproc.DefaultTimeout
+	}
+}
+
+func (c *Config) String() string {
+	return fmt.Sprintf("TP%d/PCP%d/DCP%d I=%d %s kv=%s idx=%s", c.TP, c.PCP, c.DCP, c.Interleave, c.DCPComm, c.KVDType, c.IndexerDType)
+}
+
+// Validate checks everything a run needs before any weight is loaded: the
+// parallel layout, the interleave against the block size, head divisibility,
+// the backend's capabilities for the exact combination, the cache dtypes and
+// the workload. Every refusal names the constraint, the values and a setting
+// that works.
+func (c *Config) Validate(cfg *config.Model) (*cp.BackendPlan, error) {
+	l := comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.NumHeads%c.TP != 0 {
+		var ok []int
+		for tp := 1; tp <= cfg.NumHeads; tp++ {
+			if cfg.NumHeads%tp == 0 {
+				ok = append(ok, tp)
+			}
+		}
+		return nil, fmt.Errorf("num_attention_heads %d is not divisible by --tensor-parallel-size %d; use one of %v", cfg.NumHeads, c.TP, ok)
+	}
+	if _, err := kvcache.ParseKVDType(c.KVDType); err != nil {
+		return nil, err
+	}
+	if _, err := kvcache.ParseIndexerDType(c.IndexerDType); err != nil {
+		return nil, err
+	}
+	bp, err := cp.NewBackendPlan(cp.BackendConfig{
+		Layout: l, Interleave: c.Interleave, BlockSize: c.BlockSize, KVDtype: c.KVDType,
+		Backend: c.Backend, Comm: c.DCPComm, HeadsPerRank: cfg.NumHeads / c.TP,
+		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range c.PromptLens {
+		if n < 1 {
+			return nil, fmt.Errorf("--prompt-lens must be ≥ 1, got %d", n)
+		}
+		if n+c.DecodeSteps > cfg.MaxPositionEmbeddings {
+			return nil, fmt.Errorf("prompt %d + %d decode steps exceeds max_position_embeddings %d", n, c.DecodeSteps, cfg.MaxPositionEmbeddings)
+		}
+	}
+	if c.DecodeSteps < 0 {
+		return nil, fmt.Errorf("--decode-steps must be ≥ 0, got %d", c.DecodeSteps)
+	}
+	return bp, nil
+}
+
+// traced records selections per (seq, position, layer).
+type selKey struct{ seq, pos, layer int32 }
+
+// engineRun is one engine (one or many ranks) over the workload.
+type engineRun struct {
+	logprobs    [][][]float64 // [seq][position][vocab] log-softmax, positions ≥ prompt-1 … and all prompt rows
+	tokens      [][]int32     // [seq] prompt + generated
+	sel         map[selKey][]int32
+	runners     []*model.Runner
+	tables      [][]int32
+	collectives []uint64 // per rank, over its TP, PCP and DCP groups
+}
+
+// Run verifies one configuration.
+func Run(ctx context.Context, c Config) (*Result, error) {
+	start := time.Now()
+	c.defaults()
+	cfg, src, err := model.Source(c.Model, c.WeightSeed)
+	if err != nil {
+		return nil, err
+	}
+	bp, err := c.Validate(cfg)
+	if err != nil {
+		return nil, err
+	}
+	prompts := makePrompts(cfg, c.PromptLens, c.Seed)
+	single, err := runEngine(ctx, cfg, src, c, prompts, nil)
+	if err != nil {
+		return nil, fmt.Errorf("single-rank run: %w", err)
+	}
+	par, err := runEngine(ctx, cfg, src, c, prompts, bp)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Config: c.String(), Backend: bp.Backend, DCPComm: bp.Comm, GreedyIdentical: true, RanksIdentical: true, SelectionsIdentical: true}
+	// Greedy tokens: the parallel run chose its own tokens.
+	for s := range prompts {
+		if !slices.Equal(single.tokens[s], par.tokens[s]) {
+			res.GreedyIdentical = false
+			res.Problems = append(res.Problems, fmt.Sprintf("sequence %d: greedy tokens differ: single %v, parallel %v", s, single.tokens[s][len(prompts[s]):], par.tokens[s][len(prompts[s]):]))
+		}
+	}
+	// Logprobs against the single rank, at every position both ran on the same tokens.
+	for s := range prompts {
+		n := min(len(single.logprobs[s]), len(par.logprobs[s]))
+		for p := 0; p < n; p++ {
+			if p >= len(prompts[s]) && single.tokens[s][p] != par.tokens[s][p] {
+				break
+			}
+			res.Positions++
+			res.MaxAbsLogprobDiff = math.Max(res.MaxAbsLogprobDiff, maxAbsDiff(single.logprobs[s][p], par.logprobs[s][p]))
+		}
+	}
+	// Selections: every row's global top-k must equal the single rank's.
+	for k, v := range single.sel {
+		if got, ok := par.sel[k]; ok && !slices.Equal(got, v) {
+			res.SelectionsIdentical = false
+			if len(res.Problems) < 10 {
+				res.Problems = append(res.Problems, fmt.Sprintf("sequence %d position %d layer %d: selection differs: single %v, parallel %v", k.seq, k.pos, k.layer, v, got))
+			}
+		}
+	}
+	// KV tokens each rank holds.
+	l := kvcache.Layout{N: c.DCP, I: c.Interleave}
+	res.KVTokensPerRank = make([]int, c.TP*c.PCP)
+	layout := comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
+	for rank := range res.KVTokensPerRank {
+		for s := range prompts {
+			res.KVTokensPerRank[rank] += l.LocalLen(len(par.tokens[s])-1, layout.DCPRank(rank))
+		}
+	}
+	for s := range prompts {
+		res.SingleRankKVTokens += len(single.tokens[s]) - 1
+	}
+	res.CollectivesPerRank = par.collectives
+	if !c.SkipOracle {
+		if err := compareOracle(cfg, src, c, single, res); err != nil {
+			return nil, err
+		}
+	}
+	res.WallSeconds = time.Since(start).Seconds()
+	res.OK = res.GreedyIdentical && res.SelectionsIdentical && res.RanksIdentical &&
+		res.MaxAbsLogprobDiff <= c.Tolerance && (c.SkipOracle || res.MaxAbsOracleDiff <= c.Tolerance)
+	if res.MaxAbsLogprobDiff > c.Tolerance {
+		res.Problems = append(res.Problems, fmt.Sprintf("max |Δ logprob| vs single rank %.3g > %.3g", res.MaxAbsLogprobDiff, c.Tolerance))
+	}
+	if !c.SkipOracle && res.MaxAbsOracleDiff > c.Tolerance {
+		res.Problems = append(res.Problems, fmt.Sprintf("max |Δ logprob| vs oracle %.3g > %.3g", res.MaxAbsOracleDiff, c.Tolerance))
+	}
+	return res, nil
+}
+
+// compareOracle checks the single-rank engine (which the parallel run was just
+// compared with) against the float64 oracle, resolving rounding ties against
+// the single-rank cache.
+func compareOracle(cfg *config.Model, src model.TensorSource, c Config, single *engineRun, res *Result) error {
+	r := single.runners[0]
+	for s := range single.tokens {
+		om, err := oracle.New(cfg, model.OracleWeights{Src: src}, oracle.Options{KVDType: c.KVDType, IndexerDType: c.IndexerDType})
+		if err != nil {
+			return err
+		}
+		table := single.tables[s]
+		slot := func(pos int) int32 { return r.Layout.Slot(table, r.Cache.BlockSize(), pos, 0) }
+		om.WithStoredValues(oracle.StoredValues{
+			Row: func(layer, pos int) []float32 {
+				return slices.Clone(r.Cache.Layer(layer).Row(slot(pos), make([]float32, cfg.CacheRowDim())))
+			},
+			Key: func(layer, pos int) []float32 {
+				return slices.Clone(r.Cache.Layer(layer).Key(slot(pos), make([]float32, max(cfg.IndexHeadDim, 1))))
+			},
+		})
+		toks := single.tokens[s]
+		ids := make([]int, len(toks)-1) // the last token was sampled, never run
+		for i := range ids {
+			ids[i] = int(toks[i])
+		}
+		or, err := om.Run(ids)
+		if err != nil {
+			return err
+		}
+		res.OracleRoundingTies += or.Rounding.Ties
+		if or.Rounding.MismatchCount > 0 {
+			res.Problems = append(res.Problems, fmt.Sprintf("sequence %d: %d cache values match no rounding of the oracle's: %v", s, or.Rounding.MismatchCount, or.Rounding.Mismatches))
+			res.MaxAbsOracleDiff = math.Inf(1)
+		}
+		res.OracleNearIndexTies += len(or.NearTies(1e-5))
+		for p := range ids {
+			res.MaxAbsOracleDiff = math.Max(res.MaxAbsOracleDiff, maxAbsDiff(or.LogProbs[p], single.logprobs[s][p]))
+		}
+		if cfg.Sparse() {
+			for l := range or.TopK {
+				for p := range ids {
+					want := or.TopK[l][p]
+					got := single.sel[selKey{int32(s), int32(p), int32(l)}]
+					if !slices.Equal(got, want) {
+						res.SelectionsIdentical = false
+						res.Problems = append(res.Problems, fmt.Sprintf("sequence %d position %d layer %d: engine selected %v, oracle %v (margin %.3g)", s, p, l, got, want, or.Margin[l][p]))
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func maxAbsDiff(a, b []float64) float64 {
+	d := 0.0
+	for i := range a {
+		d = math.Max(d, math.Abs(a[i]-b[i]))
+	}
+	return d
+}
+
+// makePrompts draws deterministic prompt token ids.
+func makePrompts(cfg *config.Model, lens []int, seed uint64) [][]int32 {
+	out := make([][]int32, len(lens))
+	x := seed*0x9e3779b97f4a7c15 + 1
+	for i, n := range lens {
+		out[i] = make([]int32, n)
+		for j := range out[i] {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			out[i][j] = int32(x % uint64(cfg.VocabSize))
+		}
+	}
+	return out
+}
+
+// runEngine runs the workload on one rank (bp == nil) or on the TP × PCP
+// in-process world of c. Every rank runs the same replicated batches; the
+// greedy tokens come from rank 0's logits, and every rank's logits must be
+// bit-identical to rank 0's.
+func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c Config, prompts [][]int32, bp *cp.BackendPlan) (*engineRun, error) {
+	layout := comm.Layout{TP: 1, PCP: 1, DCP: 1}
+	interleave := 1
+	if bp != nil {
+		layout = comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
+		interleave = c.Interleave
+	}
+	world := layout.World()
+	kl := kvcache.Layout{N: layout.DCP, I: interleave}
+	B := c.BlockSize
+	maxLen := 0
+	total := 0
+	for _, p := range prompts {
+		maxLen = max(maxLen, len(p)+c.DecodeSteps)
+		total += len(p)
+	}
+	blocksPerSeq := (kl.LocalLen(maxLen, 0) + B - 1) / B
+	run := &engineRun{sel: map[selKey][]int32{}}
+	for s := range prompts {
+		t := make([]int32, blocksPerSeq)
+		for i := range t {
+			// Interleave the sequences' blocks so tables are not the identity.
+			t[i] = int32(i*len(prompts) + s)
+		}
+		run.tables = append(run.tables, t)
+	}
+	kvd, _ := kvcache.ParseKVDType(c.KVDType)
+	idd, _ := kvcache.ParseIndexerDType(c.IndexerDType)
+	opt := model.RunnerOptions{
+		MaxTokens: max(total, len(prompts)), MaxModelLen: blocksPerSeq * B * layout.DCP, MaxLogitRows: max(total, len(prompts)),
+		MaxSeqs: len(prompts), BlockSize: B, NumBlocks: blocksPerSeq * len(prompts), KVDType: kvd, IndexerDType: idd,
+	}
+	opt.MaxModelLen = max(opt.MaxModelLen, maxLen)
+	var groups []comm.Group
+	var err error
+	if bp != nil {
+		groups, err = inproc.NewWorld(world, inproc.Options{Timeout: c.CollectiveTimeout, TraceCapacity: 1 << 16})
+		if err != nil {
+			return nil, err
+		}
+	}
+	run.runners = make([]*model.Runner, world)
+	if bp == nil {
+		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+		if err != nil {
+			return nil, err
+		}
+		if run.runners[0], err = model.NewRunner(m, opt); err != nil {
+			return nil, err
+		}
+	}
+	if bp != nil {
+		errs := inproc.Run(ctx, groups, func(ctx context.Context, g comm.Group) error {
+			rank := g.Rank()
+			gs, err := layout.Split(g)
+			if err != nil {
+				return err
+			}
+			if c.InjectMismatch && rank == world-1 {
+				gs = injectMismatch(gs)
+			}
+			m, err := model.Build(cfg, src, model.Shard{TPRank: layout.TPRank(rank), TPSize: layout.TP})
+			if err != nil {
+				return err
+			}
+			o := opt
+			o.Parallel = &model.Parallel{Layout: layout, Groups: gs, Interleave: interleave, Backend: bp, Ctx: ctx}
+			r, err := model.NewRunner(m, o)
+			if err != nil {
+				return err
+			}
+			run.runners[rank] = r
+			return nil
+		})
+		if err := firstError(errs); err != nil {
+			return nil, err
+		}
+	}
+	r0 := run.runners[0]
+	r0.Trace = func(layer int, pos, seq int32, positions []int32) {
+		p := slices.Clone(positions)
+		slices.Sort(p)
+		run.sel[selKey{seq, pos, int32(layer)}] = p
+	}
+	run.tokens = make([][]int32, len(prompts))
+	run.logprobs = make([][][]float64, len(prompts))
+	batch := &model.Batch{}
+	for s, p := range prompts {
+		run.tokens[s] = slices.Clone(p)
+		batch.Seqs = append(batch.Seqs, model.Seq{Tokens: p, BlockTable: run.tables[s], LogitsAll: true})
+	}
+	for step := 0; step <= c.DecodeSteps; step++ {
+		if err := forwardAll(ctx, run.runners, groups, batch); err != nil {
+			return nil, err
+		}
+		// Rows in batch order; every rank's logits must equal rank 0's.
+		for i := 0; i < r0.NumLogitRows(); i++ {
+			br, lg := r0.Logits(i)
+			for _, r := range run.runners[1:] {
+				_, other := r.Logits(i)
+				if !slices.Equal(lg, other) {
+					return nil, fmt.Errorf("step %d: logits of batch row %d differ between ranks", step, br)
+				}
+			}
+			s := seqOf(batch, br)
+			lse := sampler.LogSumExp(lg)
+			row := make([]float64, len(lg))
+			for j, v := range lg {
+				row[j] = float64(v) - lse
+			}
+			run.logprobs[s] = append(run.logprobs[s], row)
+		}
+		if step == c.DecodeSteps {
+			break
+		}
+		next := &model.Batch{}
+		for s := range batch.Seqs {
+			lg := run.logprobs[s][len(run.logprobs[s])-1]
+			tok := int32(argmax(lg))
+			run.tokens[s] = append(run.tokens[s], tok)
+			next.Seqs = append(next.Seqs, model.Seq{Tokens: []int32{tok}, Start: len(run.tokens[s]) - 1, BlockTable: run.tables[s]})
+		}
+		batch = next
+	}
+	if bp != nil {
+		if err := sameCollectives(run.runners); err != nil {
+			return nil, err
+		}
+		for _, r := range run.runners {
+			g := r.Opt.Parallel.Groups
+			run.collectives = append(run.collectives, g.TP.Stats().Collectives+g.PCP.Stats().Collectives+g.DCP.Stats().Collectives)
+		}
+	}
+	return run, nil
+}
+
+// injectMismatch wraps the first group of size > 1 so that one collective
+// declares a wrong count.
+func injectMismatch(gs comm.Groups) comm.Groups {
+	switch {
+	case gs.DCP.Size() > 1:
+		gs.DCP = comm.WithMismatch(gs.DCP, 1, 1)
+	case gs.TP.Size() > 1:
+		gs.TP = comm.WithMismatch(gs.TP, 1, 1)
+	case gs.PCP.Size() > 1:
+		gs.PCP = comm.WithMismatch(gs.PCP, 1, 1)
+	}
+	return gs
+}
+
+func forwardAll(ctx context.Context, runners []*model.Runner, groups []comm.Group, b *model.Batch) error {
+	if groups == nil {
+		return runners[0].Forward(b)
+	}
+	errs := inproc.Run(ctx, groups, func(ctx context.Context, g comm.Group) error {
+		return runners[g.Rank()].Forward(b)
+	})
+	return firstError(errs)
+}
+
+// firstError reports a ledger mismatch in preference to the errors it caused.
+func firstError(errs []error) error {
+	var mm *comm.MismatchError
+	for _, err := range errs {
+		if errors.As(err, &mm) {
+			return err
+		}
+	}
+	for rank, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", rank, err)
+		}
+	}
+	return nil
+}
+
+func seqOf(b *model.Batch, row int) int {
+	for s, q := range b.Seqs {
+		if row < len(q.Tokens) {
+			return s
+		}
+		row -= len(q.Tokens)
+	}
+	return -1
+}
+
+func argmax(v []float64) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// sameCollectives checks, from the transport's traces, that every member of
+// every TP, PCP and DCP group issued the same collectives (op, dtype, count)
+// in the same order.
+func sameCollectives(runners []*model.Runner) error {
+	type groupTrace struct {
+		rank  int
+		trace []comm.TraceEntry
+	}
+	seen := map[string]groupTrace{}
+	for rank, r := range runners {
+		g := r.Opt.Parallel.Groups
+		for _, grp := range []comm.Group{g.TP, g.PCP, g.DCP} {
+			tr := grp.Trace(nil)
+			first, ok := seen[grp.Name()]
+			if !ok {
+				seen[grp.Name()] = groupTrace{rank, tr}
+				continue
+			}
+			if len(tr) != len(first.trace) {
+				return fmt.Errorf("group %s: rank %d issued %d collectives, rank %d issued %d", grp.Name(), rank, len(tr), first.rank, len(first.trace))
+			}
+			for i := range tr {
+				a, b := tr[i], first.trace[i]
+				if a.Op != b.Op || a.DType != b.DType || a.Count != b.Count {
+					return fmt.Errorf("group %s collective %d: rank %d issued %v %v %d, rank %d issued %v %v %d", grp.Name(), i, rank, a.Op, a.DType, a.Count, first.rank, b.Op, b.DType, b.Count)
+				}
+			}
+		}
+	}
+	return nil
+}
