@@ -1,0 +1,481 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cpmla/cpmla/kvcache"
+	"github.com/cpmla/cpmla/model"
+)
+
+// SchedulerConfig sizes a Scheduler. Every field is fixed at start-up.
+type SchedulerConfig struct {
+	MaxNumBatchedTokens int // tokens per step (--max-num-batched-tokens)
+	MaxNumSeqs          int // sequences per step and running at once (--max-num-seqs)
+	MaxModelLen         int // longest request: prompt + output (--max-model-len)
+	// BlockSize is the number of a request's positions one block id covers
+	// (--block-size), which is also the prefix-cache hit granularity. Under
+	// DCP each rank stores BlockSize/N of them in its own block of that id.
+	BlockSize int
+	// Layout is the DCP ownership function; the zero value means one rank.
+	Layout kvcache.Layout
+	// NumBlocks is the number of block ids each rank's cache holds.
+	NumBlocks     int
+	PrefixCaching bool
+}
+
+// layout returns the DCP layout with the zero value read as one rank.
+func (c SchedulerConfig) layout() kvcache.Layout {
+	if c.Layout.N == 0 && c.Layout.I == 0 {
+		return kvcache.Layout{N: 1, I: 1}
+	}
+	return c.Layout
+}
+
+// LocalBlockSize is the number of token slots of one block on one rank:
+// BlockSize / N.
+func (c SchedulerConfig) LocalBlockSize() int { return c.BlockSize / c.layout().N }
+
+// BlocksFor is the number of block ids a request of n positions needs: its
+// most loaded rank's local length (kvcache.Layout.LocalLen) in whole local
+// blocks.
+func (c SchedulerConfig) BlocksFor(n int) int {
+	l, lb := c.layout(), c.LocalBlockSize()
+	most := 0
+	for r := range l.N {
+		most = max(most, l.LocalLen(n, r))
+	}
+	return (most + lb - 1) / lb
+}
+
+// Validate refuses sizes the scheduler cannot run with. Each error names the
+// constraint, the values and a setting that works.
+func (c SchedulerConfig) Validate() error {
+	l := c.layout()
+	switch {
+	case c.MaxNumSeqs < 1:
+		return fmt.Errorf("--max-num-seqs must be ≥ 1, got %d; 256 is the usual setting", c.MaxNumSeqs)
+	case c.MaxNumBatchedTokens < 1:
+		return fmt.Errorf("--max-num-batched-tokens must be ≥ 1, got %d; 2048 is the usual setting", c.MaxNumBatchedTokens)
+	case c.MaxNumBatchedTokens < c.MaxNumSeqs:
+		return fmt.Errorf("--max-num-batched-tokens %d is below --max-num-seqs %d: a step could not hold one token of every running sequence; set --max-num-batched-tokens to at least %d",
+			c.MaxNumBatchedTokens, c.MaxNumSeqs, c.MaxNumSeqs)
+	case c.MaxModelLen < 1:
+		return fmt.Errorf("--max-model-len must be ≥ 1 token, got %d", c.MaxModelLen)
+	case c.BlockSize < 1:
+		return fmt.Errorf("--block-size must be ≥ 1 token, got %d; 16 is the usual setting", c.BlockSize)
+	case l.N < 1 || l.I < 1:
+		return fmt.Errorf("DCP layout needs N ≥ 1 and interleave ≥ 1, got N=%d I=%d", l.N, l.I)
+	case c.BlockSize%(l.N*l.I) != 0:
+		return fmt.Errorf("--block-size %d must be a multiple of DCP size × interleave = %d × %d so that each rank stores whole interleave runs of every block; set --block-size to %d",
+			c.BlockSize, l.N, l.I, (c.BlockSize+l.N*l.I-1)/(l.N*l.I)*l.N*l.I)
+	}
+	if err := l.Validate(c.LocalBlockSize()); err != nil {
+		return fmt.Errorf("DCP layout against the per-rank block of %d slots: %w", c.LocalBlockSize(), err)
+	}
+	if need := c.BlocksFor(c.MaxModelLen); c.NumBlocks < need {
+		return fmt.Errorf("KV cache of %d blocks cannot hold one --max-model-len %d request, which needs %d blocks of %d tokens; give the cache at least %d blocks or lower --max-model-len",
+			c.NumBlocks, c.MaxModelLen, need, c.BlockSize, need)
+	}
+	return nil
+}
+
+// Finish reasons the scheduler decides.
+var errUnknownRequest = errors.New("unknown request")
+
+// Entry is one request's share of a step.
+type Entry struct {
+	ID        uint64
+	Start     int  // first position of this step's tokens
+	NumTokens int  // tokens this step computes
+	Decode    bool // one new token of a request whose prompt is in the cache
+	// Sample is set when this step computes the request's last known token,
+	// so its logit row yields the next token.
+	Sample bool
+}
+
+// StepPlan is one step: the replicated metadata every rank runs. Batch.Seqs
+// and Entries are parallel; the logit row of sequence i is Batch.Seqs[i]'s
+// last token. A plan is valid until the next Schedule.
+type StepPlan struct {
+	Batch     model.Batch
+	Entries   []Entry
+	NumTokens int
+	// NumDecodes counts the decode entries; they come first.
+	NumDecodes int
+	// Admitted lists requests that left the waiting queue this step;
+	// Preempted lists requests whose blocks were freed for recomputation.
+	Admitted, Preempted []uint64
+}
+
+// Finished is a request that left the scheduler in Complete.
+type Finished struct {
+	ID     uint64
+	Reason string // FinishStop or FinishLength
+}
+
+type seqState struct {
+	id       uint64
+	tokens   []int32 // prompt then generated tokens; cap MaxModelLen+1
+	prompt   int
+	maxOut   int
+	stop     []int32
+	computed int      // positions whose KV is in the cache
+	blocks   []int32  // cap BlocksFor(MaxModelLen)
+	hashes   []uint64 // chain hashes of full blocks [0, len)
+	reg      int      // blocks already offered to the prefix cache
+	running  bool
+	queued   bool // never admitted yet (counts against the queue bound)
+	planned  bool // scheduled in the current step
+}
+
+// Scheduler is the deterministic core of the engine: continuous batching
+// with decodes first, chunked prefill, preemption by free-and-recompute, and
+// prefix caching of full blocks. Its plans depend only on the sequence of
+// calls (Add, Abort, Schedule, Complete with the sampled tokens), so every
+// rank given the same calls derives the same plans. It is not safe for
+// concurrent use.
+type Scheduler struct {
+	cfg      SchedulerConfig
+	blocks   *blockManager
+	seqs     map[uint64]*seqState
+	running  []*seqState // admission order
+	waiting  []*seqState // FIFO; preempted requests go to the front
+	plan     StepPlan
+	finished []Finished
+
+	// Counters since construction.
+	Preemptions     int64
+	PromptTokens    int64 // tokens that needed KV at admission (prompt, or prompt+output on recompute)
+	PrefixHitTokens int64 // of those, tokens served from the prefix cache
+	PeakBlocks      int   // most blocks held at once
+}
+
+// NewScheduler validates cfg and allocates the block manager.
+func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{
+		cfg:     cfg,
+		blocks:  newBlockManager(cfg.NumBlocks, cfg.BlockSize, cfg.PrefixCaching),
+		seqs:    make(map[uint64]*seqState, cfg.MaxNumSeqs),
+		running: make([]*seqState, 0, cfg.MaxNumSeqs),
+	}
+	s.plan.Batch.Seqs = make([]model.Seq, 0, cfg.MaxNumSeqs)
+	s.plan.Entries = make([]Entry, 0, cfg.MaxNumSeqs)
+	s.plan.Admitted = make([]uint64, 0, cfg.MaxNumSeqs)
+	s.plan.Preempted = make([]uint64, 0, cfg.MaxNumSeqs)
+	s.finished = make([]Finished, 0, cfg.MaxNumSeqs)
+	return s, nil
+}
+
+// Config returns the configuration the scheduler runs with.
+func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
+
+// Add queues a request. The prompt must be 1..MaxModelLen tokens; maxOut ≥ 1
+// bounds its generated tokens; generating any of stop ends it.
+func (s *Scheduler) Add(id uint64, prompt []int32, maxOut int, stop []int32) error {
+	switch {
+	case len(prompt) == 0:
+		return fmt.Errorf("request %d: empty prompt; give at least one token", id)
+	case len(prompt) > s.cfg.MaxModelLen:
+		return fmt.Errorf("request %d: prompt of %d tokens is longer than --max-model-len %d; shorten the prompt to %d tokens or raise --max-model-len to %d",
+			id, len(prompt), s.cfg.MaxModelLen, s.cfg.MaxModelLen, len(prompt))
+	case maxOut < 1:
+		return fmt.Errorf("request %d: max tokens must be ≥ 1, got %d", id, maxOut)
+	}
+	if _, dup := s.seqs[id]; dup {
+		return fmt.Errorf("request %d is already scheduled", id)
+	}
+	maxBlocks := s.cfg.BlocksFor(s.cfg.MaxModelLen)
+	r := &seqState{
+		id:     id,
+		tokens: make([]int32, len(prompt), s.cfg.MaxModelLen+1),
+		prompt: len(prompt),
+		maxOut: maxOut,
+		stop:   slices.Clone(stop),
+		blocks: make([]int32, 0, maxBlocks),
+		hashes: make([]uint64, 0, maxBlocks),
+		queued: true,
+	}
+	copy(r.tokens, prompt)
+	s.seqs[id] = r
+	s.waiting = append(s.waiting, r)
+	return nil
+}
+
+// Abort removes a request at once and releases its blocks. It reports
+// whether the request was known.
+func (s *Scheduler) Abort(id uint64) bool {
+	r, ok := s.seqs[id]
+	if !ok {
+		return false
+	}
+	s.drop(r)
+	return true
+}
+
+// drop removes r from every list and releases its blocks.
+func (s *Scheduler) drop(r *seqState) {
+	if r.running {
+		s.running = slices.DeleteFunc(s.running, func(x *seqState) bool { return x == r })
+		s.blocks.releaseAll(r.blocks)
+		r.blocks = r.blocks[:0]
+		r.running = false
+	} else {
+		s.waiting = slices.DeleteFunc(s.waiting, func(x *seqState) bool { return x == r })
+	}
+	delete(s.seqs, r.id)
+}
+
+// Queued reports whether a request has never been admitted yet.
+func (s *Scheduler) Queued(id uint64) bool {
+	r, ok := s.seqs[id]
+	return ok && r.queued
+}
+
+// Running and Waiting count the requests in each state.
+func (s *Scheduler) Running() int { return len(s.running) }
+
+// Waiting counts requests that hold no blocks and wait for admission.
+func (s *Scheduler) Waiting() int { return len(s.waiting) }
+
+// HeldBlocks is the number of blocks owned by running requests.
+func (s *Scheduler) HeldBlocks() int { return s.blocks.held() }
+
+// NumBlocks is the capacity of the cache in block ids.
+func (s *Scheduler) NumBlocks() int { return s.blocks.capacity() }
+
+// Generated returns a request's generated tokens so far (a view, valid until
+// the next Complete), or false if the request is unknown.
+func (s *Scheduler) Generated(id uint64) ([]int32, bool) {
+	r, ok := s.seqs[id]
+	if !ok {
+		return nil, false
+	}
+	return r.tokens[r.prompt:], true
+}
+
+func (r *seqState) isDecode() bool {
+	return len(r.tokens) > r.prompt && len(r.tokens)-r.computed == 1
+}
+
+// Schedule builds the next step. Running decodes go first, then running
+// prefills continue their chunks, then waiting requests are admitted in
+// order while tokens, sequences and blocks last. A request that needs a block
+// when none is free preempts the latest-admitted running request not yet in
+// this step (or itself, if there is none). An empty plan means there is no
+// work.
+func (s *Scheduler) Schedule() *StepPlan {
+	p := &s.plan
+	p.Batch.Seqs = p.Batch.Seqs[:0]
+	p.Entries = p.Entries[:0]
+	p.Admitted = p.Admitted[:0]
+	p.Preempted = p.Preempted[:0]
+	p.NumTokens, p.NumDecodes = 0, 0
+	for _, r := range s.running {
+		r.planned = false
+	}
+	budget := s.cfg.MaxNumBatchedTokens
+	for _, decodes := range []bool{true, false} {
+		for i := 0; i < len(s.running); i++ {
+			if budget == 0 || len(p.Entries) == s.cfg.MaxNumSeqs {
+				break
+			}
+			r := s.running[i]
+			if r.planned || r.isDecode() != decodes {
+				continue
+			}
+			n := min(len(r.tokens)-r.computed, budget)
+			if !s.ensureBlocks(r, r.computed+n) {
+				i-- // r left the running list
+				continue
+			}
+			s.emit(r, n)
+			budget -= n
+		}
+	}
+	for len(p.Preempted) == 0 && len(s.waiting) > 0 && budget > 0 &&
+		len(s.running) < s.cfg.MaxNumSeqs && len(p.Entries) < s.cfg.MaxNumSeqs {
+		r := s.waiting[0]
+		hit := s.prefixHit(r)
+		n := min(len(r.tokens)-r.computed, budget)
+		need := s.cfg.BlocksFor(r.computed+n) - len(r.blocks)
+		if need > s.blocks.available() {
+			s.blocks.releaseAll(r.blocks)
+			r.blocks, r.computed = r.blocks[:0], 0
+			break
+		}
+		if err := s.grow(r, need); err != nil {
+			panic(err) // available() was checked
+		}
+		s.waiting = s.waiting[1:]
+		s.running = append(s.running, r)
+		r.running = true
+		s.PromptTokens += int64(len(r.tokens))
+		s.PrefixHitTokens += int64(hit)
+		if r.queued {
+			r.queued = false
+			p.Admitted = append(p.Admitted, r.id)
+		}
+		s.emit(r, n)
+		budget -= n
+	}
+	s.PeakBlocks = max(s.PeakBlocks, s.blocks.held())
+	return p
+}
+
+// emit appends r's next n tokens to the plan.
+func (s *Scheduler) emit(r *seqState, n int) {
+	p := &s.plan
+	start := r.computed
+	e := Entry{ID: r.id, Start: start, NumTokens: n, Decode: r.isDecode(), Sample: start+n == len(r.tokens)}
+	seq := model.Seq{Tokens: r.tokens[start : start+n], Start: start, BlockTable: r.blocks}
+	if e.Decode { // decodes first: they are emitted before any prefill
+		p.NumDecodes++
+	}
+	p.Entries = append(p.Entries, e)
+	p.Batch.Seqs = append(p.Batch.Seqs, seq)
+	p.NumTokens += n
+	r.planned = true
+}
+
+// ensureBlocks makes r's block table cover n positions, preempting others
+// if needed. It returns false if r itself had to be preempted.
+func (s *Scheduler) ensureBlocks(r *seqState, n int) bool {
+	need := s.cfg.BlocksFor(n) - len(r.blocks)
+	for need > s.blocks.available() {
+		v := s.victim(r)
+		if v == nil {
+			s.preempt(r)
+			return false
+		}
+		s.preempt(v)
+	}
+	if need > 0 {
+		if err := s.grow(r, need); err != nil {
+			panic(err) // available() was checked
+		}
+	}
+	return true
+}
+
+func (s *Scheduler) grow(r *seqState, n int) error {
+	var err error
+	r.blocks, err = s.blocks.alloc(n, r.blocks)
+	return err
+}
+
+// victim is the latest-admitted running request that is not r and not yet in
+// this step.
+func (s *Scheduler) victim(r *seqState) *seqState {
+	for i := len(s.running) - 1; i >= 0; i-- {
+		if v := s.running[i]; v != r && !v.planned {
+			return v
+		}
+	}
+	return nil
+}
+
+// preempt frees v's blocks and puts it at the front of the waiting queue; it
+// recomputes its prompt and generated tokens when admitted again.
+func (s *Scheduler) preempt(v *seqState) {
+	s.running = slices.DeleteFunc(s.running, func(x *seqState) bool { return x == v })
+	s.blocks.releaseAll(v.blocks)
+	v.blocks, v.computed, v.running, v.reg = v.blocks[:0], 0, false, 0
+	s.waiting = slices.Insert(s.waiting, 0, v)
+	s.plan.Preempted = append(s.plan.Preempted, v.id)
+	s.Preemptions++
+}
+
+// hashOf returns the chain hash of r's full block j, computing and keeping
+// the hashes of the blocks before it.
+func (s *Scheduler) hashOf(r *seqState, j int) uint64 {
+	B := s.cfg.BlockSize
+	for len(r.hashes) <= j {
+		k := len(r.hashes)
+		var parent uint64
+		if k > 0 {
+			parent = r.hashes[k-1]
+		}
+		r.hashes = append(r.hashes, chainHash(parent, r.tokens[k*B:(k+1)*B]))
+	}
+	return r.hashes[j]
+}
+
+// prefixHit gives a request without blocks the longest run of cached full
+// blocks of its known tokens, one block at a time, and returns the tokens
+// covered. At least the last token is always left to compute, so that the
+// step yields its logits.
+func (s *Scheduler) prefixHit(r *seqState) int {
+	if !s.cfg.PrefixCaching || len(r.blocks) > 0 {
+		return 0
+	}
+	B := s.cfg.BlockSize
+	limit := (len(r.tokens) - 1) / B
+	var parent uint64
+	for j := range limit {
+		h := s.hashOf(r, j)
+		id, ok := s.blocks.lookup(h, parent, r.tokens[j*B:(j+1)*B])
+		if !ok {
+			break
+		}
+		s.blocks.acquire(id)
+		r.blocks = append(r.blocks, id)
+		parent = h
+	}
+	r.computed = len(r.blocks) * B
+	r.reg = len(r.blocks)
+	return r.computed
+}
+
+// Complete records the outcome of the last plan: every entry's tokens are
+// now in the cache, and sampled[i] is the token drawn from entry i's logit
+// row (ignored where Entry.Sample is false). It returns the requests that
+// finished; their blocks are released. The result is valid until the next
+// Complete.
+func (s *Scheduler) Complete(sampled []int32) ([]Finished, error) {
+	p := &s.plan
+	if len(sampled) < len(p.Entries) {
+		return nil, fmt.Errorf("complete: %d sampled tokens for %d plan entries", len(sampled), len(p.Entries))
+	}
+	s.finished = s.finished[:0]
+	B := s.cfg.BlockSize
+	for i, e := range p.Entries {
+		r, ok := s.seqs[e.ID]
+		if !ok || !r.running {
+			return nil, fmt.Errorf("complete: entry %d, request %d: %w", i, e.ID, errUnknownRequest)
+		}
+		r.computed = e.Start + e.NumTokens
+		if s.cfg.PrefixCaching {
+			for ; r.reg < r.computed/B; r.reg++ {
+				var parent uint64
+				if r.reg > 0 {
+					parent = s.hashOf(r, r.reg-1)
+				}
+				s.blocks.register(r.blocks[r.reg], s.hashOf(r, r.reg), parent, r.tokens[r.reg*B:(r.reg+1)*B])
+			}
+		}
+		if !e.Sample {
+			continue
+		}
+		tok := sampled[i]
+		r.tokens = append(r.tokens, tok)
+		reason := ""
+		switch {
+		case slices.Contains(r.stop, tok):
+			reason = FinishStop
+		case len(r.tokens)-r.prompt >= r.maxOut, len(r.tokens) >= s.cfg.MaxModelLen:
+			reason = FinishLength
+		}
+		if reason != "" {
+			s.finished = append(s.finished, Finished{ID: r.id, Reason: reason})
+		}
+	}
+	for _, f := range s.finished {
+		s.drop(s.seqs[f.ID])
+	}
+	return s.finished, nil
+}
