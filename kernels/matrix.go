@@ -72,8 +72,11 @@ func (m *Matrix) Row(i int, dst []float32) []float32 {
 func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
 // MatMulT computes dst[n, w.Rows] = x[n, w.Cols] · wᵀ, the Linear layer
-// y = x Wᵀ. x and dst are row-major; dst must not overlap x. Element (i, j)
-// is exactly Dot(x row i, w row j) (bf16 rows widened), whatever n is.
+// y = x Wᵀ. x and dst are row-major; dst must not overlap x. Under the
+// reference implementation element (i, j) is exactly Dot(x row i, w row j)
+// (bf16 rows widened); under an assembly implementation it is a fused,
+// vectorized dot product in an order fixed by w.Cols alone (see gemm.go).
+// Either way a row's result never depends on n or on SetThreads.
 // It panics if w is malformed, n < 0, len(x) != n·w.Cols or
 // len(dst) != n·w.Rows.
 func MatMulT(dst, x []float32, n int, w *Matrix) {
@@ -83,6 +86,9 @@ func MatMulT(dst, x []float32, n int, w *Matrix) {
 	if n < 0 || len(x) != n*w.Cols || len(dst) != n*w.Rows {
 		panic(fmt.Sprintf("kernels: MatMulT: n=%d, w [%d, %d] needs len(x)=%d and len(dst)=%d, got %d and %d",
 			n, w.Rows, w.Cols, n*w.Cols, n*w.Rows, len(x), len(dst)))
+	}
+	if matMulTFast(dst, x, n, w) {
+		return
 	}
 	if n == 0 {
 		return
@@ -119,7 +125,7 @@ func MatMulT(dst, x []float32, n int, w *Matrix) {
 const matMulBlockBytes = 256 << 10
 
 // MatVecT computes dst[w.Rows] = w · x for one activation row x[w.Cols]
-// (MatMulT with n = 1). It panics on malformed w or mismatched lengths.
+// (MatMulT with n = 1, with the same bits). It panics on malformed w or mismatched lengths.
 func MatVecT(dst, x []float32, w *Matrix) {
 	if err := w.Validate(); err != nil {
 		panic(fmt.Sprintf("kernels: MatVecT: %v", err))
@@ -127,6 +133,9 @@ func MatVecT(dst, x []float32, w *Matrix) {
 	if len(x) != w.Cols || len(dst) != w.Rows {
 		panic(fmt.Sprintf("kernels: MatVecT: w [%d, %d] needs len(x)=%d and len(dst)=%d, got %d and %d",
 			w.Rows, w.Cols, w.Cols, w.Rows, len(x), len(dst)))
+	}
+	if matMulTFast(dst, x, 1, w) {
+		return
 	}
 	in := w.Cols
 	if w.F32 != nil {

@@ -121,7 +121,8 @@ func TestMatMulT(t *testing.T) {
 				t.Errorf("%s n=%d w=[%d,%d]: MatMulT vs float64 (-want +got):\n%s", tc.dtype, sh.n, sh.rows, sh.cols, diff)
 			}
 			// Batch invariance: every row has exactly the bits of MatVecT on
-			// that row alone and of Dot with the widened weight row.
+			// that row alone and, under the reference, of Dot with the
+			// widened weight row.
 			row := make([]float32, sh.rows)
 			var wrow []float32
 			for i := range sh.n {
@@ -129,6 +130,9 @@ func TestMatMulT(t *testing.T) {
 				MatVecT(row, xi, tc.w)
 				if diff := cmp.Diff(row, dst[i*sh.rows:(i+1)*sh.rows]); diff != "" {
 					t.Errorf("%s n=%d w=[%d,%d] row %d: MatMulT vs MatVecT bits (-vec +mat):\n%s", tc.dtype, sh.n, sh.rows, sh.cols, i, diff)
+				}
+				if Accelerated() {
+					continue // the fused assembly dot product is not Dot's order
 				}
 				for j := range sh.rows {
 					wrow = tc.w.Row(j, wrow)

@@ -1,0 +1,600 @@
+// Command _gen writes the amd64 assembly of package kernels with avo:
+//
+//	cd _gen && go run . -out ../kernels/asm_amd64.s -stubs ../kernels/asm_stub_amd64.go -pkg kernels
+//
+// It lives in its own module so that avo never enters the main module's
+// dependency graph. Every generated function is bounded by its arguments (one
+// tile, one panel or one row), so a call never runs long enough to starve the
+// Go scheduler, and every function ends with VZEROUPPER.
+//
+// Summation order is part of the contract of each kernel: it depends only on
+// the reduction length, never on which other rows share a call, so callers can
+// keep results batch-invariant.
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+var zmm = []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
+	Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}
+var ymm = []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15,
+	Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23, Y24, Y25, Y26, Y27, Y28, Y29, Y30, Y31}
+var xmm = []VecPhysical{X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X10, X11, X12, X13, X14, X15,
+	X16, X17, X18, X19, X20, X21, X22, X23, X24, X25, X26, X27, X28, X29, X30, X31}
+
+func main() {
+	for _, bf16 := range []bool{false, true} {
+		for m := 1; m <= 4; m++ {
+			dotTile512(m, bf16)
+		}
+		for m := 1; m <= 3; m++ {
+			dotTile256(m, bf16)
+		}
+	}
+	for m := 1; m <= 4; m++ {
+		axpyTile512(m)
+	}
+	expSum512()
+	max512()
+	scoreTile512()
+	fmaPeak512()
+	fmaPeak256()
+	readSum512()
+	readSum256()
+	Generate()
+}
+
+// broadcastConst loads the float32 constant c into every lane of v.
+func broadcastConst(c float32, v VecPhysical) {
+	r := GP32()
+	MOVL(U32(math.Float32bits(c)), r)
+	VPBROADCASTD(r, v)
+}
+
+// broadcastConst256 is broadcastConst with AVX2 instructions only.
+func broadcastConst256(c float32, v, tmp VecPhysical) {
+	r := GP32()
+	MOVL(U32(math.Float32bits(c)), r)
+	MOVD(r, tmp)
+	VBROADCASTSS(tmp, v)
+}
+
+// reduce4x512 sums each of the four zmm accumulators a[0..3] into one lane of
+// xmm(a[0]): lane j = ((y[0]+y[1])+(y[2]+y[3])) + ((y[4]+y[5])+(y[6]+y[7]))
+// with y[l] = a_j[l] + a_j[l+8]. The order is the same for every j. The
+// accumulators must be among Z0–Z15 (VHADDPS has no EVEX form).
+func reduce4x512(a [4]int) {
+	for _, j := range a {
+		VEXTRACTF64X4(U8(1), zmm[j], Y28)
+		VADDPS(Y28, ymm[j], ymm[j])
+	}
+	reduce4x256(a, X28, true)
+}
+
+// reduce4x256 is the 256-bit half of reduce4x512: three horizontal adds and
+// a fold of the two 128-bit halves, leaving the four sums in xmm(a[0]).
+func reduce4x256(a [4]int, tmp VecPhysical, evex bool) {
+	VHADDPS(ymm[a[1]], ymm[a[0]], ymm[a[0]])
+	VHADDPS(ymm[a[3]], ymm[a[2]], ymm[a[2]])
+	VHADDPS(ymm[a[2]], ymm[a[0]], ymm[a[0]])
+	if evex {
+		VEXTRACTF32X4(U8(1), ymm[a[0]], tmp)
+	} else {
+		VEXTRACTF128(U8(1), ymm[a[0]], tmp)
+	}
+	VADDPS(tmp, xmm[a[0]], xmm[a[0]])
+}
+
+func wType(bf16 bool) string {
+	if bf16 {
+		return "*uint16"
+	}
+	return "*float32"
+}
+
+func wName(bf16 bool) string {
+	if bf16 {
+		return "BF16"
+	}
+	return "F32"
+}
+
+// loadW loads one vector of weights at mem into v, widening bf16 exactly.
+func loadW(mem Mem, v VecPhysical, bf16 bool) {
+	if bf16 {
+		VPMOVZXWD(mem, v)
+		VPSLLD(U8(16), v, v)
+		return
+	}
+	VMOVUPS(mem, v)
+}
+
+// dotTile512 emits dotTile{m}x4{F32,BF16}AVX512: out[i*4+j] = Σ_k x[i·ldx+k]·w_j[k]
+// for i < m, j < 4, k < kn (a multiple of 16). Each product is fused into a
+// 16-lane accumulator, lanes summed by reduce4x512.
+func dotTile512(m int, bf16 bool) {
+	name := fmt.Sprintf("dotTile%dx4%sAVX512", m, wName(bf16))
+	wt := wType(bf16)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, ldx int, w0, w1, w2, w3 %s, kn int, out *float32)", wt))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes a %dx4 tile of dot products over kn (a multiple of 16) elements.", name, m))
+	x := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	var w [4]Register
+	for j := range 4 {
+		w[j] = Load(Param(fmt.Sprintf("w%d", j)), GP64())
+	}
+	kn := Load(Param("kn"), GP64())
+	xr := make([]Register, m)
+	for i := range m {
+		xr[i] = GP64()
+		if i == 0 {
+			MOVQ(x, xr[i])
+		} else {
+			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
+		}
+	}
+	acc := func(i, j int) VecPhysical { return zmm[4*i+j] }
+	for i := range m {
+		for j := range 4 {
+			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	offX := GP64()
+	offW := GP64()
+	XORQ(offX, offX)
+	XORQ(offW, offW)
+	SHRQ(U8(4), kn)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_loop")
+	for j := range 4 {
+		loadW(Mem{Base: w[j], Index: offW, Scale: 1}, zmm[16+j], bf16)
+	}
+	for i := range m {
+		VMOVUPS(Mem{Base: xr[i], Index: offX, Scale: 1}, zmm[20+i])
+		for j := range 4 {
+			VFMADD231PS(zmm[16+j], zmm[20+i], acc(i, j))
+		}
+	}
+	ADDQ(U32(64), offX)
+	if bf16 {
+		ADDQ(U32(32), offW)
+	} else {
+		ADDQ(U32(64), offW)
+	}
+	DECQ(kn)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	for i := range m {
+		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
+		VMOVUPS(xmm[4*i], Mem{Base: out, Disp: 16 * i})
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// dotTile256 emits dotTile{m}x4{F32,BF16}AVX2 (m ≤ 3): the AVX2 form of
+// dotTile512 over kn (a multiple of 8) with 8-lane accumulators, lanes summed
+// ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)).
+func dotTile256(m int, bf16 bool) {
+	name := fmt.Sprintf("dotTile%dx4%sAVX2", m, wName(bf16))
+	wt := wType(bf16)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, ldx int, w0, w1, w2, w3 %s, kn int, out *float32)", wt))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes a %dx4 tile of dot products over kn (a multiple of 8) elements.", name, m))
+	x := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	var w [4]Register
+	for j := range 4 {
+		w[j] = Load(Param(fmt.Sprintf("w%d", j)), GP64())
+	}
+	kn := Load(Param("kn"), GP64())
+	xr := make([]Register, m)
+	for i := range m {
+		xr[i] = GP64()
+		if i == 0 {
+			MOVQ(x, xr[i])
+		} else {
+			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
+		}
+	}
+	acc := func(i, j int) VecPhysical { return ymm[4*i+j] }
+	for i := range m {
+		for j := range 4 {
+			VXORPS(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	offX := GP64()
+	offW := GP64()
+	XORQ(offX, offX)
+	XORQ(offW, offW)
+	SHRQ(U8(3), kn)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_loop")
+	for i := range m {
+		VMOVUPS(Mem{Base: xr[i], Index: offX, Scale: 1}, ymm[12+i])
+	}
+	for j := range 4 {
+		loadW(Mem{Base: w[j], Index: offW, Scale: 1}, Y15, bf16)
+		for i := range m {
+			VFMADD231PS(Y15, ymm[12+i], acc(i, j))
+		}
+	}
+	ADDQ(U32(32), offX)
+	if bf16 {
+		ADDQ(U32(16), offW)
+	} else {
+		ADDQ(U32(32), offW)
+	}
+	DECQ(kn)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	for i := range m {
+		reduce4x256([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3}, X15, false)
+		VMOVUPS(xmm[4*i], Mem{Base: out, Disp: 16 * i})
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// axpyTile512 emits axpyTile{m}x64AVX512: for i < m and c < 64,
+// out[i·ldo+c] += Σ_{j<n} p[i·ldp+j]·rows[j][coff+c], rows a table of
+// []float32 headers; each element is one fused chain over j in order.
+func axpyTile512(m int) {
+	name := fmt.Sprintf("axpyTile%dx64AVX512", m)
+	TEXT(name, NOSPLIT, "func(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s accumulates %d rows of 64 outputs, each a weighted sum of n table rows at column coff.", name, m))
+	out := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	p := Load(Param("p"), GP64())
+	ldp := Load(Param("ldp"), GP64())
+	SHLQ(U8(2), ldp)
+	rows := Load(Param("rows"), GP64())
+	n := Load(Param("n"), GP64())
+	coff := Load(Param("coff"), GP64())
+	SHLQ(U8(2), coff)
+	or := make([]Register, m)
+	pr := make([]Register, m)
+	for i := range m {
+		or[i], pr[i] = GP64(), GP64()
+		if i == 0 {
+			MOVQ(out, or[i])
+			MOVQ(p, pr[i])
+		} else {
+			LEAQ(Mem{Base: or[i-1], Index: ldo, Scale: 1}, or[i])
+			LEAQ(Mem{Base: pr[i-1], Index: ldp, Scale: 1}, pr[i])
+		}
+	}
+	acc := func(i, c int) VecPhysical { return zmm[4*i+c] }
+	for i := range m {
+		for c := range 4 {
+			VMOVUPS(Mem{Base: or[i], Disp: 64 * c}, acc(i, c))
+		}
+	}
+	poff := GP64()
+	XORQ(poff, poff)
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_store"))
+	Label(name + "_loop")
+	row := GP64()
+	MOVQ(Mem{Base: rows}, row)
+	for c := range 4 {
+		VMOVUPS(Mem{Base: row, Index: coff, Scale: 1, Disp: 64 * c}, zmm[16+c])
+	}
+	for i := range m {
+		VBROADCASTSS(Mem{Base: pr[i], Index: poff, Scale: 1}, zmm[20+i])
+		for c := range 4 {
+			VFMADD231PS(zmm[16+c], zmm[20+i], acc(i, c))
+		}
+	}
+	ADDQ(U32(24), rows)
+	ADDQ(U32(4), poff)
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_store")
+	for i := range m {
+		for c := range 4 {
+			VMOVUPS(acc(i, c), Mem{Base: or[i], Disp: 64 * c})
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// hsum512 sums the 16 lanes of Z0 into X0 lane 0 in a fixed order:
+// 512→256, 256→128, then two horizontal adds.
+func hsum512() {
+	VEXTRACTF64X4(U8(1), Z0, Y1)
+	VADDPS(Y1, Y0, Y0)
+	VEXTRACTF128(U8(1), Y0, X1)
+	VADDPS(X1, X0, X0)
+	VHADDPS(X0, X0, X0)
+	VHADDPS(X0, X0, X0)
+}
+
+// expSum512 emits expSumAVX512: x[i] = exp(x[i] − m) in place for n (a
+// multiple of 16) values, returning their sum (16 lanes, summed by hsum512).
+// exp uses a Cody–Waite reduction by ln 2, a degree-7 Taylor polynomial on
+// |f| ≤ ln2/2 (truncation error < 6e-9) and VSCALEFPS; arguments below −110
+// give 0 and NaN propagates.
+func expSum512() {
+	TEXT("expSumAVX512", NOSPLIT, "func(x *float32, n int, m float32) float32")
+	Pragma("noescape")
+	Doc("expSumAVX512 replaces x[i] by exp(x[i]-m) for n (a multiple of 16) values and returns their sum.")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	mx := Load(Param("m"), XMM())
+	VBROADCASTSS(mx, Z31)
+	broadcastConst(float32(math.Log2E), Z30)
+	broadcastConst(-110, Z29)
+	// ln 2 split so that r·ln2hi is exact for |r| < 2^8.
+	broadcastConst(0.693145751953125, Z28)
+	broadcastConst(1.428606765330187e-06, Z27)
+	coef := []float64{1, 1, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040}
+	for k := 7; k >= 0; k-- {
+		broadcastConst(float32(coef[k]), zmm[19+k]) // Z19..Z26 = c0..c7
+	}
+	VPXORD(Z0, Z0, Z0)
+	SHRQ(U8(4), n)
+	JZ(LabelRef("expSum_done"))
+	Label("expSum_loop")
+	VMOVUPS(Mem{Base: x}, Z1)
+	VSUBPS(Z31, Z1, Z1)
+	VMAXPS(Z1, Z29, Z1) // NaN in Z1 stays NaN
+	VMULPS(Z30, Z1, Z2)
+	VRNDSCALEPS(U8(0), Z2, Z2) // r = round(v·log2e)
+	VFNMADD231PS(Z28, Z2, Z1)  // f = v − r·ln2hi
+	VFNMADD231PS(Z27, Z2, Z1)  // f −= r·ln2lo
+	VMOVAPS(Z26, Z3)
+	for k := 6; k >= 0; k-- {
+		VFMADD213PS(zmm[19+k], Z1, Z3) // p = p·f + c_k
+	}
+	VSCALEFPS(Z2, Z3, Z3)
+	VMOVUPS(Z3, Mem{Base: x})
+	VADDPS(Z3, Z0, Z0)
+	ADDQ(U32(64), x)
+	DECQ(n)
+	JNZ(LabelRef("expSum_loop"))
+	Label("expSum_done")
+	hsum512()
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// max512 emits maxAVX512: the largest of n (a multiple of 16, at least 16)
+// values.
+func max512() {
+	TEXT("maxAVX512", NOSPLIT, "func(x *float32, n int) float32")
+	Pragma("noescape")
+	Doc("maxAVX512 returns the largest of n (a positive multiple of 16) values.")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	VMOVUPS(Mem{Base: x}, Z0)
+	SHRQ(U8(4), n)
+	DECQ(n)
+	JZ(LabelRef("max_reduce"))
+	Label("max_loop")
+	ADDQ(U32(64), x)
+	VMAXPS(Mem{Base: x}, Z0, Z0)
+	DECQ(n)
+	JNZ(LabelRef("max_loop"))
+	Label("max_reduce")
+	VEXTRACTF64X4(U8(1), Z0, Y1)
+	VMAXPS(Y1, Y0, Y0)
+	VEXTRACTF128(U8(1), Y0, X1)
+	VMAXPS(X1, X0, X0)
+	VPERMILPS(U8(0x4e), X0, X1)
+	VMAXPS(X1, X0, X0)
+	VPERMILPS(U8(0xb1), X0, X1)
+	VMAXPS(X1, X0, X0)
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// scoreTile512 emits scoreTile4AVX512: for four keys,
+// out[j] = Σ_h w[h]·max(0, q_h·k_j) over heads (a multiple of 4) and dim (a
+// multiple of 16), heads in ascending order, each head's term fused into the
+// running score. The dot products use dotTile512's 4×4 tile and reduction.
+func scoreTile512() {
+	name := "scoreTile4AVX512"
+	TEXT(name, NOSPLIT, "func(q *float32, w *float32, heads int, dim int, k0, k1, k2, k3 *float32, out *float32)")
+	Pragma("noescape")
+	Doc(name + " computes the weighted ReLU scores of four keys against heads query vectors.")
+	q := Load(Param("q"), GP64())
+	w := Load(Param("w"), GP64())
+	heads := Load(Param("heads"), GP64())
+	dim := Load(Param("dim"), GP64())
+	var k [4]Register
+	for j := range 4 {
+		k[j] = Load(Param(fmt.Sprintf("k%d", j)), GP64())
+	}
+	SHRQ(U8(2), heads)
+	ld := GP64()
+	MOVQ(dim, ld)
+	SHLQ(U8(2), ld) // row bytes
+	SHRQ(U8(4), dim)
+	VPXORD(Z31, Z31, Z31)
+	VPXORD(Z30, Z30, Z30) // scores of the four keys in X30
+	JZ(LabelRef(name + "_done"))
+	TESTQ(heads, heads)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_group")
+	var xr [4]Register
+	for i := range 4 {
+		xr[i] = GP64()
+		if i == 0 {
+			MOVQ(q, xr[i])
+		} else {
+			LEAQ(Mem{Base: xr[i-1], Index: ld, Scale: 1}, xr[i])
+		}
+	}
+	for a := range 16 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	off := GP64()
+	XORQ(off, off)
+	cnt := GP64()
+	MOVQ(dim, cnt)
+	Label(name + "_loop")
+	for j := range 4 {
+		VMOVUPS(Mem{Base: k[j], Index: off, Scale: 1}, zmm[16+j])
+	}
+	for i := range 4 {
+		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1}, zmm[20+i])
+		for j := range 4 {
+			VFMADD231PS(zmm[16+j], zmm[20+i], zmm[4*i+j])
+		}
+	}
+	ADDQ(U32(64), off)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_loop"))
+	for i := range 4 {
+		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
+		VMAXPS(X31, xmm[4*i], xmm[4*i]) // ReLU; NaN gives 0
+		VBROADCASTSS(Mem{Base: w, Disp: 4 * i}, X29)
+		VFMADD231PS(X29, xmm[4*i], X30)
+	}
+	// Next group of four heads.
+	LEAQ(Mem{Base: xr[3], Index: ld, Scale: 1}, q)
+	ADDQ(U32(16), w)
+	DECQ(heads)
+	JNZ(LabelRef(name + "_group"))
+	Label(name + "_done")
+	out := Load(Param("out"), GP64())
+	VMOVUPS(X30, Mem{Base: out})
+	VZEROUPPER()
+	RET()
+}
+
+// fmaPeak512 emits fmaPeakAVX512: n rounds of 24 independent 16-lane FMA
+// chains (24·16·2 FLOPs per round), enough chains to cover the FMA latency of
+// two pipes. It returns one lane so the work has a visible result.
+func fmaPeak512() {
+	TEXT("fmaPeakAVX512", NOSPLIT, "func(n int) float32")
+	Doc("fmaPeakAVX512 runs n rounds of 24 independent 16-lane FMA chains.")
+	n := Load(Param("n"), GP64())
+	broadcastConst(0.5, Z24)
+	broadcastConst(0.25, Z25)
+	for a := range 24 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	TESTQ(n, n)
+	JZ(LabelRef("fmaPeak512_done"))
+	Label("fmaPeak512_loop")
+	for a := range 24 {
+		VFMADD231PS(Z24, Z25, zmm[a])
+	}
+	DECQ(n)
+	JNZ(LabelRef("fmaPeak512_loop"))
+	Label("fmaPeak512_done")
+	for a := 1; a < 24; a++ {
+		VADDPS(zmm[a], Z0, Z0)
+	}
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// fmaPeak256 emits fmaPeakAVX2: n rounds of 12 independent 8-lane FMA chains.
+func fmaPeak256() {
+	TEXT("fmaPeakAVX2", NOSPLIT, "func(n int) float32")
+	Doc("fmaPeakAVX2 runs n rounds of 12 independent 8-lane FMA chains.")
+	n := Load(Param("n"), GP64())
+	broadcastConst256(0.5, Y12, X14)
+	broadcastConst256(0.25, Y13, X14)
+	for a := range 12 {
+		VXORPS(ymm[a], ymm[a], ymm[a])
+	}
+	TESTQ(n, n)
+	JZ(LabelRef("fmaPeak256_done"))
+	Label("fmaPeak256_loop")
+	for a := range 12 {
+		VFMADD231PS(Y12, Y13, ymm[a])
+	}
+	DECQ(n)
+	JNZ(LabelRef("fmaPeak256_loop"))
+	Label("fmaPeak256_done")
+	for a := 1; a < 12; a++ {
+		VADDPS(ymm[a], Y0, Y0)
+	}
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// readSum512 emits readSumAVX512: the sum of n (a multiple of 64) values with
+// four 16-lane accumulators, combined as (a0+a1)+(a2+a3), lanes by hsum512.
+func readSum512() {
+	TEXT("readSumAVX512", NOSPLIT, "func(x *float32, n int) float32")
+	Pragma("noescape")
+	Doc("readSumAVX512 returns the sum of n (a multiple of 64) values.")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	for a := range 4 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	SHRQ(U8(6), n)
+	JZ(LabelRef("readSum512_done"))
+	Label("readSum512_loop")
+	for a := range 4 {
+		VADDPS(Mem{Base: x, Disp: 64 * a}, zmm[a], zmm[a])
+	}
+	ADDQ(U32(256), x)
+	DECQ(n)
+	JNZ(LabelRef("readSum512_loop"))
+	Label("readSum512_done")
+	VADDPS(Z1, Z0, Z0)
+	VADDPS(Z3, Z2, Z2)
+	VADDPS(Z2, Z0, Z0)
+	hsum512()
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// readSum256 emits readSumAVX2: the sum of n (a multiple of 32) values with
+// four 8-lane accumulators.
+func readSum256() {
+	TEXT("readSumAVX2", NOSPLIT, "func(x *float32, n int) float32")
+	Pragma("noescape")
+	Doc("readSumAVX2 returns the sum of n (a multiple of 32) values.")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	for a := range 4 {
+		VXORPS(ymm[a], ymm[a], ymm[a])
+	}
+	SHRQ(U8(5), n)
+	JZ(LabelRef("readSum256_done"))
+	Label("readSum256_loop")
+	for a := range 4 {
+		VADDPS(Mem{Base: x, Disp: 32 * a}, ymm[a], ymm[a])
+	}
+	ADDQ(U32(128), x)
+	DECQ(n)
+	JNZ(LabelRef("readSum256_loop"))
+	Label("readSum256_done")
+	VADDPS(Y1, Y0, Y0)
+	VADDPS(Y3, Y2, Y2)
+	VADDPS(Y2, Y0, Y0)
+	VEXTRACTF128(U8(1), Y0, X1)
+	VADDPS(X1, X0, X0)
+	VHADDPS(X0, X0, X0)
+	VHADDPS(X0, X0, X0)
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,215 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// AttendRows is softmax attention of one query position with heads heads
+// over n = len(rows) rows that every head shares (multi-query attention, the
+// absorbed MLA form):
+//
+//	dim          = len(q) / heads; q is [heads, dim]
+//	logit[h, j]  = scale · q[h]·rows[j][:dim]
+//	out[h, :vdim] = Σ_j softmax_j(logit[h, ·]) · rows[j][:vdim]
+//	lse[h]       = ln Σ_j exp(logit[h, j])
+//	maxLogits[h] = max_j logit[h, j]         (when maxLogits is not nil)
+//
+// Every row must hold at least max(dim, vdim) values. logits is scratch of at
+// least heads·n values (it ends up holding unnormalized weights). With no
+// rows, out is 0 and lse and maxLogits are −Inf. It does not allocate.
+//
+// The reference implementation uses Dot, LogSumExp, Softmax and Axpy. The
+// AVX-512 implementation computes logits in 4-head × 4-row tiles over blocks
+// of rows that stay in L2, takes exp with a vector polynomial, accumulates
+// the weighted rows in 4-head × 64-column tiles in row order and divides by
+// the softmax sum at the end. Each head's result depends only on its own
+// query, the rows and their order, so heads may be split across threads
+// (SetThreads) without changing a bit. The AVX2 level uses the reference.
+func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]float32, scale float32, logits []float32) {
+	if heads <= 0 || len(q)%heads != 0 {
+		panic(fmt.Sprintf("kernels: AttendRows: len(q)=%d is not a positive multiple of heads=%d", len(q), heads))
+	}
+	dim := len(q) / heads
+	n := len(rows)
+	if vdim < 0 || len(out) != heads*vdim || len(lse) != heads || (maxLogits != nil && len(maxLogits) != heads) || len(logits) < heads*n {
+		panic(fmt.Sprintf("kernels: AttendRows: heads=%d, vdim=%d, %d rows need len(out)=%d, len(lse)=%d, len(maxLogits)=0 or %d, len(logits)≥%d; got %d, %d, %d, %d",
+			heads, vdim, n, heads*vdim, heads, heads, heads*n, len(out), len(lse), len(maxLogits), len(logits)))
+	}
+	need := max(dim, vdim)
+	for j, r := range rows {
+		if len(r) < need {
+			panic(fmt.Sprintf("kernels: AttendRows: row %d has %d values, needs %d (dim %d, vdim %d)", j, len(r), need, dim, vdim))
+		}
+	}
+	if n == 0 {
+		clear(out)
+		negInf := float32(math.Inf(-1))
+		for h := range heads {
+			lse[h] = negInf
+			if maxLogits != nil {
+				maxLogits[h] = negInf
+			}
+		}
+		return
+	}
+	if activeLevel() != levelAVX512 {
+		attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
+		return
+	}
+	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
+	parts := planParts((heads+3)/4, flops)
+	var t *attendTask
+	select {
+	case t = <-attendTasks:
+	default:
+		t = new(attendTask)
+	}
+	sums := t.sums
+	if cap(sums) < heads {
+		sums = make([]float32, heads)
+	}
+	t.out, t.lse, t.maxLogits, t.q, t.rows, t.logits = out, lse, maxLogits, q, rows, logits
+	t.heads, t.dim, t.vdim, t.scale, t.sums = heads, dim, vdim, scale, sums[:heads]
+	runParts(t, parts, &t.wg)
+	t.out, t.lse, t.maxLogits, t.q, t.rows, t.logits = nil, nil, nil, nil, nil, nil
+	select {
+	case attendTasks <- t:
+	default:
+	}
+}
+
+// attendRowsRef is AttendRows in plain Go, the same operations in the same
+// order as the reference sparse attention of package mla.
+func attendRowsRef(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]float32, scale float32, logits []float32) {
+	n := len(rows)
+	for j, row := range rows {
+		for h := range heads {
+			logits[h*n+j] = scale * Dot(q[h*dim:(h+1)*dim], row[:dim])
+		}
+	}
+	negInf := float32(math.Inf(-1))
+	for h := range heads {
+		lg := logits[h*n : (h+1)*n]
+		if maxLogits != nil {
+			m := negInf
+			for _, v := range lg {
+				m = max(m, v)
+			}
+			maxLogits[h] = m
+		}
+		lse[h] = LogSumExp(lg)
+		Softmax(lg)
+	}
+	clear(out)
+	for j, row := range rows {
+		v := row[:vdim]
+		for h := range heads {
+			Axpy(logits[h*n+j], v, out[h*vdim:(h+1)*vdim])
+		}
+	}
+}
+
+// attendBlock is the number of rows whose logits (and then weighted sums)
+// are computed before the next rows are read: 128 rows of 576 f32 are
+// 288 KiB, which stay in L2 next to 64 heads of queries (144 KiB).
+const attendBlock = 128
+
+type attendTask struct {
+	out, lse, maxLogits, q []float32
+	heads, dim, vdim       int
+	rows                   [][]float32
+	scale                  float32
+	logits                 []float32
+	sums                   []float32 // [heads] softmax sums; kept across calls
+	wg                     sync.WaitGroup
+}
+
+var attendTasks = make(chan *attendTask, 64)
+
+func (t *attendTask) runPart(p, parts int) {
+	h0, h1 := partRange(t.heads, 4, p, parts)
+	if h0 < h1 {
+		attendHeads(t, h0, h1)
+	}
+}
+
+// attendHeads is the AVX-512 AttendRows for heads [h0, h1).
+func attendHeads(t *attendTask, h0, h1 int) {
+	q, rows, logits, dim, vdim := t.q, t.rows, t.logits, t.dim, t.vdim
+	n := len(rows)
+	kv := dim &^ 15
+	var tile [16]float32
+	// Logits, a block of rows at a time.
+	for b0 := 0; b0 < n; b0 += attendBlock {
+		b1 := min(b0+attendBlock, n)
+		for jt := b0; jt < b1; jt += 4 {
+			nj := min(4, b1-jt)
+			r := func(c int) *float32 { return &rows[jt+min(c, nj-1)][0] }
+			r0, r1, r2, r3 := r(0), r(1), r(2), r(3)
+			for ht := h0; ht < h1; ht += 4 {
+				m := min(4, h1-ht)
+				if kv > 0 {
+					dotTileF32(levelAVX512, m, &q[ht*dim], dim, r0, r1, r2, r3, kv, &tile)
+				} else {
+					clear(tile[:])
+				}
+				for i := range m {
+					qi := q[(ht+i)*dim+kv : (ht+i+1)*dim]
+					for c := range nj {
+						s := tile[i*4+c]
+						if len(qi) > 0 {
+							row := rows[jt+c][kv:dim]
+							for k, v := range qi {
+								s += float32(v * row[k])
+							}
+						}
+						logits[(ht+i)*n+jt+c] = t.scale * s
+					}
+				}
+			}
+		}
+	}
+	// Softmax statistics; logits become exp(logit − max).
+	for h := h0; h < h1; h++ {
+		m, sum := expSumMax(logits[h*n : (h+1)*n])
+		if t.maxLogits != nil {
+			t.maxLogits[h] = m
+		}
+		t.lse[h] = m + float32(math.Log(float64(sum)))
+		t.sums[h] = sum
+	}
+	// Weighted rows, a block at a time, 64 columns per tile.
+	out := t.out[h0*vdim : h1*vdim]
+	clear(out)
+	cv := vdim &^ 63
+	for b0 := 0; b0 < n; b0 += attendBlock {
+		b1 := min(b0+attendBlock, n)
+		for ht := h0; ht < h1; ht += 4 {
+			m := min(4, h1-ht)
+			for c0 := 0; c0 < cv; c0 += 64 {
+				axpyTile(m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[b0], b1-b0, c0)
+			}
+			if cv < vdim {
+				for i := range m {
+					o := t.out[(ht+i)*vdim+cv : (ht+i+1)*vdim]
+					for j := b0; j < b1; j++ {
+						p := logits[(ht+i)*n+j]
+						v := rows[j][cv:vdim]
+						for c := range o {
+							o[c] += float32(p * v[c])
+						}
+					}
+				}
+			}
+		}
+	}
+	for h := h0; h < h1; h++ {
+		inv := 1 / t.sums[h]
+		o := t.out[h*vdim : (h+1)*vdim]
+		for c := range o {
+			o[c] *= inv
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package kernels
+
+import (
+	"math"
+
+	"golang.org/x/sys/cpu"
+)
+
+//go:generate sh -c "cd ../_gen && go run . -out ../kernels/asm_amd64.s -stubs ../kernels/asm_stub_amd64.go -pkg kernels"
+
+// supported reports whether this CPU runs level l. AVX-512 kernels use
+// F (arithmetic, VSCALEFPS), VL (EVEX forms of 256/128-bit ops on the upper
+// registers) and DQ/BW for the widening loads.
+func supported(l level) bool {
+	switch l {
+	case levelRef:
+		return true
+	case levelAVX2:
+		return cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	case levelAVX512:
+		return cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512BW && cpu.X86.HasFMA
+	}
+	return false
+}
+
+// bestLevel is the widest level the CPU supports.
+func bestLevel() level {
+	switch {
+	case supported(levelAVX512):
+		return levelAVX512
+	case supported(levelAVX2):
+		return levelAVX2
+	}
+	return levelRef
+}
+
+// dotTileF32 runs the m×4 dot-product tile of level l (m ≤ maxTileRows(l)).
+// Direct calls keep the asm's noescape pragma effective.
+func dotTileF32(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *float32, kn int, out *[16]float32) {
+	o := &out[0]
+	if l == levelAVX512 {
+		switch m {
+		case 1:
+			dotTile1x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		case 2:
+			dotTile2x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		case 3:
+			dotTile3x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		default:
+			dotTile4x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		}
+		return
+	}
+	switch m {
+	case 1:
+		dotTile1x4F32AVX2(x, ldx, w0, w1, w2, w3, kn, o)
+	case 2:
+		dotTile2x4F32AVX2(x, ldx, w0, w1, w2, w3, kn, o)
+	default:
+		dotTile3x4F32AVX2(x, ldx, w0, w1, w2, w3, kn, o)
+	}
+}
+
+// dotTileBF16 is dotTileF32 with bf16 weights widened in registers.
+func dotTileBF16(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *uint16, kn int, out *[16]float32) {
+	o := &out[0]
+	if l == levelAVX512 {
+		switch m {
+		case 1:
+			dotTile1x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		case 2:
+			dotTile2x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		case 3:
+			dotTile3x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		default:
+			dotTile4x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		}
+		return
+	}
+	switch m {
+	case 1:
+		dotTile1x4BF16AVX2(x, ldx, w0, w1, w2, w3, kn, o)
+	case 2:
+		dotTile2x4BF16AVX2(x, ldx, w0, w1, w2, w3, kn, o)
+	default:
+		dotTile3x4BF16AVX2(x, ldx, w0, w1, w2, w3, kn, o)
+	}
+}
+
+// axpyTile runs the m×64 weighted-row-sum tile (AVX-512 only).
+func axpyTile(m int, out *float32, ldo int, p *float32, ldp int, rows *[]float32, n, coff int) {
+	switch m {
+	case 1:
+		axpyTile1x64AVX512(out, ldo, p, ldp, rows, n, coff)
+	case 2:
+		axpyTile2x64AVX512(out, ldo, p, ldp, rows, n, coff)
+	case 3:
+		axpyTile3x64AVX512(out, ldo, p, ldp, rows, n, coff)
+	default:
+		axpyTile4x64AVX512(out, ldo, p, ldp, rows, n, coff)
+	}
+}
+
+// vecWidth is the number of float32 lanes the level's tiles consume per
+// step; the reduction length passed to a tile is a multiple of it.
+func vecWidth(l level) int {
+	if l == levelAVX512 {
+		return 16
+	}
+	return 8
+}
+
+// maxTileRows is the tallest dot tile of the level (its register budget).
+func maxTileRows(l level) int {
+	if l == levelAVX512 {
+		return 4
+	}
+	return 3
+}
+
+// expSumMax computes m = max(x), replaces x[i] by exp(x[i]−m) and returns m
+// and Σ x after the replacement. The first multiple of 16 of the values goes
+// through the AVX-512 kernels, the rest through float64 math.Exp, in a fixed
+// order that depends only on len(x). len(x) > 0.
+func expSumMax(x []float32) (m, sum float32) {
+	n := len(x)
+	nv := n &^ 15
+	m = x[0]
+	if nv > 0 {
+		m = maxAVX512(&x[0], nv)
+	}
+	for _, v := range x[nv:] {
+		m = max(m, v)
+	}
+	if nv > 0 {
+		sum = expSumAVX512(&x[0], nv, m)
+	}
+	for i := nv; i < n; i++ {
+		e := float32(math.Exp(float64(x[i] - m)))
+		x[i] = e
+		sum += e
+	}
+	return m, sum
+}
+
+// fmaPeak runs the FMA-peak loop of the active level for rounds rounds and
+// returns the FLOPs it executed (0 when the reference is active).
+func fmaPeak(rounds int) float64 {
+	switch activeLevel() {
+	case levelAVX512:
+		fmaPeakAVX512(rounds)
+		return float64(rounds) * 24 * 16 * 2
+	case levelAVX2:
+		fmaPeakAVX2(rounds)
+		return float64(rounds) * 12 * 8 * 2
+	}
+	return 0
+}
+
+// readSum sums x with the widest loads of the active level; ok is false
+// when the reference is active.
+func readSum(x []float32) (s float32, ok bool) {
+	switch activeLevel() {
+	case levelAVX512:
+		nv := len(x) &^ 63
+		if nv > 0 {
+			s = readSumAVX512(&x[0], nv)
+		}
+		for _, v := range x[nv:] {
+			s += v
+		}
+		return s, true
+	case levelAVX2:
+		nv := len(x) &^ 31
+		if nv > 0 {
+			s = readSumAVX2(&x[0], nv)
+		}
+		for _, v := range x[nv:] {
+			s += v
+		}
+		return s, true
+	}
+	return 0, false
+}
+
+// scoreTile4 is the AVX-512 weighted ReLU score of four keys.
+func scoreTile4(q, w *float32, heads, dim int, k0, k1, k2, k3 *float32, out *[4]float32) {
+	scoreTile4AVX512(q, w, heads, dim, k0, k1, k2, k3, &out[0])
+}

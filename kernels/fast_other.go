@@ -1,0 +1,39 @@
+//go:build !amd64
+
+package kernels
+
+// On architectures without assembly kernels only the reference exists; the
+// dispatching kernels never reach the functions below because activeLevel
+// is always levelRef here.
+
+func supported(l level) bool { return l == levelRef }
+
+func bestLevel() level { return levelRef }
+
+func vecWidth(level) int { return 1 }
+
+func maxTileRows(level) int { return 1 }
+
+func dotTileF32(level, int, *float32, int, *float32, *float32, *float32, *float32, int, *[16]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func dotTileBF16(level, int, *float32, int, *uint16, *uint16, *uint16, *uint16, int, *[16]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func axpyTile(int, *float32, int, *float32, int, *[]float32, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func expSumMax([]float32) (float32, float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func scoreTile4(*float32, *float32, int, int, *float32, *float32, *float32, *float32, *[4]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func fmaPeak(int) float64 { return 0 }
+
+func readSum([]float32) (float32, bool) { return 0, false }

@@ -1,0 +1,143 @@
+package kernels
+
+import "sync"
+
+// The fast Linear layer. Output element (i, j) is the dot product of
+// activation row i and weight row j computed by one assembly tile lane:
+// the reduction runs over blocks of gemmKC elements in ascending order; in a
+// block, products are fused into vecWidth lanes, the lanes are summed by the
+// tile's fixed tree, the block's scalar tail (len mod vecWidth, last block
+// only) is added in order, and the block sums are added to the output in
+// block order. None of this depends on n, on i, or on which rows share a
+// tile or a thread, so a row's result has the same bits alone or in any
+// batch, under any SetThreads value.
+
+const (
+	// gemmKC is the reduction block: four activation rows and four weight
+	// rows of it (f32) fill 64 KiB, about the L1 data cache plus the
+	// streaming weight rows.
+	gemmKC = 2048
+	// gemmBlockBytes bounds the block of weight rows all activation rows
+	// pass over before the next block is read (about a quarter of L2).
+	gemmBlockBytes = 256 << 10
+)
+
+// gemmTask is one parallel MatMulT call; parts split the weight rows.
+type gemmTask struct {
+	dst, x []float32
+	n      int
+	w      *Matrix
+	l      level
+	wg     sync.WaitGroup
+}
+
+var gemmTasks = make(chan *gemmTask, 64)
+
+// matMulTFast runs MatMulT on the active assembly level and reports whether
+// it did (false: the caller runs the reference).
+func matMulTFast(dst, x []float32, n int, w *Matrix) bool {
+	l := activeLevel()
+	if l == levelRef {
+		return false
+	}
+	if n == 0 || w.Rows == 0 {
+		return true
+	}
+	flops := 2 * float64(n) * float64(w.Rows) * float64(w.Cols)
+	parts := planParts((w.Rows+3)/4, flops)
+	if parts == 1 {
+		gemmRange(dst, x, n, w, l, 0, w.Rows)
+		return true
+	}
+	var t *gemmTask
+	select {
+	case t = <-gemmTasks:
+	default:
+		t = new(gemmTask)
+	}
+	t.dst, t.x, t.n, t.w, t.l = dst, x, n, w, l
+	runParts(t, parts, &t.wg)
+	t.dst, t.x, t.w = nil, nil, nil
+	select {
+	case gemmTasks <- t:
+	default:
+	}
+	return true
+}
+
+func (t *gemmTask) runPart(p, parts int) {
+	j0, j1 := partRange(t.w.Rows, 4, p, parts)
+	gemmRange(t.dst, t.x, t.n, t.w, t.l, j0, j1)
+}
+
+// gemmRange computes output columns [j0, j1) of dst = x·wᵀ for all n rows.
+func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
+	in, out := w.Cols, w.Rows
+	vw := vecWidth(l)
+	mr := maxTileRows(l)
+	bpw := 4
+	if w.F32 == nil {
+		bpw = 2
+	}
+	jb := max(4, (gemmBlockBytes/(max(1, min(in, gemmKC))*bpw))&^3)
+	var tile [16]float32
+	for b0 := j0; b0 < j1; b0 += jb {
+		b1 := min(b0+jb, j1)
+		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
+			k1 := min(k0+gemmKC, in)
+			kv := (k1 - k0) &^ (vw - 1)
+			first := k0 == 0
+			for i0 := 0; i0 < n; i0 += mr {
+				m := min(mr, n-i0)
+				for jt := b0; jt < b1; jt += 4 {
+					nj := min(4, b1-jt)
+					if in == 0 {
+						clear(tile[:])
+					} else if w.F32 != nil {
+						r := func(c int) *float32 { return &w.F32[(jt+min(c, nj-1))*in+k0] }
+						dotTileF32(l, m, &x[i0*in+k0], in, r(0), r(1), r(2), r(3), kv, &tile)
+					} else {
+						r := func(c int) *uint16 { return &w.BF16[(jt+min(c, nj-1))*in+k0] }
+						dotTileBF16(l, m, &x[i0*in+k0], in, r(0), r(1), r(2), r(3), kv, &tile)
+					}
+					for i := range m {
+						xi := x[(i0+i)*in+k0+kv : (i0+i)*in+k1]
+						di := dst[(i0+i)*out+jt : (i0+i)*out+jt+nj]
+						for c := range nj {
+							s := tile[i*4+c]
+							if len(xi) > 0 {
+								s += tailDot(xi, w, jt+c, k0+kv)
+							}
+							if first {
+								di[c] = s
+							} else {
+								di[c] += s
+							}
+						}
+					}
+				}
+			}
+			if in == 0 {
+				break
+			}
+		}
+	}
+}
+
+// tailDot is Σ xi[k]·w[j, off+k] in order, products rounded before the add.
+func tailDot(xi []float32, w *Matrix, j, off int) float32 {
+	var s float32
+	in := w.Cols
+	if w.F32 != nil {
+		wr := w.F32[j*in+off : j*in+off+len(xi)]
+		for k, v := range xi {
+			s += float32(v * wr[k])
+		}
+		return s
+	}
+	wr := w.BF16[j*in+off : j*in+off+len(xi)]
+	for k, v := range xi {
+		s += float32(v * bf16ToF32(wr[k]))
+	}
+	return s
+}

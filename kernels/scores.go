@@ -1,0 +1,48 @@
+package kernels
+
+import "fmt"
+
+// WeightedReLUScores computes the lightning-indexer score of each key against
+// one query of heads heads:
+//
+//	dim    = len(q) / heads; q is [heads, dim], w is [heads]
+//	dst[j] = Σ_h w[h] · max(0, q[h]·keys[j][:dim])   for j < len(keys)
+//
+// Heads are summed in ascending order. The reference uses Dot and skips
+// non-positive (and NaN) dot products; the AVX-512 implementation (heads a
+// multiple of 4, dim a multiple of 16) computes four keys × four heads per
+// tile and fuses each head's term into the running score. A key's score
+// depends only on the query and that key, never on the other keys of the
+// call. It does not allocate.
+func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
+	if heads <= 0 || len(q)%heads != 0 || len(w) != heads || len(dst) != len(keys) {
+		panic(fmt.Sprintf("kernels: WeightedReLUScores: heads=%d needs len(q) a multiple of heads, len(w)=heads and len(dst)=len(keys); got len(q)=%d, len(w)=%d, len(dst)=%d, %d keys",
+			heads, len(q), len(w), len(dst), len(keys)))
+	}
+	dim := len(q) / heads
+	for j, k := range keys {
+		if len(k) < dim {
+			panic(fmt.Sprintf("kernels: WeightedReLUScores: key %d has %d values, needs %d", j, len(k), dim))
+		}
+	}
+	if activeLevel() == levelAVX512 && heads%4 == 0 && dim%16 == 0 && dim > 0 {
+		var out [4]float32
+		n := len(keys)
+		for j := 0; j < n; j += 4 {
+			nj := min(4, n-j)
+			k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
+			scoreTile4(&q[0], &w[0], heads, dim, k(0), k(1), k(2), k(3), &out)
+			copy(dst[j:j+nj], out[:nj])
+		}
+		return
+	}
+	for j, key := range keys {
+		var s float32
+		for h := range heads {
+			if d := Dot(q[h*dim:(h+1)*dim], key[:dim]); d > 0 {
+				s += w[h] * d
+			}
+		}
+		dst[j] = s
+	}
+}
