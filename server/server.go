@@ -1,0 +1,176 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cpmla/cpmla/engine"
+	"github.com/cpmla/cpmla/tokenizer"
+)
+
+// Config describes what the server serves and its limits.
+type Config struct {
+	// Engine runs the requests.
+	Engine engine.Submitter
+	// Tokenizer encodes prompts, renders chat templates and decodes output.
+	Tokenizer *tokenizer.Tokenizer
+	// ModelName is the id clients use in "model" (any other name is 404;
+	// an empty "model" means this one).
+	ModelName string
+	// MaxModelLen bounds prompt plus generated tokens per request.
+	MaxModelLen int
+	// VocabSize bounds token ids in token-id prompts.
+	VocabSize int
+	// StopTokenIDs end generation unless a request sets ignore_eos (the
+	// model's end-of-sequence ids).
+	StopTokenIDs []int
+	// MaxInFlight bounds the requests submitted to the engine at once; one
+	// more is refused with 429. It is the engine's running slots plus the
+	// queue allowed to wait for them.
+	MaxInFlight int
+	// Stats feeds the engine-side metrics; nil leaves them out.
+	Stats Stats
+	// WriteTimeout bounds each write to a client; a client that reads
+	// slower is dropped and its request cancelled. 0 means 30 s.
+	WriteTimeout time.Duration
+	// Logger receives one line per failed request; nil discards.
+	Logger *slog.Logger
+}
+
+// maxBodyBytes bounds a request body.
+const maxBodyBytes = 16 << 20
+
+// Server is an http.Handler serving the OpenAI API for one model.
+type Server struct {
+	cfg     Config
+	mux     *http.ServeMux
+	metrics *metrics
+	slots   chan struct{}
+	created int64
+}
+
+// New checks cfg and returns a server.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Engine == nil:
+		return nil, errors.New("server: Config.Engine is nil; pass the engine that runs requests")
+	case cfg.Tokenizer == nil:
+		return nil, errors.New("server: Config.Tokenizer is nil; pass tokenizer.Default() or the checkpoint's tokenizer")
+	case cfg.ModelName == "":
+		return nil, errors.New("server: Config.ModelName is empty; name the served model (e.g. the preset name)")
+	case cfg.MaxModelLen < 2:
+		return nil, fmt.Errorf("server: max model len %d leaves no room for a prompt and one generated token; use at least 2", cfg.MaxModelLen)
+	case cfg.VocabSize < 1:
+		return nil, fmt.Errorf("server: vocab size %d must be positive (the model's vocab_size)", cfg.VocabSize)
+	case cfg.MaxInFlight < 1:
+		return nil, fmt.Errorf("server: max in-flight requests %d must be at least 1 (max-num-seqs plus --max-queue)", cfg.MaxInFlight)
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg:     cfg,
+		mux:     http.NewServeMux(),
+		metrics: newMetrics(cfg.Stats),
+		slots:   make(chan struct{}, cfg.MaxInFlight),
+		created: time.Now().Unix(),
+	}
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
+	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error",
+			msg: fmt.Sprintf("no route %s %s; the server answers POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health and GET /metrics", r.Method, r.URL.Path)})
+	})
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// InFlight is the number of requests currently admitted.
+func (s *Server) InFlight() int { return len(s.slots) }
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, ModelList{Object: "list", Data: []ModelCard{{
+		ID: s.cfg.ModelName, Object: "model", Created: s.created, OwnedBy: "cpmla",
+		Root: s.cfg.ModelName, MaxModelLen: s.cfg.MaxModelLen,
+	}}})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// admit takes an admission slot without waiting.
+func (s *Server) admit() bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) release() { <-s.slots }
+
+// apiError is a refusal with its HTTP status and OpenAI error fields.
+type apiError struct {
+	status int
+	typ    string
+	msg    string
+	param  string
+	code   string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, msg: fmt.Sprintf(format, args...)}
+}
+
+func (e *apiError) body() ErrorBody {
+	d := ErrorDetail{Message: e.msg, Type: e.typ}
+	if e.param != "" {
+		d.Param = &e.param
+	}
+	if e.code != "" {
+		d.Code = &e.code
+	}
+	return ErrorBody{Error: d}
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.status, e.body())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, `{"error":{"message":"encode response","type":"server_error","param":null,"code":null}}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// newID returns prefix followed by 24 random hex digits.
+func newID(prefix string) string {
+	var b [12]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"strings"
+
+	"github.com/cpmla/cpmla/tokenizer"
+)
+
+// tokenRecord is one generated token as the client sees it: its id, its
+// log-probability and the byte offset of its text in the generated text.
+// Text that a later token completes (an incomplete UTF-8 character) belongs
+// to that later token.
+type tokenRecord struct {
+	id      int
+	logprob float64
+	offset  int
+	end     int
+}
+
+// textStream turns generated tokens into text that is safe to release:
+// whole characters only (the tokenizer's stream decoder) and never past a
+// stop string. Text that could still be the beginning of a stop string is
+// held back until later tokens rule the stop string in or out.
+type textStream struct {
+	dec      *tokenizer.StreamDecoder
+	stops    []string
+	text     strings.Builder
+	released int // bytes of text handed out
+	tokens   []tokenRecord
+	tokOut   int // tokens handed out
+	stopped  bool
+}
+
+func newTextStream(tk *tokenizer.Tokenizer, stops []string) *textStream {
+	return &textStream{dec: tk.NewStreamDecoder(), stops: stops}
+}
+
+// add decodes one generated token and returns the text and tokens that are
+// now released. stopped reports that a stop string was found: the text
+// before it is released, the stop string and everything after it never are,
+// and add must not be called again.
+func (s *textStream) add(id int, logprob float64) (piece string, toks []tokenRecord, stopped bool) {
+	off := s.text.Len()
+	s.text.WriteString(s.dec.Add(id))
+	s.tokens = append(s.tokens, tokenRecord{id: id, logprob: logprob, offset: off, end: s.text.Len()})
+	return s.release(false)
+}
+
+// finish flushes what the decoder holds back (an incomplete character at
+// the very end) and releases all remaining text unless it contains a stop
+// string.
+func (s *textStream) finish() (piece string, toks []tokenRecord, stopped bool) {
+	if s.stopped {
+		return "", nil, true
+	}
+	if rest := s.dec.Flush(); rest != "" {
+		s.text.WriteString(rest)
+		if n := len(s.tokens); n > 0 {
+			s.tokens[n-1].end = s.text.Len()
+		}
+	}
+	return s.release(true)
+}
+
+// text returns everything released so far.
+func (s *textStream) output() string { return s.text.String()[:s.released] }
+
+func (s *textStream) release(final bool) (string, []tokenRecord, bool) {
+	all := s.text.String()
+	pending := all[s.released:]
+	cut := len(all) // release up to here
+	if at, ok := firstStop(pending, s.stops); ok {
+		cut = s.released + at
+		s.stopped = true
+	} else if !final {
+		cut -= heldBack(pending, s.stops)
+	}
+	piece := all[s.released:cut]
+	s.released = cut
+	first := s.tokOut
+	for s.tokOut < len(s.tokens) {
+		t := s.tokens[s.tokOut]
+		if t.end <= cut || t.offset < cut || (final && !s.stopped) {
+			s.tokOut++
+			continue
+		}
+		break
+	}
+	return piece, s.tokens[first:s.tokOut], s.stopped
+}
+
+// firstStop returns the byte position of the earliest stop string in text.
+func firstStop(text string, stops []string) (int, bool) {
+	best, found := len(text), false
+	for _, stop := range stops {
+		if i := strings.Index(text, stop); i >= 0 && (i < best || !found) {
+			best, found = i, true
+		}
+	}
+	return best, found
+}
+
+// heldBack is the length of the longest suffix of text that is a proper
+// prefix of a stop string: text that the next tokens could turn into a stop
+// string.
+func heldBack(text string, stops []string) int {
+	hold := 0
+	for _, stop := range stops {
+		for k := min(len(stop)-1, len(text)); k > hold; k-- {
+			if strings.HasSuffix(text, stop[:k]) {
+				hold = k
+				break
+			}
+		}
+	}
+	return hold
+}
