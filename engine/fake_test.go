@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
@@ -24,10 +25,13 @@ type fakeExec struct {
 	built  int64
 	bufs   []model.Buffer
 	seq    []int32
+	// While hold is set, every Forward waits for a value on gate.
+	hold atomic.Bool
+	gate chan struct{}
 }
 
 func newFakeExec(opt model.RunnerOptions, layout kvcache.Layout, vocab int) *fakeExec {
-	f := &fakeExec{opt: opt, layout: layout, vocab: vocab, plans: map[[2]int]bool{}}
+	f := &fakeExec{opt: opt, layout: layout, vocab: vocab, plans: map[[2]int]bool{}, gate: make(chan struct{})}
 	for range layout.N {
 		c := make([]int32, opt.NumBlocks*opt.BlockSize)
 		for i := range c {
@@ -45,13 +49,15 @@ func newFakeExec(opt model.RunnerOptions, layout kvcache.Layout, vocab int) *fak
 	return f
 }
 
+// fakeFactory returns a factory of fake executors and the list of those it
+// made (the profile executor first, the serving one last).
 func fakeFactory(layout kvcache.Layout, vocab int) (ExecutorFactory, *[]*fakeExec) {
-	var made []*fakeExec
+	made := new([]*fakeExec)
 	return func(opt model.RunnerOptions) (Executor, error) {
 		f := newFakeExec(opt, layout, vocab)
-		made = append(made, f)
+		*made = append(*made, f)
 		return f, nil
-	}, &made
+	}, made
 }
 
 // fakeNext is the token the fake model predicts after seq.
@@ -60,6 +66,9 @@ func fakeNext(seq []int32, vocab int) int32 {
 }
 
 func (f *fakeExec) Forward(b *model.Batch) error {
+	if f.hold.Load() {
+		<-f.gate
+	}
 	T := 0
 	for _, s := range b.Seqs {
 		T += len(s.Tokens)

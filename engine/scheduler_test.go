@@ -164,7 +164,7 @@ func TestPrefixHitGranularityIsOneBlock(t *testing.T) {
 				hit    int
 			}{
 				{2, slices.Concat(base[:19], ids(5, 900)), 16}, // shares 2 full blocks and 3 tokens
-				{3, base[:24], 16},                             // 3 full blocks, the last token recomputed
+				{3, base[:24], 16}, // 3 full blocks, the last token recomputed
 				{4, base[:25], 24},
 				{5, slices.Concat([]int32{999}, base[1:30]), 0}, // differs in the first block
 			}

@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/cpmla/cpmla/model"
+)
+
+// StepShape is a step the warm-up runs: Decodes one-token rows at the longest
+// context, and PrefillTokens prompt tokens split into sequences of at most
+// max-model-len.
+type StepShape struct {
+	Decodes       int
+	PrefillTokens int
+}
+
+// Tokens is the step's token count.
+func (s StepShape) Tokens() int { return s.Decodes + s.PrefillTokens }
+
+// maxStepTokens is the most tokens a step of c can hold: the batch limit, or
+// every sequence's whole length if that is smaller.
+func maxStepTokens(c SchedulerConfig) int {
+	return min(c.MaxNumBatchedTokens, c.MaxNumSeqs*c.MaxModelLen)
+}
+
+// WarmupShapes lists the steps the warm-up runs for c, covering every
+// row-count bucket the scheduler can produce: for each power of two b up to
+// the one holding the largest step, an all-prefill step of min(b, largest)
+// tokens and, where some row count in (b/2, b] is a possible number of
+// sequences, an all-decode step; then the largest mixed step. An executor that builds kernel plans per bucket of rows must key them
+// by these buckets (the next power of two of the row count, decode-only or
+// not) so that serving builds none.
+func WarmupShapes(c SchedulerConfig) []StepShape {
+	top := maxStepTokens(c)
+	var shapes []StepShape
+	for b := 1; ; b *= 2 {
+		// Bucket b holds the row counts (b/2, b].
+		if b/2 < c.MaxNumSeqs {
+			shapes = append(shapes, StepShape{Decodes: min(b, c.MaxNumSeqs)})
+		}
+		shapes = append(shapes, StepShape{PrefillTokens: min(b, top)})
+		if b >= top {
+			break
+		}
+	}
+	if d := min(c.MaxNumSeqs-1, top-1); d > 0 {
+		shapes = append(shapes, StepShape{Decodes: d, PrefillTokens: min(top-d, c.MaxModelLen)})
+	}
+	return shapes
+}
+
+// shapeBatch builds the batch of a warm-up or profile step. Block ids are
+// dealt round-robin from 0, so they are distinct while the cache has enough;
+// the contents written are scratch and the cache is unused until serving.
+func shapeBatch(c SchedulerConfig, s StepShape, numBlocks int, tokens []int32) *model.Batch {
+	b := &model.Batch{}
+	next := 0
+	table := func(n int) []int32 {
+		t := make([]int32, c.BlocksFor(n))
+		for i := range t {
+			t[i] = int32(next % numBlocks)
+			next++
+		}
+		return t
+	}
+	for range s.Decodes {
+		start := c.MaxModelLen - 1
+		b.Seqs = append(b.Seqs, model.Seq{Tokens: tokens[:1], Start: start, BlockTable: table(start + 1)})
+	}
+	for left := s.PrefillTokens; left > 0; {
+		n := min(left, c.MaxModelLen)
+		b.Seqs = append(b.Seqs, model.Seq{Tokens: tokens[:n], BlockTable: table(n)})
+		left -= n
+	}
+	return b
+}
+
+// profileBlocks is the cache a profile executor needs for the largest
+// all-prefill step.
+func profileBlocks(c SchedulerConfig) int {
+	top := maxStepTokens(c)
+	full, rest := top/c.MaxModelLen, top%c.MaxModelLen
+	return full*c.BlocksFor(c.MaxModelLen) + c.BlocksFor(rest)
+}
+
+// profile runs the largest all-prefill step and returns the bytes the step
+// allocated on the heap beyond the executor's persistent buffers.
+func profile(ex Executor, c SchedulerConfig, numBlocks int) (int64, error) {
+	tokens := make([]int32, maxStepTokens(c))
+	b := shapeBatch(c, StepShape{PrefillTokens: len(tokens)}, numBlocks, tokens)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := ex.Forward(b)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		return 0, fmt.Errorf("profile step of %d tokens: %w", len(tokens), err)
+	}
+	return int64(after.TotalAlloc - before.TotalAlloc), nil
+}
+
+// warmUp runs every warm-up shape once.
+func warmUp(ex Executor, c SchedulerConfig, numBlocks int) error {
+	tokens := make([]int32, maxStepTokens(c))
+	for _, s := range WarmupShapes(c) {
+		if err := ex.Forward(shapeBatch(c, s, numBlocks, tokens)); err != nil {
+			return fmt.Errorf("warm-up step %+v: %w", s, err)
+		}
+	}
+	return nil
+}
