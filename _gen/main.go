@@ -40,6 +40,8 @@ func main() {
 	for m := 1; m <= 4; m++ {
 		axpyTile512(m)
 	}
+	qkPanel512()
+	prefetchRows()
 	expSum512()
 	max512()
 	scoreTile512()
@@ -310,6 +312,100 @@ func axpyTile512(m int) {
 		}
 	}
 	VZEROUPPER()
+	RET()
+}
+
+// qkPanel512 emits qkPanelAVX512: for groups groups of four query rows
+// (row g·4+i at q + (g·4+i)·ldq) and four key rows of kn (a multiple of 16)
+// values, out[(g·4+i)·ldo + j] = scale · q_row·k_j, each dot product computed
+// exactly as in dotTile4x4F32AVX512 and then multiplied by scale.
+func qkPanel512() {
+	name := "qkPanelAVX512"
+	TEXT(name, NOSPLIT, "func(q *float32, ldq int, groups int, k0, k1, k2, k3 *float32, kn int, out *float32, ldo int, scale float32)")
+	Pragma("noescape")
+	Doc(name + " computes scaled dot products of groups×4 query rows with four key rows.")
+	q := Load(Param("q"), GP64())
+	ldq := Load(Param("ldq"), GP64())
+	SHLQ(U8(2), ldq)
+	groups := Load(Param("groups"), GP64())
+	var k [4]Register
+	for j := range 4 {
+		k[j] = Load(Param(fmt.Sprintf("k%d", j)), GP64())
+	}
+	kn := Load(Param("kn"), GP64())
+	SHLQ(U8(2), kn) // bytes per row
+	out := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	VBROADCASTSS(NewParamAddr("scale", 80), X29)
+	TESTQ(groups, groups)
+	JZ(LabelRef(name + "_done"))
+	TESTQ(kn, kn)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_group")
+	var xr [4]Register
+	xr[0] = q
+	for i := 1; i < 4; i++ {
+		xr[i] = GP64()
+		LEAQ(Mem{Base: xr[i-1], Index: ldq, Scale: 1}, xr[i])
+	}
+	for a := range 16 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	off := GP64()
+	XORQ(off, off)
+	Label(name + "_loop")
+	for j := range 4 {
+		VMOVUPS(Mem{Base: k[j], Index: off, Scale: 1}, zmm[16+j])
+	}
+	for i := range 4 {
+		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1}, zmm[20+i])
+		for j := range 4 {
+			VFMADD231PS(zmm[16+j], zmm[20+i], zmm[4*i+j])
+		}
+	}
+	ADDQ(U32(64), off)
+	CMPQ(off, kn)
+	JB(LabelRef(name + "_loop"))
+	for i := range 4 {
+		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
+		VMULPS(X29, xmm[4*i], xmm[4*i])
+		VMOVUPS(xmm[4*i], Mem{Base: out})
+		ADDQ(ldo, out)
+	}
+	LEAQ(Mem{Base: xr[3], Index: ldq, Scale: 1}, q)
+	DECQ(groups)
+	JNZ(LabelRef(name + "_group"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// prefetchRows emits prefetchRows4: PREFETCHT0 of every 64-byte line of
+// four rows of n bytes, so that rows gathered from random cache slots are on
+// their way while the previous rows are being used.
+func prefetchRows() {
+	name := "prefetchRows4"
+	TEXT(name, NOSPLIT, "func(r0, r1, r2, r3 *float32, n int)")
+	Pragma("noescape")
+	Doc(name + " prefetches n bytes of each of four rows into the L1 cache.")
+	var r [4]Register
+	for j := range 4 {
+		r[j] = Load(Param(fmt.Sprintf("r%d", j)), GP64())
+	}
+	n := Load(Param("n"), GP64())
+	off := GP64()
+	XORQ(off, off)
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	for j := range 4 {
+		PREFETCHT0(Mem{Base: r[j], Index: off, Scale: 1})
+	}
+	ADDQ(U32(64), off)
+	CMPQ(off, n)
+	JB(LabelRef(name + "_loop"))
+	Label(name + "_done")
 	RET()
 }
 

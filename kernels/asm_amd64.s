@@ -1396,6 +1396,174 @@ axpyTile4x64AVX512_store:
 	VZEROUPPER
 	RET
 
+// func qkPanelAVX512(q *float32, ldq int, groups int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, kn int, out *float32, ldo int, scale float32)
+// Requires: AVX, AVX512F, AVX512VL
+TEXT ·qkPanelAVX512(SB), NOSPLIT, $0-84
+	MOVQ         q+0(FP), AX
+	MOVQ         ldq+8(FP), CX
+	SHLQ         $0x02, CX
+	MOVQ         groups+16(FP), DX
+	MOVQ         k0+24(FP), BX
+	MOVQ         k1+32(FP), SI
+	MOVQ         k2+40(FP), DI
+	MOVQ         k3+48(FP), R8
+	MOVQ         kn+56(FP), R9
+	SHLQ         $0x02, R9
+	MOVQ         out+64(FP), R10
+	MOVQ         ldo+72(FP), R11
+	SHLQ         $0x02, R11
+	VBROADCASTSS scale+80(FP), X29
+	TESTQ        DX, DX
+	JZ           qkPanelAVX512_done
+	TESTQ        R9, R9
+	JZ           qkPanelAVX512_done
+
+qkPanelAVX512_group:
+	LEAQ   (AX)(CX*1), R12
+	LEAQ   (R12)(CX*1), R13
+	LEAQ   (R13)(CX*1), R14
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	XORQ   R15, R15
+
+qkPanelAVX512_loop:
+	VMOVUPS       (BX)(R15*1), Z16
+	VMOVUPS       (SI)(R15*1), Z17
+	VMOVUPS       (DI)(R15*1), Z18
+	VMOVUPS       (R8)(R15*1), Z19
+	VMOVUPS       (AX)(R15*1), Z20
+	VFMADD231PS   Z16, Z20, Z0
+	VFMADD231PS   Z17, Z20, Z1
+	VFMADD231PS   Z18, Z20, Z2
+	VFMADD231PS   Z19, Z20, Z3
+	VMOVUPS       (R12)(R15*1), Z21
+	VFMADD231PS   Z16, Z21, Z4
+	VFMADD231PS   Z17, Z21, Z5
+	VFMADD231PS   Z18, Z21, Z6
+	VFMADD231PS   Z19, Z21, Z7
+	VMOVUPS       (R13)(R15*1), Z22
+	VFMADD231PS   Z16, Z22, Z8
+	VFMADD231PS   Z17, Z22, Z9
+	VFMADD231PS   Z18, Z22, Z10
+	VFMADD231PS   Z19, Z22, Z11
+	VMOVUPS       (R14)(R15*1), Z23
+	VFMADD231PS   Z16, Z23, Z12
+	VFMADD231PS   Z17, Z23, Z13
+	VFMADD231PS   Z18, Z23, Z14
+	VFMADD231PS   Z19, Z23, Z15
+	ADDQ          $0x00000040, R15
+	CMPQ          R15, R9
+	JB            qkPanelAVX512_loop
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VMULPS        X29, X0, X0
+	VMOVUPS       X0, (R10)
+	ADDQ          R11, R10
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VMULPS        X29, X4, X4
+	VMOVUPS       X4, (R10)
+	ADDQ          R11, R10
+	VEXTRACTF64X4 $0x01, Z8, Y28
+	VADDPS        Y28, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y28
+	VADDPS        Y28, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y28
+	VADDPS        Y28, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y28
+	VADDPS        Y28, Y11, Y11
+	VHADDPS       Y9, Y8, Y8
+	VHADDPS       Y11, Y10, Y10
+	VHADDPS       Y10, Y8, Y8
+	VEXTRACTF32X4 $0x01, Y8, X28
+	VADDPS        X28, X8, X8
+	VMULPS        X29, X8, X8
+	VMOVUPS       X8, (R10)
+	ADDQ          R11, R10
+	VEXTRACTF64X4 $0x01, Z12, Y28
+	VADDPS        Y28, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y28
+	VADDPS        Y28, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y28
+	VADDPS        Y28, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z15, Y28
+	VADDPS        Y28, Y15, Y15
+	VHADDPS       Y13, Y12, Y12
+	VHADDPS       Y15, Y14, Y14
+	VHADDPS       Y14, Y12, Y12
+	VEXTRACTF32X4 $0x01, Y12, X28
+	VADDPS        X28, X12, X12
+	VMULPS        X29, X12, X12
+	VMOVUPS       X12, (R10)
+	ADDQ          R11, R10
+	LEAQ          (R14)(CX*1), AX
+	DECQ          DX
+	JNZ           qkPanelAVX512_group
+
+qkPanelAVX512_done:
+	VZEROUPPER
+	RET
+
+// func prefetchRows4(r0 *float32, r1 *float32, r2 *float32, r3 *float32, n int)
+// Requires: MMX+
+TEXT ·prefetchRows4(SB), NOSPLIT, $0-40
+	MOVQ  r0+0(FP), AX
+	MOVQ  r1+8(FP), CX
+	MOVQ  r2+16(FP), DX
+	MOVQ  r3+24(FP), BX
+	MOVQ  n+32(FP), SI
+	XORQ  DI, DI
+	TESTQ SI, SI
+	JZ    prefetchRows4_done
+
+prefetchRows4_loop:
+	PREFETCHT0 (AX)(DI*1)
+	PREFETCHT0 (CX)(DI*1)
+	PREFETCHT0 (DX)(DI*1)
+	PREFETCHT0 (BX)(DI*1)
+	ADDQ       $0x00000040, DI
+	CMPQ       DI, SI
+	JB         prefetchRows4_loop
+
+prefetchRows4_done:
+	RET
+
 // func expSumAVX512(x *float32, n int, m float32) float32
 // Requires: AVX, AVX512F, SSE
 TEXT ·expSumAVX512(SB), NOSPLIT, $0-28

@@ -92,6 +92,16 @@ func axpyTile3x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]floa
 //go:noescape
 func axpyTile4x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 
+// qkPanelAVX512 computes scaled dot products of groups×4 query rows with four key rows.
+//
+//go:noescape
+func qkPanelAVX512(q *float32, ldq int, groups int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, kn int, out *float32, ldo int, scale float32)
+
+// prefetchRows4 prefetches n bytes of each of four rows into the L1 cache.
+//
+//go:noescape
+func prefetchRows4(r0 *float32, r1 *float32, r2 *float32, r3 *float32, n int)
+
 // expSumAVX512 replaces x[i] by exp(x[i]-m) for n (a multiple of 16) values and returns their sum.
 //
 //go:noescape

@@ -111,6 +111,9 @@ func attendRowsRef(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows 
 	}
 }
 
+// need is the number of values AttendRows reads from each row.
+func need(dim, vdim int) int { return max(dim, vdim) }
+
 // attendBlock is the number of rows whose logits (and then weighted sums)
 // are computed before the next rows are read: 128 rows of 576 f32 are
 // 288 KiB, which stay in L2 next to 64 heads of queries (144 KiB).
@@ -135,20 +138,48 @@ func (t *attendTask) runPart(p, parts int) {
 	}
 }
 
-// attendHeads is the AVX-512 AttendRows for heads [h0, h1).
+// attendHeads is the AVX-512 AttendRows for heads [h0, h1). It walks the
+// rows in blocks of attendBlock, so that each row is read from memory once
+// and used from L2 for both products: logits of the block (4-head × 4-row dot
+// tiles), then an online softmax step per head (running max M and sum S; when
+// M grows, the head's partial output and S are scaled by exp(M_old − M)),
+// then the block's weighted rows (4-head × 64-column tiles, rows in order).
+// The block size is a constant, so the order of every operation on a head
+// depends only on the number of rows.
 func attendHeads(t *attendTask, h0, h1 int) {
 	q, rows, logits, dim, vdim := t.q, t.rows, t.logits, t.dim, t.vdim
 	n := len(rows)
 	kv := dim &^ 15
+	cv := vdim &^ 63
+	negInf := float32(math.Inf(-1))
+	runMax, runSum := t.lse, t.sums // lse holds the running max until the end
+	for h := h0; h < h1; h++ {
+		runMax[h], runSum[h] = negInf, 0
+	}
+	clear(t.out[h0*vdim : h1*vdim])
 	var tile [16]float32
-	// Logits, a block of rows at a time.
 	for b0 := 0; b0 < n; b0 += attendBlock {
 		b1 := min(b0+attendBlock, n)
 		for jt := b0; jt < b1; jt += 4 {
 			nj := min(4, b1-jt)
 			r := func(c int) *float32 { return &rows[jt+min(c, nj-1)][0] }
 			r0, r1, r2, r3 := r(0), r(1), r(2), r(3)
-			for ht := h0; ht < h1; ht += 4 {
+			if next := jt + 4; next < n {
+				// Rows come from scattered cache slots: start fetching the
+				// next four while these are used by every head.
+				nn := min(4, n-next)
+				p := func(c int) *float32 { return &rows[next+min(c, nn-1)][0] }
+				prefetchRows(p(0), p(1), p(2), p(3), 4*need(dim, vdim))
+			}
+			ht := h0
+			if kv == dim && nj == 4 && kv > 0 {
+				// Whole groups of four heads in one call, stored and scaled
+				// by the kernel (the same arithmetic as the tile below).
+				g := (h1 - h0) / 4
+				qkPanel(&q[h0*dim], dim, g, r0, r1, r2, r3, kv, &logits[h0*n+jt], n, t.scale)
+				ht += 4 * g
+			}
+			for ; ht < h1; ht += 4 {
 				m := min(4, h1-ht)
 				if kv > 0 {
 					dotTileF32(levelAVX512, m, &q[ht*dim], dim, r0, r1, r2, r3, kv, &tile)
@@ -157,7 +188,8 @@ func attendHeads(t *attendTask, h0, h1 int) {
 				}
 				for i := range m {
 					qi := q[(ht+i)*dim+kv : (ht+i+1)*dim]
-					for c := range nj {
+					lg := logits[(ht+i)*n+jt : (ht+i)*n+jt+nj]
+					for c := range lg {
 						s := tile[i*4+c]
 						if len(qi) > 0 {
 							row := rows[jt+c][kv:dim]
@@ -165,27 +197,25 @@ func attendHeads(t *attendTask, h0, h1 int) {
 								s += float32(v * row[k])
 							}
 						}
-						logits[(ht+i)*n+jt+c] = t.scale * s
+						lg[c] = t.scale * s
 					}
 				}
 			}
 		}
-	}
-	// Softmax statistics; logits become exp(logit − max).
-	for h := h0; h < h1; h++ {
-		m, sum := expSumMax(logits[h*n : (h+1)*n])
-		if t.maxLogits != nil {
-			t.maxLogits[h] = m
+		for h := h0; h < h1; h++ {
+			lg := logits[h*n+b0 : h*n+b1]
+			m := max(runMax[h], vecMax(lg))
+			if m > runMax[h] && runMax[h] != negInf {
+				alpha := float32(math.Exp(float64(runMax[h] - m)))
+				runSum[h] *= alpha
+				o := t.out[h*vdim : (h+1)*vdim]
+				for c := range o {
+					o[c] *= alpha
+				}
+			}
+			runMax[h] = m
+			runSum[h] += expSum(lg, m)
 		}
-		t.lse[h] = m + float32(math.Log(float64(sum)))
-		t.sums[h] = sum
-	}
-	// Weighted rows, a block at a time, 64 columns per tile.
-	out := t.out[h0*vdim : h1*vdim]
-	clear(out)
-	cv := vdim &^ 63
-	for b0 := 0; b0 < n; b0 += attendBlock {
-		b1 := min(b0+attendBlock, n)
 		for ht := h0; ht < h1; ht += 4 {
 			m := min(4, h1-ht)
 			for c0 := 0; c0 < cv; c0 += 64 {
@@ -206,10 +236,14 @@ func attendHeads(t *attendTask, h0, h1 int) {
 		}
 	}
 	for h := h0; h < h1; h++ {
-		inv := 1 / t.sums[h]
+		if t.maxLogits != nil {
+			t.maxLogits[h] = runMax[h]
+		}
+		inv := 1 / runSum[h]
 		o := t.out[h*vdim : (h+1)*vdim]
 		for c := range o {
 			o[c] *= inv
 		}
+		t.lse[h] = runMax[h] + float32(math.Log(float64(runSum[h])))
 	}
 }

@@ -118,29 +118,34 @@ func maxTileRows(l level) int {
 	return 3
 }
 
-// expSumMax computes m = max(x), replaces x[i] by exp(x[i]−m) and returns m
-// and Σ x after the replacement. The first multiple of 16 of the values goes
-// through the AVX-512 kernels, the rest through float64 math.Exp, in a fixed
-// order that depends only on len(x). len(x) > 0.
-func expSumMax(x []float32) (m, sum float32) {
-	n := len(x)
-	nv := n &^ 15
-	m = x[0]
+// vecMax is the largest value of x (len(x) > 0): a multiple of 16 of the
+// values through the AVX-512 kernel, the rest in Go.
+func vecMax(x []float32) float32 {
+	nv := len(x) &^ 15
+	m := x[0]
 	if nv > 0 {
 		m = maxAVX512(&x[0], nv)
 	}
 	for _, v := range x[nv:] {
 		m = max(m, v)
 	}
+	return m
+}
+
+// expSum replaces x[i] by exp(x[i]−m) and returns their sum: the first
+// multiple of 16 values through the AVX-512 polynomial, the rest through
+// float64 math.Exp, added after in order.
+func expSum(x []float32, m float32) (sum float32) {
+	nv := len(x) &^ 15
 	if nv > 0 {
 		sum = expSumAVX512(&x[0], nv, m)
 	}
-	for i := nv; i < n; i++ {
+	for i := nv; i < len(x); i++ {
 		e := float32(math.Exp(float64(x[i] - m)))
 		x[i] = e
 		sum += e
 	}
-	return m, sum
+	return sum
 }
 
 // fmaPeak runs the FMA-peak loop of the active level for rounds rounds and
@@ -182,6 +187,15 @@ func readSum(x []float32) (s float32, ok bool) {
 	}
 	return 0, false
 }
+
+// qkPanel is the AVX-512 scaled dot products of groups×4 query rows with
+// four key rows.
+func qkPanel(q *float32, ldq, groups int, k0, k1, k2, k3 *float32, kn int, out *float32, ldo int, scale float32) {
+	qkPanelAVX512(q, ldq, groups, k0, k1, k2, k3, kn, out, ldo, scale)
+}
+
+// prefetchRows starts loading n bytes of four rows into L1.
+func prefetchRows(r0, r1, r2, r3 *float32, n int) { prefetchRows4(r0, r1, r2, r3, n) }
 
 // scoreTile4 is the AVX-512 weighted ReLU score of four keys.
 func scoreTile4(q, w *float32, heads, dim int, k0, k1, k2, k3 *float32, out *[4]float32) {

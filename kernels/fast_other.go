@@ -26,7 +26,11 @@ func axpyTile(int, *float32, int, *float32, int, *[]float32, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func expSumMax([]float32) (float32, float32) {
+func vecMax([]float32) float32 {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func expSum([]float32, float32) float32 {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
@@ -37,3 +41,11 @@ func scoreTile4(*float32, *float32, int, int, *float32, *float32, *float32, *flo
 func fmaPeak(int) float64 { return 0 }
 
 func readSum([]float32) (float32, bool) { return 0, false }
+
+func qkPanel(*float32, int, int, *float32, *float32, *float32, *float32, int, *float32, int, float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func prefetchRows(*float32, *float32, *float32, *float32, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}

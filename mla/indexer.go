@@ -26,7 +26,9 @@ var keyScratch = sync.Pool{New: func() any { return new([]float32) }}
 // q is [t, heads, dim], w is [t, heads] with the H_I^-0.5·d_I^-0.5 scale
 // already folded in, nkeys = len(slots), scores is [t, nkeys]. ends[i] is the
 // number of keys query i may see (its causal bound, 0..nkeys). Keys past every
-// query's bound are never read. Steady-state calls do not allocate.
+// query's bound are never read. Steady-state calls do not allocate. Under an
+// assembly implementation of package kernels the scores come from
+// kernels.WeightedReLUScores (see fast.go).
 func IndexerScores(scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
 	nkeys := len(slots)
 	checkLen("IndexerScores", "scores", len(scores), t*nkeys)
@@ -42,6 +44,10 @@ func IndexerScores(scores, q, w []float32, t, heads, dim int, keys KeySource, sl
 		for j := int(e); j < nkeys; j++ {
 			row[j] = negInf
 		}
+	}
+	if kernels.Accelerated() {
+		indexerScoresFast(scores, q, w, t, heads, dim, keys, slots, ends)
+		return
 	}
 	sp := keyScratch.Get().(*[]float32)
 	if cap(*sp) < dim {

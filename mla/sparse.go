@@ -56,7 +56,9 @@ func (ws *Workspace) Bytes() int64 { return WorkspaceBytes(ws.topk, ws.heads) }
 // A row with no valid entry gets out 0, lse −Inf and maxLogits −Inf. Rows of
 // kv are read only for valid entries, once per query row, whatever the number
 // of heads. With a Workspace of at least (topk, heads) the call does not
-// allocate; a nil ws allocates one.
+// allocate; a nil ws allocates one. When package kernels runs an assembly
+// implementation the same math runs on kernels.AttendRows (see fast.go);
+// CPMLA_KERNELS=ref selects the plain loop below.
 func SparseAttention(out, lse, maxLogits, q []float32, rows, heads int, kv KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
 	checkLen("SparseAttention", "out", len(out), rows*heads*LatentDim)
 	checkLen("SparseAttention", "lse", len(lse), rows*heads)
@@ -74,6 +76,10 @@ func SparseAttention(out, lse, maxLogits, q []float32, rows, heads int, kv KVSou
 	if ws.topk < topk || ws.heads < heads {
 		panic(fmt.Sprintf("mla: SparseAttention needs a workspace for topk %d and %d heads, it was sized for topk %d and %d heads",
 			topk, heads, ws.topk, ws.heads))
+	}
+	if kernels.Accelerated() {
+		sparseAttentionFast(out, lse, maxLogits, q, rows, heads, kv, indices, topk, topkLen, scale, ws)
+		return
 	}
 	negInf := float32(math.Inf(-1))
 	for r := range rows {

@@ -1,0 +1,89 @@
+package mla
+
+import (
+	"sync"
+
+	"github.com/cpmla/cpmla/kernels"
+)
+
+// Fast paths. When an assembly implementation of package kernels is active
+// (kernels.Accelerated), SparseAttention and IndexerScores gather exactly the
+// rows and keys the reference reads, in the same order, and hand them to the
+// fused kernels (kernels.AttendRows, kernels.WeightedReLUScores). A query
+// row's results depend only on that row's query, indices and rows, so they are
+// batch-invariant; they agree with the reference within float32 rounding, not
+// bit for bit. With CPMLA_KERNELS=ref the reference below runs instead.
+
+// sparseAttentionFast is SparseAttention on the fast kernels; the arguments
+// have been checked by the caller.
+func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
+	for r := range rows {
+		lim := topk
+		if topkLen != nil {
+			lim = max(0, min(lim, int(topkLen[r])))
+		}
+		n := 0
+		for _, slot := range indices[r*topk : r*topk+lim] {
+			if slot < 0 {
+				continue
+			}
+			ws.rows[n] = kv.Row(slot, ws.rowBuf[n*RowDim:(n+1)*RowDim])[:RowDim]
+			n++
+		}
+		var maxR []float32
+		if maxLogits != nil {
+			maxR = maxLogits[r*heads : (r+1)*heads]
+		}
+		kernels.AttendRows(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
+			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rows[:n], scale, ws.logits[:heads*n])
+		clear(ws.rows[:n]) // drop references to the source's storage
+	}
+}
+
+// indexerChunk is the number of keys gathered before they are scored against
+// every query of a block (64 keys of 128 f32 are 32 KiB).
+const indexerChunk = 64
+
+// keyChunk is the gather scratch of the fast IndexerScores.
+type keyChunk struct {
+	buf  []float32   // [indexerChunk, dim] decode space
+	keys [][]float32 // [indexerChunk] gathered keys
+}
+
+var keyChunks = sync.Pool{New: func() any { return &keyChunk{keys: make([][]float32, indexerChunk)} }}
+
+// indexerScoresFast is the scoring loop of IndexerScores on the fast kernels;
+// the caller has checked the arguments and written the −Inf tails.
+func indexerScoresFast(scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
+	nkeys := len(slots)
+	kc := keyChunks.Get().(*keyChunk)
+	if cap(kc.buf) < indexerChunk*dim {
+		kc.buf = make([]float32, indexerChunk*dim)
+	}
+	buf := kc.buf[:indexerChunk*dim]
+	block := max(1, indexerBlockFloats/max(1, heads*dim))
+	for i0 := 0; i0 < t; i0 += block {
+		i1 := min(t, i0+block)
+		var maxEnd int32
+		for _, e := range ends[i0:i1] {
+			maxEnd = max(maxEnd, e)
+		}
+		for j0 := 0; j0 < int(maxEnd); j0 += indexerChunk {
+			j1 := min(int(maxEnd), j0+indexerChunk)
+			for j := j0; j < j1; j++ {
+				c := j - j0
+				kc.keys[c] = keys.Key(slots[j], buf[c*dim:(c+1)*dim])[:dim]
+			}
+			for i := i0; i < i1; i++ {
+				e := min(int(ends[i]), j1)
+				if e <= j0 {
+					continue
+				}
+				kernels.WeightedReLUScores(scores[i*nkeys+j0:i*nkeys+e], q[i*heads*dim:(i+1)*heads*dim],
+					w[i*heads:(i+1)*heads], heads, kc.keys[:e-j0])
+			}
+		}
+	}
+	clear(kc.keys)
+	keyChunks.Put(kc)
+}
