@@ -231,10 +231,23 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 		e.pending.Add(-1)
 		return nil, ErrClosed
 	}
+	e.mu.Unlock()
 	r.promptIDs, r.maxOut, r.stopIDs = prompt, req.MaxTokens, stop
+	// The cancellation hook exists before the loop can see the request; an
+	// abort that overtakes the request is repeated once it is queued.
+	r.stop = context.AfterFunc(ctx, func() { e.abort(r.id) })
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		r.stop()
+		e.pending.Add(-1)
+		return nil, ErrClosed
+	}
 	e.inbox = append(e.inbox, r)
 	e.mu.Unlock()
-	r.stop = context.AfterFunc(ctx, func() { e.abort(r.id) })
+	if ctx.Err() != nil {
+		e.abort(r.id)
+	}
 	e.signal()
 	return r.events, nil
 }
@@ -338,7 +351,7 @@ func (e *Engine) loop() {
 		}
 		p := e.sched.Schedule()
 		if len(p.Entries) == 0 {
-			e.publish(p, false)
+			e.publish(p, false, 0)
 			<-e.wake
 			continue
 		}
@@ -375,14 +388,14 @@ func (e *Engine) step(p *StepPlan) {
 	for _, f := range fin {
 		e.live[f.ID].finish = f.Reason
 	}
-	var out int64
+	// Counters first, so that a reader who saw a stream end sees its step.
+	e.publish(p, decodeOnly, len(fin))
 	for i, en := range p.Entries {
 		if !en.Sample {
 			continue
 		}
 		r := e.live[en.ID]
 		r.out++
-		out++
 		ev := Event{Token: int(e.sampled[i]), Logprob: e.logprob[i]}
 		if r.finish != "" {
 			ev.Finish = r.finish
@@ -393,23 +406,24 @@ func (e *Engine) step(p *StepPlan) {
 	}
 	if measure {
 		runtime.ReadMemStats(&after)
-	}
-	e.mu.Lock()
-	e.stats.OutputTokens += out
-	e.stats.Finished += int64(len(fin))
-	if measure {
+		e.mu.Lock()
 		e.stats.MeasuredDecodeSteps++
 		e.stats.DecodeStepAllocs += after.Mallocs - before.Mallocs
+		e.mu.Unlock()
 	}
-	e.mu.Unlock()
-	e.publish(p, decodeOnly)
 }
 
 // publish copies the scheduler's counters into the stats after a step.
-func (e *Engine) publish(p *StepPlan, decodeOnly bool) {
+func (e *Engine) publish(p *StepPlan, decodeOnly bool, finished int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := &e.stats
+	s.Finished += int64(finished)
+	for _, en := range p.Entries {
+		if en.Sample {
+			s.OutputTokens++
+		}
+	}
 	if len(p.Entries) > 0 {
 		s.Steps++
 		s.ScheduledTokens += int64(p.NumTokens)

@@ -278,7 +278,16 @@ func TestSubmitRefusalsAndCancellation(t *testing.T) {
 	if lastB.Finish != FinishLength || len(toks) != 2 {
 		t.Errorf("request B: %d tokens, end %+v", len(toks), lastB)
 	}
-	if st := e.Stats(); st.KVBlocksInUse != 0 || st.Aborted != 1 {
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	pre, err := e.Submit(done, Request{PromptIDs: []int{6}, MaxTokens: 30, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, last := collect(pre); last.Finish != FinishAbort && last.Finish != FinishLength {
+		t.Errorf("request submitted with a cancelled context ended with %+v", last)
+	}
+	if st := e.Stats(); st.KVBlocksInUse != 0 || st.Aborted < 1 {
 		t.Errorf("after all requests: %d blocks held, %d aborted", st.KVBlocksInUse, st.Aborted)
 	}
 }

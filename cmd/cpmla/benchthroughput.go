@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/engine"
+	"github.com/cpmla/cpmla/kvcache"
+	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/plan"
+	"github.com/cpmla/cpmla/sampler"
+)
+
+func init() { register(newBenchThroughputCmd) }
+
+type throughputOptions struct {
+	model                        string
+	weightSeed                   uint64
+	tp, dcp, pcp, interleave     int
+	numPrompts, inputLen, outLen int
+	seed                         uint64
+	temperature                  float64
+	engine                       engine.Options
+	kvDType, idxDType            string
+	memoryLimit, kvCacheMemory   string
+	workspaces                   []string
+	asJSON, quiet                bool
+}
+
+// throughputResult is what `bench throughput --json` prints.
+type throughputResult struct {
+	Model                       string  `json:"model"`
+	NumPrompts                  int     `json:"num_prompts"`
+	InputLen                    int     `json:"input_len"`
+	OutputLen                   int     `json:"output_len"`
+	ElapsedS                    float64 `json:"elapsed_s"`
+	RequestsPerS                float64 `json:"requests_per_s"`
+	OutputTokensPerS            float64 `json:"output_tokens_per_s"`
+	TotalTokensPerS             float64 `json:"total_tokens_per_s"`
+	PromptTokens                int64   `json:"prompt_tokens"`
+	OutputTokens                int64   `json:"output_tokens"`
+	Steps                       int64   `json:"steps"`
+	DecodeSteps                 int64   `json:"decode_steps"`
+	AllocsPerDecodeStep         float64 `json:"allocs_per_decode_step"`
+	KernelPlansBuiltAfterWarmup int64   `json:"kernel_plans_built_after_warmup"`
+	Preemptions                 int64   `json:"preemptions"`
+	KVUsagePeak                 float64 `json:"kv_usage_peak"`
+	PrefixCacheHitRate          float64 `json:"prefix_cache_hit_rate"`
+	KVBlocks                    int     `json:"kv_blocks"`
+	KVTokensPerRank             int64   `json:"kv_tokens_per_rank"`
+	Failed                      int     `json:"failed_requests"`
+}
+
+// engineOptions turns the flags into engine options, refusing impossible
+// values before anything loads.
+func (o *throughputOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
+	eo := o.engine
+	if o.tp != 1 || o.pcp != 1 || o.dcp != 1 {
+		return eo, fmt.Errorf("the engine runs one rank: --tensor-parallel-size %d, --prefill-context-parallel-size %d, --decode-context-parallel-size %d are not served yet; set all three to 1 (cpmla verify checks the parallel forward)",
+			o.tp, o.pcp, o.dcp)
+	}
+	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
+	var err error
+	if eo.KVDType, err = kvcache.ParseKVDType(o.kvDType); err != nil {
+		return eo, err
+	}
+	if eo.IndexerDType, err = kvcache.ParseIndexerDType(o.idxDType); err != nil {
+		return eo, err
+	}
+	for _, f := range []struct {
+		name, v string
+		dst     *int64
+	}{{"--memory-limit", o.memoryLimit, &eo.MemoryLimit}, {"--kv-cache-memory", o.kvCacheMemory, &eo.KVCacheMemory}} {
+		if f.v == "" {
+			continue
+		}
+		if *f.dst, err = plan.ParseSize(f.v); err != nil {
+			return eo, fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	for _, w := range o.workspaces {
+		name, size, ok := strings.Cut(w, "=")
+		if !ok {
+			return eo, fmt.Errorf("--workspace-bytes %q: want NAME=BYTES, e.g. logits=64MiB", w)
+		}
+		b, err := plan.ParseSize(size)
+		if err != nil {
+			return eo, fmt.Errorf("--workspace-bytes %s: %w", name, err)
+		}
+		if eo.WorkspaceBytes == nil {
+			eo.WorkspaceBytes = map[string]int64{}
+		}
+		eo.WorkspaceBytes[name] = b
+	}
+	eo.MaxQueue = max(o.numPrompts, 1)
+	eo.MeasureAllocs = true
+	eo = eo.WithDefaults(cfg)
+	switch {
+	case o.numPrompts < 1:
+		return eo, fmt.Errorf("--num-prompts must be ≥ 1, got %d", o.numPrompts)
+	case o.inputLen < 1:
+		return eo, fmt.Errorf("--input-len must be ≥ 1, got %d", o.inputLen)
+	case o.outLen < 1:
+		return eo, fmt.Errorf("--output-len must be ≥ 1, got %d", o.outLen)
+	case o.inputLen > eo.MaxModelLen:
+		return eo, fmt.Errorf("--input-len %d is longer than --max-model-len %d; set --input-len to at most %d", o.inputLen, eo.MaxModelLen, eo.MaxModelLen)
+	}
+	return eo, eo.Validate(cfg)
+}
+
+// progress draws a bar of finished requests on stderr without allocating,
+// so that it cannot disturb the engine's per-step allocation count.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	total int
+	done  int
+	buf   []byte
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	return &progress{w: w, total: total, buf: make([]byte, 0, 128)}
+}
+
+func (p *progress) add() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done++
+	const width = 40
+	filled := p.done * width / p.total
+	b := append(p.buf[:0], "\rbench throughput ["...)
+	for i := range width {
+		if i < filled {
+			b = append(b, '#')
+		} else {
+			b = append(b, '.')
+		}
+	}
+	b = append(b, "] "...)
+	b = strconv.AppendInt(b, int64(p.done), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(p.total), 10)
+	b = append(b, " requests"...)
+	if p.done == p.total {
+		b = append(b, '\n')
+	}
+	p.buf = b
+	p.w.Write(b)
+}
+
+func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, error) {
+	cfg, err := config.Load(o.model)
+	if err != nil {
+		return nil, err
+	}
+	eo, err := o.engineOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if o.inputLen+o.outLen > eo.MaxModelLen {
+		fmt.Fprintf(stderr, "note: --input-len %d + --output-len %d exceeds --max-model-len %d; requests stop at the length limit\n", o.inputLen, o.outLen, eo.MaxModelLen)
+	}
+	cfg, src, err := model.Source(o.model, o.weightSeed)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	e, err := engine.New(cfg, engine.WeightBytes(m), engine.SingleRank(m), eo)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	if err := e.Memory().WriteTable(stderr); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(o.seed, 0x7468726f))
+	prompts := make([][]int, o.numPrompts)
+	for i := range prompts {
+		p := make([]int, o.inputLen)
+		for j := range p {
+			p[j] = 2 + rng.IntN(cfg.VocabSize-2)
+		}
+		prompts[i] = p
+	}
+	var bar *progress
+	if !o.quiet {
+		bar = newProgress(stderr, o.numPrompts)
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed int
+		first  error
+	)
+	start := time.Now()
+	for i, p := range prompts {
+		req := engine.Request{ID: strconv.Itoa(i), PromptIDs: p, MaxTokens: o.outLen, IgnoreEOS: true,
+			Sampling: sampler.Params{Temperature: o.temperature, TopP: 1, Seed: o.seed + uint64(i)}}
+		ch, err := e.Submit(context.Background(), req)
+		if err != nil {
+			return nil, fmt.Errorf("submit request %d: %w", i, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last engine.Event
+			for ev := range ch {
+				last = ev
+			}
+			if last.Err != nil {
+				mu.Lock()
+				failed++
+				if first == nil {
+					first = last.Err
+				}
+				mu.Unlock()
+			}
+			bar.add()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	if first != nil {
+		return nil, fmt.Errorf("%d of %d requests failed, the first with: %w", failed, o.numPrompts, first)
+	}
+	st := e.Stats()
+	mem := e.Memory()
+	promptTokens := int64(o.numPrompts * o.inputLen)
+	return &throughputResult{
+		Model: o.model, NumPrompts: o.numPrompts, InputLen: o.inputLen, OutputLen: o.outLen,
+		ElapsedS:                    elapsed,
+		RequestsPerS:                float64(o.numPrompts) / elapsed,
+		OutputTokensPerS:            float64(st.OutputTokens) / elapsed,
+		TotalTokensPerS:             float64(promptTokens+st.OutputTokens) / elapsed,
+		PromptTokens:                promptTokens,
+		OutputTokens:                st.OutputTokens,
+		Steps:                       st.Steps,
+		DecodeSteps:                 st.DecodeSteps,
+		AllocsPerDecodeStep:         st.AllocsPerDecodeStep(),
+		KernelPlansBuiltAfterWarmup: st.KernelPlansBuiltAfterWarmup,
+		Preemptions:                 st.Preemptions,
+		KVUsagePeak:                 st.KVUsagePeak(),
+		PrefixCacheHitRate:          st.PrefixHitRate(),
+		KVBlocks:                    mem.NumBlocks,
+		KVTokensPerRank:             int64(mem.NumBlocks) * int64(mem.LocalBlock),
+		Failed:                      failed,
+	}, nil
+}
+
+func newBenchThroughputCmd() *cobra.Command {
+	bench := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmarks of the engine",
+	}
+	var o throughputOptions
+	cmd := &cobra.Command{
+		Use:   "throughput",
+		Short: "Offline throughput: run --num-prompts random prompts through the engine (no HTTP)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := benchThroughput(o, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if o.asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			fmt.Fprintf(out, "requests:               %d in %.2f s (%.2f requests/s)\n", res.NumPrompts, res.ElapsedS, res.RequestsPerS)
+			fmt.Fprintf(out, "output tokens/s:        %.1f\n", res.OutputTokensPerS)
+			fmt.Fprintf(out, "total tokens/s:         %.1f (prompt %d + output %d tokens)\n", res.TotalTokensPerS, res.PromptTokens, res.OutputTokens)
+			fmt.Fprintf(out, "steps:                  %d (%d decode-only)\n", res.Steps, res.DecodeSteps)
+			fmt.Fprintf(out, "peak KV usage:          %.1f%% of %d blocks\n", 100*res.KVUsagePeak, res.KVBlocks)
+			fmt.Fprintf(out, "preemptions:            %d\n", res.Preemptions)
+			fmt.Fprintf(out, "prefix-cache hit rate:  %.1f%%\n", 100*res.PrefixCacheHitRate)
+			fmt.Fprintf(out, "allocs per decode step: %.2f\n", res.AllocsPerDecodeStep)
+			fmt.Fprintf(out, "kernel plans built after warm-up: %d\n", res.KernelPlansBuiltAfterWarmup)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
+	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
+	f.IntVar(&o.tp, "tensor-parallel-size", 1, "tensor-parallel ranks")
+	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
+	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
+	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
+	f.IntVar(&o.numPrompts, "num-prompts", 64, "requests to run")
+	f.IntVar(&o.inputLen, "input-len", 128, "prompt tokens per request")
+	f.IntVar(&o.outLen, "output-len", 32, "generated tokens per request (end-of-sequence is ignored)")
+	f.Uint64Var(&o.seed, "seed", 0, "seed of the random prompts and of sampling")
+	f.Float64Var(&o.temperature, "temperature", 0, "sampling temperature (0 = greedy)")
+	f.IntVar(&o.engine.MaxNumBatchedTokens, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "tokens per step")
+	f.IntVar(&o.engine.MaxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "sequences per step")
+	f.IntVar(&o.engine.MaxModelLen, "max-model-len", 0, "longest request in tokens (0: the model's max_position_embeddings)")
+	f.IntVar(&o.engine.BlockSize, "block-size", engine.DefaultBlockSize, "positions per KV block (the prefix-cache granularity)")
+	f.BoolVar(&o.engine.DisablePrefixCaching, "no-prefix-caching", false, "do not reuse cached full blocks")
+	f.StringVar(&o.kvDType, "kv-cache-dtype", "f32", "KV cache dtype: f32, bf16, fp8_ds_mla")
+	f.StringVar(&o.idxDType, "indexer-cache-dtype", "f32", "indexer key cache dtype: f32, fp8")
+	f.StringVar(&o.memoryLimit, "memory-limit", "", "memory of one rank, e.g. 8GiB (default: this host's RAM)")
+	f.Float64Var(&o.engine.MemoryUtilization, "memory-utilization", plan.DefaultUtilization, "fraction of --memory-limit the engine may use")
+	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 512MiB (overrides the budget)")
+	f.StringArrayVar(&o.workspaces, "workspace-bytes", nil, "NAME=BYTES: size a workspace explicitly (refused if smaller than the worst step needs)")
+	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
+	f.BoolVar(&o.quiet, "quiet", false, "no progress bar on stderr")
+	bench.AddCommand(cmd)
+	return bench
+}
+
