@@ -101,7 +101,7 @@ func MatMulT(dst, x []float32, n int, w *Matrix) {
 	if w.F32 == nil {
 		bytesPerWeight = 2
 	}
-	jb := max(1, matMulBlockBytes/(in*bytesPerWeight))
+	jb := max(1, matMulBlockBytes/max(1, in*bytesPerWeight))
 	for j0 := 0; j0 < out; j0 += jb {
 		j1 := min(j0+jb, out)
 		for i := range n {

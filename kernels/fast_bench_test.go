@@ -1,0 +1,54 @@
+package kernels
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkFMAPeak measures the fp32 FMA peak of one core with the active
+// implementation's widest vectors: the yardstick of the compute-bound
+// kernels, to be read next to them from the same run.
+func BenchmarkFMAPeak(b *testing.B) {
+	var flops float64
+	for b.Loop() {
+		flops = FMAPeakLoop(100_000)
+	}
+	reportRate(b, flops, "GFLOP/s")
+}
+
+// BenchmarkStreamSum measures the read bandwidth of one core over a buffer
+// (64 MiB) larger than the last-level cache: the yardstick of the GEMV and
+// indexer kernels.
+func BenchmarkStreamSum(b *testing.B) {
+	x := randSlice(newRand(30), 16<<20, 1)
+	for b.Loop() {
+		StreamSum(x)
+	}
+	reportRate(b, float64(4*len(x)), "GB/s")
+}
+
+// BenchmarkAttendRows runs the absorbed sparse-MLA decode core at GLM-5
+// shapes: 64 heads, 576-wide rows (512 values), 2048 selected rows drawn
+// from a pool of 8192. FLOPs: 2·(576 + 512) per head and row.
+func BenchmarkAttendRows(b *testing.B) {
+	const dim, vdim, pool = 576, 512, 8192
+	for _, bc := range []struct{ heads, n, threads int }{{64, 2048, 1}, {64, 2048, 2}, {16, 2048, 1}} {
+		b.Run(fmt.Sprintf("heads=%d/rows=%d/threads=%d", bc.heads, bc.n, bc.threads), func(b *testing.B) {
+			r := newRand(31)
+			kv := randSlice(r, pool*dim, 1)
+			rows := make([][]float32, bc.n)
+			for j, p := range r.Perm(pool)[:bc.n] {
+				rows[j] = kv[p*dim : (p+1)*dim]
+			}
+			q := randSlice(r, bc.heads*dim, 0.05)
+			out := make([]float32, bc.heads*vdim)
+			lse := make([]float32, bc.heads)
+			logits := make([]float32, bc.heads*bc.n)
+			defer SetThreads(SetThreads(bc.threads))
+			for b.Loop() {
+				AttendRows(out, lse, nil, q, bc.heads, vdim, rows, 0.0625, logits)
+			}
+			reportRate(b, 2*float64(bc.heads*bc.n*(dim+vdim)), "GFLOP/s")
+		})
+	}
+}

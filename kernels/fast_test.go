@@ -1,0 +1,402 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// impls lists the implementations this machine runs, the reference first.
+func impls() []string {
+	names := []string{"ref"}
+	for _, l := range []level{levelAVX2, levelAVX512} {
+		if supported(l) {
+			names = append(names, l.String())
+		}
+	}
+	return names
+}
+
+// forEachImpl runs f as a subtest under every supported implementation and
+// restores the active one and the thread count afterwards.
+func forEachImpl(t *testing.T, f func(t *testing.T)) {
+	for _, name := range impls() {
+		t.Run(name, func(t *testing.T) {
+			prev, err := SetImpl(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer SetImpl(prev)
+			defer SetThreads(SetThreads(1))
+			f(t)
+		})
+	}
+}
+
+// bitsOf compares float32 slices by their bits (NaN == NaN, 0 != −0).
+func bitsOf(x []float32) []uint32 {
+	b := make([]uint32, len(x))
+	for i, v := range x {
+		b[i] = math.Float32bits(v)
+	}
+	return b
+}
+
+func TestSetImpl(t *testing.T) {
+	tests := []struct {
+		name    string
+		wantErr string // "" = accepted
+	}{
+		{"ref", ""},
+		{" REF ", ""},
+		{"auto", ""},
+		{"", ""},
+		{"sse", "use one of auto, ref, avx2, avx512"},
+		{"avx1024", "use one of auto, ref, avx2, avx512"},
+	}
+	for _, l := range []level{levelAVX2, levelAVX512} {
+		if supported(l) {
+			tests = append(tests, struct{ name, wantErr string }{l.String(), ""})
+		} else {
+			tests = append(tests, struct{ name, wantErr string }{l.String(), "CPU support this machine lacks"})
+		}
+	}
+	before := Impl()
+	for _, tc := range tests {
+		prev, err := SetImpl(tc.name)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("SetImpl(%q): %v", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("SetImpl(%q) = %v, want an error mentioning %q", tc.name, err, tc.wantErr)
+		case err == nil && tc.name != "" && tc.name != "auto" && Impl() != strings.ToLower(strings.TrimSpace(tc.name)):
+			t.Errorf("after SetImpl(%q), Impl() = %q", tc.name, Impl())
+		}
+		if err == nil {
+			SetImpl(prev)
+		}
+	}
+	if Impl() != before {
+		t.Errorf("SetImpl did not restore %q, Impl() = %q", before, Impl())
+	}
+	if _, err := SetImpl("auto"); err != nil || Impl() != bestLevel().String() {
+		t.Errorf("SetImpl(auto) = %v, Impl() = %q, want %q", err, Impl(), bestLevel())
+	}
+	SetImpl(before)
+}
+
+// FuzzParseImpl: any string either parses to a level whose name parses back
+// to it, or is refused with the list of accepted names.
+func FuzzParseImpl(f *testing.F) {
+	for _, s := range []string{"", "auto", "ref", "avx2", "avx512", "AVX-512", " go ", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, auto, err := parseImpl(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "auto, ref, avx2, avx512") {
+				t.Errorf("parseImpl(%q): error %q does not list the accepted names", s, err)
+			}
+			return
+		}
+		if auto {
+			if l != bestLevel() {
+				t.Errorf("parseImpl(%q) auto = %v, want %v", s, l, bestLevel())
+			}
+			return
+		}
+		if back, _, err := parseImpl(l.String()); err != nil || back != l {
+			t.Errorf("parseImpl(%q) = %v, which parses back to %v, %v", s, l, back, err)
+		}
+	})
+}
+
+func TestSetThreadsRefusesZero(t *testing.T) {
+	expectPanic(t, "SetThreads(0)", func() { SetThreads(0) })
+}
+
+// dotBound is Σ|a·b|, the scale of the rounding error of a float32 dot
+// product of a and b.
+func dotBound(a []float32, b []float64) float64 {
+	var s float64
+	for k := range a {
+		s += math.Abs(float64(a[k]) * b[k])
+	}
+	return s
+}
+
+// TestMatMulTAllImpls: every implementation agrees with the float64 product
+// within float32 rounding (relative to Σ|x·w|), on shapes with row, column
+// and reduction tails, both weight formats; a row's bits do not depend on
+// the batch it is in, on the thread count, or on the run.
+func TestMatMulTAllImpls(t *testing.T) {
+	shapes := []struct{ n, out, in int }{
+		{1, 1, 1}, {2, 3, 7}, {5, 4, 16}, {3, 9, 17}, {7, 13, 33}, {4, 6, 64},
+		{9, 31, 100}, {1, 576, 256}, {6, 5, 2*gemmKC + 40}, {0, 4, 16}, {3, 5, 0}, {2, 0, 8},
+	}
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(40)
+		for _, sh := range shapes {
+			x := randSlice(r, sh.n*sh.in, 1)
+			wf := randSlice(r, sh.out*sh.in, 1)
+			wb := make([]uint16, len(wf))
+			wbf := make([]float64, len(wf))
+			for i, v := range wf {
+				wb[i] = toBF16(v)
+				wbf[i] = float64(bf16ToF32(wb[i]))
+			}
+			for _, tc := range []struct {
+				dtype string
+				w     *Matrix
+				w64   []float64
+			}{
+				{"f32", &Matrix{Rows: sh.out, Cols: sh.in, F32: wf}, to64(wf)},
+				{"bf16", &Matrix{Rows: sh.out, Cols: sh.in, BF16: wb}, wbf},
+			} {
+				name := fmt.Sprintf("%s n=%d [%d,%d]", tc.dtype, sh.n, sh.out, sh.in)
+				dst := make([]float32, sh.n*sh.out)
+				MatMulT(dst, x, sh.n, tc.w)
+				var bad []string
+				for i := range sh.n {
+					for j := range sh.out {
+						xi := x[i*sh.in : (i+1)*sh.in]
+						wj := tc.w64[j*sh.in : (j+1)*sh.in]
+						var want float64
+						for k := range xi {
+							want += float64(xi[k]) * wj[k]
+						}
+						if err := math.Abs(float64(dst[i*sh.out+j]) - want); err > 1e-6*dotBound(xi, wj)+1e-30 {
+							bad = append(bad, fmt.Sprintf("(%d,%d): got %v, want %v", i, j, dst[i*sh.out+j], want))
+						}
+					}
+				}
+				if d := cmp.Diff([]string(nil), bad); d != "" {
+					t.Errorf("%s: elements beyond float32 rounding:\n%s", name, d)
+				}
+				// Each row alone, and the batch again on three threads.
+				for i := range sh.n {
+					row := make([]float32, sh.out)
+					MatVecT(row, x[i*sh.in:(i+1)*sh.in], tc.w)
+					if d := cmp.Diff(bitsOf(dst[i*sh.out:(i+1)*sh.out]), bitsOf(row)); d != "" {
+						t.Errorf("%s row %d: alone vs in the batch (-batch +alone):\n%s", name, i, d)
+					}
+				}
+				SetThreads(3)
+				par := make([]float32, len(dst))
+				MatMulT(par, x, sh.n, tc.w)
+				SetThreads(1)
+				if d := cmp.Diff(bitsOf(dst), bitsOf(par)); d != "" {
+					t.Errorf("%s: 1 thread vs 3 threads (-1 +3):\n%s", name, d)
+				}
+			}
+		}
+	})
+}
+
+// attend64 is the float64 definition of AttendRows.
+func attend64(q []float32, heads, vdim int, rows [][]float32, scale float32) (out, lse, maxL []float64) {
+	dim := len(q) / heads
+	out = make([]float64, heads*vdim)
+	lse = make([]float64, heads)
+	maxL = make([]float64, heads)
+	for h := range heads {
+		lg := make([]float64, len(rows))
+		m := math.Inf(-1)
+		for j, row := range rows {
+			var d float64
+			for k := range dim {
+				d += float64(q[h*dim+k]) * float64(row[k])
+			}
+			lg[j] = float64(scale) * d
+			m = max(m, lg[j])
+		}
+		maxL[h], lse[h] = m, m
+		if len(rows) == 0 {
+			continue
+		}
+		var s float64
+		for _, l := range lg {
+			s += math.Exp(l - m)
+		}
+		lse[h] = m + math.Log(s)
+		for j, row := range rows {
+			p := math.Exp(lg[j] - lse[h])
+			for c := range vdim {
+				out[h*vdim+c] += p * float64(row[c])
+			}
+		}
+	}
+	return out, lse, maxL
+}
+
+// TestAttendRows: every implementation against the float64 definition, on
+// head counts and row counts with tails, rows whose unread tail is NaN, and
+// no rows at all. Under the fast path each head's bits are the same computed
+// alone, on several threads, or again.
+func TestAttendRows(t *testing.T) {
+	tests := []struct {
+		name                 string
+		heads, dim, vdim, nr int
+		scale                float32
+	}{
+		{"glm5 decode", 64, 576, 512, 300, 0.0625},
+		{"odd heads, one block tail", 7, 576, 512, 131, 0.1352},
+		{"one head one row", 1, 576, 512, 1, 0.0625},
+		{"small dims with tails", 5, 20, 70, 37, 0.5},
+		{"vdim wider than dim", 3, 16, 128, 9, 0.25},
+		{"no rows", 6, 576, 512, 0, 0.0625},
+	}
+	forEachImpl(t, func(t *testing.T) {
+		for k, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				r := newRand(50 + uint64(k))
+				width := max(tc.dim, tc.vdim)
+				rows := make([][]float32, tc.nr)
+				for j := range rows {
+					// Eight NaN values past the read width must never matter.
+					row := append(randSlice(r, width, 1), make([]float32, 8)...)
+					for c := width; c < len(row); c++ {
+						row[c] = float32(math.NaN())
+					}
+					rows[j] = row
+				}
+				q := randSlice(r, tc.heads*tc.dim, 0.3)
+				wantOut, wantLSE, wantMax := attend64(q, tc.heads, tc.vdim, rows, tc.scale)
+				out := make([]float32, tc.heads*tc.vdim)
+				lse := make([]float32, tc.heads)
+				maxL := make([]float32, tc.heads)
+				logits := make([]float32, tc.heads*tc.nr)
+				AttendRows(out, lse, maxL, q, tc.heads, tc.vdim, rows, tc.scale, logits)
+				opt := cmp.Options{cmpopts.EquateApprox(1e-4, 1e-5), cmpopts.EquateNaNs()}
+				if d := cmp.Diff(wantOut, to64(out), opt); d != "" {
+					t.Errorf("out (-want +got):\n%s", d)
+				}
+				if d := cmp.Diff(wantLSE, to64(lse), opt); d != "" {
+					t.Errorf("lse (-want +got):\n%s", d)
+				}
+				if d := cmp.Diff(wantMax, to64(maxL), opt); d != "" {
+					t.Errorf("maxLogits (-want +got):\n%s", d)
+				}
+				// Threads, repetition, and every head alone.
+				SetThreads(3)
+				out3 := make([]float32, len(out))
+				lse3 := make([]float32, len(lse))
+				AttendRows(out3, lse3, nil, q, tc.heads, tc.vdim, rows, tc.scale, logits)
+				SetThreads(1)
+				if d := cmp.Diff(bitsOf(append(out, lse...)), bitsOf(append(out3, lse3...))); d != "" {
+					t.Errorf("1 thread vs 3 threads (-1 +3):\n%s", d)
+				}
+				for h := range tc.heads {
+					o1 := make([]float32, tc.vdim)
+					l1 := make([]float32, 1)
+					AttendRows(o1, l1, nil, q[h*tc.dim:(h+1)*tc.dim], 1, tc.vdim, rows, tc.scale, logits)
+					if d := cmp.Diff(bitsOf(append(out[h*tc.vdim:(h+1)*tc.vdim:(h+1)*tc.vdim], lse[h])), bitsOf(append(o1, l1...))); d != "" {
+						t.Errorf("head %d alone vs with all heads (-all +alone):\n%s", h, d)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestWeightedReLUScores: every implementation against the float64 formula
+// Σ_h w[h]·max(0, q_h·k); a key's score has the same bits alone or with
+// other keys.
+func TestWeightedReLUScores(t *testing.T) {
+	tests := []struct{ heads, dim, nkeys int }{
+		{32, 128, 67}, {4, 16, 5}, {3, 16, 9}, {8, 24, 10}, {64, 128, 1}, {4, 128, 0},
+	}
+	forEachImpl(t, func(t *testing.T) {
+		for k, tc := range tests {
+			r := newRand(60 + uint64(k))
+			q := randSlice(r, tc.heads*tc.dim, 1)
+			w := randSlice(r, tc.heads, 1)
+			keys := make([][]float32, tc.nkeys)
+			want := make([]float64, tc.nkeys)
+			for j := range keys {
+				keys[j] = randSlice(r, tc.dim, 1)
+				for h := range tc.heads {
+					var d float64
+					for c := range tc.dim {
+						d += float64(q[h*tc.dim+c]) * float64(keys[j][c])
+					}
+					want[j] += float64(w[h]) * max(d, 0)
+				}
+			}
+			got := make([]float32, tc.nkeys)
+			WeightedReLUScores(got, q, w, tc.heads, keys)
+			name := fmt.Sprintf("heads=%d dim=%d keys=%d", tc.heads, tc.dim, tc.nkeys)
+			if d := cmp.Diff(want, to64(got), cmpopts.EquateApprox(1e-4, 1e-4)); d != "" {
+				t.Errorf("%s (-want +got):\n%s", name, d)
+			}
+			for j := range keys {
+				one := make([]float32, 1)
+				WeightedReLUScores(one, q, w, tc.heads, keys[j:j+1])
+				if math.Float32bits(one[0]) != math.Float32bits(got[j]) {
+					t.Errorf("%s key %d: alone %v, with the others %v", name, j, one[0], got[j])
+				}
+			}
+		}
+	})
+}
+
+// TestFastKernelsDoNotAllocate: the dispatching kernels allocate nothing in
+// steady state, on one thread and on several.
+func TestFastKernelsDoNotAllocate(t *testing.T) {
+	r := newRand(70)
+	const heads, dim, vdim, nr = 8, 576, 512, 40
+	rows := make([][]float32, nr)
+	for j := range rows {
+		rows[j] = randSlice(r, dim, 1)
+	}
+	q := randSlice(r, heads*dim, 1)
+	out := make([]float32, heads*vdim)
+	lse := make([]float32, heads)
+	logits := make([]float32, heads*nr)
+	w := &Matrix{Rows: 64, Cols: 256, F32: randSlice(r, 64*256, 1)}
+	x := randSlice(r, 8*256, 1)
+	y := make([]float32, 8*64)
+	iw := randSlice(r, 4, 1)
+	scores := make([]float32, nr)
+	forEachImpl(t, func(t *testing.T) {
+		for _, threads := range []int{1, 2} {
+			SetThreads(threads)
+			for _, tc := range []struct {
+				name string
+				f    func()
+			}{
+				{"AttendRows", func() { AttendRows(out, lse, nil, q, heads, vdim, rows, 0.0625, logits) }},
+				{"MatMulT", func() { MatMulT(y, x, 8, w) }},
+				{"WeightedReLUScores", func() { WeightedReLUScores(scores, q[:4*128], iw, 4, rows) }},
+			} {
+				if a := testing.AllocsPerRun(20, tc.f); a != 0 {
+					t.Errorf("%s on %d threads allocates %v times per call", tc.name, threads, a)
+				}
+			}
+		}
+	})
+}
+
+// TestPeakProbes: the probe loops report the work they did and StreamSum is
+// a sum.
+func TestPeakProbes(t *testing.T) {
+	x := randSlice(newRand(71), 1000, 1)
+	var want float64
+	for _, v := range x {
+		want += float64(v)
+	}
+	forEachImpl(t, func(t *testing.T) {
+		flops := FMAPeakLoop(10)
+		wantFlops := map[string]float64{"ref": 0, "avx2": 10 * 12 * 8 * 2, "avx512": 10 * 24 * 16 * 2}[Impl()]
+		if flops != wantFlops {
+			t.Errorf("FMAPeakLoop(10) = %v FLOPs, want %v", flops, wantFlops)
+		}
+		if d := cmp.Diff(want, float64(StreamSum(x)), cmpopts.EquateApprox(1e-5, 1e-4)); d != "" {
+			t.Errorf("StreamSum (-want +got):\n%s", d)
+		}
+	})
+}

@@ -1,0 +1,153 @@
+package mla
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cpmla/cpmla/kernels"
+	"github.com/google/go-cmp/cmp"
+)
+
+// withImpl runs f under the named kernels implementation.
+func withImpl(t *testing.T, name string, f func()) {
+	t.Helper()
+	prev, err := kernels.SetImpl(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kernels.SetImpl(prev)
+	f()
+}
+
+func bits(x []float32) []uint32 {
+	b := make([]uint32, len(x))
+	for i, v := range x {
+		b[i] = math.Float32bits(v)
+	}
+	return b
+}
+
+// TestSparseAttentionFastMatchesReference: on randomized shapes with −1
+// entries anywhere, topkLen cut-offs, empty rows and NaN in every slot no
+// valid entry names, the fast path agrees with the reference within float32
+// rounding, and each query row has the same bits computed alone.
+func TestSparseAttentionFastMatchesReference(t *testing.T) {
+	if !kernels.Accelerated() {
+		t.Skip("kernels run the reference (CPMLA_KERNELS=ref); nothing to compare")
+	}
+	fast := kernels.Impl()
+	tests := []struct {
+		name                  string
+		rows, heads, topk, kv int
+	}{
+		{"glm5 heads, decode", 1, 64, 300, 700},
+		{"prefill rows, odd heads", 5, 7, 33, 80},
+		{"top-k beyond a block", 3, 16, 260, 400},
+		{"one key", 2, 4, 1, 3},
+	}
+	for k, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(20, uint64(k)))
+			kv := DenseKV(filled(tc.kv*RowDim, float32(math.NaN())))
+			indices := make([]int32, tc.rows*tc.topk)
+			topkLen := make([]int32, tc.rows)
+			for r := range tc.rows {
+				topkLen[r] = int32(rng.IntN(tc.topk + 2))
+				if r == tc.rows-1 && tc.rows > 1 {
+					topkLen[r] = 0 // a row that sees nothing
+				}
+				for j, p := range rng.Perm(tc.kv)[:tc.topk] {
+					if rng.IntN(5) == 0 {
+						p = -1 - rng.IntN(3)
+					}
+					indices[r*tc.topk+j] = int32(p)
+					if p >= 0 && j < int(topkLen[r]) {
+						copy(kv[p*RowDim:(p+1)*RowDim], randVec(rng, RowDim))
+					}
+				}
+			}
+			q := randVec(rng, tc.rows*tc.heads*RowDim)
+			run := func(impl string, rows int, q []float32, indices, topkLen []int32) (out, lse, maxL []float32) {
+				out = make([]float32, rows*tc.heads*LatentDim)
+				lse = make([]float32, rows*tc.heads)
+				maxL = make([]float32, rows*tc.heads)
+				withImpl(t, impl, func() {
+					SparseAttention(out, lse, maxL, q, rows, tc.heads, kv, indices, tc.topk, topkLen, 0.0625, NewWorkspace(tc.topk, tc.heads))
+				})
+				return out, lse, maxL
+			}
+			refOut, refLSE, refMax := run("ref", tc.rows, q, indices, topkLen)
+			out, lse, maxL := run(fast, tc.rows, q, indices, topkLen)
+			diffF32(t, "out", refOut, out, approx(1e-4, 1e-5))
+			diffF32(t, "lse", refLSE, lse, approx(1e-5, 1e-5))
+			diffF32(t, "maxLogits", refMax, maxL, approx(1e-5, 1e-5))
+			for r := range tc.rows {
+				o1, l1, m1 := run(fast, 1, q[r*tc.heads*RowDim:(r+1)*tc.heads*RowDim], indices[r*tc.topk:(r+1)*tc.topk], topkLen[r:r+1])
+				hd := tc.heads
+				want := append(append(append([]float32{}, out[r*hd*LatentDim:(r+1)*hd*LatentDim]...), lse[r*hd:(r+1)*hd]...), maxL[r*hd:(r+1)*hd]...)
+				got := append(append(o1, l1...), m1...)
+				if d := cmp.Diff(bits(want), bits(got)); d != "" {
+					t.Errorf("row %d alone vs in the batch (-batch +alone):\n%s", r, d)
+				}
+			}
+		})
+	}
+}
+
+// TestIndexerScoresFastMatchesReference: the fast scores agree with the
+// reference, keys past every bound are never read (they are NaN), and each
+// query's scores have the same bits computed alone.
+func TestIndexerScoresFastMatchesReference(t *testing.T) {
+	if !kernels.Accelerated() {
+		t.Skip("kernels run the reference (CPMLA_KERNELS=ref); nothing to compare")
+	}
+	fast := kernels.Impl()
+	tests := []struct {
+		name             string
+		t, heads, dim, n int
+	}{
+		{"glm5 indexer decode", 2, 32, 128, 300},
+		{"prefill chunk", 6, 8, 128, 150},
+		{"heads not a multiple of four", 3, 6, 64, 70},
+		{"dim with a tail", 2, 4, 40, 20},
+	}
+	for k, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(21, uint64(k)))
+			ends := make([]int32, tc.t)
+			var maxEnd int32
+			for i := range ends {
+				ends[i] = int32(rng.IntN(tc.n - 3))
+				maxEnd = max(maxEnd, ends[i])
+			}
+			perm := rng.Perm(tc.n + 5)
+			slots := make([]int32, tc.n)
+			data := filled((tc.n+5)*tc.dim, float32(math.NaN()))
+			for j := range slots {
+				slots[j] = int32(perm[j])
+				if j < int(maxEnd) {
+					copy(data[perm[j]*tc.dim:], randVec(rng, tc.dim))
+				}
+			}
+			keys := DenseKeys{Dim: tc.dim, Data: data}
+			q := randVec(rng, tc.t*tc.heads*tc.dim)
+			w := randVec(rng, tc.t*tc.heads)
+			run := func(impl string, t0, t1 int) []float32 {
+				s := make([]float32, (t1-t0)*tc.n)
+				withImpl(t, impl, func() {
+					IndexerScores(s, q[t0*tc.heads*tc.dim:t1*tc.heads*tc.dim], w[t0*tc.heads:t1*tc.heads], t1-t0, tc.heads, tc.dim, keys, slots, ends[t0:t1])
+				})
+				return s
+			}
+			ref := run("ref", 0, tc.t)
+			got := run(fast, 0, tc.t)
+			diffF32(t, "scores", ref, got, approx(1e-4, 1e-5))
+			for i := range tc.t {
+				if d := cmp.Diff(bits(got[i*tc.n:(i+1)*tc.n]), bits(run(fast, i, i+1))); d != "" {
+					t.Errorf("query %d alone vs in the block (-block +alone):\n%s", i, d)
+				}
+			}
+		})
+	}
+}
