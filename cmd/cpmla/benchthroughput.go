@@ -324,4 +324,3 @@ func newBenchThroughputCmd() *cobra.Command {
 	bench.AddCommand(cmd)
 	return bench
 }
-
