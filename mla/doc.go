@@ -15,6 +15,12 @@
 //   - The softmax scale is passed in by the caller (config.Model.SoftmaxScale),
 //     never derived from the 576-wide row.
 //
+// SparseAttention and IndexerScores have a fast path on the assembly kernels
+// of package kernels (kernels.AttendRows, kernels.WeightedReLUScores) that
+// reads exactly the rows and keys the reference reads; it agrees with the
+// reference within float32 rounding and keeps every query row's bits
+// independent of the other rows. CPMLA_KERNELS=ref runs the reference.
+//
 // This package must never read a cache row for an invalid index, allocate on
 // the hot path (SparseAttention, IndexerScores, IndexerTopK and CombineLSE are
 // allocation-free), start goroutines, know about ranks or collectives, or
