@@ -244,10 +244,10 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 		return nil, ErrClosed
 	}
 	e.inbox = append(e.inbox, r)
-	e.mu.Unlock()
-	if ctx.Err() != nil {
-		e.abort(r.id)
+	if ctx.Err() != nil { // drained with the request, after it
+		e.aborts = append(e.aborts, r.id)
 	}
+	e.mu.Unlock()
 	e.signal()
 	return r.events, nil
 }
