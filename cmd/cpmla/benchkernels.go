@@ -1,0 +1,454 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cpmla/cpmla/kernels"
+	"github.com/cpmla/cpmla/kvcache"
+	"github.com/cpmla/cpmla/mla"
+	"github.com/cpmla/cpmla/numfmt"
+)
+
+func init() { register(newBenchCmd) }
+
+// benchCommands are the subcommands of `cpmla bench`; a benchmark file adds
+// its own with registerBench in an init function.
+var benchCommands []func() *cobra.Command
+
+func registerBench(newCmd func() *cobra.Command) { benchCommands = append(benchCommands, newCmd) }
+
+func init() { registerBench(newBenchKernelsCmd) }
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "bench", Short: "Measure the engine on this machine"}
+	for _, c := range benchCommands {
+		cmd.AddCommand(c())
+	}
+	return cmd
+}
+
+// kernelResult is one line of `cpmla bench kernels`. Rates and the peak
+// fraction are medians over rounds; in every round the machine's peak (FMA
+// loop for compute-bound kernels, streamed read for memory-bound ones) is
+// measured right before the kernel, on the same threads, and the fraction is
+// taken within the round.
+type kernelResult struct {
+	Kernel         string  `json:"kernel"`
+	Shape          string  `json:"shape"`
+	Threads        int     `json:"threads"`
+	SecondsPerCall float64 `json:"seconds_per_call"`
+	GFLOPS         float64 `json:"gflops"`
+	GBPS           float64 `json:"gbps"`
+	PeakFraction   float64 `json:"peak_fraction"`
+	// Bound is what the fraction is taken of: "fma_peak" or "read_bandwidth".
+	Bound             string  `json:"bound"`
+	FMAPeakGFLOPS     float64 `json:"fma_peak_gflops"`
+	ReadBandwidthGBPS float64 `json:"read_bandwidth_gbps"`
+	Impl              string  `json:"impl"`
+}
+
+// benchCase is one kernel at one shape: setup allocates its inputs and
+// returns the call to time.
+type benchCase struct {
+	kernel, shape string
+	flops, bytes  float64 // per call
+	memoryBound   bool
+	setup         func() (call func(), err error)
+}
+
+type benchKernelsOptions struct {
+	json    bool
+	threads int
+	rounds  int
+	minTime time.Duration
+	only    string
+	impl    string
+}
+
+func newBenchKernelsCmd() *cobra.Command {
+	var o benchKernelsOptions
+	cmd := &cobra.Command{
+		Use:   "kernels [--json] [--threads N]",
+		Short: "Time the hot kernels against this machine's FMA peak and read bandwidth",
+		Long: `Times sparse MLA attention, the lightning indexer, GEMM and GEMV at the model's
+shapes. In each round the machine's fp32 FMA peak (a register-only FMA loop) or its
+read bandwidth (one pass over 256 MiB) is measured on the same threads right before
+the kernel; the reported numbers are medians over rounds, and peak_fraction is the
+median of the per-round ratios.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBenchKernels(cmd.OutOrStdout(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.json, "json", false, "print a JSON list of result objects")
+	f.IntVar(&o.threads, "threads", 1, "threads per kernel call (kernels.SetThreads) and for the peak measurements")
+	f.IntVar(&o.rounds, "rounds", 5, "rounds per kernel (peak, then kernel); medians are reported")
+	f.DurationVar(&o.minTime, "min-time", 100*time.Millisecond, "least time spent timing a kernel in one round")
+	f.StringVar(&o.only, "only", "", "regular expression selecting kernels by name (default: all)")
+	f.StringVar(&o.impl, "impl", "", "kernel implementation: auto, ref, avx2 or avx512 (default: "+kernels.ImplEnv+" or auto)")
+	return cmd
+}
+
+func runBenchKernels(w io.Writer, o benchKernelsOptions) error {
+	switch {
+	case o.threads < 1:
+		return fmt.Errorf("bench kernels: --threads %d: need at least 1 (use --threads 1)", o.threads)
+	case o.rounds < 1:
+		return fmt.Errorf("bench kernels: --rounds %d: need at least 1 (use --rounds 5)", o.rounds)
+	case o.minTime <= 0:
+		return fmt.Errorf("bench kernels: --min-time %v: need a positive duration (use --min-time 100ms)", o.minTime)
+	}
+	sel, err := regexp.Compile(o.only)
+	if err != nil {
+		return fmt.Errorf("bench kernels: --only: %w", err)
+	}
+	if o.impl != "" {
+		prev, err := kernels.SetImpl(o.impl)
+		if err != nil {
+			return fmt.Errorf("bench kernels: --impl: %w", err)
+		}
+		defer kernels.SetImpl(prev)
+	}
+	defer kernels.SetThreads(kernels.SetThreads(o.threads))
+
+	probe := newPeakProbe(o.threads)
+	var results []kernelResult
+	for _, c := range kernelBenchCases() {
+		if !sel.MatchString(c.kernel) {
+			continue
+		}
+		call, err := c.setup()
+		if err != nil {
+			return fmt.Errorf("bench kernels: %s %s: %w", c.kernel, c.shape, err)
+		}
+		results = append(results, measureKernel(c, call, probe, o))
+	}
+	if o.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if results == nil {
+			results = []kernelResult{}
+		}
+		return enc.Encode(results)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "kernel\tshape\tthreads\ts/call\tGFLOP/s\tGB/s\tpeak fraction\tof\tpeak\t\n")
+	for _, r := range results {
+		peak := fmt.Sprintf("%.1f GFLOP/s", r.FMAPeakGFLOPS)
+		if r.Bound == "read_bandwidth" {
+			peak = fmt.Sprintf("%.1f GB/s", r.ReadBandwidthGBPS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3g\t%.1f\t%.1f\t%.1f%%\t%s\t%s\t\n",
+			r.Kernel, r.Shape, r.Threads, r.SecondsPerCall, r.GFLOPS, r.GBPS, 100*r.PeakFraction, r.Bound, peak)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "implementation %s; medians of %d rounds; the peak is re-measured in every round\n", kernels.Impl(), o.rounds)
+	return err
+}
+
+// measureKernel runs o.rounds rounds of (peak, kernel) and returns medians.
+func measureKernel(c benchCase, call func(), p *peakProbe, o benchKernelsOptions) kernelResult {
+	call() // warm caches, pools and page tables once
+	var secs, fracs, fma, bw []float64
+	for range o.rounds {
+		var peak float64
+		if c.memoryBound {
+			peak = p.readBandwidth()
+			bw = append(bw, peak)
+		} else {
+			peak = p.fmaPeak()
+			fma = append(fma, peak)
+		}
+		s := timeCalls(call, o.minTime)
+		secs = append(secs, s)
+		rate := c.flops / s / 1e9
+		if c.memoryBound {
+			rate = c.bytes / s / 1e9
+		}
+		fracs = append(fracs, rate/peak)
+	}
+	s := median(secs)
+	r := kernelResult{
+		Kernel: c.kernel, Shape: c.shape, Threads: o.threads, SecondsPerCall: s,
+		GFLOPS: c.flops / s / 1e9, GBPS: c.bytes / s / 1e9, PeakFraction: median(fracs),
+		Bound: "fma_peak", Impl: kernels.Impl(),
+	}
+	if c.memoryBound {
+		r.Bound = "read_bandwidth"
+		r.ReadBandwidthGBPS = median(bw)
+	} else {
+		r.FMAPeakGFLOPS = median(fma)
+	}
+	return r
+}
+
+// timeCalls returns the median seconds per call over batches of calls that
+// together take at least minTime.
+func timeCalls(call func(), minTime time.Duration) float64 {
+	var per []float64
+	start := time.Now()
+	for n := 1; ; {
+		t0 := time.Now()
+		for range n {
+			call()
+		}
+		d := time.Since(t0)
+		per = append(per, d.Seconds()/float64(n))
+		if time.Since(start) >= minTime && len(per) >= 3 {
+			break
+		}
+		if d < minTime/20 {
+			n *= 2
+		}
+	}
+	return median(per)
+}
+
+func median(x []float64) float64 {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// peakProbe measures the machine on a number of threads at once.
+type peakProbe struct {
+	threads int
+	buf     []float32 // 256 MiB, split among the threads
+}
+
+func newPeakProbe(threads int) *peakProbe {
+	return &peakProbe{threads: threads}
+}
+
+// fmaPeak is the fp32 FMA rate of all threads running the FMA loop at once
+// (GFLOP/s), the best of three short runs.
+func (p *peakProbe) fmaPeak() float64 {
+	const rounds = 50_000 // about a millisecond on one core
+	best := 0.0
+	for range 3 {
+		var wg sync.WaitGroup
+		flops := make([]float64, p.threads)
+		t0 := time.Now()
+		for i := range p.threads {
+			wg.Go(func() { flops[i] = kernels.FMAPeakLoop(rounds) })
+		}
+		wg.Wait()
+		d := time.Since(t0).Seconds()
+		var total float64
+		for _, f := range flops {
+			total += f
+		}
+		if total == 0 { // the reference runs no FMA loop: fall back to a scalar estimate
+			total = scalarFMALoop(p.threads, rounds)
+			d = time.Since(t0).Seconds()
+		}
+		best = max(best, total/d/1e9)
+	}
+	return best
+}
+
+// scalarFMALoop is the reference's stand-in peak: eight independent scalar
+// multiply-add chains per thread, timed by the caller.
+func scalarFMALoop(threads, rounds int) float64 {
+	var wg sync.WaitGroup
+	sink := make([]float32, threads)
+	for i := range threads {
+		wg.Go(func() {
+			var a [8]float32
+			for range rounds * 16 {
+				for k := range a {
+					a[k] = a[k]*0.999 + 0.5
+				}
+			}
+			sink[i] = a[0] + a[7]
+		})
+	}
+	wg.Wait()
+	return float64(threads) * float64(rounds*16) * 8 * 2
+}
+
+// readBandwidth is the rate of all threads streaming disjoint parts of a
+// 256 MiB buffer at once (GB/s), the best of three passes.
+func (p *peakProbe) readBandwidth() float64 {
+	if p.buf == nil {
+		p.buf = make([]float32, 64<<20)
+		for i := range p.buf {
+			p.buf[i] = float32(i & 1023)
+		}
+	}
+	best := 0.0
+	per := len(p.buf) / p.threads
+	for range 3 {
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i := range p.threads {
+			wg.Go(func() { kernels.StreamSum(p.buf[i*per : (i+1)*per]) })
+		}
+		wg.Wait()
+		best = max(best, float64(4*per*p.threads)/time.Since(t0).Seconds()/1e9)
+	}
+	return best
+}
+
+// kernelBenchCases lists the kernels and shapes: GLM-5 sparse attention per
+// rank (64 heads, top-k 2048) for decode and prefill rows and each KV format,
+// the indexer over 64 Ki keys, and GEMM/GEMV at projection shapes.
+func kernelBenchCases() []benchCase {
+	var cases []benchCase
+	const heads, topk, pool = 64, 2048, 8192
+	attnFlops := float64(heads*topk) * 2 * (mla.RowDim + mla.LatentDim)
+	for _, sc := range []struct {
+		kernel string
+		rows   int
+		kv     kvcache.KVDType
+	}{
+		{"sparse_mla_decode", 1, kvcache.KVBF16},
+		{"sparse_mla_decode", 1, kvcache.KVF32},
+		{"sparse_mla_decode", 1, kvcache.KVFP8DSMLA},
+		{"sparse_mla_prefill", 16, kvcache.KVBF16},
+	} {
+		cases = append(cases, benchCase{
+			kernel: sc.kernel,
+			shape:  fmt.Sprintf("rows=%d heads=%d topk=%d kv=%s", sc.rows, heads, topk, sc.kv),
+			flops:  float64(sc.rows) * attnFlops,
+			bytes:  float64(sc.rows*topk) * float64(kvcache.RowBytes(sc.kv)),
+			setup:  func() (func(), error) { return setupSparse(sc.rows, heads, topk, pool, sc.kv) },
+		})
+	}
+	const nkeys, ih, idim = 64 << 10, 32, 128
+	for _, idx := range []kvcache.IndexerDType{kvcache.IdxF32, kvcache.IdxFP8} {
+		cases = append(cases, benchCase{
+			kernel:      "indexer_scores_topk",
+			shape:       fmt.Sprintf("queries=1 keys=%d heads=%d dim=%d topk=%d keys=%s", nkeys, ih, idim, topk, idx),
+			flops:       float64(nkeys) * ih * idim * 2,
+			bytes:       float64(nkeys) * float64(kvcache.KeyBytes(idx, idim)),
+			memoryBound: true,
+			setup:       func() (func(), error) { return setupIndexer(nkeys, ih, idim, topk, idx) },
+		})
+	}
+	for _, dtype := range []string{"f32", "bf16"} {
+		bpw := 4.0
+		if dtype == "bf16" {
+			bpw = 2
+		}
+		for _, g := range []struct{ rows, out, in int }{{128, 2048, 6144}, {16, 2048, 6144}, {128, 576, 7168}} {
+			cases = append(cases, benchCase{
+				kernel: "gemm_" + dtype,
+				shape:  fmt.Sprintf("rows=%d out=%d in=%d", g.rows, g.out, g.in),
+				flops:  2 * float64(g.rows*g.out*g.in),
+				bytes:  bpw * float64(g.out*g.in),
+				setup:  func() (func(), error) { return setupGEMM(g.rows, g.out, g.in, dtype) },
+			})
+		}
+		const out, in = 7168, 4096 // larger than the last-level cache in either format
+		cases = append(cases, benchCase{
+			kernel:      "gemv_" + dtype,
+			shape:       fmt.Sprintf("rows=1 out=%d in=%d", out, in),
+			flops:       2 * float64(out*in),
+			bytes:       bpw * float64(out*in),
+			memoryBound: true,
+			setup:       func() (func(), error) { return setupGEMM(1, out, in, dtype) },
+		})
+	}
+	return cases
+}
+
+// benchRand fills inputs with FlashMLA's test distribution scaled down, so
+// that softmax weights are spread over many keys.
+func benchRand(rng *rand.Rand, n int, scale float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(scale * (rng.NormFloat64()/10 + (rng.Float64()-0.5)/10))
+	}
+	return v
+}
+
+func setupSparse(rows, heads, topk, pool int, kv kvcache.KVDType) (func(), error) {
+	const blockSize = 64
+	c, err := kvcache.NewCache(1, pool/blockSize, blockSize, kv, kvcache.IdxF32, 0)
+	if err != nil {
+		return nil, err
+	}
+	lc := c.Layer(0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for s := range pool {
+		lc.WriteRow(int32(s), benchRand(rng, mla.RowDim, 1))
+	}
+	indices := make([]int32, rows*topk)
+	for r := range rows {
+		for j, p := range rng.Perm(pool)[:topk] {
+			indices[r*topk+j] = int32(p)
+		}
+	}
+	q := benchRand(rng, rows*heads*mla.RowDim, 1)
+	out := make([]float32, rows*heads*mla.LatentDim)
+	lse := make([]float32, rows*heads)
+	ws := mla.NewWorkspace(topk, heads)
+	var src mla.KVSource = lc
+	return func() {
+		mla.SparseAttention(out, lse, nil, q, rows, heads, src, indices, topk, nil, 0.0625, ws)
+	}, nil
+}
+
+func setupIndexer(nkeys, heads, dim, topk int, idx kvcache.IndexerDType) (func(), error) {
+	const blockSize = 64
+	c, err := kvcache.NewCache(1, nkeys/blockSize, blockSize, kvcache.KVBF16, idx, dim)
+	if err != nil {
+		return nil, err
+	}
+	lc := c.Layer(0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	slots := make([]int32, nkeys)
+	for j, p := range rng.Perm(nkeys) {
+		slots[j] = int32(p)
+		lc.WriteKey(int32(p), benchRand(rng, dim, 10))
+	}
+	q := benchRand(rng, heads*dim, 10)
+	w := benchRand(rng, heads, 1)
+	ends := []int32{int32(nkeys)}
+	scores := make([]float32, nkeys)
+	picked := make([]int32, topk)
+	counts := make([]int32, 1)
+	var keys mla.KeySource = lc
+	return func() {
+		mla.IndexerScores(scores, q, w, 1, heads, dim, keys, slots, ends)
+		mla.IndexerTopK(picked, counts, scores, 1, nkeys, topk)
+	}, nil
+}
+
+func setupGEMM(rows, out, in int, dtype string) (func(), error) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	w := &kernels.Matrix{Rows: out, Cols: in}
+	wf := benchRand(rng, out*in, 10)
+	if dtype == "f32" {
+		w.F32 = wf
+	} else {
+		w.BF16 = make([]uint16, len(wf))
+		numfmt.F32sToBF16(w.BF16, wf)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	x := benchRand(rng, rows*in, 10)
+	dst := make([]float32, rows*out)
+	return func() { kernels.MatMulT(dst, x, rows, w) }, nil
+}
