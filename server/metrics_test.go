@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/openai/openai-go/v3"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// scrape reads /metrics and parses the text exposition.
+func (e *testEnv) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := e.hc.Get(e.http.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics status %d", resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+func TestMetrics(t *testing.T) {
+	stats := fakeStats{kv: []float64{0.125, 0.75, 0}, collective: 2.5, builds: 3}
+	e := newTestEnv(t, func(_ *fakeEngine, c *Config) { c.Stats = stats })
+	ctx := context.Background()
+	// Three requests of known sizes: prompt ids given, max tokens 2, 5 and
+	// the whole reply (which ends with EOS).
+	sizes := []int64{2, 5, 100}
+	var wantPrompt, wantGen float64
+	for _, n := range sizes {
+		p := completionParams("", n)
+		p.Prompt = openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{0, 1, 2}}
+		if _, err := e.client.Completions.New(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		wantPrompt += 3
+		wantGen += float64(min(int(n), len(e.fake.script)))
+	}
+	e.post(t, "/v1/completions", `{"prompt":"x","n":3}`) // refused: counted as rejected
+
+	fams := e.scrape(t)
+	value := func(name string) float64 {
+		f, ok := fams[name]
+		if !ok || len(f.Metric) == 0 {
+			t.Errorf("metric %s missing", name)
+			return -1
+		}
+		m := f.Metric[0]
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+		return -1
+	}
+	got := map[string]float64{}
+	for _, name := range []string{
+		"cpmla:prompt_tokens_total", "cpmla:generation_tokens_total",
+		"cpmla:num_requests_waiting", "cpmla:num_requests_running",
+		"cpmla:time_to_first_token_seconds", "cpmla:inter_token_latency_seconds", "cpmla:e2e_request_latency_seconds",
+		"cpmla:collective_seconds_total", "cpmla:kernel_plans_built_after_warmup_total", "cpmla:request_rejected_total",
+	} {
+		got[name] = value(name)
+	}
+	want := map[string]float64{
+		"cpmla:prompt_tokens_total":     wantPrompt,
+		"cpmla:generation_tokens_total": wantGen,
+		"cpmla:num_requests_waiting":    0,
+		"cpmla:num_requests_running":    0,
+		// One first token per request, every other token one gap.
+		"cpmla:time_to_first_token_seconds":           float64(len(sizes)),
+		"cpmla:inter_token_latency_seconds":           wantGen - float64(len(sizes)),
+		"cpmla:e2e_request_latency_seconds":           float64(len(sizes)),
+		"cpmla:collective_seconds_total":              stats.collective,
+		"cpmla:kernel_plans_built_after_warmup_total": float64(stats.builds),
+		"cpmla:request_rejected_total":                1,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	kv := map[string]float64{}
+	for _, m := range fams["cpmla:kv_cache_usage_perc"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "rank" {
+				kv[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if diff := cmp.Diff(map[string]float64{"0": 0.125, "1": 0.75, "2": 0}, kv); diff != "" {
+		t.Errorf("KV usage per rank (-want +got):\n%s", diff)
+	}
+	reasons := map[string]float64{}
+	for _, m := range fams["cpmla:request_success_total"].GetMetric() {
+		reasons[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+	}
+	if diff := cmp.Diff(map[string]float64{"length": 2, "stop": 1}, reasons); diff != "" {
+		t.Errorf("finished requests by reason (-want +got):\n%s", diff)
+	}
+}
