@@ -37,11 +37,13 @@ func main() {
 			dotTile256(m, bf16)
 		}
 	}
-	for m := 1; m <= 4; m++ {
-		axpyTile512(m)
+	for _, bf16 := range []bool{false, true} {
+		for m := 1; m <= 4; m++ {
+			axpyTile512(m, bf16)
+		}
+		qkPanel512(bf16)
+		prefetchRows(bf16)
 	}
-	qkPanel512()
-	prefetchRows()
 	expSum512()
 	max512()
 	scoreTile512()
@@ -252,9 +254,13 @@ func dotTile256(m int, bf16 bool) {
 // axpyTile512 emits axpyTile{m}x64AVX512: for i < m and c < 64,
 // out[i·ldo+c] += Σ_{j<n} p[i·ldp+j]·rows[j][coff+c], rows a table of
 // []float32 headers; each element is one fused chain over j in order.
-func axpyTile512(m int) {
-	name := fmt.Sprintf("axpyTile%dx64AVX512", m)
-	TEXT(name, NOSPLIT, "func(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)")
+func axpyTile512(m int, bf16 bool) {
+	name := fmt.Sprintf("axpyTile%dx64%sAVX512", m, wName(bf16))
+	et := "float32"
+	if bf16 {
+		et = "uint16"
+	}
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(out *float32, ldo int, p *float32, ldp int, rows *[]%s, n int, coff int)", et))
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s accumulates %d rows of 64 outputs, each a weighted sum of n table rows at column coff.", name, m))
 	out := Load(Param("out"), GP64())
@@ -266,7 +272,11 @@ func axpyTile512(m int) {
 	rows := Load(Param("rows"), GP64())
 	n := Load(Param("n"), GP64())
 	coff := Load(Param("coff"), GP64())
-	SHLQ(U8(2), coff)
+	if bf16 {
+		SHLQ(U8(1), coff)
+	} else {
+		SHLQ(U8(2), coff)
+	}
 	or := make([]Register, m)
 	pr := make([]Register, m)
 	for i := range m {
@@ -293,7 +303,11 @@ func axpyTile512(m int) {
 	row := GP64()
 	MOVQ(Mem{Base: rows}, row)
 	for c := range 4 {
-		VMOVUPS(Mem{Base: row, Index: coff, Scale: 1, Disp: 64 * c}, zmm[16+c])
+		if bf16 {
+			loadW(Mem{Base: row, Index: coff, Scale: 1, Disp: 32 * c}, zmm[16+c], true)
+		} else {
+			VMOVUPS(Mem{Base: row, Index: coff, Scale: 1, Disp: 64 * c}, zmm[16+c])
+		}
 	}
 	for i := range m {
 		VBROADCASTSS(Mem{Base: pr[i], Index: poff, Scale: 1}, zmm[20+i])
@@ -319,9 +333,12 @@ func axpyTile512(m int) {
 // (row g·4+i at q + (g·4+i)·ldq) and four key rows of kn (a multiple of 16)
 // values, out[(g·4+i)·ldo + j] = scale · q_row·k_j, each dot product computed
 // exactly as in dotTile4x4F32AVX512 and then multiplied by scale.
-func qkPanel512() {
+func qkPanel512(bf16 bool) {
 	name := "qkPanelAVX512"
-	TEXT(name, NOSPLIT, "func(q *float32, ldq int, groups int, k0, k1, k2, k3 *float32, kn int, out *float32, ldo int, scale float32)")
+	if bf16 {
+		name = "qkPanelBF16AVX512"
+	}
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(q *float32, ldq int, groups int, k0, k1, k2, k3 %s, kn int, out *float32, ldo int, scale float32)", wType(bf16)))
 	Pragma("noescape")
 	Doc(name + " computes scaled dot products of groups×4 query rows with four key rows.")
 	q := Load(Param("q"), GP64())
@@ -333,7 +350,14 @@ func qkPanel512() {
 		k[j] = Load(Param(fmt.Sprintf("k%d", j)), GP64())
 	}
 	kn := Load(Param("kn"), GP64())
-	SHLQ(U8(2), kn) // bytes per row
+	// off counts key bytes; query bytes are off·qs.
+	qs := uint8(1)
+	if bf16 {
+		SHLQ(U8(1), kn)
+		qs = 2
+	} else {
+		SHLQ(U8(2), kn)
+	}
 	out := Load(Param("out"), GP64())
 	ldo := Load(Param("ldo"), GP64())
 	SHLQ(U8(2), ldo)
@@ -356,15 +380,15 @@ func qkPanel512() {
 	XORQ(off, off)
 	Label(name + "_loop")
 	for j := range 4 {
-		VMOVUPS(Mem{Base: k[j], Index: off, Scale: 1}, zmm[16+j])
+		loadW(Mem{Base: k[j], Index: off, Scale: 1}, zmm[16+j], bf16)
 	}
 	for i := range 4 {
-		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1}, zmm[20+i])
+		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: qs}, zmm[20+i])
 		for j := range 4 {
 			VFMADD231PS(zmm[16+j], zmm[20+i], zmm[4*i+j])
 		}
 	}
-	ADDQ(U32(64), off)
+	ADDQ(U32(64/uint32(qs)), off)
 	CMPQ(off, kn)
 	JB(LabelRef(name + "_loop"))
 	for i := range 4 {
@@ -384,9 +408,12 @@ func qkPanel512() {
 // prefetchRows emits prefetchRows4: PREFETCHT0 of every 64-byte line of
 // four rows of n bytes, so that rows gathered from random cache slots are on
 // their way while the previous rows are being used.
-func prefetchRows() {
+func prefetchRows(bf16 bool) {
 	name := "prefetchRows4"
-	TEXT(name, NOSPLIT, "func(r0, r1, r2, r3 *float32, n int)")
+	if bf16 {
+		name = "prefetchRows4BF16"
+	}
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(r0, r1, r2, r3 %s, n int)", wType(bf16)))
 	Pragma("noescape")
 	Doc(name + " prefetches n bytes of each of four rows into the L1 cache.")
 	var r [4]Register

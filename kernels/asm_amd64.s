@@ -1122,9 +1122,9 @@ dotTile3x4BF16AVX2_reduce:
 	VZEROUPPER
 	RET
 
-// func axpyTile1x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+// func axpyTile1x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 // Requires: AVX, AVX512F
-TEXT ·axpyTile1x64AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpyTile1x64F32AVX512(SB), NOSPLIT, $0-56
 	MOVQ    out+0(FP), AX
 	MOVQ    ldo+8(FP), CX
 	SHLQ    $0x02, CX
@@ -1142,9 +1142,9 @@ TEXT ·axpyTile1x64AVX512(SB), NOSPLIT, $0-56
 	VMOVUPS 192(AX), Z3
 	XORQ    DI, DI
 	TESTQ   BX, BX
-	JZ      axpyTile1x64AVX512_store
+	JZ      axpyTile1x64F32AVX512_store
 
-axpyTile1x64AVX512_loop:
+axpyTile1x64F32AVX512_loop:
 	MOVQ         (DX), R8
 	VMOVUPS      (R8)(SI*1), Z16
 	VMOVUPS      64(R8)(SI*1), Z17
@@ -1158,9 +1158,9 @@ axpyTile1x64AVX512_loop:
 	ADDQ         $0x00000018, DX
 	ADDQ         $0x00000004, DI
 	DECQ         BX
-	JNZ          axpyTile1x64AVX512_loop
+	JNZ          axpyTile1x64F32AVX512_loop
 
-axpyTile1x64AVX512_store:
+axpyTile1x64F32AVX512_store:
 	VMOVUPS Z0, (AX)
 	VMOVUPS Z1, 64(AX)
 	VMOVUPS Z2, 128(AX)
@@ -1168,9 +1168,9 @@ axpyTile1x64AVX512_store:
 	VZEROUPPER
 	RET
 
-// func axpyTile2x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+// func axpyTile2x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 // Requires: AVX, AVX512F
-TEXT ·axpyTile2x64AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpyTile2x64F32AVX512(SB), NOSPLIT, $0-56
 	MOVQ    out+0(FP), AX
 	MOVQ    ldo+8(FP), CX
 	SHLQ    $0x02, CX
@@ -1194,9 +1194,9 @@ TEXT ·axpyTile2x64AVX512(SB), NOSPLIT, $0-56
 	VMOVUPS 192(CX), Z7
 	XORQ    R9, R9
 	TESTQ   DI, DI
-	JZ      axpyTile2x64AVX512_store
+	JZ      axpyTile2x64F32AVX512_store
 
-axpyTile2x64AVX512_loop:
+axpyTile2x64F32AVX512_loop:
 	MOVQ         (SI), R10
 	VMOVUPS      (R10)(R8*1), Z16
 	VMOVUPS      64(R10)(R8*1), Z17
@@ -1215,9 +1215,9 @@ axpyTile2x64AVX512_loop:
 	ADDQ         $0x00000018, SI
 	ADDQ         $0x00000004, R9
 	DECQ         DI
-	JNZ          axpyTile2x64AVX512_loop
+	JNZ          axpyTile2x64F32AVX512_loop
 
-axpyTile2x64AVX512_store:
+axpyTile2x64F32AVX512_store:
 	VMOVUPS Z0, (AX)
 	VMOVUPS Z1, 64(AX)
 	VMOVUPS Z2, 128(AX)
@@ -1229,9 +1229,9 @@ axpyTile2x64AVX512_store:
 	VZEROUPPER
 	RET
 
-// func axpyTile3x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+// func axpyTile3x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 // Requires: AVX, AVX512F
-TEXT ·axpyTile3x64AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpyTile3x64F32AVX512(SB), NOSPLIT, $0-56
 	MOVQ    out+0(FP), AX
 	MOVQ    ldo+8(FP), CX
 	SHLQ    $0x02, CX
@@ -1261,9 +1261,9 @@ TEXT ·axpyTile3x64AVX512(SB), NOSPLIT, $0-56
 	VMOVUPS 192(CX), Z11
 	XORQ    R11, R11
 	TESTQ   DI, DI
-	JZ      axpyTile3x64AVX512_store
+	JZ      axpyTile3x64F32AVX512_store
 
-axpyTile3x64AVX512_loop:
+axpyTile3x64F32AVX512_loop:
 	MOVQ         (SI), R12
 	VMOVUPS      (R12)(R8*1), Z16
 	VMOVUPS      64(R12)(R8*1), Z17
@@ -1287,9 +1287,9 @@ axpyTile3x64AVX512_loop:
 	ADDQ         $0x00000018, SI
 	ADDQ         $0x00000004, R11
 	DECQ         DI
-	JNZ          axpyTile3x64AVX512_loop
+	JNZ          axpyTile3x64F32AVX512_loop
 
-axpyTile3x64AVX512_store:
+axpyTile3x64F32AVX512_store:
 	VMOVUPS Z0, (AX)
 	VMOVUPS Z1, 64(AX)
 	VMOVUPS Z2, 128(AX)
@@ -1305,9 +1305,9 @@ axpyTile3x64AVX512_store:
 	VZEROUPPER
 	RET
 
-// func axpyTile4x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+// func axpyTile4x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 // Requires: AVX, AVX512F
-TEXT ·axpyTile4x64AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpyTile4x64F32AVX512(SB), NOSPLIT, $0-56
 	MOVQ    out+0(FP), AX
 	MOVQ    ldo+8(FP), CX
 	SHLQ    $0x02, CX
@@ -1343,9 +1343,9 @@ TEXT ·axpyTile4x64AVX512(SB), NOSPLIT, $0-56
 	VMOVUPS 192(CX), Z15
 	XORQ    R13, R13
 	TESTQ   DI, DI
-	JZ      axpyTile4x64AVX512_store
+	JZ      axpyTile4x64F32AVX512_store
 
-axpyTile4x64AVX512_loop:
+axpyTile4x64F32AVX512_loop:
 	MOVQ         (SI), R14
 	VMOVUPS      (R14)(R8*1), Z16
 	VMOVUPS      64(R14)(R8*1), Z17
@@ -1374,9 +1374,9 @@ axpyTile4x64AVX512_loop:
 	ADDQ         $0x00000018, SI
 	ADDQ         $0x00000004, R13
 	DECQ         DI
-	JNZ          axpyTile4x64AVX512_loop
+	JNZ          axpyTile4x64F32AVX512_loop
 
-axpyTile4x64AVX512_store:
+axpyTile4x64F32AVX512_store:
 	VMOVUPS Z0, (AX)
 	VMOVUPS Z1, 64(AX)
 	VMOVUPS Z2, 128(AX)
@@ -1562,6 +1562,468 @@ prefetchRows4_loop:
 	JB         prefetchRows4_loop
 
 prefetchRows4_done:
+	RET
+
+// func axpyTile1x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+// Requires: AVX, AVX512F
+TEXT ·axpyTile1x64BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), CX
+	MOVQ    ldp+24(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    rows+32(FP), DX
+	MOVQ    n+40(FP), BX
+	MOVQ    coff+48(FP), SI
+	SHLQ    $0x01, SI
+	MOVQ    CX, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	XORQ    DI, DI
+	TESTQ   BX, BX
+	JZ      axpyTile1x64BF16AVX512_store
+
+axpyTile1x64BF16AVX512_loop:
+	MOVQ         (DX), R8
+	VPMOVZXWD    (R8)(SI*1), Z16
+	VPSLLD       $0x10, Z16, Z16
+	VPMOVZXWD    32(R8)(SI*1), Z17
+	VPSLLD       $0x10, Z17, Z17
+	VPMOVZXWD    64(R8)(SI*1), Z18
+	VPSLLD       $0x10, Z18, Z18
+	VPMOVZXWD    96(R8)(SI*1), Z19
+	VPSLLD       $0x10, Z19, Z19
+	VBROADCASTSS (CX)(DI*1), Z20
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	ADDQ         $0x00000018, DX
+	ADDQ         $0x00000004, DI
+	DECQ         BX
+	JNZ          axpyTile1x64BF16AVX512_loop
+
+axpyTile1x64BF16AVX512_store:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VZEROUPPER
+	RET
+
+// func axpyTile2x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+// Requires: AVX, AVX512F
+TEXT ·axpyTile2x64BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), CX
+	LEAQ    (DX)(BX*1), BX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (CX), Z4
+	VMOVUPS 64(CX), Z5
+	VMOVUPS 128(CX), Z6
+	VMOVUPS 192(CX), Z7
+	XORQ    R9, R9
+	TESTQ   DI, DI
+	JZ      axpyTile2x64BF16AVX512_store
+
+axpyTile2x64BF16AVX512_loop:
+	MOVQ         (SI), R10
+	VPMOVZXWD    (R10)(R8*1), Z16
+	VPSLLD       $0x10, Z16, Z16
+	VPMOVZXWD    32(R10)(R8*1), Z17
+	VPSLLD       $0x10, Z17, Z17
+	VPMOVZXWD    64(R10)(R8*1), Z18
+	VPSLLD       $0x10, Z18, Z18
+	VPMOVZXWD    96(R10)(R8*1), Z19
+	VPSLLD       $0x10, Z19, Z19
+	VBROADCASTSS (DX)(R9*1), Z20
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	VBROADCASTSS (BX)(R9*1), Z21
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z7
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R9
+	DECQ         DI
+	JNZ          axpyTile2x64BF16AVX512_loop
+
+axpyTile2x64BF16AVX512_store:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, (CX)
+	VMOVUPS Z5, 64(CX)
+	VMOVUPS Z6, 128(CX)
+	VMOVUPS Z7, 192(CX)
+	VZEROUPPER
+	RET
+
+// func axpyTile3x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+// Requires: AVX, AVX512F
+TEXT ·axpyTile3x64BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), R9
+	LEAQ    (DX)(BX*1), R10
+	LEAQ    (R9)(CX*1), CX
+	LEAQ    (R10)(BX*1), BX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (R9), Z4
+	VMOVUPS 64(R9), Z5
+	VMOVUPS 128(R9), Z6
+	VMOVUPS 192(R9), Z7
+	VMOVUPS (CX), Z8
+	VMOVUPS 64(CX), Z9
+	VMOVUPS 128(CX), Z10
+	VMOVUPS 192(CX), Z11
+	XORQ    R11, R11
+	TESTQ   DI, DI
+	JZ      axpyTile3x64BF16AVX512_store
+
+axpyTile3x64BF16AVX512_loop:
+	MOVQ         (SI), R12
+	VPMOVZXWD    (R12)(R8*1), Z16
+	VPSLLD       $0x10, Z16, Z16
+	VPMOVZXWD    32(R12)(R8*1), Z17
+	VPSLLD       $0x10, Z17, Z17
+	VPMOVZXWD    64(R12)(R8*1), Z18
+	VPSLLD       $0x10, Z18, Z18
+	VPMOVZXWD    96(R12)(R8*1), Z19
+	VPSLLD       $0x10, Z19, Z19
+	VBROADCASTSS (DX)(R11*1), Z20
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	VBROADCASTSS (R10)(R11*1), Z21
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z7
+	VBROADCASTSS (BX)(R11*1), Z22
+	VFMADD231PS  Z16, Z22, Z8
+	VFMADD231PS  Z17, Z22, Z9
+	VFMADD231PS  Z18, Z22, Z10
+	VFMADD231PS  Z19, Z22, Z11
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R11
+	DECQ         DI
+	JNZ          axpyTile3x64BF16AVX512_loop
+
+axpyTile3x64BF16AVX512_store:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, (R9)
+	VMOVUPS Z5, 64(R9)
+	VMOVUPS Z6, 128(R9)
+	VMOVUPS Z7, 192(R9)
+	VMOVUPS Z8, (CX)
+	VMOVUPS Z9, 64(CX)
+	VMOVUPS Z10, 128(CX)
+	VMOVUPS Z11, 192(CX)
+	VZEROUPPER
+	RET
+
+// func axpyTile4x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+// Requires: AVX, AVX512F
+TEXT ·axpyTile4x64BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), R9
+	LEAQ    (DX)(BX*1), R10
+	LEAQ    (R9)(CX*1), R11
+	LEAQ    (R10)(BX*1), R12
+	LEAQ    (R11)(CX*1), CX
+	LEAQ    (R12)(BX*1), BX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (R9), Z4
+	VMOVUPS 64(R9), Z5
+	VMOVUPS 128(R9), Z6
+	VMOVUPS 192(R9), Z7
+	VMOVUPS (R11), Z8
+	VMOVUPS 64(R11), Z9
+	VMOVUPS 128(R11), Z10
+	VMOVUPS 192(R11), Z11
+	VMOVUPS (CX), Z12
+	VMOVUPS 64(CX), Z13
+	VMOVUPS 128(CX), Z14
+	VMOVUPS 192(CX), Z15
+	XORQ    R13, R13
+	TESTQ   DI, DI
+	JZ      axpyTile4x64BF16AVX512_store
+
+axpyTile4x64BF16AVX512_loop:
+	MOVQ         (SI), R14
+	VPMOVZXWD    (R14)(R8*1), Z16
+	VPSLLD       $0x10, Z16, Z16
+	VPMOVZXWD    32(R14)(R8*1), Z17
+	VPSLLD       $0x10, Z17, Z17
+	VPMOVZXWD    64(R14)(R8*1), Z18
+	VPSLLD       $0x10, Z18, Z18
+	VPMOVZXWD    96(R14)(R8*1), Z19
+	VPSLLD       $0x10, Z19, Z19
+	VBROADCASTSS (DX)(R13*1), Z20
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	VBROADCASTSS (R10)(R13*1), Z21
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z7
+	VBROADCASTSS (R12)(R13*1), Z22
+	VFMADD231PS  Z16, Z22, Z8
+	VFMADD231PS  Z17, Z22, Z9
+	VFMADD231PS  Z18, Z22, Z10
+	VFMADD231PS  Z19, Z22, Z11
+	VBROADCASTSS (BX)(R13*1), Z23
+	VFMADD231PS  Z16, Z23, Z12
+	VFMADD231PS  Z17, Z23, Z13
+	VFMADD231PS  Z18, Z23, Z14
+	VFMADD231PS  Z19, Z23, Z15
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R13
+	DECQ         DI
+	JNZ          axpyTile4x64BF16AVX512_loop
+
+axpyTile4x64BF16AVX512_store:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, (R9)
+	VMOVUPS Z5, 64(R9)
+	VMOVUPS Z6, 128(R9)
+	VMOVUPS Z7, 192(R9)
+	VMOVUPS Z8, (R11)
+	VMOVUPS Z9, 64(R11)
+	VMOVUPS Z10, 128(R11)
+	VMOVUPS Z11, 192(R11)
+	VMOVUPS Z12, (CX)
+	VMOVUPS Z13, 64(CX)
+	VMOVUPS Z14, 128(CX)
+	VMOVUPS Z15, 192(CX)
+	VZEROUPPER
+	RET
+
+// func qkPanelBF16AVX512(q *float32, ldq int, groups int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, kn int, out *float32, ldo int, scale float32)
+// Requires: AVX, AVX512F, AVX512VL
+TEXT ·qkPanelBF16AVX512(SB), NOSPLIT, $0-84
+	MOVQ         q+0(FP), AX
+	MOVQ         ldq+8(FP), CX
+	SHLQ         $0x02, CX
+	MOVQ         groups+16(FP), DX
+	MOVQ         k0+24(FP), BX
+	MOVQ         k1+32(FP), SI
+	MOVQ         k2+40(FP), DI
+	MOVQ         k3+48(FP), R8
+	MOVQ         kn+56(FP), R9
+	SHLQ         $0x01, R9
+	MOVQ         out+64(FP), R10
+	MOVQ         ldo+72(FP), R11
+	SHLQ         $0x02, R11
+	VBROADCASTSS scale+80(FP), X29
+	TESTQ        DX, DX
+	JZ           qkPanelBF16AVX512_done
+	TESTQ        R9, R9
+	JZ           qkPanelBF16AVX512_done
+
+qkPanelBF16AVX512_group:
+	LEAQ   (AX)(CX*1), R12
+	LEAQ   (R12)(CX*1), R13
+	LEAQ   (R13)(CX*1), R14
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	XORQ   R15, R15
+
+qkPanelBF16AVX512_loop:
+	VPMOVZXWD     (BX)(R15*1), Z16
+	VPSLLD        $0x10, Z16, Z16
+	VPMOVZXWD     (SI)(R15*1), Z17
+	VPSLLD        $0x10, Z17, Z17
+	VPMOVZXWD     (DI)(R15*1), Z18
+	VPSLLD        $0x10, Z18, Z18
+	VPMOVZXWD     (R8)(R15*1), Z19
+	VPSLLD        $0x10, Z19, Z19
+	VMOVUPS       (AX)(R15*2), Z20
+	VFMADD231PS   Z16, Z20, Z0
+	VFMADD231PS   Z17, Z20, Z1
+	VFMADD231PS   Z18, Z20, Z2
+	VFMADD231PS   Z19, Z20, Z3
+	VMOVUPS       (R12)(R15*2), Z21
+	VFMADD231PS   Z16, Z21, Z4
+	VFMADD231PS   Z17, Z21, Z5
+	VFMADD231PS   Z18, Z21, Z6
+	VFMADD231PS   Z19, Z21, Z7
+	VMOVUPS       (R13)(R15*2), Z22
+	VFMADD231PS   Z16, Z22, Z8
+	VFMADD231PS   Z17, Z22, Z9
+	VFMADD231PS   Z18, Z22, Z10
+	VFMADD231PS   Z19, Z22, Z11
+	VMOVUPS       (R14)(R15*2), Z23
+	VFMADD231PS   Z16, Z23, Z12
+	VFMADD231PS   Z17, Z23, Z13
+	VFMADD231PS   Z18, Z23, Z14
+	VFMADD231PS   Z19, Z23, Z15
+	ADDQ          $0x00000020, R15
+	CMPQ          R15, R9
+	JB            qkPanelBF16AVX512_loop
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VMULPS        X29, X0, X0
+	VMOVUPS       X0, (R10)
+	ADDQ          R11, R10
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VMULPS        X29, X4, X4
+	VMOVUPS       X4, (R10)
+	ADDQ          R11, R10
+	VEXTRACTF64X4 $0x01, Z8, Y28
+	VADDPS        Y28, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y28
+	VADDPS        Y28, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y28
+	VADDPS        Y28, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y28
+	VADDPS        Y28, Y11, Y11
+	VHADDPS       Y9, Y8, Y8
+	VHADDPS       Y11, Y10, Y10
+	VHADDPS       Y10, Y8, Y8
+	VEXTRACTF32X4 $0x01, Y8, X28
+	VADDPS        X28, X8, X8
+	VMULPS        X29, X8, X8
+	VMOVUPS       X8, (R10)
+	ADDQ          R11, R10
+	VEXTRACTF64X4 $0x01, Z12, Y28
+	VADDPS        Y28, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y28
+	VADDPS        Y28, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y28
+	VADDPS        Y28, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z15, Y28
+	VADDPS        Y28, Y15, Y15
+	VHADDPS       Y13, Y12, Y12
+	VHADDPS       Y15, Y14, Y14
+	VHADDPS       Y14, Y12, Y12
+	VEXTRACTF32X4 $0x01, Y12, X28
+	VADDPS        X28, X12, X12
+	VMULPS        X29, X12, X12
+	VMOVUPS       X12, (R10)
+	ADDQ          R11, R10
+	LEAQ          (R14)(CX*1), AX
+	DECQ          DX
+	JNZ           qkPanelBF16AVX512_group
+
+qkPanelBF16AVX512_done:
+	VZEROUPPER
+	RET
+
+// func prefetchRows4BF16(r0 *uint16, r1 *uint16, r2 *uint16, r3 *uint16, n int)
+// Requires: MMX+
+TEXT ·prefetchRows4BF16(SB), NOSPLIT, $0-40
+	MOVQ  r0+0(FP), AX
+	MOVQ  r1+8(FP), CX
+	MOVQ  r2+16(FP), DX
+	MOVQ  r3+24(FP), BX
+	MOVQ  n+32(FP), SI
+	XORQ  DI, DI
+	TESTQ SI, SI
+	JZ    prefetchRows4BF16_done
+
+prefetchRows4BF16_loop:
+	PREFETCHT0 (AX)(DI*1)
+	PREFETCHT0 (CX)(DI*1)
+	PREFETCHT0 (DX)(DI*1)
+	PREFETCHT0 (BX)(DI*1)
+	ADDQ       $0x00000040, DI
+	CMPQ       DI, SI
+	JB         prefetchRows4BF16_loop
+
+prefetchRows4BF16_done:
 	RET
 
 // func expSumAVX512(x *float32, n int, m float32) float32

@@ -72,25 +72,25 @@ func dotTile2x4BF16AVX2(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint16,
 //go:noescape
 func dotTile3x4BF16AVX2(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint16, w3 *uint16, kn int, out *float32)
 
-// axpyTile1x64AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+// axpyTile1x64F32AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //
 //go:noescape
-func axpyTile1x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+func axpyTile1x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 
-// axpyTile2x64AVX512 accumulates 2 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+// axpyTile2x64F32AVX512 accumulates 2 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //
 //go:noescape
-func axpyTile2x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+func axpyTile2x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 
-// axpyTile3x64AVX512 accumulates 3 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+// axpyTile3x64F32AVX512 accumulates 3 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //
 //go:noescape
-func axpyTile3x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+func axpyTile3x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 
-// axpyTile4x64AVX512 accumulates 4 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+// axpyTile4x64F32AVX512 accumulates 4 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //
 //go:noescape
-func axpyTile4x64AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+func axpyTile4x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 
 // qkPanelAVX512 computes scaled dot products of groups×4 query rows with four key rows.
 //
@@ -101,6 +101,36 @@ func qkPanelAVX512(q *float32, ldq int, groups int, k0 *float32, k1 *float32, k2
 //
 //go:noescape
 func prefetchRows4(r0 *float32, r1 *float32, r2 *float32, r3 *float32, n int)
+
+// axpyTile1x64BF16AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile1x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// axpyTile2x64BF16AVX512 accumulates 2 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile2x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// axpyTile3x64BF16AVX512 accumulates 3 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile3x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// axpyTile4x64BF16AVX512 accumulates 4 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile4x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// qkPanelBF16AVX512 computes scaled dot products of groups×4 query rows with four key rows.
+//
+//go:noescape
+func qkPanelBF16AVX512(q *float32, ldq int, groups int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, kn int, out *float32, ldo int, scale float32)
+
+// prefetchRows4BF16 prefetches n bytes of each of four rows into the L1 cache.
+//
+//go:noescape
+func prefetchRows4BF16(r0 *uint16, r1 *uint16, r2 *uint16, r3 *uint16, n int)
 
 // expSumAVX512 replaces x[i] by exp(x[i]-m) for n (a multiple of 16) values and returns their sum.
 //

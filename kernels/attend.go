@@ -28,36 +28,72 @@ import (
 // query, the rows and their order, so heads may be split across threads
 // (SetThreads) without changing a bit. The AVX2 level uses the reference.
 func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]float32, scale float32, logits []float32) {
-	if heads <= 0 || len(q)%heads != 0 {
-		panic(fmt.Sprintf("kernels: AttendRows: len(q)=%d is not a positive multiple of heads=%d", len(q), heads))
-	}
-	dim := len(q) / heads
-	n := len(rows)
-	if vdim < 0 || len(out) != heads*vdim || len(lse) != heads || (maxLogits != nil && len(maxLogits) != heads) || len(logits) < heads*n {
-		panic(fmt.Sprintf("kernels: AttendRows: heads=%d, vdim=%d, %d rows need len(out)=%d, len(lse)=%d, len(maxLogits)=0 or %d, len(logits)≥%d; got %d, %d, %d, %d",
-			heads, vdim, n, heads*vdim, heads, heads, heads*n, len(out), len(lse), len(maxLogits), len(logits)))
-	}
-	need := max(dim, vdim)
-	for j, r := range rows {
-		if len(r) < need {
-			panic(fmt.Sprintf("kernels: AttendRows: row %d has %d values, needs %d (dim %d, vdim %d)", j, len(r), need, dim, vdim))
-		}
-	}
-	if n == 0 {
-		clear(out)
-		negInf := float32(math.Inf(-1))
-		for h := range heads {
-			lse[h] = negInf
-			if maxLogits != nil {
-				maxLogits[h] = negInf
-			}
-		}
+	lens := func(j int) int { return len(rows[j]) }
+	if !attendPrologue("AttendRows", out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
 		return
 	}
+	dim := len(q) / heads
 	if activeLevel() != levelAVX512 {
 		attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
 		return
 	}
+	attendFast(out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits)
+}
+
+// AttendRowsBF16 is AttendRows over rows stored as raw bfloat16 bits (a bf16
+// KV cache), widened exactly to float32 as they are read, so rows are read at
+// half the bytes and never copied. The reference result equals AttendRows on
+// the widened rows bit for bit; the AVX-512 path (dim a multiple of 16, vdim
+// of 64; other shapes use the reference) performs AttendRows's operations in
+// the same order and gives the same bits as AttendRows on the widened rows.
+func AttendRowsBF16(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]uint16, scale float32, logits []float32) {
+	lens := func(j int) int { return len(rows[j]) }
+	if !attendPrologue("AttendRowsBF16", out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
+		return
+	}
+	dim := len(q) / heads
+	if activeLevel() != levelAVX512 || dim%16 != 0 || vdim%64 != 0 {
+		attendRowsRefBF16(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
+		return
+	}
+	attendFast(out, lse, maxLogits, q, heads, dim, vdim, nil, rows, scale, logits)
+}
+
+// attendPrologue checks the arguments of AttendRows (panicking with the
+// sizes on a mismatch) and handles n = 0; it reports whether there is work.
+func attendPrologue(fn string, out, lse, maxLogits, q []float32, heads, vdim, n int, rowLen func(int) int, logits []float32) bool {
+	if heads <= 0 || len(q)%heads != 0 {
+		panic(fmt.Sprintf("kernels: %s: len(q)=%d is not a positive multiple of heads=%d", fn, len(q), heads))
+	}
+	dim := len(q) / heads
+	if vdim < 0 || len(out) != heads*vdim || len(lse) != heads || (maxLogits != nil && len(maxLogits) != heads) || len(logits) < heads*n {
+		panic(fmt.Sprintf("kernels: %s: heads=%d, vdim=%d, %d rows need len(out)=%d, len(lse)=%d, len(maxLogits)=0 or %d, len(logits)≥%d; got %d, %d, %d, %d",
+			fn, heads, vdim, n, heads*vdim, heads, heads, heads*n, len(out), len(lse), len(maxLogits), len(logits)))
+	}
+	need := max(dim, vdim)
+	for j := range n {
+		if l := rowLen(j); l < need {
+			panic(fmt.Sprintf("kernels: %s: row %d has %d values, needs %d (dim %d, vdim %d)", fn, j, l, need, dim, vdim))
+		}
+	}
+	if n > 0 {
+		return true
+	}
+	clear(out)
+	negInf := float32(math.Inf(-1))
+	for h := range heads {
+		lse[h] = negInf
+		if maxLogits != nil {
+			maxLogits[h] = negInf
+		}
+	}
+	return false
+}
+
+// attendFast runs the AVX-512 AttendRows over f32 or bf16 rows (exactly one
+// of rows and rowsBF16 set), split by groups of four heads over the threads.
+func attendFast(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]float32, rowsBF16 [][]uint16, scale float32, logits []float32) {
+	n := max(len(rows), len(rowsBF16))
 	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
 	parts := planParts((heads+3)/4, flops)
 	var t *attendTask
@@ -70,10 +106,10 @@ func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]floa
 	if cap(sums) < heads {
 		sums = make([]float32, heads)
 	}
-	t.out, t.lse, t.maxLogits, t.q, t.rows, t.logits = out, lse, maxLogits, q, rows, logits
+	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = out, lse, maxLogits, q, rows, rowsBF16, logits
 	t.heads, t.dim, t.vdim, t.scale, t.sums = heads, dim, vdim, scale, sums[:heads]
 	runParts(t, parts, &t.wg)
-	t.out, t.lse, t.maxLogits, t.q, t.rows, t.logits = nil, nil, nil, nil, nil, nil
+	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = nil, nil, nil, nil, nil, nil, nil
 	select {
 	case attendTasks <- t:
 	default:
@@ -114,6 +150,42 @@ func attendRowsRef(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows 
 // need is the number of values AttendRows reads from each row.
 func need(dim, vdim int) int { return max(dim, vdim) }
 
+// attendRowsRefBF16 is attendRowsRef over bf16 rows: dotBF16 and a widening
+// Axpy keep the reference's order, so the bits equal attendRowsRef on the
+// widened rows.
+func attendRowsRefBF16(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]uint16, scale float32, logits []float32) {
+	n := len(rows)
+	for j, row := range rows {
+		for h := range heads {
+			logits[h*n+j] = scale * dotBF16(q[h*dim:(h+1)*dim], row[:dim])
+		}
+	}
+	negInf := float32(math.Inf(-1))
+	for h := range heads {
+		lg := logits[h*n : (h+1)*n]
+		if maxLogits != nil {
+			m := negInf
+			for _, v := range lg {
+				m = max(m, v)
+			}
+			maxLogits[h] = m
+		}
+		lse[h] = LogSumExp(lg)
+		Softmax(lg)
+	}
+	clear(out)
+	for j, row := range rows {
+		v := row[:vdim]
+		for h := range heads {
+			p := logits[h*n+j]
+			o := out[h*vdim : (h+1)*vdim]
+			for c, b := range v {
+				o[c] += float32(p * bf16ToF32(b))
+			}
+		}
+	}
+}
+
 // attendBlock is the number of rows whose logits (and then weighted sums)
 // are computed before the next rows are read: 128 rows of 576 f32 are
 // 288 KiB, which stay in L2 next to 64 heads of queries (144 KiB).
@@ -122,7 +194,8 @@ const attendBlock = 128
 type attendTask struct {
 	out, lse, maxLogits, q []float32
 	heads, dim, vdim       int
-	rows                   [][]float32
+	rows                   [][]float32 // f32 rows, or nil
+	rowsBF16               [][]uint16  // bf16 rows, or nil
 	scale                  float32
 	logits                 []float32
 	sums                   []float32 // [heads] softmax sums; kept across calls
@@ -147,10 +220,15 @@ func (t *attendTask) runPart(p, parts int) {
 // The block size is a constant, so the order of every operation on a head
 // depends only on the number of rows.
 func attendHeads(t *attendTask, h0, h1 int) {
-	q, rows, logits, dim, vdim := t.q, t.rows, t.logits, t.dim, t.vdim
-	n := len(rows)
+	q, rows, rowsB, logits, dim, vdim := t.q, t.rows, t.rowsBF16, t.logits, t.dim, t.vdim
+	bf := rowsB != nil // bf16 rows: dim%16 == 0 and vdim%64 == 0 (no tails)
+	n := max(len(rows), len(rowsB))
 	kv := dim &^ 15
 	cv := vdim &^ 63
+	rowBytes := 4 * need(dim, vdim)
+	if bf {
+		rowBytes /= 2
+	}
 	negInf := float32(math.Inf(-1))
 	runMax, runSum := t.lse, t.sums // lse holds the running max until the end
 	for h := h0; h < h1; h++ {
@@ -158,40 +236,63 @@ func attendHeads(t *attendTask, h0, h1 int) {
 	}
 	clear(t.out[h0*vdim : h1*vdim])
 	var tile [16]float32
+	var f [4]*float32
+	var b [4]*uint16
 	for b0 := 0; b0 < n; b0 += attendBlock {
 		b1 := min(b0+attendBlock, n)
 		for jt := b0; jt < b1; jt += 4 {
 			nj := min(4, b1-jt)
-			r := func(c int) *float32 { return &rows[jt+min(c, nj-1)][0] }
-			r0, r1, r2, r3 := r(0), r(1), r(2), r(3)
 			if next := jt + 4; next < n {
 				// Rows come from scattered cache slots: start fetching the
 				// next four while these are used by every head.
 				nn := min(4, n-next)
-				p := func(c int) *float32 { return &rows[next+min(c, nn-1)][0] }
-				prefetchRows(p(0), p(1), p(2), p(3), 4*need(dim, vdim))
+				if bf {
+					for c := range b {
+						b[c] = &rowsB[next+min(c, nn-1)][0]
+					}
+					prefetchRowsBF16(b[0], b[1], b[2], b[3], rowBytes)
+				} else {
+					for c := range f {
+						f[c] = &rows[next+min(c, nn-1)][0]
+					}
+					prefetchRows(f[0], f[1], f[2], f[3], rowBytes)
+				}
+			}
+			for c := range 4 {
+				if bf {
+					b[c] = &rowsB[jt+min(c, nj-1)][0]
+				} else {
+					f[c] = &rows[jt+min(c, nj-1)][0]
+				}
 			}
 			ht := h0
 			if kv == dim && nj == 4 && kv > 0 {
 				// Whole groups of four heads in one call, stored and scaled
 				// by the kernel (the same arithmetic as the tile below).
 				g := (h1 - h0) / 4
-				qkPanel(&q[h0*dim], dim, g, r0, r1, r2, r3, kv, &logits[h0*n+jt], n, t.scale)
+				if bf {
+					qkPanelBF16(&q[h0*dim], dim, g, b[0], b[1], b[2], b[3], kv, &logits[h0*n+jt], n, t.scale)
+				} else {
+					qkPanel(&q[h0*dim], dim, g, f[0], f[1], f[2], f[3], kv, &logits[h0*n+jt], n, t.scale)
+				}
 				ht += 4 * g
 			}
 			for ; ht < h1; ht += 4 {
 				m := min(4, h1-ht)
-				if kv > 0 {
-					dotTileF32(levelAVX512, m, &q[ht*dim], dim, r0, r1, r2, r3, kv, &tile)
-				} else {
+				switch {
+				case kv == 0:
 					clear(tile[:])
+				case bf:
+					dotTileBF16(levelAVX512, m, &q[ht*dim], dim, b[0], b[1], b[2], b[3], kv, &tile)
+				default:
+					dotTileF32(levelAVX512, m, &q[ht*dim], dim, f[0], f[1], f[2], f[3], kv, &tile)
 				}
 				for i := range m {
 					qi := q[(ht+i)*dim+kv : (ht+i+1)*dim]
 					lg := logits[(ht+i)*n+jt : (ht+i)*n+jt+nj]
 					for c := range lg {
 						s := tile[i*4+c]
-						if len(qi) > 0 {
+						if len(qi) > 0 { // f32 rows only
 							row := rows[jt+c][kv:dim]
 							for k, v := range qi {
 								s += float32(v * row[k])
@@ -219,9 +320,13 @@ func attendHeads(t *attendTask, h0, h1 int) {
 		for ht := h0; ht < h1; ht += 4 {
 			m := min(4, h1-ht)
 			for c0 := 0; c0 < cv; c0 += 64 {
-				axpyTile(m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[b0], b1-b0, c0)
+				if bf {
+					axpyTileBF16(m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rowsB[b0], b1-b0, c0)
+				} else {
+					axpyTile(m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[b0], b1-b0, c0)
+				}
 			}
-			if cv < vdim {
+			if cv < vdim { // f32 rows only
 				for i := range m {
 					o := t.out[(ht+i)*vdim+cv : (ht+i+1)*vdim]
 					for j := b0; j < b1; j++ {

@@ -91,15 +91,37 @@ func dotTileBF16(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *uint16, kn
 func axpyTile(m int, out *float32, ldo int, p *float32, ldp int, rows *[]float32, n, coff int) {
 	switch m {
 	case 1:
-		axpyTile1x64AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile1x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
 	case 2:
-		axpyTile2x64AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile2x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
 	case 3:
-		axpyTile3x64AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile3x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
 	default:
-		axpyTile4x64AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile4x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
 	}
 }
+
+// axpyTileBF16 is axpyTile over bf16 rows widened in registers.
+func axpyTileBF16(m int, out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n, coff int) {
+	switch m {
+	case 1:
+		axpyTile1x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+	case 2:
+		axpyTile2x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+	case 3:
+		axpyTile3x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+	default:
+		axpyTile4x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+	}
+}
+
+// qkPanelBF16 is qkPanel with bf16 key rows.
+func qkPanelBF16(q *float32, ldq, groups int, k0, k1, k2, k3 *uint16, kn int, out *float32, ldo int, scale float32) {
+	qkPanelBF16AVX512(q, ldq, groups, k0, k1, k2, k3, kn, out, ldo, scale)
+}
+
+// prefetchRowsBF16 starts loading n bytes of four bf16 rows into L1.
+func prefetchRowsBF16(r0, r1, r2, r3 *uint16, n int) { prefetchRows4BF16(r0, r1, r2, r3, n) }
 
 // vecWidth is the number of float32 lanes the level's tiles consume per
 // step; the reduction length passed to a tile is a multiple of it.

@@ -49,3 +49,15 @@ func qkPanel(*float32, int, int, *float32, *float32, *float32, *float32, int, *f
 func prefetchRows(*float32, *float32, *float32, *float32, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
+
+func axpyTileBF16(int, *float32, int, *float32, int, *[]uint16, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func qkPanelBF16(*float32, int, int, *uint16, *uint16, *uint16, *uint16, int, *float32, int, float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func prefetchRowsBF16(*uint16, *uint16, *uint16, *uint16, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}

@@ -400,3 +400,58 @@ func TestPeakProbes(t *testing.T) {
 		}
 	})
 }
+
+// TestAttendRowsBF16: attention over bf16 rows has exactly the bits of
+// AttendRows over the same rows widened to float32, under every
+// implementation (within rounding where only the f32 rows take the fast
+// path); the values past the read width are NaN and never matter.
+func TestAttendRowsBF16(t *testing.T) {
+	tests := []struct{ heads, dim, vdim, nr int }{
+		{64, 576, 512, 300}, {7, 576, 512, 131}, {4, 64, 64, 5}, {3, 20, 70, 9}, {5, 576, 512, 0},
+	}
+	forEachImpl(t, func(t *testing.T) {
+		for k, tc := range tests {
+			r := newRand(80 + uint64(k))
+			width := max(tc.dim, tc.vdim)
+			rows := make([][]float32, tc.nr)
+			rowsB := make([][]uint16, tc.nr)
+			for j := range rows {
+				v := randSlice(r, width, 1)
+				rowsB[j] = make([]uint16, width+4)
+				rows[j] = make([]float32, width)
+				for c, x := range v {
+					rowsB[j][c] = toBF16(x)
+					rows[j][c] = bf16ToF32(rowsB[j][c])
+				}
+				for c := width; c < width+4; c++ {
+					rowsB[j][c] = 0x7fc0 // NaN
+				}
+			}
+			q := randSlice(r, tc.heads*tc.dim, 0.3)
+			run := func(bf bool) []float32 {
+				out := make([]float32, tc.heads*tc.vdim)
+				lse := make([]float32, tc.heads)
+				maxL := make([]float32, tc.heads)
+				logits := make([]float32, tc.heads*tc.nr)
+				if bf {
+					AttendRowsBF16(out, lse, maxL, q, tc.heads, tc.vdim, rowsB, 0.0625, logits)
+				} else {
+					AttendRows(out, lse, maxL, q, tc.heads, tc.vdim, rows, 0.0625, logits)
+				}
+				return append(append(out, lse...), maxL...)
+			}
+			f32, b16 := run(false), run(true)
+			if Impl() == "avx512" && (tc.dim%16 != 0 || tc.vdim%64 != 0) {
+				// The bf16 rows take the reference here, the f32 rows the
+				// fast path: equal within rounding only.
+				if d := cmp.Diff(to64(f32), to64(b16), cmpopts.EquateApprox(1e-4, 1e-5)); d != "" {
+					t.Errorf("heads=%d dim=%d vdim=%d rows=%d: f32 rows vs bf16 rows (-f32 +bf16):\n%s", tc.heads, tc.dim, tc.vdim, tc.nr, d)
+				}
+				continue
+			}
+			if d := cmp.Diff(bitsOf(f32), bitsOf(b16)); d != "" {
+				t.Errorf("heads=%d dim=%d vdim=%d rows=%d: f32 rows vs bf16 rows (-f32 +bf16):\n%s", tc.heads, tc.dim, tc.vdim, tc.nr, d)
+			}
+		}
+	})
+}

@@ -1,6 +1,8 @@
 package mla
 
 import (
+	"fmt"
+	"math"
 	"sync"
 
 	"github.com/cpmla/cpmla/kernels"
@@ -14,9 +16,46 @@ import (
 // batch-invariant; they agree with the reference within float32 rounding, not
 // bit for bit. With CPMLA_KERNELS=ref the reference below runs instead.
 
+// BF16KVSource is a KVSource that stores rows as bfloat16. The fast path
+// reads such rows in place, at half the bytes, and widens them in registers
+// (kernels.AttendRowsBF16) instead of decoding every row into scratch first.
+// RowBF16 returns the RowDim raw bf16 values of slot (a view that must not
+// be modified); Row must return exactly those values widened.
+type BF16KVSource interface {
+	KVSource
+	RowBF16(slot int32) []uint16
+}
+
+// DenseKVBF16 is an in-memory [n, RowDim] row-major buffer of bf16 bits
+// whose slot is the row index: the BF16KVSource counterpart of DenseKV.
+type DenseKVBF16 []uint16
+
+// Row returns row slot widened exactly to float32 in scratch.
+func (kv DenseKVBF16) Row(slot int32, scratch []float32) []float32 {
+	src := kv.RowBF16(slot)
+	dst := scratch[:RowDim]
+	for i, h := range src {
+		dst[i] = math.Float32frombits(uint32(h) << 16)
+	}
+	return dst
+}
+
+// RowBF16 returns row slot of the buffer (a view).
+func (kv DenseKVBF16) RowBF16(slot int32) []uint16 {
+	off := int(slot) * RowDim
+	if slot < 0 || off+RowDim > len(kv) {
+		panic(fmt.Sprintf("mla: slot %d outside a dense bf16 KV buffer of %d rows", slot, len(kv)/RowDim))
+	}
+	return kv[off : off+RowDim : off+RowDim]
+}
+
 // sparseAttentionFast is SparseAttention on the fast kernels; the arguments
 // have been checked by the caller.
 func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
+	if src, ok := kv.(BF16KVSource); ok {
+		sparseAttentionFastBF16(out, lse, maxLogits, q, rows, heads, src, indices, topk, topkLen, scale, ws)
+		return
+	}
 	for r := range rows {
 		lim := topk
 		if topkLen != nil {
@@ -37,6 +76,32 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 		kernels.AttendRows(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
 			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rows[:n], scale, ws.logits[:heads*n])
 		clear(ws.rows[:n]) // drop references to the source's storage
+	}
+}
+
+// sparseAttentionFastBF16 is sparseAttentionFast over rows read in place as
+// bf16.
+func sparseAttentionFastBF16(out, lse, maxLogits, q []float32, rows, heads int, kv BF16KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
+	for r := range rows {
+		lim := topk
+		if topkLen != nil {
+			lim = max(0, min(lim, int(topkLen[r])))
+		}
+		n := 0
+		for _, slot := range indices[r*topk : r*topk+lim] {
+			if slot < 0 {
+				continue
+			}
+			ws.rowsBF16[n] = kv.RowBF16(slot)[:RowDim]
+			n++
+		}
+		var maxR []float32
+		if maxLogits != nil {
+			maxR = maxLogits[r*heads : (r+1)*heads]
+		}
+		kernels.AttendRowsBF16(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
+			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rowsBF16[:n], scale, ws.logits[:heads*n])
+		clear(ws.rowsBF16[:n])
 	}
 }
 

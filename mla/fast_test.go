@@ -151,3 +151,49 @@ func TestIndexerScoresFastMatchesReference(t *testing.T) {
 		})
 	}
 }
+
+// TestSparseAttentionBF16Source: a bf16 source read in place gives exactly
+// the bits of the same rows widened into a DenseKV, under the reference and
+// the fast path, with −1 entries and NaN in every slot no valid entry names.
+func TestSparseAttentionBF16Source(t *testing.T) {
+	const rows, heads, topk, nkv = 3, 16, 150, 400
+	rng := rand.New(rand.NewPCG(22, 0))
+	kvB := make(DenseKVBF16, nkv*RowDim)
+	for i := range kvB {
+		kvB[i] = 0x7fc0 // NaN unless a valid entry names the slot
+	}
+	indices := make([]int32, rows*topk)
+	for r := range rows {
+		for j, p := range rng.Perm(nkv)[:topk] {
+			if rng.IntN(6) == 0 {
+				p = -1
+			}
+			indices[r*topk+j] = int32(p)
+			if p >= 0 {
+				for c, v := range randVec(rng, RowDim) {
+					kvB[p*RowDim+c] = uint16(math.Float32bits(v) >> 16)
+				}
+			}
+		}
+	}
+	kvF := make(DenseKV, len(kvB))
+	for i, h := range kvB {
+		kvF[i] = math.Float32frombits(uint32(h) << 16)
+	}
+	q := randVec(rng, rows*heads*RowDim)
+	topkLen := []int32{topk, topk / 3, 0}
+	for _, impl := range []string{"ref", kernels.Impl()} {
+		run := func(src KVSource) []float32 {
+			out := make([]float32, rows*heads*LatentDim)
+			lse := make([]float32, rows*heads)
+			maxL := make([]float32, rows*heads)
+			withImpl(t, impl, func() {
+				SparseAttention(out, lse, maxL, q, rows, heads, src, indices, topk, topkLen, 0.0625, NewWorkspace(topk, heads))
+			})
+			return append(append(out, lse...), maxL...)
+		}
+		if d := cmp.Diff(bits(run(kvF)), bits(run(kvB))); d != "" {
+			t.Errorf("%s: widened f32 rows vs bf16 rows in place (-f32 +bf16):\n%s", impl, d)
+		}
+	}
+}

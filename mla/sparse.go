@@ -14,6 +14,7 @@ type Workspace struct {
 	topk, heads int
 	rowBuf      []float32   // [topk, RowDim]: decode space for gathered rows
 	rows        [][]float32 // [topk]: the gathered rows of one query row (views or rowBuf parts)
+	rowsBF16    [][]uint16  // [topk]: gathered bf16 rows (views) on the fast path
 	logits      []float32   // [heads, topk]: logits, then softmax weights
 }
 
@@ -24,19 +25,20 @@ func NewWorkspace(topk, heads int) *Workspace {
 		panic(fmt.Sprintf("mla: NewWorkspace(topk=%d, heads=%d): sizes must not be negative", topk, heads))
 	}
 	return &Workspace{
-		topk:   topk,
-		heads:  heads,
-		rowBuf: make([]float32, topk*RowDim),
-		rows:   make([][]float32, topk),
-		logits: make([]float32, heads*topk),
+		topk:     topk,
+		heads:    heads,
+		rowBuf:   make([]float32, topk*RowDim),
+		rows:     make([][]float32, topk),
+		rowsBF16: make([][]uint16, topk),
+		logits:   make([]float32, heads*topk),
 	}
 }
 
 // WorkspaceBytes is the memory NewWorkspace(topk, heads) holds, for start-up
-// memory budgets: the decode space of topk rows, their slice headers and the
-// [heads, topk] logits.
+// memory budgets: the decode space of topk rows, two tables of topk slice
+// headers (f32 and bf16 rows) and the [heads, topk] logits.
 func WorkspaceBytes(topk, heads int) int64 {
-	return int64(topk)*RowDim*4 + int64(topk)*int64(unsafe.Sizeof([]float32(nil))) + int64(heads)*int64(topk)*4
+	return int64(topk)*RowDim*4 + int64(topk)*int64(unsafe.Sizeof([]float32(nil))+unsafe.Sizeof([]uint16(nil))) + int64(heads)*int64(topk)*4
 }
 
 // Bytes is the memory the workspace holds (WorkspaceBytes of its sizes).
