@@ -45,47 +45,28 @@ func (k RowKind) String() string {
 	return "decode"
 }
 
-// Path is where a row's sparse attention reads its keys.
-type Path int
-
+// Combine kinds: how a row's partial results are merged across the DCP group.
 const (
-	// PathLocalShard: the row runs on this rank's DCP shard of the KV cache
-	// with localized indices, and its partial is DCP-combined.
-	PathLocalShard Path = iota
-	// PathGatheredKV: the row runs rank-locally over the full KV gathered
-	// from all DCP ranks, with global indices and no combine.
-	PathGatheredKV
-)
-
-func (p Path) String() string {
-	if p == PathGatheredKV {
-		return "gathered-kv"
-	}
-	return "local-shard"
-}
-
-// Combine kinds: how a row's partial results are merged across the DCP
-// group.
-const (
-	CombineNone = "none"  // DCP = 1 or the row saw every key
-	CombineAGRS = "ag_rs" // LSE all-gather + reduce-scatter over heads (Combiner.Combine)
-	CombineAGAR = "ag_ar" // LSE all-gather + all-reduce, all heads on every rank (Combiner.CombineAll)
+	CombineNone = "none"  // DCP = 1: the rank holds every key
+	CombineAGRS = "ag_rs" // LSE all-gather + reduce-scatter of the member blocks (Combiner.Combine)
 	CombineA2A  = "a2a"   // one packed all-to-all + local combine (Combiner.Combine)
 )
 
-// Query gather groups: over which group a decode row's absorbed queries are
-// all-gathered before the sparse attention on the local shard.
+// Query gather: over which group the absorbed queries are all-gathered before
+// the sparse attention on the local shard.
 const (
-	GatherNone = "none" // every rank already holds all the heads it combines
-	GatherDCP  = "dcp"  // PCP = 1: the DCP group inside the TP group
-	GatherTP   = "tp"   // DCP spans TP×PCP: heads are sharded over TP, replicated over PCP
+	GatherNone = "none" // DCP = 1
+	// GatherDCP: every member of the DCP group contributes one block of its
+	// rows × its TP heads (rows differ across PCP members, heads across TP
+	// members); every member attends every block over its own shard and the
+	// combine returns each member its own block.
+	GatherDCP = "dcp"
 )
 
 // Route is what runs for one kind of row.
 type Route struct {
-	Path           Path
-	Combine        string // CombineNone, CombineAGRS, CombineAGAR or CombineA2A
-	QueryGather    string // GatherNone, GatherDCP or GatherTP
+	Combine        string // CombineNone, CombineAGRS or CombineA2A
+	QueryGather    string // GatherNone or GatherDCP
 	CompactIndices bool   // localized indices packed to the row front with a count
 }
 
@@ -96,8 +77,9 @@ type BackendPlan struct {
 	Backend      string // canonical backend name
 	Capabilities plan.Capabilities
 	Comm         string // ag_rs or a2a
-	// CombineHeads is the number of heads entering the DCP combine on each
-	// rank (the gathered heads), and HeadsOut the heads each rank keeps.
+	// CombineHeads is the number of query heads entering the DCP combine on
+	// each rank (one block of HeadsOut heads per DCP member), and HeadsOut the
+	// heads each rank keeps.
 	CombineHeads, HeadsOut int
 	routes                 [2]Route
 }
@@ -105,6 +87,11 @@ type BackendPlan struct {
 // NewBackendPlan validates cfg and resolves the backend through
 // plan.SelectBackend on the cpu target (the capability table lives there).
 // Every refusal names the constraint, the values and a setting that works.
+//
+// On CPU every row, decode or prefill, runs on the rank's local KV shard and
+// is DCP-combined: the two backends differ in how localized top-k indices are
+// laid out (in place with −1 holes for sparse-gather, as FlashMLA reads them;
+// compacted to the row front for sparse-sharded, as FlashInfer reads them).
 func NewBackendPlan(cfg BackendConfig) (*BackendPlan, error) {
 	l := cfg.Layout
 	if err := l.Validate(); err != nil {
@@ -128,64 +115,27 @@ func NewBackendPlan(cfg BackendConfig) (*BackendPlan, error) {
 	if !ok {
 		return nil, fmt.Errorf("cp: backend plan: %s resolved but has no cpu capabilities", name)
 	}
-	bp := &BackendPlan{Backend: name, Capabilities: caps, Comm: cfg.Comm}
+	bp := &BackendPlan{Backend: name, Capabilities: caps, Comm: cfg.Comm, HeadsOut: cfg.HeadsPerRank}
 	if bp.Comm == "" {
 		bp.Comm = plan.CommAGRS
 	}
-
-	// Heads entering the combine and the query gather group (the DCP group
-	// is inside TP with PCP = 1, equals the PCP group, or spans the world).
-	gather := GatherNone
-	switch {
-	case l.DCP == 1:
-		bp.CombineHeads = cfg.HeadsPerRank
-	case l.PCP == 1:
-		bp.CombineHeads, gather = cfg.HeadsPerRank*l.DCP, GatherDCP
-	case l.DCP == l.PCP:
-		bp.CombineHeads = cfg.HeadsPerRank
-	default: // DCP = TP·PCP
-		bp.CombineHeads, gather = cfg.HeadsPerRank*l.TP, GatherTP
-	}
-
-	combine := CombineNone
+	route := Route{Combine: CombineNone, QueryGather: GatherNone, CompactIndices: caps.CompactIndices}
+	bp.CombineHeads = cfg.HeadsPerRank
 	switch bp.Comm {
 	case plan.CommA2A:
 		if l.DCP < 2 {
 			return nil, fmt.Errorf("cp: --dcp-comm-backend %s needs --decode-context-parallel-size > 1, got %d; use --dcp-comm-backend %s", plan.CommA2A, l.DCP, plan.CommAGRS)
 		}
-		if bp.CombineHeads%l.DCP != 0 {
-			return nil, fmt.Errorf("cp: --dcp-comm-backend %s splits the %d combined heads over %d DCP ranks, which does not divide them; use --dcp-comm-backend %s",
-				plan.CommA2A, bp.CombineHeads, l.DCP, plan.CommAGRS)
-		}
-		combine = CombineA2A
 	case plan.CommAGRS:
-		switch {
-		case l.DCP == 1:
-		case l.PCP > 1:
-			combine = CombineAGAR
-		default:
-			combine = CombineAGRS
-		}
 	default:
 		return nil, fmt.Errorf("cp: unknown --dcp-comm-backend %q; use %s or %s", cfg.Comm, plan.CommAGRS, plan.CommA2A)
 	}
-	switch combine {
-	case CombineAGAR:
-		bp.HeadsOut = bp.CombineHeads
-	case CombineNone:
-		bp.HeadsOut = bp.CombineHeads
-	default:
-		bp.HeadsOut = bp.CombineHeads / l.DCP
+	if l.DCP > 1 {
+		route.Combine, route.QueryGather = bp.Comm, GatherDCP
+		bp.CombineHeads = cfg.HeadsPerRank * l.DCP
 	}
-
-	local := Route{Path: PathLocalShard, Combine: combine, QueryGather: gather, CompactIndices: caps.CompactIndices}
-	bp.routes[RowDecode] = local
-	bp.routes[RowPrefill] = local
-	if !caps.CompactIndices && l.DCP > 1 {
-		// sparse-gather: prefill rows read the KV gathered from every DCP
-		// rank and run rank-locally on their own heads, with no combine.
-		bp.routes[RowPrefill] = Route{Path: PathGatheredKV, Combine: CombineNone, QueryGather: GatherNone}
-	}
+	bp.routes[RowDecode] = route
+	bp.routes[RowPrefill] = route
 	return bp, nil
 }
 

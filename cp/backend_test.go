@@ -17,10 +17,9 @@ func baseConfig(l comm.Layout, backend, commBackend string) cp.BackendConfig {
 }
 
 func TestBackendPlanRoutes(t *testing.T) {
-	shard := func(combine, gather string, compact bool) cp.Route {
-		return cp.Route{Path: cp.PathLocalShard, Combine: combine, QueryGather: gather, CompactIndices: compact}
+	local := func(combine, gather string, compact bool) cp.Route {
+		return cp.Route{Combine: combine, QueryGather: gather, CompactIndices: compact}
 	}
-	gathered := cp.Route{Path: cp.PathGatheredKV, Combine: cp.CombineNone, QueryGather: cp.GatherNone}
 	type want struct {
 		Backend                string
 		CombineHeads, HeadsOut int
@@ -34,17 +33,17 @@ func TestBackendPlanRoutes(t *testing.T) {
 		want    want
 	}{
 		{"single rank auto", comm.Layout{TP: 1, PCP: 1, DCP: 1}, plan.BackendAuto, "",
-			want{plan.BackendSparseGather, 8, 8, shard(cp.CombineNone, cp.GatherNone, false), shard(cp.CombineNone, cp.GatherNone, false)}},
-		{"DCP in TP gather ag_rs", comm.Layout{TP: 4, PCP: 1, DCP: 4}, plan.BackendAuto, plan.CommAGRS,
-			want{plan.BackendSparseGather, 32, 8, shard(cp.CombineAGRS, cp.GatherDCP, false), gathered}},
+			want{plan.BackendSparseGather, 8, 8, local(cp.CombineNone, cp.GatherNone, false), local(cp.CombineNone, cp.GatherNone, false)}},
+		{"DCP in TP ag_rs", comm.Layout{TP: 4, PCP: 1, DCP: 4}, plan.BackendAuto, plan.CommAGRS,
+			want{plan.BackendSparseGather, 32, 8, local(cp.CombineAGRS, cp.GatherDCP, false), local(cp.CombineAGRS, cp.GatherDCP, false)}},
 		{"DCP in TP sharded a2a", comm.Layout{TP: 4, PCP: 1, DCP: 2}, "FLASHINFER_MLA_SPARSE", plan.CommA2A,
-			want{plan.BackendSparseSharded, 16, 8, shard(cp.CombineA2A, cp.GatherDCP, true), shard(cp.CombineA2A, cp.GatherDCP, true)}},
-		{"DCP equals PCP all-reduce", comm.Layout{TP: 2, PCP: 2, DCP: 2}, plan.BackendAuto, "",
-			want{plan.BackendSparseGather, 8, 8, shard(cp.CombineAGAR, cp.GatherNone, false), gathered}},
-		{"DCP spans TP×PCP", comm.Layout{TP: 2, PCP: 2, DCP: 4}, plan.BackendSparseGather, plan.CommAGRS,
-			want{plan.BackendSparseGather, 16, 16, shard(cp.CombineAGAR, cp.GatherTP, false), gathered}},
+			want{plan.BackendSparseSharded, 16, 8, local(cp.CombineA2A, cp.GatherDCP, true), local(cp.CombineA2A, cp.GatherDCP, true)}},
+		{"DCP equals PCP", comm.Layout{TP: 2, PCP: 2, DCP: 2}, plan.BackendAuto, "",
+			want{plan.BackendSparseGather, 16, 8, local(cp.CombineAGRS, cp.GatherDCP, false), local(cp.CombineAGRS, cp.GatherDCP, false)}},
+		{"DCP spans TP×PCP sharded", comm.Layout{TP: 2, PCP: 2, DCP: 4}, plan.BackendSparseSharded, plan.CommAGRS,
+			want{plan.BackendSparseSharded, 32, 8, local(cp.CombineAGRS, cp.GatherDCP, true), local(cp.CombineAGRS, cp.GatherDCP, true)}},
 		{"PCP only sharded", comm.Layout{TP: 1, PCP: 2, DCP: 1}, plan.BackendSparseSharded, "",
-			want{plan.BackendSparseSharded, 8, 8, shard(cp.CombineNone, cp.GatherNone, true), shard(cp.CombineNone, cp.GatherNone, true)}},
+			want{plan.BackendSparseSharded, 8, 8, local(cp.CombineNone, cp.GatherNone, true), local(cp.CombineNone, cp.GatherNone, true)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bp, err := cp.NewBackendPlan(baseConfig(tc.layout, tc.backend, tc.comm))
@@ -71,15 +70,10 @@ func TestBackendPlanRefusals(t *testing.T) {
 	}{
 		{"a2a without DCP", baseConfig(comm.Layout{TP: 2, PCP: 1, DCP: 1}, plan.BackendAuto, plan.CommA2A),
 			[]string{"a2a", "decode-context-parallel-size", "got 1", "--dcp-comm-backend ag_rs"}},
-		{"a2a heads not divisible", func() cp.BackendConfig {
-			c := baseConfig(comm.Layout{TP: 3, PCP: 3, DCP: 3}, plan.BackendAuto, plan.CommA2A)
-			c.HeadsPerRank = 4
-			return c
-		}(), []string{"a2a", "4 combined heads", "3 DCP ranks", "--dcp-comm-backend ag_rs"}},
 		{"unknown comm backend", baseConfig(comm.Layout{TP: 2, PCP: 1, DCP: 2}, plan.BackendAuto, "ring"),
 			[]string{"ring", "ag_rs", "a2a"}},
-		{"sharded cannot serve PCP+DCP", baseConfig(comm.Layout{TP: 2, PCP: 2, DCP: 2}, plan.BackendSparseSharded, ""),
-			[]string{"sparse-sharded", "PCP=2 DCP=2", "sparse-gather"}},
+		{"unknown attention backend", baseConfig(comm.Layout{TP: 2, PCP: 2, DCP: 2}, "FLASH_ATTN", ""),
+			[]string{"FLASH_ATTN", "sparse-gather", "sparse-sharded"}},
 		{"interleave above block size", func() cp.BackendConfig {
 			c := baseConfig(comm.Layout{TP: 2, PCP: 1, DCP: 2}, plan.BackendAuto, "")
 			c.Interleave = 32

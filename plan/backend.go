@@ -60,13 +60,13 @@ var (
 		Name: BackendSparseGather, Alias: "FLASHMLA_SPARSE",
 		DCP: true, PCP: true, PCPWithDCP: true, ReturnsLSE: true, LSEBase: "e",
 		CompactIndices: false, KVDtypes: []string{DtypeF32, DtypeBF16, DtypeFP8DSMLA}, MultiTokenDecode: true,
-		Why: "PCP prefill rows gather the full KV from all DCP ranks and run rank-locally; only decode rows are DCP-combined",
+		Why: "every row runs on the local KV shard with localized top-k indices kept in place (−1 holes, as FlashMLA reads them) and is DCP-combined over the group's row blocks",
 	}
 	engineSharded = Capabilities{
 		Name: BackendSparseSharded, Alias: "FLASHINFER_MLA_SPARSE",
-		DCP: true, PCP: true, PCPWithDCP: false, ReturnsLSE: true, LSEBase: "e",
+		DCP: true, PCP: true, PCPWithDCP: true, ReturnsLSE: true, LSEBase: "e",
 		CompactIndices: true, KVDtypes: []string{DtypeF32, DtypeBF16, DtypeFP8DSMLA}, MultiTokenDecode: true,
-		Why: "every row runs on the local KV shard and is DCP-combined, so PCP ranks with unequal query rows cannot share a combine",
+		Why: "every row runs on the local KV shard with localized top-k indices compacted to the row front (as FlashInfer reads them) and is DCP-combined; PCP ranks gather their queries as equal-size row blocks, so their combine counts agree",
 	}
 	gpuFlashMLASparse = Capabilities{
 		Name: BackendSparseGather, Alias: "FLASHMLA_SPARSE",

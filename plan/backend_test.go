@@ -22,12 +22,12 @@ func TestSelectBackendTruthTable(t *testing.T) {
 		errContains  []string // reason and alternative
 	}
 	rows := []row{
-		// CPU engine: sparse-gather serves everything; sparse-sharded all but PCP+DCP.
+		// CPU engine: both backends serve every layout.
 		{TargetCPU, "auto", 1, 1, 1, "bf16", 8, "sparse-gather", nil},
 		{TargetCPU, "auto", 2, 2, 4, "f32", 4, "sparse-gather", nil},
 		{TargetCPU, "sparse-sharded", 4, 1, 4, "bf16", 2, "sparse-sharded", nil},
 		{TargetCPU, "FLASHINFER_MLA_SPARSE", 1, 4, 1, "fp8_ds_mla", 8, "sparse-sharded", nil},
-		{TargetCPU, "sparse-sharded", 1, 4, 4, "bf16", 8, "", []string{"does not serve PCP and DCP together", "--attention-backend sparse-gather"}},
+		{TargetCPU, "sparse-sharded", 1, 4, 4, "bf16", 8, "sparse-sharded", nil},
 		// B200: FlashInfer sparse first at ≤ 16 heads per rank or quantized KV.
 		{TargetSM100, "auto", 8, 1, 8, "bf16", 8, "sparse-sharded", nil},
 		{TargetSM100, "auto", 1, 1, 1, "bf16", 64, "sparse-gather", nil},
@@ -102,7 +102,7 @@ func TestBackendTableDeclaresCapabilities(t *testing.T) {
 	}
 	want := []caps{
 		{"sparse-gather", "FLASHMLA_SPARSE", true, true, true, true, false, "e"},
-		{"sparse-sharded", "FLASHINFER_MLA_SPARSE", true, true, false, true, true, "e"},
+		{"sparse-sharded", "FLASHINFER_MLA_SPARSE", true, true, true, true, true, "e"},
 		{"sparse-gather", "FLASHMLA_SPARSE", true, true, true, true, false, "e"},
 		{"sparse-sharded", "FLASHINFER_MLA_SPARSE", true, true, false, true, true, "2"},
 		{"sparse-gather", "FLASHMLA_SPARSE", true, true, true, true, false, "e"},

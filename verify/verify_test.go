@@ -1,0 +1,169 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/config"
+)
+
+// workload is the edge-case mix every configuration runs: a 1-token prompt
+// (DCP ranks that own nothing of it), a prompt shorter than the number of
+// PCP chunks, and one longer than index_topk (16), all prefilled in one
+// batch, then greedy decode steps.
+func workload(c Config) Config {
+	c.PromptLens = []int{1, 3, 23}
+	c.DecodeSteps = 3
+	return c
+}
+
+// TestMatrix runs a sample of every valid TP{1,2,4} × PCP{1,2,4} × DCP
+// layout, crossed with interleave {1, 4, block size 16}, both DCP comm
+// backends, both attention backends, f32/bf16/fp8_ds_mla KV and fp8 indexer
+// keys, chunked prefill continuing a cached prefix and multi-token decode
+// rows, against the single-rank engine. The single-rank engine itself is
+// checked against the oracle on the same workload in TestSingleRankMatchesOracle.
+func TestMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the verification matrix takes a few minutes")
+	}
+	cases := []Config{
+		{TP: 2},
+		{TP: 4, KVDType: "bf16"},
+		{TP: 2, DCP: 2, PrefillChunk: 8},
+		{TP: 2, DCP: 2, Interleave: 4, DCPComm: "a2a", Backend: "sparse-sharded", KVDType: "fp8_ds_mla", IndexerDType: "fp8", SpecTokens: 2},
+		{TP: 4, DCP: 2, Interleave: 16, Backend: "FLASHMLA_SPARSE"},
+		{TP: 4, DCP: 4, DCPComm: "a2a", PrefillChunk: 8, SpecTokens: 1},
+		{TP: 4, DCP: 4, Interleave: 4, Backend: "FLASHINFER_MLA_SPARSE", KVDType: "fp8_ds_mla"},
+		{PCP: 2},
+		{PCP: 4, KVDType: "bf16", PrefillChunk: 8},
+		{TP: 2, PCP: 2, Backend: "sparse-sharded", SpecTokens: 2},
+		{TP: 2, PCP: 4},
+		{PCP: 2, DCP: 2},
+		{PCP: 2, DCP: 2, Interleave: 4, DCPComm: "a2a", Backend: "sparse-sharded", KVDType: "fp8_ds_mla", PrefillChunk: 8, SpecTokens: 1},
+		{PCP: 4, DCP: 4},
+		{PCP: 4, DCP: 4, Interleave: 16, DCPComm: "a2a", SpecTokens: 2, IndexerDType: "fp8"},
+		{TP: 2, PCP: 2, DCP: 2},
+		{TP: 2, PCP: 2, DCP: 4, Interleave: 4, DCPComm: "a2a", Backend: "sparse-sharded", KVDType: "fp8_ds_mla", PrefillChunk: 8},
+		{TP: 4, PCP: 2, DCP: 2, KVDType: "bf16"},
+		{TP: 2, PCP: 4, DCP: 4, Backend: "sparse-sharded", KVDType: "bf16", SpecTokens: 1},
+		{TP: 2, PCP: 4, DCP: 8},
+		{TP: 4, PCP: 2, DCP: 8, DCPComm: "a2a", PrefillChunk: 8},
+		{Model: "v32-mini", TP: 2, PCP: 2, DCP: 4, Interleave: 4},
+	}
+	for _, c := range cases {
+		c = workload(c)
+		c.defaults()
+		// f32 runs are compared with the single rank directly; quantized
+		// caches are judged against the oracle with their own rounding ties.
+		c.SkipOracle = c.KVDType == "f32" && c.IndexerDType == "f32"
+		t.Run(strings.ReplaceAll(fmt.Sprintf("%s/%s/%s/chunk%d/spec%d", c.Model, c.String(), c.Backend, c.PrefillChunk, c.SpecTokens), " ", "_"), func(t *testing.T) {
+			res, err := Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("max |Δ logprob| %.3g over %d positions, kv tokens per rank %v of %d, collectives per rank %v, %.1f s",
+				res.MaxAbsLogprobDiff, res.Positions, res.KVTokensPerRank, res.SingleRankKVTokens, res.CollectivesPerRank, res.WallSeconds)
+			if !res.OK {
+				t.Errorf("verification failed: %v", res.Problems)
+			}
+			// DCP shards the KV: per rank the owned positions sum to the
+			// single-rank total over each DCP group.
+			perGroup := 0
+			for _, r := range (comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}).DCPMembers(0) {
+				perGroup += res.KVTokensPerRank[r]
+			}
+			if perGroup != res.SingleRankKVTokens {
+				t.Errorf("DCP group holds %d KV tokens, single rank %d", perGroup, res.SingleRankKVTokens)
+			}
+		})
+	}
+}
+
+// TestSingleRankMatchesOracle pins the reference the matrix compares with:
+// the single-rank engine on the matrix workload against the float64 oracle.
+func TestSingleRankMatchesOracle(t *testing.T) {
+	for _, c := range []Config{
+		{TP: 2, DCP: 2, PrefillChunk: 8, SpecTokens: 2},
+		{PCP: 2, DCP: 2, KVDType: "fp8_ds_mla", IndexerDType: "fp8", SpecTokens: 1},
+	} {
+		c = workload(c)
+		res, err := Run(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: oracle |Δ logprob| %.3g, rounding ties %d, near index ties %d", c.String(), res.MaxAbsOracleDiff, res.OracleRoundingTies, res.OracleNearIndexTies)
+		if !res.OK {
+			t.Errorf("%s: %v", c.String(), res.Problems)
+		}
+	}
+}
+
+// TestRefusals: every configuration the validator refuses is refused before
+// any weight loads, naming the constraint, the values and a setting that works.
+func TestRefusals(t *testing.T) {
+	cfg, err := config.Load("glm5-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c    Config
+		want []string
+	}{
+		{Config{TP: 3}, []string{"8", "3", "one of [1 2 4 8]"}},
+		{Config{TP: 4, DCP: 3}, []string{"3", "4", "1, 2 or 4"}},
+		{Config{TP: 2, PCP: 2, DCP: 3}, []string{"DCP", "3"}},
+		{Config{TP: 2, DCP: 2, Interleave: 3}, []string{"3", "16"}},
+		{Config{TP: 2, DCP: 2, Interleave: 32}, []string{"32", "16"}},
+		{Config{TP: 2, DCPComm: "a2a"}, []string{"a2a", "decode-context-parallel-size", "ag_rs"}},
+		{Config{TP: 2, DCP: 2, DCPComm: "ring"}, []string{"ring", "ag_rs", "a2a"}},
+		{Config{TP: 2, Backend: "FLASH_ATTN"}, []string{"FLASH_ATTN", "sparse-gather"}},
+		{Config{KVDType: "fp16"}, []string{"fp16", "f32", "bf16", "fp8_ds_mla"}},
+	} {
+		c := workload(tc.c)
+		c.defaults()
+		_, err := c.Validate(cfg)
+		if err == nil {
+			t.Errorf("%s accepted", c.String())
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: refusal %q does not name %q", c.String(), err, w)
+			}
+		}
+	}
+}
+
+// TestInjectedMismatchFailsFast: one rank entering a collective with a wrong
+// count ends the run with the ledger's error on every rank, well before the
+// collective deadline; it never hangs.
+func TestInjectedMismatchFailsFast(t *testing.T) {
+	for _, c := range []Config{
+		{TP: 2, DCP: 2},
+		{PCP: 2},
+		{TP: 2},
+	} {
+		c = workload(c)
+		c.InjectMismatch = true
+		c.SkipOracle = true
+		c.CollectiveTimeout = 20 * time.Second
+		start := time.Now()
+		_, err := Run(context.Background(), c)
+		var mm *comm.MismatchError
+		if !errors.As(err, &mm) {
+			t.Fatalf("%s: got %v, want a collective mismatch", c.String(), err)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("%s: mismatch took %v to surface", c.String(), d)
+		}
+		if !strings.Contains(err.Error(), "collective mismatch") {
+			t.Errorf("%s: error %q does not say collective mismatch", c.String(), err)
+		}
+	}
+}
