@@ -30,7 +30,7 @@ var xmm = []VecPhysical{X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X10, X11, X12, X
 
 func main() {
 	for _, bf16 := range []bool{false, true} {
-		for m := 1; m <= 4; m++ {
+		for m := 1; m <= 6; m++ {
 			dotTile512(m, bf16)
 		}
 		for m := 1; m <= 3; m++ {
@@ -119,7 +119,7 @@ func loadW(mem Mem, v VecPhysical, bf16 bool) {
 	VMOVUPS(mem, v)
 }
 
-// dotTile512 emits dotTile{m}x4{F32,BF16}AVX512: out[i*4+j] = Σ_k x[i·ldx+k]·w_j[k]
+// dotTile512 emits dotTile{m}x4{F32,BF16}AVX512 (m ≤ 6): out[i*4+j] = Σ_k x[i·ldx+k]·w_j[k]
 // for i < m, j < 4, k < kn (a multiple of 16). Each product is fused into a
 // 16-lane accumulator, lanes summed by reduce4x512.
 func dotTile512(m int, bf16 bool) {
@@ -159,12 +159,12 @@ func dotTile512(m int, bf16 bool) {
 	JZ(LabelRef(name + "_reduce"))
 	Label(name + "_loop")
 	for j := range 4 {
-		loadW(Mem{Base: w[j], Index: offW, Scale: 1}, zmm[16+j], bf16)
+		loadW(Mem{Base: w[j], Index: offW, Scale: 1}, zmm[24+j], bf16)
 	}
 	for i := range m {
-		VMOVUPS(Mem{Base: xr[i], Index: offX, Scale: 1}, zmm[20+i])
+		VMOVUPS(Mem{Base: xr[i], Index: offX, Scale: 1}, Z28)
 		for j := range 4 {
-			VFMADD231PS(zmm[16+j], zmm[20+i], acc(i, j))
+			VFMADD231PS(zmm[24+j], Z28, acc(i, j))
 		}
 	}
 	ADDQ(U32(64), offX)
@@ -177,9 +177,21 @@ func dotTile512(m int, bf16 bool) {
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_reduce")
 	out := Load(Param("out"), GP64())
-	for i := range m {
+	for i := range min(m, 4) {
 		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
 		VMOVUPS(xmm[4*i], Mem{Base: out, Disp: 16 * i})
+	}
+	// Rows 4 and 5 live in Z16–Z23; VHADDPS reaches only Z0–Z15, so move
+	// them down first (the reduction is the same for every row).
+	for i := 4; i < m; i++ {
+		for j := range 4 {
+			VMOVAPS(acc(i, j), zmm[4*(i-4)+j])
+		}
+	}
+	for i := 4; i < m; i++ {
+		a := 4 * (i - 4)
+		reduce4x512([4]int{a, a + 1, a + 2, a + 3})
+		VMOVUPS(xmm[a], Mem{Base: out, Disp: 16 * i})
 	}
 	VZEROUPPER()
 	RET()

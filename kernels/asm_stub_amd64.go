@@ -22,6 +22,16 @@ func dotTile3x4F32AVX512(x *float32, ldx int, w0 *float32, w1 *float32, w2 *floa
 //go:noescape
 func dotTile4x4F32AVX512(x *float32, ldx int, w0 *float32, w1 *float32, w2 *float32, w3 *float32, kn int, out *float32)
 
+// dotTile5x4F32AVX512 computes a 5x4 tile of dot products over kn (a multiple of 16) elements.
+//
+//go:noescape
+func dotTile5x4F32AVX512(x *float32, ldx int, w0 *float32, w1 *float32, w2 *float32, w3 *float32, kn int, out *float32)
+
+// dotTile6x4F32AVX512 computes a 6x4 tile of dot products over kn (a multiple of 16) elements.
+//
+//go:noescape
+func dotTile6x4F32AVX512(x *float32, ldx int, w0 *float32, w1 *float32, w2 *float32, w3 *float32, kn int, out *float32)
+
 // dotTile1x4F32AVX2 computes a 1x4 tile of dot products over kn (a multiple of 8) elements.
 //
 //go:noescape
@@ -56,6 +66,16 @@ func dotTile3x4BF16AVX512(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint1
 //
 //go:noescape
 func dotTile4x4BF16AVX512(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint16, w3 *uint16, kn int, out *float32)
+
+// dotTile5x4BF16AVX512 computes a 5x4 tile of dot products over kn (a multiple of 16) elements.
+//
+//go:noescape
+func dotTile5x4BF16AVX512(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint16, w3 *uint16, kn int, out *float32)
+
+// dotTile6x4BF16AVX512 computes a 6x4 tile of dot products over kn (a multiple of 16) elements.
+//
+//go:noescape
+func dotTile6x4BF16AVX512(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint16, w3 *uint16, kn int, out *float32)
 
 // dotTile1x4BF16AVX2 computes a 1x4 tile of dot products over kn (a multiple of 8) elements.
 //

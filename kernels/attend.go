@@ -235,7 +235,7 @@ func attendHeads(t *attendTask, h0, h1 int) {
 		runMax[h], runSum[h] = negInf, 0
 	}
 	clear(t.out[h0*vdim : h1*vdim])
-	var tile [16]float32
+	var tile [24]float32
 	var f [4]*float32
 	var b [4]*uint16
 	for b0 := 0; b0 < n; b0 += attendBlock {

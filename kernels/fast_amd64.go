@@ -36,7 +36,7 @@ func bestLevel() level {
 
 // dotTileF32 runs the m×4 dot-product tile of level l (m ≤ maxTileRows(l)).
 // Direct calls keep the asm's noescape pragma effective.
-func dotTileF32(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *float32, kn int, out *[16]float32) {
+func dotTileF32(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *float32, kn int, out *[24]float32) {
 	o := &out[0]
 	if l == levelAVX512 {
 		switch m {
@@ -46,8 +46,12 @@ func dotTileF32(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *float32, kn
 			dotTile2x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
 		case 3:
 			dotTile3x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
-		default:
+		case 4:
 			dotTile4x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		case 5:
+			dotTile5x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		default:
+			dotTile6x4F32AVX512(x, ldx, w0, w1, w2, w3, kn, o)
 		}
 		return
 	}
@@ -62,7 +66,7 @@ func dotTileF32(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *float32, kn
 }
 
 // dotTileBF16 is dotTileF32 with bf16 weights widened in registers.
-func dotTileBF16(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *uint16, kn int, out *[16]float32) {
+func dotTileBF16(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *uint16, kn int, out *[24]float32) {
 	o := &out[0]
 	if l == levelAVX512 {
 		switch m {
@@ -72,8 +76,12 @@ func dotTileBF16(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *uint16, kn
 			dotTile2x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
 		case 3:
 			dotTile3x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
-		default:
+		case 4:
 			dotTile4x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		case 5:
+			dotTile5x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
+		default:
+			dotTile6x4BF16AVX512(x, ldx, w0, w1, w2, w3, kn, o)
 		}
 		return
 	}
@@ -135,7 +143,7 @@ func vecWidth(l level) int {
 // maxTileRows is the tallest dot tile of the level (its register budget).
 func maxTileRows(l level) int {
 	if l == levelAVX512 {
-		return 4
+		return 6
 	}
 	return 3
 }

@@ -14,11 +14,11 @@ func vecWidth(level) int { return 1 }
 
 func maxTileRows(level) int { return 1 }
 
-func dotTileF32(level, int, *float32, int, *float32, *float32, *float32, *float32, int, *[16]float32) {
+func dotTileF32(level, int, *float32, int, *float32, *float32, *float32, *float32, int, *[24]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTileBF16(level, int, *float32, int, *uint16, *uint16, *uint16, *uint16, int, *[16]float32) {
+func dotTileBF16(level, int, *float32, int, *uint16, *uint16, *uint16, *uint16, int, *[24]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
