@@ -304,11 +304,11 @@ func TestAttendRows(t *testing.T) {
 }
 
 // TestWeightedReLUScores: every implementation against the float64 formula
-// Σ_h w[h]·max(0, q_h·k); a key's score has the same bits alone or with
-// other keys.
+// Σ_h w[h]·max(0, q_h·k); a key's score has the same bits alone, with
+// other keys, and on several threads.
 func TestWeightedReLUScores(t *testing.T) {
 	tests := []struct{ heads, dim, nkeys int }{
-		{32, 128, 67}, {4, 16, 5}, {3, 16, 9}, {8, 24, 10}, {64, 128, 1}, {4, 128, 0},
+		{32, 128, 67}, {32, 128, 600}, {4, 16, 5}, {3, 16, 9}, {8, 24, 10}, {64, 128, 1}, {4, 128, 0},
 	}
 	forEachImpl(t, func(t *testing.T) {
 		for k, tc := range tests {
@@ -332,6 +332,13 @@ func TestWeightedReLUScores(t *testing.T) {
 			name := fmt.Sprintf("heads=%d dim=%d keys=%d", tc.heads, tc.dim, tc.nkeys)
 			if d := cmp.Diff(want, to64(got), cmpopts.EquateApprox(1e-4, 1e-4)); d != "" {
 				t.Errorf("%s (-want +got):\n%s", name, d)
+			}
+			SetThreads(3)
+			par := make([]float32, tc.nkeys)
+			WeightedReLUScores(par, q, w, tc.heads, keys)
+			SetThreads(1)
+			if d := cmp.Diff(bitsOf(got), bitsOf(par)); d != "" {
+				t.Errorf("%s: 1 thread vs 3 threads (-1 +3):\n%s", name, d)
 			}
 			for j := range keys {
 				one := make([]float32, 1)

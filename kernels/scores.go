@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
 
 // WeightedReLUScores computes the lightning-indexer score of each key against
 // one query of heads heads:
@@ -13,7 +16,8 @@ import "fmt"
 // multiple of 4, dim a multiple of 16) computes four keys × four heads per
 // tile and fuses each head's term into the running score. A key's score
 // depends only on the query and that key, never on the other keys of the
-// call. It does not allocate.
+// call, so keys are split across threads (SetThreads) without changing a
+// bit. It does not allocate.
 func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 	if heads <= 0 || len(q)%heads != 0 || len(w) != heads || len(dst) != len(keys) {
 		panic(fmt.Sprintf("kernels: WeightedReLUScores: heads=%d needs len(q) a multiple of heads, len(w)=heads and len(dst)=len(keys); got len(q)=%d, len(w)=%d, len(dst)=%d, %d keys",
@@ -26,13 +30,24 @@ func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 		}
 	}
 	if activeLevel() == levelAVX512 && heads%4 == 0 && dim%16 == 0 && dim > 0 {
-		var out [4]float32
 		n := len(keys)
-		for j := 0; j < n; j += 4 {
-			nj := min(4, n-j)
-			k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
-			scoreTile4(&q[0], &w[0], heads, dim, k(0), k(1), k(2), k(3), &out)
-			copy(dst[j:j+nj], out[:nj])
+		parts := planParts((n+3)/4, 2*float64(n)*float64(heads*dim))
+		if parts == 1 {
+			scoreKeys(dst, q, w, heads, dim, keys)
+			return
+		}
+		var t *scoreTask
+		select {
+		case t = <-scoreTasks:
+		default:
+			t = new(scoreTask)
+		}
+		t.dst, t.q, t.w, t.heads, t.dim, t.keys = dst, q, w, heads, dim, keys
+		runParts(t, parts, &t.wg)
+		t.dst, t.q, t.w, t.keys = nil, nil, nil, nil
+		select {
+		case scoreTasks <- t:
+		default:
 		}
 		return
 	}
@@ -44,5 +59,39 @@ func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 			}
 		}
 		dst[j] = s
+	}
+}
+
+// scoreTask is one parallel WeightedReLUScores call; parts split the keys
+// (each key's score depends only on the query and that key).
+type scoreTask struct {
+	dst, q, w  []float32
+	heads, dim int
+	keys       [][]float32
+	wg         sync.WaitGroup
+}
+
+var scoreTasks = make(chan *scoreTask, 64)
+
+func (t *scoreTask) runPart(p, parts int) {
+	j0, j1 := partRange(len(t.keys), 4, p, parts)
+	scoreKeys(t.dst[j0:j1], t.q, t.w, t.heads, t.dim, t.keys[j0:j1])
+}
+
+// scoreKeys is the AVX-512 WeightedReLUScores over keys, four per tile,
+// prefetching the next four (keys live in scattered cache slots).
+func scoreKeys(dst, q, w []float32, heads, dim int, keys [][]float32) {
+	var out [4]float32
+	n := len(keys)
+	for j := 0; j < n; j += 4 {
+		nj := min(4, n-j)
+		if next := j + 4; next < n {
+			nn := min(4, n-next)
+			p := func(c int) *float32 { return &keys[next+min(c, nn-1)][0] }
+			prefetchRows(p(0), p(1), p(2), p(3), 4*dim)
+		}
+		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
+		scoreTile4(&q[0], &w[0], heads, dim, k(0), k(1), k(2), k(3), &out)
+		copy(dst[j:j+nj], out[:nj])
 	}
 }

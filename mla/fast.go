@@ -106,8 +106,9 @@ func sparseAttentionFastBF16(out, lse, maxLogits, q []float32, rows, heads int, 
 }
 
 // indexerChunk is the number of keys gathered before they are scored against
-// every query of a block (64 keys of 128 f32 are 32 KiB).
-const indexerChunk = 64
+// every query of a block (256 keys of 128 f32 are 128 KiB, in L2), enough
+// work per call for kernels to split it across threads.
+const indexerChunk = 256
 
 // keyChunk is the gather scratch of the fast IndexerScores.
 type keyChunk struct {
