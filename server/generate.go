@@ -72,6 +72,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job, arriva
 	if err != nil {
 		timer.end(time.Now(), "")
 		s.cfg.Logger.Warn("engine refused request", "id", id, "err", err)
+		if errors.Is(err, engine.ErrOverloaded) {
+			s.reject(w, &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "server_overloaded",
+				msg: fmt.Sprintf("the engine's queue is full (%v); retry later or start the server with a larger --max-queue", err)})
+			return
+		}
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, typ: "server_error",
 			msg: fmt.Sprintf("the engine did not accept the request: %v", err)})
 		return

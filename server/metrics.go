@@ -9,18 +9,24 @@ import (
 )
 
 // Stats is what the server reads from the engine when /metrics is scraped.
-// Every method must be cheap and safe for concurrent use; the engine
-// satisfies it (a nil Stats leaves those metrics out).
+// Every method must be cheap and safe for concurrent use (a nil Stats
+// leaves those metrics out). A Stats that also implements CollectiveStats
+// adds the collective time.
 type Stats interface {
 	// KVUsage is the fraction (0..1) of KV cache blocks in use, one entry
 	// per rank, indexed by rank.
 	KVUsage() []float64
-	// CollectiveSeconds is the total time ranks have spent inside
-	// collectives since start-up.
-	CollectiveSeconds() float64
 	// PlanBuildsAfterWarmup counts kernel plans built after warm-up
 	// finished; a healthy engine keeps it at 0.
 	PlanBuildsAfterWarmup() uint64
+}
+
+// CollectiveStats is the optional part of Stats for engines that time
+// their collectives.
+type CollectiveStats interface {
+	// CollectiveSeconds is the total time ranks have spent inside
+	// collectives since start-up.
+	CollectiveSeconds() float64
 }
 
 // metrics are one server's Prometheus metrics, named like vLLM's under the
@@ -113,7 +119,9 @@ func newStatsCollector(s Stats) *statsCollector {
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.kvUsage
-	ch <- c.collective
+	if _, ok := c.stats.(CollectiveStats); ok {
+		ch <- c.collective
+	}
 	ch <- c.builds
 }
 
@@ -121,7 +129,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for rank, u := range c.stats.KVUsage() {
 		ch <- prometheus.MustNewConstMetric(c.kvUsage, prometheus.GaugeValue, u, strconv.Itoa(rank))
 	}
-	ch <- prometheus.MustNewConstMetric(c.collective, prometheus.CounterValue, c.stats.CollectiveSeconds())
+	if cs, ok := c.stats.(CollectiveStats); ok {
+		ch <- prometheus.MustNewConstMetric(c.collective, prometheus.CounterValue, cs.CollectiveSeconds())
+	}
 	ch <- prometheus.MustNewConstMetric(c.builds, prometheus.CounterValue, float64(c.stats.PlanBuildsAfterWarmup()))
 }
 

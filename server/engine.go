@@ -1,0 +1,33 @@
+package server
+
+import "github.com/cpmla/cpmla/engine"
+
+// EngineStats adapts an engine's counters to Stats. Every rank's cache
+// holds the same block ids (each block id stands for --block-size positions
+// spread over the DCP ranks), so the fraction of blocks in use is the same
+// on each of the ranks.
+func EngineStats(e *engine.Engine, ranks int) Stats {
+	return engineStats{e: e, ranks: max(ranks, 1)}
+}
+
+type engineStats struct {
+	e     *engine.Engine
+	ranks int
+}
+
+func (s engineStats) KVUsage() []float64 {
+	st := s.e.Stats()
+	u := 0.0
+	if st.KVBlocks > 0 {
+		u = float64(st.KVBlocksInUse) / float64(st.KVBlocks)
+	}
+	out := make([]float64, s.ranks)
+	for i := range out {
+		out[i] = u
+	}
+	return out
+}
+
+func (s engineStats) PlanBuildsAfterWarmup() uint64 {
+	return uint64(max(s.e.Stats().KernelPlansBuiltAfterWarmup, 0))
+}
