@@ -316,7 +316,10 @@ func (p *peakProbe) readBandwidth() float64 {
 // the indexer over 64 Ki keys, and GEMM/GEMV at projection shapes.
 func kernelBenchCases() []benchCase {
 	var cases []benchCase
-	const heads, topk, pool = 64, 2048, 8192
+	// 64 Ki cache rows (75 MiB in bf16) and 8 query rows' index sets used in
+	// turn: the rows a call reads are not left in the caches by the call
+	// before, as in a model where every layer reads its own cache.
+	const heads, topk, pool = 64, 2048, 64 << 10
 	attnFlops := float64(heads*topk) * 2 * (mla.RowDim + mla.LatentDim)
 	for _, sc := range []struct {
 		kernel  string
@@ -415,18 +418,25 @@ func setupSparse(rows, heads, topk, pool int, kv kvcache.KVDType, useCache bool)
 	default:
 		return nil, fmt.Errorf("no in-place source for kv format %s", kv)
 	}
-	indices := make([]int32, rows*topk)
-	for r := range rows {
-		for j, p := range rng.Perm(pool)[:topk] {
-			indices[r*topk+j] = int32(p)
+	const sets = 8
+	indices := make([][]int32, sets)
+	q := make([][]float32, sets)
+	for k := range sets {
+		indices[k] = make([]int32, rows*topk)
+		for r := range rows {
+			for j, p := range rng.Perm(pool)[:topk] {
+				indices[k][r*topk+j] = int32(p)
+			}
 		}
+		q[k] = benchRand(rng, rows*heads*mla.RowDim, 1)
 	}
-	q := benchRand(rng, rows*heads*mla.RowDim, 1)
 	out := make([]float32, rows*heads*mla.LatentDim)
 	lse := make([]float32, rows*heads)
 	ws := mla.NewWorkspace(topk, heads)
+	k := 0
 	return func() {
-		mla.SparseAttention(out, lse, nil, q, rows, heads, src, indices, topk, nil, 0.0625, ws)
+		mla.SparseAttention(out, lse, nil, q[k], rows, heads, src, indices[k], topk, nil, 0.0625, ws)
+		k = (k + 1) % sets
 	}, nil
 }
 
