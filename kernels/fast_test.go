@@ -462,3 +462,55 @@ func TestAttendRowsBF16(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentCallersShareThePool: several goroutines (ranks) call the
+// parallel kernels at once on a shared pool; every result has the bits of a
+// lone single-thread call.
+func TestConcurrentCallersShareThePool(t *testing.T) {
+	r := newRand(90)
+	// Sizes above planParts' threshold, so every call is split.
+	const callers, n, out, in = 4, 8, 128, 600
+	const heads, dim, vdim, nr = 12, 64, 64, 600
+	w := &Matrix{Rows: out, Cols: in, F32: randSlice(r, out*in, 1)}
+	rows := make([][]float32, nr)
+	for j := range rows {
+		rows[j] = randSlice(r, dim, 1)
+	}
+	xs := make([][]float32, callers)
+	qs := make([][]float32, callers)
+	want := make([][]float32, callers)
+	for c := range callers {
+		xs[c] = randSlice(r, n*in, 1)
+		qs[c] = randSlice(r, heads*dim, 1)
+		y := make([]float32, n*out)
+		MatMulT(y, xs[c], n, w)
+		o := make([]float32, heads*vdim)
+		AttendRows(o, make([]float32, heads), nil, qs[c], heads, vdim, rows, 0.125, make([]float32, heads*nr))
+		want[c] = append(y, o...)
+	}
+	defer SetThreads(SetThreads(3))
+	got := make([][]float32, callers)
+	done := make(chan int)
+	for c := range callers {
+		go func() {
+			y := make([]float32, n*out)
+			o := make([]float32, heads*vdim)
+			lse := make([]float32, heads)
+			logits := make([]float32, heads*nr)
+			for range 20 {
+				MatMulT(y, xs[c], n, w)
+				AttendRows(o, lse, nil, qs[c], heads, vdim, rows, 0.125, logits)
+			}
+			got[c] = append(y, o...)
+			done <- c
+		}()
+	}
+	for range callers {
+		<-done
+	}
+	for c := range callers {
+		if d := cmp.Diff(bitsOf(want[c]), bitsOf(got[c])); d != "" {
+			t.Errorf("caller %d: concurrent 3-thread results vs lone 1-thread results (-lone +concurrent):\n%s", c, d)
+		}
+	}
+}
