@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,9 @@ func New(cfg *config.Model, weightBytes int64, newExec ExecutorFactory, opt Opti
 	if mem.Overrides, err = checkWorkspaceOverrides(opt.WorkspaceBytes, mem.Workspaces, opt); err != nil {
 		return nil, err
 	}
-	if mem.ActivationBytes, err = profile(pex, sc, ro.NumBlocks); err != nil {
+	mem.ActivationBytes, err = profile(pex, sc, ro.NumBlocks)
+	closeExecutor(pex)
+	if err != nil {
 		return nil, err
 	}
 	pex = nil
@@ -313,8 +316,16 @@ func (e *Engine) end(r *request, ev Event) {
 	delete(e.live, r.id)
 }
 
+// closeExecutor stops an executor that holds goroutines or other resources.
+func closeExecutor(x Executor) {
+	if c, ok := x.(io.Closer); ok {
+		c.Close()
+	}
+}
+
 func (e *Engine) loop() {
 	defer close(e.done)
+	defer closeExecutor(e.exec)
 	for {
 		e.mu.Lock()
 		inbox, aborts, closed := e.inbox, e.aborts, e.closed

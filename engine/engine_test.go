@@ -320,9 +320,15 @@ func glm5Mini(t testing.TB) (*config.Model, *model.Model) {
 // sequence per step, the way a single request runs without an engine.
 func runAlone(t *testing.T, m *model.Model, prompt []int, maxOut, blockSize int) ([]int32, []float64) {
 	t.Helper()
+	return runAloneKV(t, m, prompt, maxOut, blockSize, kvcache.KVBF16)
+}
+
+// runAloneKV is runAlone with a chosen KV cache dtype.
+func runAloneKV(t *testing.T, m *model.Model, prompt []int, maxOut, blockSize int, kv kvcache.KVDType) ([]int32, []float64) {
+	t.Helper()
 	total := len(prompt) + maxOut
 	blocks := (total + blockSize - 1) / blockSize
-	r, err := model.NewRunner(m, model.RunnerOptions{MaxTokens: len(prompt), MaxModelLen: blocks * blockSize, MaxLogitRows: 1, MaxSeqs: 1, BlockSize: blockSize, NumBlocks: blocks, KVDType: kvcache.KVBF16})
+	r, err := model.NewRunner(m, model.RunnerOptions{MaxTokens: len(prompt), MaxModelLen: blocks * blockSize, MaxLogitRows: 1, MaxSeqs: 1, BlockSize: blockSize, NumBlocks: blocks, KVDType: kv})
 	if err != nil {
 		t.Fatal(err)
 	}

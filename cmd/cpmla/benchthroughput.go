@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/cp"
 	"io"
 	"math/rand/v2"
 	"strconv"
@@ -27,6 +29,7 @@ type throughputOptions struct {
 	model                        string
 	weightSeed                   uint64
 	tp, dcp, pcp, interleave     int
+	backend, dcpComm             string
 	numPrompts, inputLen, outLen int
 	seed                         uint64
 	temperature                  float64
@@ -65,11 +68,8 @@ type throughputResult struct {
 // values before anything loads.
 func (o *throughputOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
 	eo := o.engine
-	if o.tp != 1 || o.pcp != 1 || o.dcp != 1 {
-		return eo, fmt.Errorf("the engine runs one rank: --tensor-parallel-size %d, --prefill-context-parallel-size %d, --decode-context-parallel-size %d are not served yet; set all three to 1 (cpmla verify checks the parallel forward)",
-			o.tp, o.pcp, o.dcp)
-	}
 	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
+	eo.RanksPerHost = o.tp * o.pcp
 	var err error
 	if eo.KVDType, err = kvcache.ParseKVDType(o.kvDType); err != nil {
 		return eo, err
@@ -177,12 +177,28 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+	// Validate the parallel layout and the backend before any weight loads.
+	bp, err := cp.NewBackendPlan(cp.BackendConfig{
+		Layout: comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}, Interleave: o.interleave, BlockSize: eo.BlockSize / o.dcp,
+		KVDtype: o.kvDType, Backend: o.backend, Comm: o.dcpComm, HeadsPerRank: cfg.NumHeads / max(o.tp, 1),
+		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse(),
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
-	e, err := engine.New(cfg, engine.WeightBytes(m), engine.SingleRank(m), eo)
+	var factory engine.ExecutorFactory
+	var weights int64
+	if o.tp*o.pcp == 1 {
+		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+		if err != nil {
+			return nil, err
+		}
+		defer m.Close()
+		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
+	} else if factory, weights, err = engine.InProcess(cfg, src, engine.Parallel{Layout: comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}, Interleave: o.interleave, Backend: bp}); err != nil {
+		return nil, err
+	}
+	e, err := engine.New(cfg, weights, factory, eo)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +319,8 @@ func newBenchThroughputCmd() *cobra.Command {
 	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
 	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
 	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
+	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
+	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
 	f.IntVar(&o.numPrompts, "num-prompts", 64, "requests to run")
 	f.IntVar(&o.inputLen, "input-len", 128, "prompt tokens per request")
 	f.IntVar(&o.outLen, "output-len", 32, "generated tokens per request (end-of-sequence is ignored)")

@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/comm/inproc"
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/model"
+)
+
+// Parallel describes a TP × PCP deployment with DCP-sharded KV on
+// in-process ranks.
+type Parallel struct {
+	Layout     comm.Layout
+	Interleave int
+	Backend    *cp.BackendPlan
+	// CollectiveTimeout bounds every collective (inproc.DefaultTimeout if 0).
+	CollectiveTimeout time.Duration
+}
+
+// InProcess returns the factory of an executor that runs every rank of p as
+// a goroutine of this process, and the weight bytes of the most loaded rank.
+// Every rank's model shard is built once here; each rank's runner (its KV
+// shard and step buffers) is built by the factory. The ranks run the same
+// replicated Batch each step; the executor returns rank 0's logits, which the
+// ranks' collectives make identical on every rank.
+func InProcess(cfg *config.Model, src model.TensorSource, p Parallel) (ExecutorFactory, int64, error) {
+	l := p.Layout
+	if err := l.Validate(); err != nil {
+		return nil, 0, err
+	}
+	models := make([]*model.Model, l.World())
+	var weights int64
+	for rank := range models {
+		m, err := model.Build(cfg, src, model.Shard{TPRank: l.TPRank(rank), TPSize: l.TP})
+		if err != nil {
+			return nil, 0, err
+		}
+		models[rank] = m
+		weights = max(weights, WeightBytes(m))
+	}
+	factory := func(opt model.RunnerOptions) (Executor, error) {
+		return newRankGroup(models, opt, p)
+	}
+	return factory, weights, nil
+}
+
+// rankGroup is the multi-rank executor: one long-lived goroutine per rank,
+// woken per step through channels, so a step allocates nothing.
+type rankGroup struct {
+	runners []*model.Runner
+	start   []chan *model.Batch
+	done    chan rankResult
+	errs    []error
+	cancel  context.CancelFunc
+}
+
+type rankResult struct {
+	rank int
+	err  error
+}
+
+func newRankGroup(models []*model.Model, opt model.RunnerOptions, p Parallel) (*rankGroup, error) {
+	l := p.Layout
+	world, err := inproc.NewWorld(l.World(), inproc.Options{Timeout: p.CollectiveTimeout})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &rankGroup{
+		runners: make([]*model.Runner, len(world)),
+		start:   make([]chan *model.Batch, len(world)),
+		done:    make(chan rankResult, len(world)),
+		errs:    make([]error, len(world)),
+		cancel:  cancel,
+	}
+	errs := inproc.Run(ctx, world, func(ctx context.Context, wg comm.Group) error {
+		rank := wg.Rank()
+		gs, err := l.Split(wg)
+		if err != nil {
+			return err
+		}
+		o := opt
+		o.Parallel = &model.Parallel{Layout: l, Groups: gs, Interleave: p.Interleave, Backend: p.Backend, Ctx: ctx}
+		r, err := model.NewRunner(models[rank], o)
+		if err != nil {
+			return fmt.Errorf("rank %d runner: %w", rank, err)
+		}
+		g.runners[rank] = r
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		cancel()
+		return nil, err
+	}
+	for rank := range g.runners {
+		g.start[rank] = make(chan *model.Batch)
+		go g.loop(rank)
+	}
+	return g, nil
+}
+
+func (g *rankGroup) loop(rank int) {
+	for b := range g.start[rank] {
+		g.done <- rankResult{rank, g.runners[rank].Forward(b)}
+	}
+}
+
+// Forward runs b on every rank and waits for all of them. A collective that
+// fails (a ledger mismatch, a deadline) fails every rank's step; the first
+// error is returned, a mismatch in preference to the errors it caused.
+func (g *rankGroup) Forward(b *model.Batch) error {
+	for _, c := range g.start {
+		c <- b
+	}
+	for range g.start {
+		res := <-g.done
+		g.errs[res.rank] = res.err
+	}
+	for _, err := range g.errs {
+		if err != nil {
+			return firstError(g.errs)
+		}
+	}
+	return nil
+}
+
+// firstError reports a ledger mismatch in preference to the errors it caused
+// on other ranks.
+func firstError(errs []error) error {
+	var mm *comm.MismatchError
+	for _, err := range errs {
+		if errors.As(err, &mm) {
+			return err
+		}
+	}
+	for rank, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", rank, err)
+		}
+	}
+	return nil
+}
+
+// NumLogitRows is rank 0's logit row count.
+func (g *rankGroup) NumLogitRows() int { return g.runners[0].NumLogitRows() }
+
+// Logits are rank 0's logits.
+func (g *rankGroup) Logits(i int) (int, []float32) { return g.runners[0].Logits(i) }
+
+// Buffers are the step buffers of the most loaded rank (every rank of a
+// layout allocates the same sizes).
+func (g *rankGroup) Buffers() []model.Buffer {
+	best := g.runners[0]
+	for _, r := range g.runners[1:] {
+		if r.BufferBytes() > best.BufferBytes() {
+			best = r
+		}
+	}
+	return best.Buffers()
+}
+
+// Close stops the rank goroutines.
+func (g *rankGroup) Close() error {
+	for _, c := range g.start {
+		close(c)
+	}
+	g.cancel()
+	return nil
+}
