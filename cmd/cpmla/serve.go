@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/engine"
+	"github.com/cpmla/cpmla/kvcache"
+	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/plan"
+	"github.com/cpmla/cpmla/server"
+	"github.com/cpmla/cpmla/tokenizer"
+)
+
+func init() { register(newServeCmd) }
+
+type serveOptions struct {
+	host       string
+	port       int
+	model      string
+	servedName string
+	tokenizer  string
+	weightSeed uint64
+
+	tp, dcp, pcp, interleave   int
+	backend, dcpComm           string
+	engine                     engine.Options
+	kvDType, idxDType          string
+	memoryLimit, kvCacheMemory string
+	workspaces                 []string
+	maxQueue                   int
+}
+
+// engineOptions turns the flags into engine options, refusing impossible
+// values before any weight loads.
+func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
+	eo := o.engine
+	if o.tp < 1 || o.dcp < 1 || o.pcp < 1 {
+		return eo, fmt.Errorf("parallel sizes must be ≥ 1, got --tensor-parallel-size %d --decode-context-parallel-size %d --prefill-context-parallel-size %d", o.tp, o.dcp, o.pcp)
+	}
+	if o.maxQueue < 0 {
+		return eo, fmt.Errorf("--max-queue is %d; use 0 (no waiting beyond --max-num-seqs) or more", o.maxQueue)
+	}
+	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
+	eo.RanksPerHost = o.tp * o.pcp
+	var err error
+	if eo.KVDType, err = kvcache.ParseKVDType(o.kvDType); err != nil {
+		return eo, err
+	}
+	if eo.IndexerDType, err = kvcache.ParseIndexerDType(o.idxDType); err != nil {
+		return eo, err
+	}
+	for _, f := range []struct {
+		name, v string
+		dst     *int64
+	}{{"--memory-limit", o.memoryLimit, &eo.MemoryLimit}, {"--kv-cache-memory", o.kvCacheMemory, &eo.KVCacheMemory}} {
+		if f.v == "" {
+			continue
+		}
+		if *f.dst, err = plan.ParseSize(f.v); err != nil {
+			return eo, fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	for _, w := range o.workspaces {
+		name, size, ok := strings.Cut(w, "=")
+		if !ok {
+			return eo, fmt.Errorf("--workspace-bytes %q: want NAME=BYTES, e.g. logits=64MiB", w)
+		}
+		b, err := plan.ParseSize(size)
+		if err != nil {
+			return eo, fmt.Errorf("--workspace-bytes %s: %w", name, err)
+		}
+		if eo.WorkspaceBytes == nil {
+			eo.WorkspaceBytes = map[string]int64{}
+		}
+		eo.WorkspaceBytes[name] = b
+	}
+	eo = eo.WithDefaults(cfg)
+	// The server admits max-num-seqs + max-queue requests; the engine's own
+	// queue must never be the first to refuse.
+	eo.MaxQueue = max(eo.MaxNumSeqs+o.maxQueue, 1)
+	return eo, eo.Validate(cfg)
+}
+
+// startedServer is a running `cpmla serve`.
+type startedServer struct {
+	URL     string
+	http    *http.Server
+	engine  *engine.Engine
+	closers []func()
+}
+
+// close stops accepting, waits up to grace for streams to end, then stops
+// the engine and frees the model.
+func (s *startedServer) close(grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := s.http.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = s.http.Close()
+	}
+	s.engine.Close()
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	return err
+}
+
+// startServe builds the engine and the server and starts listening; the
+// memory table goes to stderr.
+func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
+	cfg, err := config.Load(o.model)
+	if err != nil {
+		return nil, err
+	}
+	eo, err := o.engineOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if o.port < 0 || o.port > 65535 {
+		return nil, fmt.Errorf("--port is %d; use 1..65535, or 0 for any free port", o.port)
+	}
+	tk, err := tokenizer.ForCheckpoint(o.tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer: %w", err)
+	}
+	cfg, src, err := model.Source(o.model, o.weightSeed)
+	if err != nil {
+		return nil, err
+	}
+	layout := comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}
+	bp, err := cp.NewBackendPlan(cp.BackendConfig{
+		Layout: layout, Interleave: o.interleave, BlockSize: eo.BlockSize / o.dcp,
+		KVDtype: o.kvDType, Backend: o.backend, Comm: o.dcpComm, HeadsPerRank: cfg.NumHeads / o.tp,
+		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &startedServer{}
+	fail := func(err error) (*startedServer, error) {
+		for i := len(s.closers) - 1; i >= 0; i-- {
+			s.closers[i]()
+		}
+		return nil, err
+	}
+	var factory engine.ExecutorFactory
+	var weights int64
+	if o.tp*o.pcp == 1 {
+		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() { m.Close() })
+		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
+	} else if factory, weights, err = engine.InProcess(cfg, src, engine.Parallel{Layout: layout, Interleave: o.interleave, Backend: bp}); err != nil {
+		return fail(err)
+	}
+	e, err := engine.New(cfg, weights, factory, eo)
+	if err != nil {
+		return fail(err)
+	}
+	s.engine = e
+	if err := e.Memory().WriteTable(stderr); err != nil {
+		e.Close()
+		return fail(err)
+	}
+	name := o.servedName
+	if name == "" {
+		name = o.model
+	}
+	srv, err := server.New(server.Config{
+		Engine: e, Tokenizer: tk, ModelName: name, MaxModelLen: eo.MaxModelLen, VocabSize: cfg.VocabSize,
+		StopTokenIDs: cfg.EOSTokenIDs, MaxInFlight: eo.MaxNumSeqs + o.maxQueue, Stats: server.EngineStats(e, o.tp*o.pcp),
+		Logger: slog.New(slog.NewTextHandler(stderr, nil)),
+	})
+	if err != nil {
+		e.Close()
+		return fail(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	if err != nil {
+		e.Close()
+		return fail(fmt.Errorf("listen on %s:%d: %w (choose another --port, or 0 for any free one)", o.host, o.port, err))
+	}
+	s.http = &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+	s.URL = "http://" + ln.Addr().String()
+	go s.http.Serve(ln)
+	return s, nil
+}
+
+func newServeCmd() *cobra.Command {
+	o := serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the OpenAI API (chat and completions, streaming, /metrics) on in-process ranks",
+		Long: "Start the engine on the model (the built-in " + config.DefaultPreset + " preset by default) and serve\n" +
+			"POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health and GET /metrics.\n" +
+			"At most --max-num-seqs + --max-queue requests are in flight; more get 429. Ctrl-C stops it.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, err := startServe(o, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "cpmla serve: %s (model %q; try %s/v1/models)\n", s.URL, o.model, s.URL)
+			<-ctx.Done()
+			fmt.Fprintln(cmd.ErrOrStderr(), "cpmla serve: shutting down")
+			return s.close(10 * time.Second)
+		},
+	}
+	addServeFlags(cmd, &o)
+	return cmd
+}
+
+// addServeFlags defines serve's flags on cmd, bound to o.
+func addServeFlags(cmd *cobra.Command, o *serveOptions) {
+	f := cmd.Flags()
+	f.StringVar(&o.host, "host", "127.0.0.1", "address to listen on")
+	f.IntVar(&o.port, "port", 8000, "port to listen on (0: any free port)")
+	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
+	f.StringVar(&o.servedName, "served-model-name", "", "model id clients use (default: --model)")
+	f.StringVar(&o.tokenizer, "tokenizer", "", "directory with tokenizer.json (default: the checkpoint's, else the embedded DeepSeek-V3 tokenizer)")
+	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
+	f.IntVar(&o.maxQueue, "max-queue", 256, "requests allowed to wait beyond --max-num-seqs; more get 429")
+	f.IntVar(&o.tp, "tensor-parallel-size", 1, "tensor-parallel ranks")
+	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
+	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
+	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
+	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
+	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
+	f.IntVar(&o.engine.MaxNumBatchedTokens, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "tokens per step")
+	f.IntVar(&o.engine.MaxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "sequences per step")
+	f.IntVar(&o.engine.MaxModelLen, "max-model-len", 0, "longest request in tokens, prompt plus output (0: the model's max_position_embeddings)")
+	f.IntVar(&o.engine.BlockSize, "block-size", engine.DefaultBlockSize, "positions per KV block (the prefix-cache granularity)")
+	f.BoolVar(&o.engine.DisablePrefixCaching, "no-prefix-caching", false, "do not reuse cached full blocks")
+	f.StringVar(&o.kvDType, "kv-cache-dtype", "f32", "KV cache dtype: f32, bf16, fp8_ds_mla")
+	f.StringVar(&o.idxDType, "indexer-cache-dtype", "f32", "indexer key cache dtype: f32, fp8")
+	f.StringVar(&o.memoryLimit, "memory-limit", "", "memory of one rank, e.g. 8GiB (default: this host's RAM)")
+	f.Float64Var(&o.engine.MemoryUtilization, "memory-utilization", plan.DefaultUtilization, "fraction of --memory-limit the engine may use")
+	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 512MiB (overrides the budget)")
+	f.StringArrayVar(&o.workspaces, "workspace-bytes", nil, "NAME=BYTES: size a workspace explicitly (refused if smaller than the worst step needs)")
+}
