@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -8,7 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/sampler"
@@ -26,7 +30,12 @@ type generateOptions struct {
 	idxDType    string
 	blockSize   int
 	stopAtEOS   bool
-	printLogprb bool
+	tp, pcp     int
+	dcp         int
+	interleave  int
+	backend     string
+	dcpComm     string
+	memoryLimit int64
 }
 
 type generateResult struct {
@@ -34,7 +43,8 @@ type generateResult struct {
 	Logprobs []float64 `json:"logprobs"`
 }
 
-// generate runs one request to completion on a single rank.
+// generate runs one request to completion through the engine, on one rank
+// or on the in-process ranks of a TP/PCP/DCP layout.
 func generate(o generateOptions) (*generateResult, error) {
 	if len(o.promptIDs) == 0 {
 		return nil, fmt.Errorf("--prompt-ids is empty: give at least one token id")
@@ -45,19 +55,6 @@ func generate(o generateOptions) (*generateResult, error) {
 	if o.maxTokens < 0 {
 		return nil, fmt.Errorf("--max-tokens must be ≥ 0, got %d", o.maxTokens)
 	}
-	cfg, src, err := model.Source(o.model, o.weightSeed)
-	if err != nil {
-		return nil, err
-	}
-	m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
-	if err != nil {
-		return nil, err
-	}
-	defer m.Close()
-	total := len(o.promptIDs) + o.maxTokens
-	if total > cfg.MaxPositionEmbeddings {
-		return nil, fmt.Errorf("prompt (%d) + max tokens (%d) = %d exceeds max_position_embeddings %d", len(o.promptIDs), o.maxTokens, total, cfg.MaxPositionEmbeddings)
-	}
 	kvd, err := kvcache.ParseKVDType(o.kvDType)
 	if err != nil {
 		return nil, err
@@ -66,49 +63,68 @@ func generate(o generateOptions) (*generateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	B := o.blockSize
-	blocks := (total + B - 1) / B
-	r, err := model.NewRunner(m, model.RunnerOptions{
-		MaxTokens: len(o.promptIDs), MaxModelLen: blocks * B, MaxLogitRows: 1, MaxSeqs: 1,
-		BlockSize: B, NumBlocks: blocks, KVDType: kvd, IndexerDType: idd,
-	})
+	cfg, src, err := model.Source(o.model, o.weightSeed)
 	if err != nil {
 		return nil, err
 	}
-	pool := kvcache.NewPool(blocks)
-	table, err := pool.Alloc(blocks, nil)
-	if err != nil {
-		return nil, err
+	total := len(o.promptIDs) + o.maxTokens
+	if total > cfg.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("prompt (%d) + max tokens (%d) = %d exceeds max_position_embeddings %d", len(o.promptIDs), o.maxTokens, total, cfg.MaxPositionEmbeddings)
 	}
-	s, err := sampler.New(o.params, cfg.VocabSize)
-	if err != nil {
-		return nil, err
-	}
-	eos := map[int]bool{}
-	for _, id := range cfg.EOSTokenIDs {
-		eos[id] = true
-	}
-	res := &generateResult{}
-	seq := model.Seq{Start: 0, BlockTable: table}
-	seq.Tokens = make([]int32, len(o.promptIDs))
 	for i, id := range o.promptIDs {
-		seq.Tokens[i] = int32(id)
+		if id < 0 || id >= cfg.VocabSize {
+			return nil, fmt.Errorf("prompt token %d is %d, outside the vocabulary [0, %d)", i, id, cfg.VocabSize)
+		}
 	}
-	step := make([]int32, 1)
-	for len(res.Tokens) < o.maxTokens {
-		if err := r.Forward(&model.Batch{Seqs: []model.Seq{seq}}); err != nil {
+	layout := comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}
+	bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: layout, Interleave: o.interleave, BlockSize: o.blockSize / max(o.dcp, 1),
+		KVDtype: string(kvd), Backend: o.backend, Comm: o.dcpComm, HeadsPerRank: cfg.NumHeads / max(o.tp, 1),
+		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse()})
+	if err != nil {
+		return nil, err
+	}
+	var factory engine.ExecutorFactory
+	var weights int64
+	if layout.World() == 1 {
+		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+		if err != nil {
 			return nil, err
 		}
-		_, logits := r.Logits(0)
-		tok, lp := s.Sample(logits)
-		res.Tokens = append(res.Tokens, tok)
-		res.Logprobs = append(res.Logprobs, lp)
-		if o.stopAtEOS && eos[tok] {
-			break
+		defer m.Close()
+		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
+	} else if factory, weights, err = engine.InProcess(cfg, src, engine.Parallel{Layout: layout, Interleave: o.interleave, Backend: bp}); err != nil {
+		return nil, err
+	}
+	maxLen := (total + o.blockSize - 1) / o.blockSize * o.blockSize
+	eo := engine.Options{
+		MaxNumBatchedTokens: max(len(o.promptIDs), 1), MaxNumSeqs: 1, MaxModelLen: maxLen, BlockSize: o.blockSize,
+		KVDType: kvd, IndexerDType: idd, Layout: kvcache.Layout{N: o.dcp, I: o.interleave}, RanksPerHost: layout.World(),
+		MemoryLimit: o.memoryLimit,
+	}
+	eo.MaxNumBatchedTokens = max(eo.MaxNumBatchedTokens, eo.MaxNumSeqs)
+	e, err := engine.New(cfg, weights, factory, eo)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	req := engine.Request{ID: "generate", PromptIDs: o.promptIDs, MaxTokens: o.maxTokens, Sampling: o.params, IgnoreEOS: !o.stopAtEOS}
+	if o.stopAtEOS {
+		req.StopTokenIDs = cfg.EOSTokenIDs
+	}
+	res := &generateResult{Tokens: []int{}, Logprobs: []float64{}}
+	if o.maxTokens == 0 {
+		return res, nil
+	}
+	ch, err := e.Submit(context.Background(), req)
+	if err != nil {
+		return nil, err
+	}
+	for ev := range ch {
+		if ev.Err != nil {
+			return nil, ev.Err
 		}
-		seq.Start += len(seq.Tokens)
-		step[0] = int32(tok)
-		seq.Tokens = step
+		res.Tokens = append(res.Tokens, ev.Token)
+		res.Logprobs = append(res.Logprobs, ev.Logprob)
 	}
 	return res, nil
 }
@@ -169,6 +185,13 @@ func newGenerateCmd() *cobra.Command {
 	f.StringVar(&o.idxDType, "indexer-cache-dtype", "f32", "indexer key cache dtype: f32, fp8")
 	f.IntVar(&o.blockSize, "block-size", 16, "KV cache block size in tokens")
 	f.BoolVar(&o.stopAtEOS, "stop-at-eos", false, "stop at the model's end-of-sequence token")
+	f.IntVar(&o.tp, "tensor-parallel-size", 1, "tensor parallel size (in-process ranks)")
+	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill context parallel size")
+	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode context parallel size")
+	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "tokens per DCP rank before the KV moves to the next rank")
+	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
+	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
+	f.Int64Var(&o.memoryLimit, "memory-limit", 1<<30, "memory of one rank in bytes (the KV cache gets what the budget leaves)")
 	f.BoolVar(&asJSON, "json", false, "print tokens and logprobs as JSON")
 	return cmd
 }
