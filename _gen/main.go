@@ -671,24 +671,38 @@ func fmaPeak256() {
 	RET()
 }
 
-// readSum512 emits readSumAVX512: the sum of n (a multiple of 64) values with
-// four 16-lane accumulators, combined as (a0+a1)+(a2+a3), lanes by hsum512.
+// readSum512 emits readSumAVX512: the sum of n (a multiple of 64) values
+// read as four streams, one per quarter of x, each summed in its own 16-lane
+// accumulator; the quarters are combined as (q0+q1)+(q2+q3), lanes by
+// hsum512. Four streams keep more memory requests in flight than one, as a
+// GEMV over four weight rows does.
 func readSum512() {
 	TEXT("readSumAVX512", NOSPLIT, "func(x *float32, n int) float32")
 	Pragma("noescape")
-	Doc("readSumAVX512 returns the sum of n (a multiple of 64) values.")
+	Doc("readSumAVX512 returns the sum of n (a multiple of 64) values read as four streams.")
 	x := Load(Param("x"), GP64())
 	n := Load(Param("n"), GP64())
 	for a := range 4 {
 		VPXORD(zmm[a], zmm[a], zmm[a])
 	}
+	q := GP64()
+	MOVQ(n, q) // quarter length in bytes: n/4 values · 4
 	SHRQ(U8(6), n)
 	JZ(LabelRef("readSum512_done"))
+	var p [4]Register
+	for a := range 4 {
+		p[a] = GP64()
+		if a == 0 {
+			MOVQ(x, p[a])
+		} else {
+			LEAQ(Mem{Base: p[a-1], Index: q, Scale: 1}, p[a])
+		}
+	}
 	Label("readSum512_loop")
 	for a := range 4 {
-		VADDPS(Mem{Base: x, Disp: 64 * a}, zmm[a], zmm[a])
+		VADDPS(Mem{Base: p[a]}, zmm[a], zmm[a])
+		ADDQ(U32(64), p[a])
 	}
-	ADDQ(U32(256), x)
 	DECQ(n)
 	JNZ(LabelRef("readSum512_loop"))
 	Label("readSum512_done")
@@ -701,24 +715,35 @@ func readSum512() {
 	RET()
 }
 
-// readSum256 emits readSumAVX2: the sum of n (a multiple of 32) values with
-// four 8-lane accumulators.
+// readSum256 emits readSumAVX2: readSumAVX512 with 8-lane accumulators over
+// n (a multiple of 32) values, four streams of 32 bytes per step.
 func readSum256() {
 	TEXT("readSumAVX2", NOSPLIT, "func(x *float32, n int) float32")
 	Pragma("noescape")
-	Doc("readSumAVX2 returns the sum of n (a multiple of 32) values.")
+	Doc("readSumAVX2 returns the sum of n (a multiple of 32) values read as four streams.")
 	x := Load(Param("x"), GP64())
 	n := Load(Param("n"), GP64())
 	for a := range 4 {
 		VXORPS(ymm[a], ymm[a], ymm[a])
 	}
+	q := GP64()
+	MOVQ(n, q)
 	SHRQ(U8(5), n)
 	JZ(LabelRef("readSum256_done"))
+	var p [4]Register
+	for a := range 4 {
+		p[a] = GP64()
+		if a == 0 {
+			MOVQ(x, p[a])
+		} else {
+			LEAQ(Mem{Base: p[a-1], Index: q, Scale: 1}, p[a])
+		}
+	}
 	Label("readSum256_loop")
 	for a := range 4 {
-		VADDPS(Mem{Base: x, Disp: 32 * a}, ymm[a], ymm[a])
+		VADDPS(Mem{Base: p[a]}, ymm[a], ymm[a])
+		ADDQ(U32(32), p[a])
 	}
-	ADDQ(U32(128), x)
 	DECQ(n)
 	JNZ(LabelRef("readSum256_loop"))
 	Label("readSum256_done")

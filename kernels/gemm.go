@@ -72,53 +72,72 @@ func (t *gemmTask) runPart(p, parts int) {
 
 // gemmRange computes output columns [j0, j1) of dst = x·wᵀ for all n rows.
 func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
-	in, out := w.Cols, w.Rows
-	vw := vecWidth(l)
+	in := w.Cols
 	mr := maxTileRows(l)
 	bpw := 4
 	if w.F32 == nil {
 		bpw = 2
 	}
+	if n <= mr {
+		// One activation tile: walk each group of four weight rows through
+		// all reduction blocks before the next, so the rows stream from
+		// memory front to back (the per-element order is unchanged).
+		for jt := j0; jt < j1; jt += 4 {
+			for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
+				gemmTile(dst, x, n, w, l, 0, jt, min(4, j1-jt), k0)
+				if in == 0 {
+					break
+				}
+			}
+		}
+		return
+	}
 	jb := max(4, (gemmBlockBytes/(max(1, min(in, gemmKC))*bpw))&^3)
-	var tile [24]float32
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
-			k1 := min(k0+gemmKC, in)
-			kv := (k1 - k0) &^ (vw - 1)
-			first := k0 == 0
 			for i0 := 0; i0 < n; i0 += mr {
-				m := min(mr, n-i0)
 				for jt := b0; jt < b1; jt += 4 {
-					nj := min(4, b1-jt)
-					if in == 0 {
-						clear(tile[:])
-					} else if w.F32 != nil {
-						r := func(c int) *float32 { return &w.F32[(jt+min(c, nj-1))*in+k0] }
-						dotTileF32(l, m, &x[i0*in+k0], in, r(0), r(1), r(2), r(3), kv, &tile)
-					} else {
-						r := func(c int) *uint16 { return &w.BF16[(jt+min(c, nj-1))*in+k0] }
-						dotTileBF16(l, m, &x[i0*in+k0], in, r(0), r(1), r(2), r(3), kv, &tile)
-					}
-					for i := range m {
-						xi := x[(i0+i)*in+k0+kv : (i0+i)*in+k1]
-						di := dst[(i0+i)*out+jt : (i0+i)*out+jt+nj]
-						for c := range nj {
-							s := tile[i*4+c]
-							if len(xi) > 0 {
-								s += tailDot(xi, w, jt+c, k0+kv)
-							}
-							if first {
-								di[c] = s
-							} else {
-								di[c] += s
-							}
-						}
-					}
+					gemmTile(dst, x, n, w, l, i0, jt, min(4, b1-jt), k0)
 				}
 			}
 			if in == 0 {
 				break
+			}
+		}
+	}
+}
+
+// gemmTile computes the contribution of reduction block [k0, k0+gemmKC) to
+// the tile of activation rows [i0, i0+maxTileRows) and weight rows
+// [jt, jt+nj): it writes dst for the first block and adds to it after.
+func gemmTile(dst, x []float32, n int, w *Matrix, l level, i0, jt, nj, k0 int) {
+	in, out := w.Cols, w.Rows
+	m := min(maxTileRows(l), n-i0)
+	k1 := min(k0+gemmKC, in)
+	kv := (k1 - k0) &^ (vecWidth(l) - 1)
+	var tile [24]float32
+	switch {
+	case in == 0:
+	case w.F32 != nil:
+		r := func(c int) *float32 { return &w.F32[(jt+min(c, nj-1))*in+k0] }
+		dotTileF32(l, m, &x[i0*in+k0], in, r(0), r(1), r(2), r(3), kv, &tile)
+	default:
+		r := func(c int) *uint16 { return &w.BF16[(jt+min(c, nj-1))*in+k0] }
+		dotTileBF16(l, m, &x[i0*in+k0], in, r(0), r(1), r(2), r(3), kv, &tile)
+	}
+	for i := range m {
+		xi := x[(i0+i)*in+k0+kv : (i0+i)*in+k1]
+		di := dst[(i0+i)*out+jt : (i0+i)*out+jt+nj]
+		for c := range nj {
+			s := tile[i*4+c]
+			if len(xi) > 0 {
+				s += tailDot(xi, w, jt+c, k0+kv)
+			}
+			if k0 == 0 {
+				di[c] = s
+			} else {
+				di[c] += s
 			}
 		}
 	}

@@ -13,10 +13,12 @@ func FMAPeakLoop(rounds int) (flops float64) {
 	return fmaPeak(rounds)
 }
 
-// StreamSum returns Σ x read once front to back with the widest loads of the
-// active implementation (four vector accumulators, then a fixed lane tree);
-// timing it over a buffer far larger than the caches gives the memory read
-// bandwidth of one core. Under the reference it is a plain ordered loop.
+// StreamSum returns Σ x, reading every element once with the widest loads of
+// the active implementation as four concurrent streams (one per quarter of
+// x, each with its own vector accumulator, combined in a fixed tree), the
+// way a GEMV streams four weight rows; timing it over a buffer far larger
+// than the caches gives the memory read bandwidth of one core. Under the
+// reference it is a plain ordered loop.
 func StreamSum(x []float32) float32 {
 	if s, ok := readSum(x); ok {
 		return s
