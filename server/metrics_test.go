@@ -112,3 +112,20 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("finished requests by reason (-want +got):\n%s", diff)
 	}
 }
+
+// kvOnly is a Stats without collective timing.
+type kvOnly struct{}
+
+func (kvOnly) KVUsage() []float64            { return []float64{1} }
+func (kvOnly) PlanBuildsAfterWarmup() uint64 { return 0 }
+
+func TestCollectiveMetricIsOptional(t *testing.T) {
+	e := newTestEnv(t, func(_ *fakeEngine, c *Config) { c.Stats = kvOnly{} })
+	fams := e.scrape(t)
+	if _, ok := fams["cpmla:collective_seconds_total"]; ok {
+		t.Error("collective time exported for a Stats that does not measure it")
+	}
+	if got := fams["cpmla:kv_cache_usage_perc"].GetMetric()[0].GetGauge().GetValue(); got != 1 {
+		t.Errorf("KV usage %v, want 1", got)
+	}
+}
