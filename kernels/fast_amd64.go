@@ -178,10 +178,10 @@ func expSum(x []float32, m float32) (sum float32) {
 	return sum
 }
 
-// fmaPeak runs the FMA-peak loop of the active level for rounds rounds and
-// returns the FLOPs it executed (0 when the reference is active).
+// fmaPeak runs the FMA-peak loop of the widest level the CPU supports for
+// rounds rounds and returns the FLOPs it executed (0 without AVX2).
 func fmaPeak(rounds int) float64 {
-	switch activeLevel() {
+	switch bestLevel() {
 	case levelAVX512:
 		fmaPeakAVX512(rounds)
 		return float64(rounds) * 24 * 16 * 2
@@ -192,10 +192,10 @@ func fmaPeak(rounds int) float64 {
 	return 0
 }
 
-// readSum sums x with the widest loads of the active level; ok is false
-// when the reference is active.
+// readSum sums x with the widest loads the CPU supports; ok is false
+// without AVX2.
 func readSum(x []float32) (s float32, ok bool) {
-	switch activeLevel() {
+	switch bestLevel() {
 	case levelAVX512:
 		nv := len(x) &^ 63
 		if nv > 0 {

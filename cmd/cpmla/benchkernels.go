@@ -259,7 +259,7 @@ func (p *peakProbe) fmaPeak() float64 {
 		for _, f := range flops {
 			total += f
 		}
-		if total == 0 { // the reference runs no FMA loop: fall back to a scalar estimate
+		if total == 0 { // no vector FMA on this CPU: fall back to a scalar estimate
 			total = scalarFMALoop(p.threads, rounds)
 			d = time.Since(t0).Seconds()
 		}
