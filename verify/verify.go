@@ -2,8 +2,10 @@ package verify
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"slices"
 	"time"
@@ -47,6 +49,11 @@ type Config struct {
 	SkipOracle bool
 	// InjectMismatch makes one rank enter one collective with a wrong count.
 	InjectMismatch bool
+	// World, when set, makes this process one rank (World.Rank()) of a
+	// multi-process world of TP·PCP processes (an MPI job): it runs its own
+	// shard, and every process runs the single-rank reference and reaches
+	// the same verdict. nil runs every rank as a goroutine of this process.
+	World comm.Group
 	// CollectiveTimeout bounds every collective (default 30 s).
 	CollectiveTimeout time.Duration
 }
@@ -183,6 +190,17 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.World != nil {
+		if c.World.Size() != c.TP*c.PCP {
+			return nil, fmt.Errorf("the world has %d processes, TP=%d × PCP=%d needs %d; start it with mpirun -np %d", c.World.Size(), c.TP, c.PCP, c.TP*c.PCP, c.TP*c.PCP)
+		}
+		if c.KVDType != "f32" || c.IndexerDType != "f32" {
+			return nil, fmt.Errorf("across processes verify compares f32 caches (quantized caches are judged by the oracle against every rank's cache, which needs one process); use --kv-cache-dtype f32 --indexer-cache-dtype f32 or run in-process")
+		}
+		if c.World.Rank() != 0 {
+			c.SkipOracle = true // rank 0 checks the reference against the oracle
+		}
+	}
 	prompts := makePrompts(cfg, c.PromptLens, c.Seed)
 	single, err := runEngine(ctx, cfg, src, c, prompts, nil)
 	if err != nil {
@@ -233,6 +251,21 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		res.SingleRankKVTokens += len(single.tokens[s]) - 1
 	}
 	res.CollectivesPerRank = par.collectives
+	if c.World != nil {
+		mine := []float64{0}
+		if r := par.runners[0]; r.Opt.Parallel != nil {
+			g := r.Opt.Parallel.Groups
+			mine[0] = float64(g.TP.Stats().Collectives + g.PCP.Stats().Collectives + g.DCP.Stats().Collectives)
+		}
+		all := make([]float64, c.World.Size())
+		if err := comm.AllGather(ctx, c.World, all, mine); err != nil {
+			return nil, err
+		}
+		res.CollectivesPerRank = make([]uint64, len(all))
+		for i, v := range all {
+			res.CollectivesPerRank[i] = uint64(v)
+		}
+	}
 	if !c.SkipOracle {
 		// Both engines against the oracle, each with rounding ties resolved
 		// against its own cache: this is the comparison that holds for
@@ -270,6 +303,22 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	if !c.SkipOracle && res.MaxAbsOracleDiff > c.Tolerance {
 		res.Problems = append(res.Problems, fmt.Sprintf("max |Δ logprob| vs oracle %.3g > %.3g", res.MaxAbsOracleDiff, c.Tolerance))
+	}
+	if c.World != nil {
+		// Every process reaches the same verdict: a difference any rank saw
+		// (its own rows' selections, rank 0's oracle check) fails them all.
+		bad := []int32{0}
+		if !res.OK {
+			bad[0] = 1
+		}
+		sum := make([]int32, 1)
+		if err := comm.AllReduce(ctx, c.World, sum, bad); err != nil {
+			return nil, err
+		}
+		if sum[0] > bad[0] {
+			res.Problems = append(res.Problems, fmt.Sprintf("%d other rank(s) found a difference", sum[0]-bad[0]))
+		}
+		res.OK = sum[0] == 0
 	}
 	return res, nil
 }
@@ -409,7 +458,12 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 	opt.MaxModelLen = max(opt.MaxModelLen, maxLen)
 	var groups []comm.Group
 	var err error
-	if bp != nil {
+	switch {
+	case bp != nil && c.World != nil:
+		// One rank of a multi-process world: this process holds one runner.
+		groups = []comm.Group{c.World}
+		world = 1
+	case bp != nil:
 		groups, err = inproc.NewWorld(world, inproc.Options{Timeout: c.CollectiveTimeout, TraceCapacity: 1 << 16})
 		if err != nil {
 			return nil, err
@@ -426,13 +480,13 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 		}
 	}
 	if bp != nil {
-		errs := inproc.Run(ctx, groups, func(ctx context.Context, g comm.Group) error {
+		errs := runRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
 			rank := g.Rank()
 			gs, err := layout.Split(g)
 			if err != nil {
 				return err
 			}
-			if c.InjectMismatch && rank == world-1 {
+			if c.InjectMismatch && rank == layout.World()-1 {
 				gs = injectMismatch(gs)
 			}
 			m, err := model.Build(cfg, src, model.Shard{TPRank: layout.TPRank(rank), TPSize: layout.TP})
@@ -445,7 +499,7 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 			if err != nil {
 				return err
 			}
-			run.runners[rank] = r
+			run.runners[min(rank, len(run.runners)-1)] = r
 			return nil
 		})
 		if err := firstError(errs); err != nil {
@@ -505,7 +559,14 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 		if err := forwardAll(ctx, run.runners, groups, batch); err != nil {
 			return nil, err
 		}
-		// Rows in batch order; every rank's logits must equal rank 0's.
+		// Every rank's logits must equal rank 0's: compared directly in one
+		// process, through a hash of each rank's logits across processes.
+		if c.World != nil && bp != nil {
+			if err := sameLogitsAcrossProcesses(ctx, c.World, r0, step); err != nil {
+				return nil, err
+			}
+		}
+		// Rows in batch order.
 		for i := 0; i < r0.NumLogitRows(); i++ {
 			br, lg := r0.Logits(i)
 			for _, r := range run.runners[1:] {
@@ -527,7 +588,9 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 	for s := range prompts {
 		run.tokens[s] = append(run.tokens[s], int32(argmax(run.logprobs[s][len(run.logprobs[s])-1])))
 	}
-	if bp != nil {
+	if bp != nil && c.World == nil {
+		// Across processes the ledger checks every collective before data
+		// moves; in one process the traces are compared here as well.
 		if err := sameCollectives(run.runners); err != nil {
 			return nil, err
 		}
@@ -554,13 +617,48 @@ func injectMismatch(gs comm.Groups) comm.Groups {
 }
 
 func forwardAll(ctx context.Context, runners []*model.Runner, groups []comm.Group, b *model.Batch) error {
-	if groups == nil {
+	if len(runners) == 1 {
 		return runners[0].Forward(b)
 	}
 	errs := inproc.Run(ctx, groups, func(ctx context.Context, g comm.Group) error {
 		return runners[g.Rank()].Forward(b)
 	})
 	return firstError(errs)
+}
+
+// runRanks calls fn for every in-process rank, or once for this process's
+// rank of a multi-process world.
+func runRanks(ctx context.Context, groups []comm.Group, fn func(context.Context, comm.Group) error) []error {
+	if len(groups) == 1 {
+		return []error{fn(ctx, groups[0])}
+	}
+	return inproc.Run(ctx, groups, fn)
+}
+
+// sameLogitsAcrossProcesses all-gathers a hash of this rank's logits of the
+// step and fails, on every rank alike, if any rank's differs from rank 0's.
+func sameLogitsAcrossProcesses(ctx context.Context, world comm.Group, r *model.Runner, step int) error {
+	h := fnv.New64a()
+	var buf [4]byte
+	for i := 0; i < r.NumLogitRows(); i++ {
+		_, lg := r.Logits(i)
+		for _, v := range lg {
+			binary.LittleEndian.PutUint32(buf[:], math.Float32bits(v))
+			h.Write(buf[:])
+		}
+	}
+	sum := h.Sum64()
+	mine := []int32{int32(sum), int32(sum >> 32)}
+	all := make([]int32, 2*world.Size())
+	if err := comm.AllGather(ctx, world, all, mine); err != nil {
+		return fmt.Errorf("step %d: logits hash gather: %w", step, err)
+	}
+	for rank := 1; rank < world.Size(); rank++ {
+		if all[2*rank] != all[0] || all[2*rank+1] != all[1] {
+			return fmt.Errorf("step %d: logits of rank %d differ from rank 0's", step, rank)
+		}
+	}
+	return nil
 }
 
 // firstError reports a ledger mismatch in preference to the errors it caused.

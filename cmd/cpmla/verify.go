@@ -3,14 +3,17 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cpmla/cpmla/comm/mpi"
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/verify"
@@ -22,6 +25,7 @@ func newVerifyCmd() *cobra.Command {
 	var c verify.Config
 	var lens string
 	var asJSON bool
+	var commName string
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Run a model under a TP/PCP/DCP configuration on in-process ranks and compare it with one rank and the float64 oracle",
@@ -37,13 +41,28 @@ It exits 0 only when everything agrees.`,
 			if c.PromptLens, err = parseLens(lens); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			out := cmd.OutOrStdout()
+			switch commName {
+			case "inproc":
+			case "mpi":
+				proc, err := mpi.Init(mpi.Options{Timeout: c.CollectiveTimeout, AbortGrace: 2 * time.Second})
+				if err != nil {
+					return err
+				}
+				defer proc.Close()
+				c.World = proc.World()
+				if c.World.Rank() != 0 {
+					out = io.Discard // rank 0 reports; every rank exits with the same verdict
+				}
+			default:
+				return fmt.Errorf("--comm %q: use inproc (ranks are goroutines) or mpi (one process per rank under mpirun)", commName)
+			}
 			res, err := verify.Run(ctx, c)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
 			if asJSON {
 				if err := json.NewEncoder(out).Encode(res); err != nil {
 					return err
@@ -88,6 +107,7 @@ It exits 0 only when everything agrees.`,
 	f.BoolVar(&c.InjectMismatch, "inject-collective-mismatch", false, "make one rank enter one collective with a wrong count (the run must fail with the ledger's error)")
 	f.DurationVar(&c.CollectiveTimeout, "collective-timeout", 30*time.Second, "deadline of every collective")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.StringVar(&commName, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank: mpirun -np TP·PCP cpmla verify --comm mpi; build with -tags mpi)")
 	return cmd
 }
 
