@@ -33,6 +33,7 @@ func main() {
 		for m := 1; m <= 6; m++ {
 			dotTile512(m, bf16)
 		}
+		gemv8x512(bf16)
 		for m := 1; m <= 3; m++ {
 			dotTile256(m, bf16)
 		}
@@ -193,6 +194,64 @@ func dotTile512(m int, bf16 bool) {
 		reduce4x512([4]int{a, a + 1, a + 2, a + 3})
 		VMOVUPS(xmm[a], Mem{Base: out, Disp: 16 * i})
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// gemv8x512 emits dotTile1x8{F32,BF16}AVX512: out[j] = Σ_k x[k]·w_j[k] for
+// eight weight rows at w + j·ldw and kn (a multiple of 16) elements: one
+// activation row against eight weight streams at once, which keeps more
+// memory requests in flight than four. Every output has exactly the
+// accumulator and reduction of dotTile512's, so the bits are the same.
+func gemv8x512(bf16 bool) {
+	name := fmt.Sprintf("dotTile1x8%sAVX512", wName(bf16))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w %s, ldw int, kn int, out *float32)", wType(bf16)))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements.", name))
+	x := Load(Param("x"), GP64())
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	if bf16 {
+		SHLQ(U8(1), ldw)
+	} else {
+		SHLQ(U8(2), ldw)
+	}
+	kn := Load(Param("kn"), GP64())
+	var w [8]Register
+	w[0] = w0
+	for j := 1; j < 8; j++ {
+		w[j] = GP64()
+		LEAQ(Mem{Base: w[j-1], Index: ldw, Scale: 1}, w[j])
+	}
+	for a := range 8 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	offX := GP64()
+	offW := GP64()
+	XORQ(offX, offX)
+	XORQ(offW, offW)
+	SHRQ(U8(4), kn)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_loop")
+	VMOVUPS(Mem{Base: x, Index: offX, Scale: 1}, Z28)
+	for j := range 8 {
+		loadW(Mem{Base: w[j], Index: offW, Scale: 1}, zmm[16+j], bf16)
+		VFMADD231PS(zmm[16+j], Z28, zmm[j])
+	}
+	ADDQ(U32(64), offX)
+	if bf16 {
+		ADDQ(U32(32), offW)
+	} else {
+		ADDQ(U32(64), offW)
+	}
+	DECQ(kn)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	reduce4x512([4]int{0, 1, 2, 3})
+	VMOVUPS(X0, Mem{Base: out})
+	reduce4x512([4]int{4, 5, 6, 7})
+	VMOVUPS(X4, Mem{Base: out, Disp: 16})
 	VZEROUPPER()
 	RET()
 }

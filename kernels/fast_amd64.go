@@ -95,6 +95,16 @@ func dotTileBF16(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *uint16, kn
 	}
 }
 
+// dotTile1x8F32 runs the AVX-512 one-row, eight-weight-row tile.
+func dotTile1x8F32(x, w *float32, ldw, kn int, out *[8]float32) {
+	dotTile1x8F32AVX512(x, w, ldw, kn, &out[0])
+}
+
+// dotTile1x8BF16 is dotTile1x8F32 with bf16 weights.
+func dotTile1x8BF16(x *float32, w *uint16, ldw, kn int, out *[8]float32) {
+	dotTile1x8BF16AVX512(x, w, ldw, kn, &out[0])
+}
+
 // axpyTile runs the m×64 weighted-row-sum tile (AVX-512 only).
 func axpyTile(m int, out *float32, ldo int, p *float32, ldp int, rows *[]float32, n, coff int) {
 	switch m {

@@ -61,3 +61,11 @@ func qkPanelBF16(*float32, int, int, *uint16, *uint16, *uint16, *uint16, int, *f
 func prefetchRowsBF16(*uint16, *uint16, *uint16, *uint16, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
+
+func dotTile1x8F32(*float32, *float32, int, int, *[8]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func dotTile1x8BF16(*float32, *uint16, int, int, *[8]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}

@@ -82,7 +82,16 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// One activation tile: walk each group of four weight rows through
 		// all reduction blocks before the next, so the rows stream from
 		// memory front to back (the per-element order is unchanged).
-		for jt := j0; jt < j1; jt += 4 {
+		jt := j0
+		if n == 1 && l == levelAVX512 && in > 0 {
+			// GEMV: eight weight rows per call keep eight streams in flight.
+			for ; jt+8 <= j1; jt += 8 {
+				for k0 := 0; k0 < in; k0 += gemmKC {
+					gemvTile8(dst, x, w, jt, k0)
+				}
+			}
+		}
+		for ; jt < j1; jt += 4 {
 			for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
 				gemmTile(dst, x, n, w, l, 0, jt, min(4, j1-jt), k0)
 				if in == 0 {
@@ -139,6 +148,33 @@ func gemmTile(dst, x []float32, n int, w *Matrix, l level, i0, jt, nj, k0 int) {
 			} else {
 				di[c] += s
 			}
+		}
+	}
+}
+
+// gemvTile8 is gemmTile for one activation row and eight weight rows
+// [jt, jt+8) on AVX-512, with the same per-element arithmetic.
+func gemvTile8(dst, x []float32, w *Matrix, jt, k0 int) {
+	in := w.Cols
+	k1 := min(k0+gemmKC, in)
+	kv := (k1 - k0) &^ 15
+	var tile [8]float32
+	if w.F32 != nil {
+		dotTile1x8F32(&x[k0], &w.F32[jt*in+k0], in, kv, &tile)
+	} else {
+		dotTile1x8BF16(&x[k0], &w.BF16[jt*in+k0], in, kv, &tile)
+	}
+	xi := x[k0+kv : k1]
+	di := dst[jt : jt+8]
+	for c := range di {
+		s := tile[c]
+		if len(xi) > 0 {
+			s += tailDot(xi, w, jt+c, k0+kv)
+		}
+		if k0 == 0 {
+			di[c] = s
+		} else {
+			di[c] += s
 		}
 	}
 }
