@@ -8,20 +8,36 @@ package kernels
 // amd64) it runs nothing and returns 0. A call of 10⁵ rounds takes well under
 // a millisecond.
 func FMAPeakLoop(rounds int) (flops float64) {
-	if rounds <= 0 {
-		return 0
+	// At most peakChunk rounds per assembly call keep each call far below a
+	// millisecond, so the scheduler and GC are never held up.
+	const peakChunk = 50_000
+	for rounds > 0 {
+		r := min(rounds, peakChunk)
+		flops += fmaPeak(r)
+		rounds -= r
 	}
-	return fmaPeak(rounds)
+	return flops
 }
 
 // StreamSum returns Σ x, reading every element once with the widest loads the
-// CPU supports (whatever implementation is active) as four concurrent streams (one per quarter of
-// x, each with its own vector accumulator, combined in a fixed tree), the
-// way a GEMV streams four weight rows; timing it over a buffer far larger
-// than the caches gives the memory read bandwidth of one core. Without AVX2
-// it is a plain ordered loop.
+// CPU supports (whatever implementation is active): chunks of 1 Mi values,
+// each read as four concurrent streams (one per quarter, each with its own
+// vector accumulator, combined in a fixed tree), the way a GEMV streams
+// several weight rows; the chunk sums are added in order. Timing it over a
+// buffer far larger than the caches gives the memory read bandwidth of one
+// core. Without AVX2 it is a plain ordered loop.
 func StreamSum(x []float32) float32 {
-	if s, ok := readSum(x); ok {
+	// Chunks of 1 Mi values (4 MiB, a fraction of a millisecond) per
+	// assembly call; their sums are added in order.
+	const chunk = 1 << 20
+	if _, ok := readSum(nil); ok {
+		var s float32
+		for len(x) > 0 {
+			c := x[:min(chunk, len(x))]
+			v, _ := readSum(c)
+			s += v
+			x = x[len(c):]
+		}
 		return s
 	}
 	var s float32
