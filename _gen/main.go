@@ -45,6 +45,8 @@ func main() {
 		qkPanel512(bf16)
 		prefetchRows(bf16)
 	}
+	axpy512()
+	axpy256()
 	expSum512()
 	max512()
 	scoreTile512()
@@ -504,6 +506,66 @@ func prefetchRows(bf16 bool) {
 	CMPQ(off, n)
 	JB(LabelRef(name + "_loop"))
 	Label(name + "_done")
+	RET()
+}
+
+// axpy512 emits axpyAVX512: y[i] += alpha·x[i] for n (a multiple of 64)
+// values, the product rounded before the add (VMULPS then VADDPS, never
+// fused), so every element has exactly the bits of the scalar reference.
+// Each call handles at most the n it is given; callers bound n.
+func axpy512() {
+	TEXT("axpyAVX512", NOSPLIT, "func(alpha float32, x, y *float32, n int)")
+	Pragma("noescape")
+	Doc("axpyAVX512 adds alpha·x to y element-wise (product rounded, then added) for n (a multiple of 64) values.")
+	VBROADCASTSS(NewParamAddr("alpha", 0), Z31)
+	x := Load(Param("x"), GP64())
+	y := Load(Param("y"), GP64())
+	n := Load(Param("n"), GP64())
+	SHRQ(U8(6), n)
+	JZ(LabelRef("axpy512_done"))
+	Label("axpy512_loop")
+	for a := range 4 {
+		// Operand order as the Go compiler emits the scalar loop
+		// (x·alpha, then product + y), so even NaN payloads agree.
+		VMOVUPS(Mem{Base: x, Disp: 64 * a}, zmm[a])
+		VMULPS(Z31, zmm[a], zmm[a])
+		VADDPS(Mem{Base: y, Disp: 64 * a}, zmm[a], zmm[a])
+		VMOVUPS(zmm[a], Mem{Base: y, Disp: 64 * a})
+	}
+	ADDQ(U32(256), x)
+	ADDQ(U32(256), y)
+	DECQ(n)
+	JNZ(LabelRef("axpy512_loop"))
+	Label("axpy512_done")
+	VZEROUPPER()
+	RET()
+}
+
+// axpy256 emits axpyAVX2: axpyAVX512 with 8-lane vectors over n (a multiple
+// of 32) values.
+func axpy256() {
+	TEXT("axpyAVX2", NOSPLIT, "func(alpha float32, x, y *float32, n int)")
+	Pragma("noescape")
+	Doc("axpyAVX2 adds alpha·x to y element-wise (product rounded, then added) for n (a multiple of 32) values.")
+	VBROADCASTSS(NewParamAddr("alpha", 0), Y15)
+	x := Load(Param("x"), GP64())
+	y := Load(Param("y"), GP64())
+	n := Load(Param("n"), GP64())
+	SHRQ(U8(5), n)
+	JZ(LabelRef("axpy256_done"))
+	Label("axpy256_loop")
+	for a := range 4 {
+		VMOVUPS(Mem{Base: x, Disp: 32 * a}, ymm[a])
+		VMULPS(Y15, ymm[a], ymm[a])
+		VADDPS(Mem{Base: y, Disp: 32 * a}, ymm[a], ymm[a])
+		VMOVUPS(ymm[a], Mem{Base: y, Disp: 32 * a})
+	}
+	ADDQ(U32(128), x)
+	ADDQ(U32(128), y)
+	DECQ(n)
+	JNZ(LabelRef("axpy256_loop"))
+	Label("axpy256_done")
+	VZEROUPPER()
 	RET()
 }
 

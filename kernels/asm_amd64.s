@@ -2882,6 +2882,78 @@ prefetchRows4BF16_loop:
 prefetchRows4BF16_done:
 	RET
 
+// func axpyAVX512(alpha float32, x *float32, y *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·axpyAVX512(SB), NOSPLIT, $0-32
+	VBROADCASTSS alpha+0(FP), Z31
+	MOVQ         x+8(FP), AX
+	MOVQ         y+16(FP), CX
+	MOVQ         n+24(FP), DX
+	SHRQ         $0x06, DX
+	JZ           axpy512_done
+
+axpy512_loop:
+	VMOVUPS (AX), Z0
+	VMULPS  Z31, Z0, Z0
+	VADDPS  (CX), Z0, Z0
+	VMOVUPS Z0, (CX)
+	VMOVUPS 64(AX), Z1
+	VMULPS  Z31, Z1, Z1
+	VADDPS  64(CX), Z1, Z1
+	VMOVUPS Z1, 64(CX)
+	VMOVUPS 128(AX), Z2
+	VMULPS  Z31, Z2, Z2
+	VADDPS  128(CX), Z2, Z2
+	VMOVUPS Z2, 128(CX)
+	VMOVUPS 192(AX), Z3
+	VMULPS  Z31, Z3, Z3
+	VADDPS  192(CX), Z3, Z3
+	VMOVUPS Z3, 192(CX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	DECQ    DX
+	JNZ     axpy512_loop
+
+axpy512_done:
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(alpha float32, x *float32, y *float32, n int)
+// Requires: AVX
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	VBROADCASTSS alpha+0(FP), Y15
+	MOVQ         x+8(FP), AX
+	MOVQ         y+16(FP), CX
+	MOVQ         n+24(FP), DX
+	SHRQ         $0x05, DX
+	JZ           axpy256_done
+
+axpy256_loop:
+	VMOVUPS (AX), Y0
+	VMULPS  Y15, Y0, Y0
+	VADDPS  (CX), Y0, Y0
+	VMOVUPS Y0, (CX)
+	VMOVUPS 32(AX), Y1
+	VMULPS  Y15, Y1, Y1
+	VADDPS  32(CX), Y1, Y1
+	VMOVUPS Y1, 32(CX)
+	VMOVUPS 64(AX), Y2
+	VMULPS  Y15, Y2, Y2
+	VADDPS  64(CX), Y2, Y2
+	VMOVUPS Y2, 64(CX)
+	VMOVUPS 96(AX), Y3
+	VMULPS  Y15, Y3, Y3
+	VADDPS  96(CX), Y3, Y3
+	VMOVUPS Y3, 96(CX)
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000080, CX
+	DECQ    DX
+	JNZ     axpy256_loop
+
+axpy256_done:
+	VZEROUPPER
+	RET
+
 // func expSumAVX512(x *float32, n int, m float32) float32
 // Requires: AVX, AVX512F, SSE
 TEXT ·expSumAVX512(SB), NOSPLIT, $0-28

@@ -162,6 +162,16 @@ func qkPanelBF16AVX512(q *float32, ldq int, groups int, k0 *uint16, k1 *uint16, 
 //go:noescape
 func prefetchRows4BF16(r0 *uint16, r1 *uint16, r2 *uint16, r3 *uint16, n int)
 
+// axpyAVX512 adds alpha·x to y element-wise (product rounded, then added) for n (a multiple of 64) values.
+//
+//go:noescape
+func axpyAVX512(alpha float32, x *float32, y *float32, n int)
+
+// axpyAVX2 adds alpha·x to y element-wise (product rounded, then added) for n (a multiple of 32) values.
+//
+//go:noescape
+func axpyAVX2(alpha float32, x *float32, y *float32, n int)
+
 // expSumAVX512 replaces x[i] by exp(x[i]-m) for n (a multiple of 16) values and returns their sum.
 //
 //go:noescape

@@ -105,6 +105,34 @@ func dotTile1x8BF16(x *float32, w *uint16, ldw, kn int, out *[8]float32) {
 	dotTile1x8BF16AVX512(x, w, ldw, kn, &out[0])
 }
 
+// axpyFast runs Axpy with vectors on an assembly level (the caller checked
+// the lengths) and reports whether it did. Elements past the last multiple
+// of 64 (32 for AVX2) and calls shorter than that use the scalar loop; long
+// calls go in chunks of 64 Ki values so each assembly call stays short.
+func axpyFast(alpha float32, x, y []float32) bool {
+	l := activeLevel()
+	if l == levelRef {
+		return false
+	}
+	step := 64
+	if l == levelAVX2 {
+		step = 32
+	}
+	nv := len(x) &^ (step - 1)
+	for k := 0; k < nv; k += 1 << 16 {
+		c := min(nv-k, 1<<16)
+		if l == levelAVX512 {
+			axpyAVX512(alpha, &x[k], &y[k], c)
+		} else {
+			axpyAVX2(alpha, &x[k], &y[k], c)
+		}
+	}
+	for k := nv; k < len(x); k++ {
+		y[k] += float32(alpha * x[k])
+	}
+	return true
+}
+
 // axpyTile runs the m×64 weighted-row-sum tile (AVX-512 only).
 func axpyTile(m int, out *float32, ldo int, p *float32, ldp int, rows *[]float32, n, coff int) {
 	switch m {

@@ -52,3 +52,19 @@ func BenchmarkAttendRows(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAxpy: y += alpha·x (the residual add of every layer); GB/s counts
+// reading x and y and writing y.
+func BenchmarkAxpy(b *testing.B) {
+	for _, n := range []int{7168, 1 << 20} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			r := newRand(32)
+			x := randSlice(r, n, 1)
+			y := randSlice(r, n, 1)
+			for b.Loop() {
+				Axpy(0.5, x, y)
+			}
+			reportRate(b, float64(12*n), "GB/s")
+		})
+	}
+}

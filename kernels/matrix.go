@@ -192,12 +192,17 @@ func dotBF16(x []float32, w []uint16) float32 {
 }
 
 // Axpy computes y += alpha·x element-wise (each product rounded to float32
-// before the add). It panics if the lengths differ.
+// before the add). The assembly implementations multiply and add in vectors
+// without fusing, so every element has the reference's bits (NaN results
+// stay NaN). It panics if the lengths differ.
 func Axpy(alpha float32, x, y []float32) {
 	if len(x) != len(y) {
 		panic(fmt.Sprintf("kernels: Axpy: lengths differ: len(x)=%d, len(y)=%d", len(x), len(y)))
 	}
 	y = y[:len(x)]
+	if axpyFast(alpha, x, y) {
+		return
+	}
 	for k, v := range x {
 		y[k] += float32(alpha * v)
 	}
