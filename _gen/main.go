@@ -47,6 +47,13 @@ func main() {
 	}
 	axpy512()
 	axpy256()
+	for _, bf16 := range []bool{false, true} {
+		for m := 1; m <= 4; m++ {
+			axpyTile256(m, bf16)
+		}
+	}
+	expSum256()
+	max256()
 	expSum512()
 	max512()
 	scoreTile512()
@@ -565,6 +572,175 @@ func axpy256() {
 	DECQ(n)
 	JNZ(LabelRef("axpy256_loop"))
 	Label("axpy256_done")
+	VZEROUPPER()
+	RET()
+}
+
+// axpyTile256 emits axpyTile{m}x16{F32,BF16}AVX2: axpyTile512 with two
+// 8-lane vectors per row (16 outputs) and m ≤ 4 rows (8 accumulators, two
+// row vectors, four broadcasts: 14 of the 16 registers).
+func axpyTile256(m int, bf16 bool) {
+	name := fmt.Sprintf("axpyTile%dx16%sAVX2", m, wName(bf16))
+	et := "float32"
+	if bf16 {
+		et = "uint16"
+	}
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(out *float32, ldo int, p *float32, ldp int, rows *[]%s, n int, coff int)", et))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s accumulates %d rows of 16 outputs, each a weighted sum of n table rows at column coff.", name, m))
+	out := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	p := Load(Param("p"), GP64())
+	ldp := Load(Param("ldp"), GP64())
+	SHLQ(U8(2), ldp)
+	rows := Load(Param("rows"), GP64())
+	n := Load(Param("n"), GP64())
+	coff := Load(Param("coff"), GP64())
+	if bf16 {
+		SHLQ(U8(1), coff)
+	} else {
+		SHLQ(U8(2), coff)
+	}
+	or := make([]Register, m)
+	pr := make([]Register, m)
+	for i := range m {
+		or[i], pr[i] = GP64(), GP64()
+		if i == 0 {
+			MOVQ(out, or[i])
+			MOVQ(p, pr[i])
+		} else {
+			LEAQ(Mem{Base: or[i-1], Index: ldo, Scale: 1}, or[i])
+			LEAQ(Mem{Base: pr[i-1], Index: ldp, Scale: 1}, pr[i])
+		}
+	}
+	acc := func(i, c int) VecPhysical { return ymm[2*i+c] }
+	for i := range m {
+		for c := range 2 {
+			VMOVUPS(Mem{Base: or[i], Disp: 32 * c}, acc(i, c))
+		}
+	}
+	poff := GP64()
+	XORQ(poff, poff)
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_store"))
+	Label(name + "_loop")
+	row := GP64()
+	MOVQ(Mem{Base: rows}, row)
+	for c := range 2 {
+		if bf16 {
+			loadW(Mem{Base: row, Index: coff, Scale: 1, Disp: 16 * c}, ymm[8+c], true)
+		} else {
+			VMOVUPS(Mem{Base: row, Index: coff, Scale: 1, Disp: 32 * c}, ymm[8+c])
+		}
+	}
+	for i := range m {
+		VBROADCASTSS(Mem{Base: pr[i], Index: poff, Scale: 1}, ymm[10+i])
+		for c := range 2 {
+			VFMADD231PS(ymm[8+c], ymm[10+i], acc(i, c))
+		}
+	}
+	ADDQ(U32(24), rows)
+	ADDQ(U32(4), poff)
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_store")
+	for i := range m {
+		for c := range 2 {
+			VMOVUPS(acc(i, c), Mem{Base: or[i], Disp: 32 * c})
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// expSum256 emits expSumAVX2: expSumAVX512 with 8-lane vectors and without
+// VSCALEFPS: 2^r is built in the exponent field, so arguments are clamped
+// at −87 (e^−87 ≈ 1.6e−38, still a normal float) instead of −110; the lanes
+// are summed ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)). Registers: Y0 sum, Y1 f,
+// Y2 r, Y3 p, Y4–Y15 constants (c0 = c1 = 1 share Y4).
+func expSum256() {
+	bias := GLOBL("expBias127", RODATA|NOPTR)
+	for k := range 8 {
+		DATA(4*k, U32(127))
+	}
+	TEXT("expSumAVX2", NOSPLIT, "func(x *float32, n int, m float32) float32")
+	Pragma("noescape")
+	Doc("expSumAVX2 replaces x[i] by exp(x[i]-m) for n (a multiple of 8) values and returns their sum.")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	VBROADCASTSS(NewParamAddr("m", 16), Y15)
+	broadcastConst256(float32(math.Log2E), Y14, X0)
+	broadcastConst256(-87, Y13, X0)
+	broadcastConst256(0.693145751953125, Y12, X0)
+	broadcastConst256(1.428606765330187e-06, Y11, X0)
+	// Y10..Y5 = c7..c2, Y4 = 1.
+	coef := []float64{1, 1, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040}
+	for k := 7; k >= 2; k-- {
+		broadcastConst256(float32(coef[k]), ymm[3+k], X0)
+	}
+	broadcastConst256(1, Y4, X0)
+	VXORPS(Y0, Y0, Y0)
+	SHRQ(U8(3), n)
+	JZ(LabelRef("expSum256_done"))
+	Label("expSum256_loop")
+	VMOVUPS(Mem{Base: x}, Y1)
+	VSUBPS(Y15, Y1, Y1)
+	VMAXPS(Y1, Y13, Y1) // NaN in Y1 stays NaN
+	VMULPS(Y14, Y1, Y2)
+	VROUNDPS(U8(0), Y2, Y2) // r = round(v·log2e)
+	VFNMADD231PS(Y12, Y2, Y1)
+	VFNMADD231PS(Y11, Y2, Y1)
+	VMOVAPS(Y10, Y3)
+	for k := 6; k >= 2; k-- {
+		VFMADD213PS(ymm[3+k], Y1, Y3)
+	}
+	VFMADD213PS(Y4, Y1, Y3) // c1
+	VFMADD213PS(Y4, Y1, Y3) // c0
+	VCVTPS2DQ(Y2, Y2)
+	VPADDD(bias, Y2, Y2)
+	VPSLLD(U8(23), Y2, Y2) // 2^r
+	VMULPS(Y2, Y3, Y3)
+	VMOVUPS(Y3, Mem{Base: x})
+	VADDPS(Y3, Y0, Y0)
+	ADDQ(U32(32), x)
+	DECQ(n)
+	JNZ(LabelRef("expSum256_loop"))
+	Label("expSum256_done")
+	VEXTRACTF128(U8(1), Y0, X1)
+	VADDPS(X1, X0, X0)
+	VHADDPS(X0, X0, X0)
+	VHADDPS(X0, X0, X0)
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// max256 emits maxAVX2: the largest of n (a multiple of 8, at least 8)
+// values.
+func max256() {
+	TEXT("maxAVX2", NOSPLIT, "func(x *float32, n int) float32")
+	Pragma("noescape")
+	Doc("maxAVX2 returns the largest of n (a positive multiple of 8) values.")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	VMOVUPS(Mem{Base: x}, Y0)
+	SHRQ(U8(3), n)
+	DECQ(n)
+	JZ(LabelRef("max256_reduce"))
+	Label("max256_loop")
+	ADDQ(U32(32), x)
+	VMAXPS(Mem{Base: x}, Y0, Y0)
+	DECQ(n)
+	JNZ(LabelRef("max256_loop"))
+	Label("max256_reduce")
+	VEXTRACTF128(U8(1), Y0, X1)
+	VMAXPS(X1, X0, X0)
+	VPERMILPS(U8(0x4e), X0, X1)
+	VMAXPS(X1, X0, X0)
+	VPERMILPS(U8(0xb1), X0, X1)
+	VMAXPS(X1, X0, X0)
+	Store(X0, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }

@@ -2954,6 +2954,541 @@ axpy256_done:
 	VZEROUPPER
 	RET
 
+// func axpyTile1x16F32AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+// Requires: AVX, FMA3
+TEXT ·axpyTile1x16F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), CX
+	MOVQ    ldp+24(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    rows+32(FP), DX
+	MOVQ    n+40(FP), BX
+	MOVQ    coff+48(FP), SI
+	SHLQ    $0x02, SI
+	MOVQ    CX, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	XORQ    DI, DI
+	TESTQ   BX, BX
+	JZ      axpyTile1x16F32AVX2_store
+
+axpyTile1x16F32AVX2_loop:
+	MOVQ         (DX), R8
+	VMOVUPS      (R8)(SI*1), Y8
+	VMOVUPS      32(R8)(SI*1), Y9
+	VBROADCASTSS (CX)(DI*1), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	ADDQ         $0x00000018, DX
+	ADDQ         $0x00000004, DI
+	DECQ         BX
+	JNZ          axpyTile1x16F32AVX2_loop
+
+axpyTile1x16F32AVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VZEROUPPER
+	RET
+
+// func axpyTile2x16F32AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+// Requires: AVX, FMA3
+TEXT ·axpyTile2x16F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x02, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), CX
+	LEAQ    (DX)(BX*1), BX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (CX), Y2
+	VMOVUPS 32(CX), Y3
+	XORQ    R9, R9
+	TESTQ   DI, DI
+	JZ      axpyTile2x16F32AVX2_store
+
+axpyTile2x16F32AVX2_loop:
+	MOVQ         (SI), R10
+	VMOVUPS      (R10)(R8*1), Y8
+	VMOVUPS      32(R10)(R8*1), Y9
+	VBROADCASTSS (DX)(R9*1), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (BX)(R9*1), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VFMADD231PS  Y9, Y11, Y3
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R9
+	DECQ         DI
+	JNZ          axpyTile2x16F32AVX2_loop
+
+axpyTile2x16F32AVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, (CX)
+	VMOVUPS Y3, 32(CX)
+	VZEROUPPER
+	RET
+
+// func axpyTile3x16F32AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+// Requires: AVX, FMA3
+TEXT ·axpyTile3x16F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x02, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), R9
+	LEAQ    (DX)(BX*1), R10
+	LEAQ    (R9)(CX*1), CX
+	LEAQ    (R10)(BX*1), BX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (R9), Y2
+	VMOVUPS 32(R9), Y3
+	VMOVUPS (CX), Y4
+	VMOVUPS 32(CX), Y5
+	XORQ    R11, R11
+	TESTQ   DI, DI
+	JZ      axpyTile3x16F32AVX2_store
+
+axpyTile3x16F32AVX2_loop:
+	MOVQ         (SI), R12
+	VMOVUPS      (R12)(R8*1), Y8
+	VMOVUPS      32(R12)(R8*1), Y9
+	VBROADCASTSS (DX)(R11*1), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (R10)(R11*1), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VFMADD231PS  Y9, Y11, Y3
+	VBROADCASTSS (BX)(R11*1), Y12
+	VFMADD231PS  Y8, Y12, Y4
+	VFMADD231PS  Y9, Y12, Y5
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R11
+	DECQ         DI
+	JNZ          axpyTile3x16F32AVX2_loop
+
+axpyTile3x16F32AVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, 32(R9)
+	VMOVUPS Y4, (CX)
+	VMOVUPS Y5, 32(CX)
+	VZEROUPPER
+	RET
+
+// func axpyTile4x16F32AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+// Requires: AVX, FMA3
+TEXT ·axpyTile4x16F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x02, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), R9
+	LEAQ    (DX)(BX*1), R10
+	LEAQ    (R9)(CX*1), R11
+	LEAQ    (R10)(BX*1), R12
+	LEAQ    (R11)(CX*1), CX
+	LEAQ    (R12)(BX*1), BX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (R9), Y2
+	VMOVUPS 32(R9), Y3
+	VMOVUPS (R11), Y4
+	VMOVUPS 32(R11), Y5
+	VMOVUPS (CX), Y6
+	VMOVUPS 32(CX), Y7
+	XORQ    R13, R13
+	TESTQ   DI, DI
+	JZ      axpyTile4x16F32AVX2_store
+
+axpyTile4x16F32AVX2_loop:
+	MOVQ         (SI), R14
+	VMOVUPS      (R14)(R8*1), Y8
+	VMOVUPS      32(R14)(R8*1), Y9
+	VBROADCASTSS (DX)(R13*1), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (R10)(R13*1), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VFMADD231PS  Y9, Y11, Y3
+	VBROADCASTSS (R12)(R13*1), Y12
+	VFMADD231PS  Y8, Y12, Y4
+	VFMADD231PS  Y9, Y12, Y5
+	VBROADCASTSS (BX)(R13*1), Y13
+	VFMADD231PS  Y8, Y13, Y6
+	VFMADD231PS  Y9, Y13, Y7
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R13
+	DECQ         DI
+	JNZ          axpyTile4x16F32AVX2_loop
+
+axpyTile4x16F32AVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, 32(R9)
+	VMOVUPS Y4, (R11)
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS Y6, (CX)
+	VMOVUPS Y7, 32(CX)
+	VZEROUPPER
+	RET
+
+// func axpyTile1x16BF16AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·axpyTile1x16BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), CX
+	MOVQ    ldp+24(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    rows+32(FP), DX
+	MOVQ    n+40(FP), BX
+	MOVQ    coff+48(FP), SI
+	SHLQ    $0x01, SI
+	MOVQ    CX, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	XORQ    DI, DI
+	TESTQ   BX, BX
+	JZ      axpyTile1x16BF16AVX2_store
+
+axpyTile1x16BF16AVX2_loop:
+	MOVQ         (DX), R8
+	VPMOVZXWD    (R8)(SI*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(R8)(SI*1), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VBROADCASTSS (CX)(DI*1), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	ADDQ         $0x00000018, DX
+	ADDQ         $0x00000004, DI
+	DECQ         BX
+	JNZ          axpyTile1x16BF16AVX2_loop
+
+axpyTile1x16BF16AVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VZEROUPPER
+	RET
+
+// func axpyTile2x16BF16AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·axpyTile2x16BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), CX
+	LEAQ    (DX)(BX*1), BX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (CX), Y2
+	VMOVUPS 32(CX), Y3
+	XORQ    R9, R9
+	TESTQ   DI, DI
+	JZ      axpyTile2x16BF16AVX2_store
+
+axpyTile2x16BF16AVX2_loop:
+	MOVQ         (SI), R10
+	VPMOVZXWD    (R10)(R8*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(R10)(R8*1), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VBROADCASTSS (DX)(R9*1), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (BX)(R9*1), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VFMADD231PS  Y9, Y11, Y3
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R9
+	DECQ         DI
+	JNZ          axpyTile2x16BF16AVX2_loop
+
+axpyTile2x16BF16AVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, (CX)
+	VMOVUPS Y3, 32(CX)
+	VZEROUPPER
+	RET
+
+// func axpyTile3x16BF16AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·axpyTile3x16BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), R9
+	LEAQ    (DX)(BX*1), R10
+	LEAQ    (R9)(CX*1), CX
+	LEAQ    (R10)(BX*1), BX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (R9), Y2
+	VMOVUPS 32(R9), Y3
+	VMOVUPS (CX), Y4
+	VMOVUPS 32(CX), Y5
+	XORQ    R11, R11
+	TESTQ   DI, DI
+	JZ      axpyTile3x16BF16AVX2_store
+
+axpyTile3x16BF16AVX2_loop:
+	MOVQ         (SI), R12
+	VPMOVZXWD    (R12)(R8*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(R12)(R8*1), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VBROADCASTSS (DX)(R11*1), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (R10)(R11*1), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VFMADD231PS  Y9, Y11, Y3
+	VBROADCASTSS (BX)(R11*1), Y12
+	VFMADD231PS  Y8, Y12, Y4
+	VFMADD231PS  Y9, Y12, Y5
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R11
+	DECQ         DI
+	JNZ          axpyTile3x16BF16AVX2_loop
+
+axpyTile3x16BF16AVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, 32(R9)
+	VMOVUPS Y4, (CX)
+	VMOVUPS Y5, 32(CX)
+	VZEROUPPER
+	RET
+
+// func axpyTile4x16BF16AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·axpyTile4x16BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ    out+0(FP), AX
+	MOVQ    ldo+8(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    p+16(FP), DX
+	MOVQ    ldp+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    rows+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    coff+48(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    DX, DX
+	LEAQ    (AX)(CX*1), R9
+	LEAQ    (DX)(BX*1), R10
+	LEAQ    (R9)(CX*1), R11
+	LEAQ    (R10)(BX*1), R12
+	LEAQ    (R11)(CX*1), CX
+	LEAQ    (R12)(BX*1), BX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (R9), Y2
+	VMOVUPS 32(R9), Y3
+	VMOVUPS (R11), Y4
+	VMOVUPS 32(R11), Y5
+	VMOVUPS (CX), Y6
+	VMOVUPS 32(CX), Y7
+	XORQ    R13, R13
+	TESTQ   DI, DI
+	JZ      axpyTile4x16BF16AVX2_store
+
+axpyTile4x16BF16AVX2_loop:
+	MOVQ         (SI), R14
+	VPMOVZXWD    (R14)(R8*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VPMOVZXWD    16(R14)(R8*1), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VBROADCASTSS (DX)(R13*1), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (R10)(R13*1), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VFMADD231PS  Y9, Y11, Y3
+	VBROADCASTSS (R12)(R13*1), Y12
+	VFMADD231PS  Y8, Y12, Y4
+	VFMADD231PS  Y9, Y12, Y5
+	VBROADCASTSS (BX)(R13*1), Y13
+	VFMADD231PS  Y8, Y13, Y6
+	VFMADD231PS  Y9, Y13, Y7
+	ADDQ         $0x00000018, SI
+	ADDQ         $0x00000004, R13
+	DECQ         DI
+	JNZ          axpyTile4x16BF16AVX2_loop
+
+axpyTile4x16BF16AVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, 32(R9)
+	VMOVUPS Y4, (R11)
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS Y6, (CX)
+	VMOVUPS Y7, 32(CX)
+	VZEROUPPER
+	RET
+
+DATA expBias127<>+0(SB)/4, $0x0000007f
+DATA expBias127<>+4(SB)/4, $0x0000007f
+DATA expBias127<>+8(SB)/4, $0x0000007f
+DATA expBias127<>+12(SB)/4, $0x0000007f
+DATA expBias127<>+16(SB)/4, $0x0000007f
+DATA expBias127<>+20(SB)/4, $0x0000007f
+DATA expBias127<>+24(SB)/4, $0x0000007f
+DATA expBias127<>+28(SB)/4, $0x0000007f
+GLOBL expBias127<>(SB), RODATA|NOPTR, $32
+
+// func expSumAVX2(x *float32, n int, m float32) float32
+// Requires: AVX, AVX2, FMA3, SSE, SSE2
+TEXT ·expSumAVX2(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS m+16(FP), Y15
+	MOVL         $0x3fb8aa3b, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y14
+	MOVL         $0xc2ae0000, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y13
+	MOVL         $0x3f317200, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y12
+	MOVL         $0x35bfbe8e, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y11
+	MOVL         $0x39500d01, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y10
+	MOVL         $0x3ab60b61, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y9
+	MOVL         $0x3c088889, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y8
+	MOVL         $0x3d2aaaab, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y7
+	MOVL         $0x3e2aaaab, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y6
+	MOVL         $0x3f000000, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y5
+	MOVL         $0x3f800000, DX
+	MOVD         DX, X0
+	VBROADCASTSS X0, Y4
+	VXORPS       Y0, Y0, Y0
+	SHRQ         $0x03, CX
+	JZ           expSum256_done
+
+expSum256_loop:
+	VMOVUPS      (AX), Y1
+	VSUBPS       Y15, Y1, Y1
+	VMAXPS       Y1, Y13, Y1
+	VMULPS       Y14, Y1, Y2
+	VROUNDPS     $0x00, Y2, Y2
+	VFNMADD231PS Y12, Y2, Y1
+	VFNMADD231PS Y11, Y2, Y1
+	VMOVAPS      Y10, Y3
+	VFMADD213PS  Y9, Y1, Y3
+	VFMADD213PS  Y8, Y1, Y3
+	VFMADD213PS  Y7, Y1, Y3
+	VFMADD213PS  Y6, Y1, Y3
+	VFMADD213PS  Y5, Y1, Y3
+	VFMADD213PS  Y4, Y1, Y3
+	VFMADD213PS  Y4, Y1, Y3
+	VCVTPS2DQ    Y2, Y2
+	VPADDD       expBias127<>+0(SB), Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VMULPS       Y2, Y3, Y3
+	VMOVUPS      Y3, (AX)
+	VADDPS       Y3, Y0, Y0
+	ADDQ         $0x00000020, AX
+	DECQ         CX
+	JNZ          expSum256_loop
+
+expSum256_done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	MOVSS        X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int) float32
+// Requires: AVX, SSE
+TEXT ·maxAVX2(SB), NOSPLIT, $0-20
+	MOVQ    x+0(FP), AX
+	MOVQ    n+8(FP), CX
+	VMOVUPS (AX), Y0
+	SHRQ    $0x03, CX
+	DECQ    CX
+	JZ      max256_reduce
+
+max256_loop:
+	ADDQ   $0x00000020, AX
+	VMAXPS (AX), Y0, Y0
+	DECQ   CX
+	JNZ    max256_loop
+
+max256_reduce:
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXPS       X1, X0, X0
+	MOVSS        X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
 // func expSumAVX512(x *float32, n int, m float32) float32
 // Requires: AVX, AVX512F, SSE
 TEXT ·expSumAVX512(SB), NOSPLIT, $0-28

@@ -172,6 +172,56 @@ func axpyAVX512(alpha float32, x *float32, y *float32, n int)
 //go:noescape
 func axpyAVX2(alpha float32, x *float32, y *float32, n int)
 
+// axpyTile1x16F32AVX2 accumulates 1 rows of 16 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile1x16F32AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+
+// axpyTile2x16F32AVX2 accumulates 2 rows of 16 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile2x16F32AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+
+// axpyTile3x16F32AVX2 accumulates 3 rows of 16 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile3x16F32AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+
+// axpyTile4x16F32AVX2 accumulates 4 rows of 16 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile4x16F32AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+
+// axpyTile1x16BF16AVX2 accumulates 1 rows of 16 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile1x16BF16AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// axpyTile2x16BF16AVX2 accumulates 2 rows of 16 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile2x16BF16AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// axpyTile3x16BF16AVX2 accumulates 3 rows of 16 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile3x16BF16AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// axpyTile4x16BF16AVX2 accumulates 4 rows of 16 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile4x16BF16AVX2(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// expSumAVX2 replaces x[i] by exp(x[i]-m) for n (a multiple of 8) values and returns their sum.
+//
+//go:noescape
+func expSumAVX2(x *float32, n int, m float32) float32
+
+// maxAVX2 returns the largest of n (a positive multiple of 8) values.
+//
+//go:noescape
+func maxAVX2(x *float32, n int) float32
+
 // expSumAVX512 replaces x[i] by exp(x[i]-m) for n (a multiple of 16) values and returns their sum.
 //
 //go:noescape

@@ -33,11 +33,12 @@ func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]floa
 		return
 	}
 	dim := len(q) / heads
-	if activeLevel() != levelAVX512 {
+	l := activeLevel()
+	if l == levelRef {
 		attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
 		return
 	}
-	attendFast(out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits)
+	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits)
 }
 
 // AttendRowsBF16 is AttendRows over rows stored as raw bfloat16 bits (a bf16
@@ -52,11 +53,12 @@ func AttendRowsBF16(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]
 		return
 	}
 	dim := len(q) / heads
-	if activeLevel() != levelAVX512 || dim%16 != 0 || vdim%64 != 0 {
+	l := activeLevel()
+	if l == levelRef || dim%vecWidth(l) != 0 || vdim%attendCols(l) != 0 {
 		attendRowsRefBF16(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
 		return
 	}
-	attendFast(out, lse, maxLogits, q, heads, dim, vdim, nil, rows, scale, logits)
+	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, nil, rows, scale, logits)
 }
 
 // attendPrologue checks the arguments of AttendRows (panicking with the
@@ -92,7 +94,7 @@ func attendPrologue(fn string, out, lse, maxLogits, q []float32, heads, vdim, n 
 
 // attendFast runs the AVX-512 AttendRows over f32 or bf16 rows (exactly one
 // of rows and rowsBF16 set), split by groups of four heads over the threads.
-func attendFast(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]float32, rowsBF16 [][]uint16, scale float32, logits []float32) {
+func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]float32, rowsBF16 [][]uint16, scale float32, logits []float32) {
 	n := max(len(rows), len(rowsBF16))
 	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
 	parts := planParts((heads+3)/4, flops)
@@ -107,7 +109,7 @@ func attendFast(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][
 		sums = make([]float32, heads)
 	}
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = out, lse, maxLogits, q, rows, rowsBF16, logits
-	t.heads, t.dim, t.vdim, t.scale, t.sums = heads, dim, vdim, scale, sums[:heads]
+	t.heads, t.dim, t.vdim, t.scale, t.sums, t.l = heads, dim, vdim, scale, sums[:heads], l
 	runParts(t, parts, &t.wg)
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = nil, nil, nil, nil, nil, nil, nil
 	select {
@@ -145,6 +147,14 @@ func attendRowsRef(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows 
 			Axpy(logits[h*n+j], v, out[h*vdim:(h+1)*vdim])
 		}
 	}
+}
+
+// attendCols is the number of output columns of one weighted-row tile.
+func attendCols(l level) int {
+	if l == levelAVX512 {
+		return 64
+	}
+	return 16
 }
 
 // need is the number of values AttendRows reads from each row.
@@ -199,6 +209,7 @@ type attendTask struct {
 	scale                  float32
 	logits                 []float32
 	sums                   []float32 // [heads] softmax sums; kept across calls
+	l                      level
 	wg                     sync.WaitGroup
 }
 
@@ -221,10 +232,13 @@ func (t *attendTask) runPart(p, parts int) {
 // depends only on the number of rows.
 func attendHeads(t *attendTask, h0, h1 int) {
 	q, rows, rowsB, logits, dim, vdim := t.q, t.rows, t.rowsBF16, t.logits, t.dim, t.vdim
-	bf := rowsB != nil // bf16 rows: dim%16 == 0 and vdim%64 == 0 (no tails)
+	bf := rowsB != nil // bf16 rows: no dim or vdim tails (see AttendRowsBF16)
+	l := t.l
 	n := max(len(rows), len(rowsB))
-	kv := dim &^ 15
-	cv := vdim &^ 63
+	kv := dim &^ (vecWidth(l) - 1)
+	cw := attendCols(l)
+	cv := vdim &^ (cw - 1)
+	hs := min(4, maxTileRows(l)) // heads per logit tile
 	rowBytes := 4 * need(dim, vdim)
 	if bf {
 		rowBytes /= 2
@@ -266,7 +280,7 @@ func attendHeads(t *attendTask, h0, h1 int) {
 				}
 			}
 			ht := h0
-			if kv == dim && nj == 4 && kv > 0 {
+			if l == levelAVX512 && kv == dim && nj == 4 && kv > 0 {
 				// Whole groups of four heads in one call, stored and scaled
 				// by the kernel (the same arithmetic as the tile below).
 				g := (h1 - h0) / 4
@@ -277,15 +291,15 @@ func attendHeads(t *attendTask, h0, h1 int) {
 				}
 				ht += 4 * g
 			}
-			for ; ht < h1; ht += 4 {
-				m := min(4, h1-ht)
+			for ; ht < h1; ht += hs {
+				m := min(hs, h1-ht)
 				switch {
 				case kv == 0:
 					clear(tile[:])
 				case bf:
-					dotTileBF16(levelAVX512, m, &q[ht*dim], dim, b[0], b[1], b[2], b[3], kv, &tile)
+					dotTileBF16(l, m, &q[ht*dim], dim, b[0], b[1], b[2], b[3], kv, &tile)
 				default:
-					dotTileF32(levelAVX512, m, &q[ht*dim], dim, f[0], f[1], f[2], f[3], kv, &tile)
+					dotTileF32(l, m, &q[ht*dim], dim, f[0], f[1], f[2], f[3], kv, &tile)
 				}
 				for i := range m {
 					qi := q[(ht+i)*dim+kv : (ht+i+1)*dim]
@@ -305,7 +319,7 @@ func attendHeads(t *attendTask, h0, h1 int) {
 		}
 		for h := h0; h < h1; h++ {
 			lg := logits[h*n+b0 : h*n+b1]
-			m := max(runMax[h], vecMax(lg))
+			m := max(runMax[h], vecMax(l, lg))
 			if m > runMax[h] && runMax[h] != negInf {
 				alpha := float32(math.Exp(float64(runMax[h] - m)))
 				runSum[h] *= alpha
@@ -315,15 +329,15 @@ func attendHeads(t *attendTask, h0, h1 int) {
 				}
 			}
 			runMax[h] = m
-			runSum[h] += expSum(lg, m)
+			runSum[h] += expSum(l, lg, m)
 		}
 		for ht := h0; ht < h1; ht += 4 {
 			m := min(4, h1-ht)
-			for c0 := 0; c0 < cv; c0 += 64 {
+			for c0 := 0; c0 < cv; c0 += cw {
 				if bf {
-					axpyTileBF16(m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rowsB[b0], b1-b0, c0)
+					axpyTileBF16(l, m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rowsB[b0], b1-b0, c0)
 				} else {
-					axpyTile(m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[b0], b1-b0, c0)
+					axpyTile(l, m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[b0], b1-b0, c0)
 				}
 			}
 			if cv < vdim { // f32 rows only

@@ -133,31 +133,58 @@ func axpyFast(alpha float32, x, y []float32) bool {
 	return true
 }
 
-// axpyTile runs the m×64 weighted-row-sum tile (AVX-512 only).
-func axpyTile(m int, out *float32, ldo int, p *float32, ldp int, rows *[]float32, n, coff int) {
+// axpyTile runs the m-row weighted-row-sum tile of level l: 64 columns on
+// AVX-512, 16 on AVX2.
+func axpyTile(l level, m int, out *float32, ldo int, p *float32, ldp int, rows *[]float32, n, coff int) {
+	if l == levelAVX512 {
+		switch m {
+		case 1:
+			axpyTile1x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		case 2:
+			axpyTile2x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		case 3:
+			axpyTile3x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		default:
+			axpyTile4x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		}
+		return
+	}
 	switch m {
 	case 1:
-		axpyTile1x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile1x16F32AVX2(out, ldo, p, ldp, rows, n, coff)
 	case 2:
-		axpyTile2x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile2x16F32AVX2(out, ldo, p, ldp, rows, n, coff)
 	case 3:
-		axpyTile3x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile3x16F32AVX2(out, ldo, p, ldp, rows, n, coff)
 	default:
-		axpyTile4x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile4x16F32AVX2(out, ldo, p, ldp, rows, n, coff)
 	}
 }
 
 // axpyTileBF16 is axpyTile over bf16 rows widened in registers.
-func axpyTileBF16(m int, out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n, coff int) {
+func axpyTileBF16(l level, m int, out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n, coff int) {
+	if l == levelAVX512 {
+		switch m {
+		case 1:
+			axpyTile1x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		case 2:
+			axpyTile2x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		case 3:
+			axpyTile3x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		default:
+			axpyTile4x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		}
+		return
+	}
 	switch m {
 	case 1:
-		axpyTile1x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile1x16BF16AVX2(out, ldo, p, ldp, rows, n, coff)
 	case 2:
-		axpyTile2x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile2x16BF16AVX2(out, ldo, p, ldp, rows, n, coff)
 	case 3:
-		axpyTile3x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile3x16BF16AVX2(out, ldo, p, ldp, rows, n, coff)
 	default:
-		axpyTile4x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		axpyTile4x16BF16AVX2(out, ldo, p, ldp, rows, n, coff)
 	}
 }
 
@@ -186,13 +213,18 @@ func maxTileRows(l level) int {
 	return 3
 }
 
-// vecMax is the largest value of x (len(x) > 0): a multiple of 16 of the
-// values through the AVX-512 kernel, the rest in Go.
-func vecMax(x []float32) float32 {
-	nv := len(x) &^ 15
+// vecMax is the largest value of x (len(x) > 0): the leading multiple of
+// the level's width through its kernel, the rest in Go.
+func vecMax(l level, x []float32) float32 {
+	w := vecWidth(l)
+	nv := len(x) &^ (w - 1)
 	m := x[0]
-	if nv > 0 {
+	switch {
+	case nv == 0:
+	case l == levelAVX512:
 		m = maxAVX512(&x[0], nv)
+	default:
+		m = maxAVX2(&x[0], nv)
 	}
 	for _, v := range x[nv:] {
 		m = max(m, v)
@@ -200,13 +232,18 @@ func vecMax(x []float32) float32 {
 	return m
 }
 
-// expSum replaces x[i] by exp(x[i]−m) and returns their sum: the first
-// multiple of 16 values through the AVX-512 polynomial, the rest through
-// float64 math.Exp, added after in order.
-func expSum(x []float32, m float32) (sum float32) {
-	nv := len(x) &^ 15
-	if nv > 0 {
+// expSum replaces x[i] by exp(x[i]−m) and returns their sum: the leading
+// multiple of the level's width through its vector polynomial, the rest
+// through float64 math.Exp, added after in order.
+func expSum(l level, x []float32, m float32) (sum float32) {
+	w := vecWidth(l)
+	nv := len(x) &^ (w - 1)
+	switch {
+	case nv == 0:
+	case l == levelAVX512:
 		sum = expSumAVX512(&x[0], nv, m)
+	default:
+		sum = expSumAVX2(&x[0], nv, m)
 	}
 	for i := nv; i < len(x); i++ {
 		e := float32(math.Exp(float64(x[i] - m)))

@@ -22,15 +22,15 @@ func dotTileBF16(level, int, *float32, int, *uint16, *uint16, *uint16, *uint16, 
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func axpyTile(int, *float32, int, *float32, int, *[]float32, int, int) {
+func axpyTile(level, int, *float32, int, *float32, int, *[]float32, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func vecMax([]float32) float32 {
+func vecMax(level, []float32) float32 {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func expSum([]float32, float32) float32 {
+func expSum(level, []float32, float32) float32 {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
@@ -50,7 +50,7 @@ func prefetchRows(*float32, *float32, *float32, *float32, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func axpyTileBF16(int, *float32, int, *float32, int, *[]uint16, int, int) {
+func axpyTileBF16(level, int, *float32, int, *float32, int, *[]uint16, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
