@@ -14,7 +14,9 @@ import (
 // Heads are summed in ascending order. The reference uses Dot and skips
 // non-positive (and NaN) dot products; the AVX-512 implementation (heads a
 // multiple of 4, dim a multiple of 16) computes four keys × four heads per
-// tile and fuses each head's term into the running score. A key's score
+// tile and fuses each head's term into the running score; the AVX2 one
+// (dim a multiple of 8) uses 3-head × 4-key dot tiles and adds the terms as
+// the reference does. A key's score
 // depends only on the query and that key, never on the other keys of the
 // call, so keys are split across threads (SetThreads) without changing a
 // bit. It does not allocate.
@@ -29,7 +31,7 @@ func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 			panic(fmt.Sprintf("kernels: WeightedReLUScores: key %d has %d values, needs %d", j, len(k), dim))
 		}
 	}
-	if activeLevel() == levelAVX512 && heads%4 == 0 && dim%16 == 0 && dim > 0 {
+	if l := activeLevel(); (l == levelAVX512 && heads%4 == 0 && dim%16 == 0 && dim > 0) || (l == levelAVX2 && dim%8 == 0 && dim > 0) {
 		n := len(keys)
 		parts := planParts((n+3)/4, 2*float64(n)*float64(heads*dim))
 		if parts == 1 {
@@ -78,9 +80,13 @@ func (t *scoreTask) runPart(p, parts int) {
 	scoreKeys(t.dst[j0:j1], t.q, t.w, t.heads, t.dim, t.keys[j0:j1])
 }
 
-// scoreKeys is the AVX-512 WeightedReLUScores over keys, four per tile,
+// scoreKeys is the assembly WeightedReLUScores over keys, four per tile,
 // prefetching the next four (keys live in scattered cache slots).
 func scoreKeys(dst, q, w []float32, heads, dim int, keys [][]float32) {
+	if activeLevel() == levelAVX2 {
+		scoreKeysAVX2(dst, q, w, heads, dim, keys)
+		return
+	}
 	var out [4]float32
 	n := len(keys)
 	for j := 0; j < n; j += 4 {
@@ -93,5 +99,36 @@ func scoreKeys(dst, q, w []float32, heads, dim int, keys [][]float32) {
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
 		scoreTile4(&q[0], &w[0], heads, dim, k(0), k(1), k(2), k(3), &out)
 		copy(dst[j:j+nj], out[:nj])
+	}
+}
+
+// scoreKeysAVX2 scores four keys at a time with the AVX2 3×4 dot tiles;
+// each key's heads are added in ascending order as in the reference
+// (non-positive and NaN dot products skipped, products rounded).
+func scoreKeysAVX2(dst, q, w []float32, heads, dim int, keys [][]float32) {
+	var tile [24]float32
+	n := len(keys)
+	for j := 0; j < n; j += 4 {
+		nj := min(4, n-j)
+		if next := j + 4; next < n {
+			nn := min(4, n-next)
+			p := func(c int) *float32 { return &keys[next+min(c, nn-1)][0] }
+			prefetchRows(p(0), p(1), p(2), p(3), 4*dim)
+		}
+		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
+		k0, k1, k2, k3 := k(0), k(1), k(2), k(3)
+		var acc [4]float32
+		for h := 0; h < heads; h += 3 {
+			m := min(3, heads-h)
+			dotTileF32(levelAVX2, m, &q[h*dim], dim, k0, k1, k2, k3, dim, &tile)
+			for i := range m {
+				for c := range nj {
+					if d := tile[i*4+c]; d > 0 {
+						acc[c] += w[h+i] * d
+					}
+				}
+			}
+		}
+		copy(dst[j:j+nj], acc[:nj])
 	}
 }
