@@ -30,6 +30,9 @@ type throughputOptions struct {
 	weightSeed                   uint64
 	tp, dcp, pcp, interleave     int
 	backend, dcpComm             string
+	comm                         string
+	procs                        *engine.Procs // set on world rank 0 of an MPI run
+	procWeights                  int64
 	numPrompts, inputLen, outLen int
 	seed                         uint64
 	temperature                  float64
@@ -188,7 +191,9 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 	}
 	var factory engine.ExecutorFactory
 	var weights int64
-	if o.tp*o.pcp == 1 {
+	if o.procs != nil {
+		factory, weights = o.procs.Factory(), o.procWeights
+	} else if o.tp*o.pcp == 1 {
 		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
 		if err != nil {
 			return nil, err
@@ -290,6 +295,22 @@ func newBenchThroughputCmd() *cobra.Command {
 		Use:   "throughput",
 		Short: "Offline throughput: run --num-prompts random prompts through the engine (no HTTP)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			blockSize := o.engine.BlockSize
+			if blockSize == 0 {
+				blockSize = engine.DefaultBlockSize
+			}
+			mp, err := joinProcesses(deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
+				interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: blockSize}, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if mp != nil {
+				defer mp.end()
+				if !mp.leader {
+					return mp.follow()
+				}
+				o.procs, o.procWeights = mp.procs, mp.weights
+			}
 			res, err := benchThroughput(o, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -319,6 +340,7 @@ func newBenchThroughputCmd() *cobra.Command {
 	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
 	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
 	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
+	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; build with -tags mpi)")
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
 	f.IntVar(&o.numPrompts, "num-prompts", 64, "requests to run")

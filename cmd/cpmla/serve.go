@@ -45,6 +45,12 @@ type serveOptions struct {
 	memoryLimit, kvCacheMemory string
 	workspaces                 []string
 	maxQueue                   int
+	comm                       string
+
+	// procs, set for world rank 0 of a multi-process deployment, drives the
+	// other processes' ranks; procWeights is the most loaded rank's weights.
+	procs       *engine.Procs
+	procWeights int64
 }
 
 // engineOptions turns the flags into engine options, refusing impossible
@@ -162,7 +168,9 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	}
 	var factory engine.ExecutorFactory
 	var weights int64
-	if o.tp*o.pcp == 1 {
+	if o.procs != nil {
+		factory, weights = o.procs.Factory(), o.procWeights
+	} else if o.tp*o.pcp == 1 {
 		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
 		if err != nil {
 			return nil, err
@@ -217,6 +225,22 @@ func newServeCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			blockSize := o.engine.BlockSize
+			if blockSize == 0 {
+				blockSize = engine.DefaultBlockSize
+			}
+			mp, err := joinProcesses(deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
+				interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: blockSize}, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if mp != nil {
+				defer mp.end()
+				if !mp.leader {
+					return mp.follow()
+				}
+				o.procs, o.procWeights = mp.procs, mp.weights
+			}
 			s, err := startServe(o, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -235,6 +259,7 @@ func newServeCmd() *cobra.Command {
 func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.host, "host", "127.0.0.1", "address to listen on")
+	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; rank 0 serves; build with -tags mpi)")
 	f.IntVar(&o.port, "port", 8000, "port to listen on (0: any free port)")
 	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
 	f.StringVar(&o.servedName, "served-model-name", "", "model id clients use (default: --model)")

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/comm/mpi"
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/engine"
+	"github.com/cpmla/cpmla/model"
+)
+
+// multiProcess is this process's part of an MPI deployment: world rank 0
+// leads (runs the engine and, for serve, the HTTP server); the others follow
+// the plans it broadcasts.
+type multiProcess struct {
+	proc      mpi.Process
+	procs     *engine.Procs
+	leader    bool
+	weights   int64 // the most loaded rank's weight bytes
+	heartbeat func()
+}
+
+// deployment is what a multi-process run needs to know before weights load.
+type deployment struct {
+	comm, model               string
+	weightSeed                uint64
+	tp, pcp, dcp, interleave  int
+	backend, dcpComm, kvDType string
+	blockSize                 int
+}
+
+// joinProcesses starts MPI when --comm mpi is set and prepares this
+// process's rank (model shard, TP/PCP/DCP groups); for the leader,
+// mp.procs is the broadcasting executor's driver. It returns nil for
+// --comm inproc.
+func joinProcesses(o deployment, stderr io.Writer) (*multiProcess, error) {
+	switch o.comm {
+	case "", "inproc":
+		return nil, nil
+	case "mpi":
+	default:
+		return nil, fmt.Errorf("--comm %q: use inproc (ranks are goroutines) or mpi (one process per rank under mpirun)", o.comm)
+	}
+	cfg, err := config.Load(o.model)
+	if err != nil {
+		return nil, err
+	}
+	layout := comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}
+	if err := layout.Validate(); err != nil {
+		return nil, err
+	}
+	bp, err := cp.NewBackendPlan(cp.BackendConfig{
+		Layout: layout, Interleave: o.interleave, BlockSize: o.blockSize / o.dcp,
+		KVDtype: o.kvDType, Backend: o.backend, Comm: o.dcpComm, HeadsPerRank: cfg.NumHeads / o.tp,
+		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	const timeout = 30 * time.Second
+	proc, err := mpi.Init(mpi.Options{Timeout: timeout, AbortGrace: 2 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	cfg, src, err := model.Source(o.model, o.weightSeed)
+	if err != nil {
+		proc.Abort(1, err)
+	}
+	mp := &multiProcess{proc: proc, leader: proc.World().Rank() == 0}
+	mp.procs, mp.weights, err = engine.NewProcs(context.Background(), cfg, src, proc.World(), engine.Parallel{Layout: layout, Interleave: o.interleave, Backend: bp, CollectiveTimeout: timeout})
+	if err != nil {
+		proc.Abort(1, err)
+	}
+	if mp.leader {
+		mp.heartbeat = mp.procs.Heartbeat(timeout / 4)
+		fmt.Fprintf(stderr, "cpmla: rank 0 of %d processes (%s) leads; the others follow its plans\n", proc.World().Size(), proc.Host())
+	}
+	return mp, nil
+}
+
+// follow runs a follower until the leader shuts the deployment down.
+// Signals are left to the leader: it ends the job by broadcasting shutdown.
+func (mp *multiProcess) follow() error {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+	return mp.procs.Follow()
+}
+
+// end finishes this process's part: the leader stops its heartbeat and
+// shuts the followers down; every process then ends MPI.
+func (mp *multiProcess) end() {
+	if mp.leader {
+		mp.heartbeat()
+		if err := mp.procs.Shutdown(); err != nil {
+			mp.proc.Abort(1, err)
+		}
+	}
+	mp.proc.Close()
+}
