@@ -21,12 +21,12 @@ import (
 // rows, out is 0 and lse and maxLogits are −Inf. It does not allocate.
 //
 // The reference implementation uses Dot, LogSumExp, Softmax and Axpy. The
-// AVX-512 implementation computes logits in 4-head × 4-row tiles over blocks
-// of rows that stay in L2, takes exp with a vector polynomial, accumulates
-// the weighted rows in 4-head × 64-column tiles in row order and divides by
-// the softmax sum at the end. Each head's result depends only on its own
-// query, the rows and their order, so heads may be split across threads
-// (SetThreads) without changing a bit. The AVX2 level uses the reference.
+// assembly implementations walk the rows in blocks that stay in L2: logits
+// in 4-head (AVX2: 3-head) × 4-row tiles, an online softmax per block with a
+// vector exp, the weighted rows in 4-head × 64-column (AVX2: 16-column)
+// tiles in row order, and a division by the softmax sum at the end. Each
+// head's result depends only on its own query, the rows and their order, so
+// heads may be split across threads (SetThreads) without changing a bit.
 func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]float32, scale float32, logits []float32) {
 	lens := func(j int) int { return len(rows[j]) }
 	if !attendPrologue("AttendRows", out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
@@ -44,9 +44,11 @@ func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]floa
 // AttendRowsBF16 is AttendRows over rows stored as raw bfloat16 bits (a bf16
 // KV cache), widened exactly to float32 as they are read, so rows are read at
 // half the bytes and never copied. The reference result equals AttendRows on
-// the widened rows bit for bit; the AVX-512 path (dim a multiple of 16, vdim
-// of 64; other shapes use the reference) performs AttendRows's operations in
-// the same order and gives the same bits as AttendRows on the widened rows.
+// the widened rows bit for bit; the assembly path (dim a multiple of the
+// vector width and vdim of the column tile — 16 and 64 on AVX-512, 8 and 16
+// on AVX2; other shapes use the reference) performs AttendRows's operations
+// in the same order and gives the same bits as AttendRows on the widened
+// rows.
 func AttendRowsBF16(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]uint16, scale float32, logits []float32) {
 	lens := func(j int) int { return len(rows[j]) }
 	if !attendPrologue("AttendRowsBF16", out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
@@ -92,8 +94,9 @@ func attendPrologue(fn string, out, lse, maxLogits, q []float32, heads, vdim, n 
 	return false
 }
 
-// attendFast runs the AVX-512 AttendRows over f32 or bf16 rows (exactly one
-// of rows and rowsBF16 set), split by groups of four heads over the threads.
+// attendFast runs the assembly AttendRows of level l over f32 or bf16 rows
+// (exactly one of rows and rowsBF16 set), split by groups of four heads over
+// the threads.
 func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]float32, rowsBF16 [][]uint16, scale float32, logits []float32) {
 	n := max(len(rows), len(rowsBF16))
 	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
@@ -157,9 +160,6 @@ func attendCols(l level) int {
 	return 16
 }
 
-// need is the number of values AttendRows reads from each row.
-func need(dim, vdim int) int { return max(dim, vdim) }
-
 // attendRowsRefBF16 is attendRowsRef over bf16 rows: dotBF16 and a widening
 // Axpy keep the reference's order, so the bits equal attendRowsRef on the
 // widened rows.
@@ -222,7 +222,7 @@ func (t *attendTask) runPart(p, parts int) {
 	}
 }
 
-// attendHeads is the AVX-512 AttendRows for heads [h0, h1). It walks the
+// attendHeads is the assembly AttendRows for heads [h0, h1). It walks the
 // rows in blocks of attendBlock, so that each row is read from memory once
 // and used from L2 for both products: logits of the block (4-head × 4-row dot
 // tiles), then an online softmax step per head (running max M and sum S; when
@@ -239,7 +239,7 @@ func attendHeads(t *attendTask, h0, h1 int) {
 	cw := attendCols(l)
 	cv := vdim &^ (cw - 1)
 	hs := min(4, maxTileRows(l)) // heads per logit tile
-	rowBytes := 4 * need(dim, vdim)
+	rowBytes := 4 * max(dim, vdim) // the part of each row that is read
 	if bf {
 		rowBytes /= 2
 	}
