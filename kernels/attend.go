@@ -238,7 +238,7 @@ func attendHeads(t *attendTask, h0, h1 int) {
 	kv := dim &^ (vecWidth(l) - 1)
 	cw := attendCols(l)
 	cv := vdim &^ (cw - 1)
-	hs := min(4, maxTileRows(l)) // heads per logit tile
+	hs := min(4, maxTileRows(l))   // heads per logit tile
 	rowBytes := 4 * max(dim, vdim) // the part of each row that is read
 	if bf {
 		rowBytes /= 2
