@@ -465,3 +465,17 @@ func (e *Engine) fail(p *StepPlan, err error) {
 	e.stats.Aborted += int64(len(p.Entries))
 	e.mu.Unlock()
 }
+
+// CollectiveTimer is implemented by executors whose ranks run collectives.
+type CollectiveTimer interface {
+	CollectiveSeconds() float64
+}
+
+// CollectiveSeconds is the time the executor's ranks have spent inside
+// collectives (0 for a single rank).
+func (e *Engine) CollectiveSeconds() float64 {
+	if ct, ok := e.exec.(CollectiveTimer); ok {
+		return ct.CollectiveSeconds()
+	}
+	return 0
+}

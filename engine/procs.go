@@ -313,3 +313,9 @@ func (pr *Procs) Heartbeat(interval time.Duration) (stop func()) {
 	}()
 	return func() { close(done); <-finished }
 }
+
+// CollectiveSeconds is the time this process's rank (rank 0) has spent
+// inside its TP, PCP and DCP collectives.
+func (x *procExecutor) CollectiveSeconds() float64 {
+	return groupsBusy(x.pr.groups).Seconds()
+}

@@ -173,3 +173,17 @@ func (g *rankGroup) Close() error {
 	g.cancel()
 	return nil
 }
+
+// CollectiveSeconds is the time every rank has spent inside its TP, PCP and
+// DCP collectives since the executor was built, summed over the ranks.
+func (g *rankGroup) CollectiveSeconds() float64 {
+	var d time.Duration
+	for _, r := range g.runners {
+		d += groupsBusy(r.Opt.Parallel.Groups)
+	}
+	return d.Seconds()
+}
+
+func groupsBusy(gs comm.Groups) time.Duration {
+	return gs.TP.Stats().Busy + gs.PCP.Stats().Busy + gs.DCP.Stats().Busy
+}

@@ -31,3 +31,7 @@ func (s engineStats) KVUsage() []float64 {
 func (s engineStats) PlanBuildsAfterWarmup() uint64 {
 	return uint64(max(s.e.Stats().KernelPlansBuiltAfterWarmup, 0))
 }
+
+// CollectiveSeconds is the time the engine's ranks have spent inside
+// collectives (cpmla:collective_seconds_total).
+func (s engineStats) CollectiveSeconds() float64 { return s.e.CollectiveSeconds() }
