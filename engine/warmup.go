@@ -84,19 +84,30 @@ func profileBlocks(c SchedulerConfig) int {
 	return full*c.BlocksFor(c.MaxModelLen) + c.BlocksFor(rest)
 }
 
-// profile runs the largest all-prefill step and returns the bytes the step
-// allocated on the heap beyond the executor's persistent buffers.
+// profileGranularity rounds the measured activation bytes up, so that the
+// budget (and the smallest setting a refusal suggests) does not move with the
+// few kilobytes the Go runtime allocates for its own bookkeeping during a step.
+const profileGranularity = 1 << 20
+
+// profile runs the largest all-prefill step twice (the first also pays for
+// lazily initialized scratch) and returns the most bytes one of them allocated
+// on the heap beyond the executor's persistent buffers, rounded up to the
+// next whole MiB (at least one).
 func profile(ex Executor, c SchedulerConfig, numBlocks int) (int64, error) {
 	tokens := make([]int32, maxStepTokens(c))
 	b := shapeBatch(c, StepShape{PrefillTokens: len(tokens)}, numBlocks, tokens)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	err := ex.Forward(b)
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		return 0, fmt.Errorf("profile step of %d tokens: %w", len(tokens), err)
+	var peak uint64
+	for range 2 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := ex.Forward(b)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			return 0, fmt.Errorf("profile step of %d tokens: %w", len(tokens), err)
+		}
+		peak = max(peak, after.TotalAlloc-before.TotalAlloc)
 	}
-	return int64(after.TotalAlloc - before.TotalAlloc), nil
+	return int64((peak/profileGranularity + 1) * profileGranularity), nil
 }
 
 // warmUp runs every warm-up shape once.
