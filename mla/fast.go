@@ -3,7 +3,6 @@ package mla
 import (
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/cpmla/cpmla/kernels"
 )
@@ -116,16 +115,10 @@ type keyChunk struct {
 	keys [][]float32 // [indexerChunk] gathered keys
 }
 
-var keyChunks = sync.Pool{New: func() any { return &keyChunk{keys: make([][]float32, indexerChunk)} }}
-
 // indexerScoresFast is the scoring loop of IndexerScores on the fast kernels;
 // the caller has checked the arguments and written the −Inf tails.
-func indexerScoresFast(scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
+func indexerScoresFast(kc *keyChunk, scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
 	nkeys := len(slots)
-	kc := keyChunks.Get().(*keyChunk)
-	if cap(kc.buf) < indexerChunk*dim {
-		kc.buf = make([]float32, indexerChunk*dim)
-	}
 	buf := kc.buf[:indexerChunk*dim]
 	block := max(1, indexerBlockFloats/max(1, heads*dim))
 	for i0 := 0; i0 < t; i0 += block {
@@ -151,5 +144,4 @@ func indexerScoresFast(scores, q, w []float32, t, heads, dim int, keys KeySource
 		}
 	}
 	clear(kc.keys)
-	keyChunks.Put(kc)
 }

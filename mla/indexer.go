@@ -13,9 +13,22 @@ import (
 // key is loaded once per block.
 const indexerBlockFloats = 32 << 10
 
-// keyScratch recycles the decode buffers IndexerScores hands to KeySource,
-// so that steady-state calls do not allocate.
-var keyScratch = sync.Pool{New: func() any { return new([]float32) }}
+// IndexerScratch holds the key decode buffers IndexerScoresScratch hands to
+// KeySource. A caller on a hot path owns one, built at start-up, so that no
+// call allocates; IndexerScores borrows one from a pool instead.
+type IndexerScratch struct {
+	kc keyChunk
+}
+
+// NewIndexerScratch returns scratch for keys of dim values.
+func NewIndexerScratch(dim int) *IndexerScratch {
+	return &IndexerScratch{kc: keyChunk{buf: make([]float32, indexerChunk*dim), keys: make([][]float32, indexerChunk)}}
+}
+
+// IndexerScratchBytes is the memory NewIndexerScratch(dim) holds.
+func IndexerScratchBytes(dim int) int64 { return int64(indexerChunk*dim*4 + indexerChunk*24) }
+
+var scratchPool = sync.Pool{New: func() any { return &IndexerScratch{kc: keyChunk{keys: make([][]float32, indexerChunk)}} }}
 
 // IndexerScores computes the lightning-indexer scores of t queries against
 // the keys at slots (position j of the request is in slot slots[j]):
@@ -30,6 +43,14 @@ var keyScratch = sync.Pool{New: func() any { return new([]float32) }}
 // assembly implementation of package kernels the scores come from
 // kernels.WeightedReLUScores (see fast.go).
 func IndexerScores(scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
+	sc := scratchPool.Get().(*IndexerScratch)
+	IndexerScoresScratch(sc, scores, q, w, t, heads, dim, keys, slots, ends)
+	scratchPool.Put(sc)
+}
+
+// IndexerScoresScratch is IndexerScores with caller-owned scratch; it never
+// allocates once sc holds room for dim-value keys.
+func IndexerScoresScratch(sc *IndexerScratch, scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
 	nkeys := len(slots)
 	checkLen("IndexerScores", "scores", len(scores), t*nkeys)
 	checkLen("IndexerScores", "q", len(q), t*heads*dim)
@@ -45,16 +66,15 @@ func IndexerScores(scores, q, w []float32, t, heads, dim int, keys KeySource, sl
 			row[j] = negInf
 		}
 	}
+	kc := &sc.kc
+	if cap(kc.buf) < indexerChunk*dim {
+		kc.buf = make([]float32, indexerChunk*dim)
+	}
 	if kernels.Accelerated() {
-		indexerScoresFast(scores, q, w, t, heads, dim, keys, slots, ends)
+		indexerScoresFast(kc, scores, q, w, t, heads, dim, keys, slots, ends)
 		return
 	}
-	sp := keyScratch.Get().(*[]float32)
-	if cap(*sp) < dim {
-		*sp = make([]float32, dim)
-	}
-	scratch := (*sp)[:dim]
-	defer keyScratch.Put(sp)
+	scratch := kc.buf[:dim]
 
 	block := max(1, indexerBlockFloats/max(1, heads*dim))
 	for i0 := 0; i0 < t; i0 += block {

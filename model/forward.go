@@ -110,6 +110,7 @@ type Runner struct {
 	kvPack, kvG     []float32
 	hAll, hRest     []float32
 	ws              *mla.Workspace
+	idxScratch      *mla.IndexerScratch
 	buffers         []Buffer
 }
 
@@ -243,6 +244,8 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 		r.wI = f("indexer weights", T*cfg.IndexNHeads)
 		r.idxCount = make([]int32, 1)
 		r.ends = make([]int32, 1)
+		r.idxScratch = mla.NewIndexerScratch(cfg.IndexHeadDim)
+		r.track("indexer key scratch", mla.IndexerScratchBytes(cfg.IndexHeadDim))
 	}
 	r.idxWidth = idxW
 	// Rows whose top-k this rank computes: its own rows without DCP; every
@@ -682,7 +685,7 @@ func (r *Runner) selectLocal(lc *kvcache.LayerCache) {
 		}
 		r.ends[0] = int32(end)
 		scores := r.scores[:end]
-		mla.IndexerScores(scores, r.qI[t*HI*dI:(t+1)*HI*dI], r.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], r.ends)
+		mla.IndexerScoresScratch(r.idxScratch, scores, r.qI[t*HI*dI:(t+1)*HI*dI], r.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], r.ends)
 		pos := r.idxPos[:K]
 		mla.IndexerTopK(pos, r.idxCount, scores, 1, end, K)
 		if r.Trace != nil {
@@ -803,7 +806,7 @@ func (r *Runner) selectDCP(lc *kvcache.LayerCache, R int) error {
 		}
 		src := all[(j*M+t)*W : (j*M+t+1)*W]
 		r.ends[0] = int32(end)
-		mla.IndexerScores(row[:end], src[:HI*dI], src[HI*dI:], 1, HI, dI, lc, slots[:end], r.ends)
+		mla.IndexerScoresScratch(r.idxScratch, row[:end], src[:HI*dI], src[HI*dI:], 1, HI, dI, lc, slots[:end], r.ends)
 	}
 	pos := r.idxPos[:R*K]
 	if err := r.tk.Select(ctx, g, pos, r.valid[:R], scores, R, width); err != nil {
