@@ -147,6 +147,17 @@ func (lc *LayerCache) WriteRow(slot int32, row []float32) {
 	}
 }
 
+// BF16Rows reports whether this cache stores MLA rows as bf16, which the fast
+// attention path then reads in place through RowBF16.
+func (lc *LayerCache) BF16Rows() bool { return lc.rowsBF16 != nil }
+
+// RowBF16 is the bf16 row stored at slot, in place (a view that must not be
+// modified); only for a bf16 cache (BF16Rows).
+func (lc *LayerCache) RowBF16(slot int32) []uint16 {
+	off := int(slot) * mla.RowDim
+	return lc.rowsBF16[off : off+mla.RowDim : off+mla.RowDim]
+}
+
 // Row returns the dequantized row at slot. For f32 caches it is a view of the
 // cache; otherwise it is decoded into scratch (len ≥ RowDim).
 func (lc *LayerCache) Row(slot int32, scratch []float32) []float32 {

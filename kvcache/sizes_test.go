@@ -18,3 +18,33 @@ func TestSharedSizesMatchStoredRecords(t *testing.T) {
 		t.Errorf("KeyBytes(fp8, 64) = %d, want 0: fp8 records hold exactly %d values", got, numfmt.IndexerKeyDim)
 	}
 }
+
+// A bf16 cache hands its rows out in place, and they widen to exactly what
+// Row returns; other dtypes do not claim bf16 rows.
+func TestBF16RowsInPlace(t *testing.T) {
+	for _, dt := range []KVDType{KVF32, KVBF16, KVFP8DSMLA} {
+		c, err := NewCache(1, 2, 4, dt, IdxF32, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc := c.Layer(0)
+		if got := lc.BF16Rows(); got != (dt == KVBF16) {
+			t.Errorf("%s: BF16Rows %v", dt, got)
+		}
+		if dt != KVBF16 {
+			continue
+		}
+		row := make([]float32, 576)
+		for i := range row {
+			row[i] = float32(i%17) * 0.37
+		}
+		lc.WriteRow(5, row)
+		raw := lc.RowBF16(5)
+		dec := lc.Row(5, make([]float32, 576))
+		for i, h := range raw {
+			if numfmt.F32FromBF16(h) != dec[i] {
+				t.Fatalf("element %d: in place %v, Row %v", i, numfmt.F32FromBF16(h), dec[i])
+			}
+		}
+	}
+}

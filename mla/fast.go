@@ -19,9 +19,12 @@ import (
 // reads such rows in place, at half the bytes, and widens them in registers
 // (kernels.AttendRowsBF16) instead of decoding every row into scratch first.
 // RowBF16 returns the RowDim raw bf16 values of slot (a view that must not
-// be modified); Row must return exactly those values widened.
+// be modified); Row must return exactly those values widened. A source whose
+// storage format is chosen at run time (a paged cache) reports with
+// BF16Rows whether its rows are bf16 at all.
 type BF16KVSource interface {
 	KVSource
+	BF16Rows() bool
 	RowBF16(slot int32) []uint16
 }
 
@@ -40,6 +43,10 @@ func (kv DenseKVBF16) Row(slot int32, scratch []float32) []float32 {
 }
 
 // RowBF16 returns row slot of the buffer (a view).
+// BF16Rows reports that every row is bf16.
+func (kv DenseKVBF16) BF16Rows() bool { return true }
+
+// RowBF16 is slot's row in place.
 func (kv DenseKVBF16) RowBF16(slot int32) []uint16 {
 	off := int(slot) * RowDim
 	if slot < 0 || off+RowDim > len(kv) {
@@ -51,7 +58,7 @@ func (kv DenseKVBF16) RowBF16(slot int32) []uint16 {
 // sparseAttentionFast is SparseAttention on the fast kernels; the arguments
 // have been checked by the caller.
 func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
-	if src, ok := kv.(BF16KVSource); ok {
+	if src, ok := kv.(BF16KVSource); ok && src.BF16Rows() {
 		sparseAttentionFastBF16(out, lse, maxLogits, q, rows, heads, src, indices, topk, topkLen, scale, ws)
 		return
 	}
