@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -65,37 +64,8 @@ func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) 
 	}
 	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
 	eo.RanksPerHost = o.tp * o.pcp
-	var err error
-	if eo.KVDType, err = kvcache.ParseKVDType(o.kvDType); err != nil {
+	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, o.kvCacheMemory, o.workspaces); err != nil {
 		return eo, err
-	}
-	if eo.IndexerDType, err = kvcache.ParseIndexerDType(o.idxDType); err != nil {
-		return eo, err
-	}
-	for _, f := range []struct {
-		name, v string
-		dst     *int64
-	}{{"--memory-limit", o.memoryLimit, &eo.MemoryLimit}, {"--kv-cache-memory", o.kvCacheMemory, &eo.KVCacheMemory}} {
-		if f.v == "" {
-			continue
-		}
-		if *f.dst, err = plan.ParseSize(f.v); err != nil {
-			return eo, fmt.Errorf("%s: %w", f.name, err)
-		}
-	}
-	for _, w := range o.workspaces {
-		name, size, ok := strings.Cut(w, "=")
-		if !ok {
-			return eo, fmt.Errorf("--workspace-bytes %q: want NAME=BYTES, e.g. logits=64MiB", w)
-		}
-		b, err := plan.ParseSize(size)
-		if err != nil {
-			return eo, fmt.Errorf("--workspace-bytes %s: %w", name, err)
-		}
-		if eo.WorkspaceBytes == nil {
-			eo.WorkspaceBytes = map[string]int64{}
-		}
-		eo.WorkspaceBytes[name] = b
 	}
 	eo = eo.WithDefaults(cfg)
 	// The server admits max-num-seqs + max-queue requests; the engine's own
