@@ -30,6 +30,7 @@ type throughputOptions struct {
 	tp, dcp, pcp, interleave     int
 	backend, dcpComm             string
 	comm                         string
+	threadsPerRank               int
 	procs                        *engine.Procs // set on world rank 0 of an MPI run
 	procWeights                  int64
 	numPrompts, inputLen, outLen int
@@ -265,6 +266,9 @@ func newBenchThroughputCmd() *cobra.Command {
 		Use:   "throughput",
 		Short: "Offline throughput: run --num-prompts random prompts through the engine (no HTTP)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyThreads(o.threadsPerRank, o.tp*o.pcp); err != nil {
+				return err
+			}
 			blockSize := o.engine.BlockSize
 			if blockSize == 0 {
 				blockSize = engine.DefaultBlockSize
@@ -310,6 +314,7 @@ func newBenchThroughputCmd() *cobra.Command {
 	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
 	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
 	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
+	addThreadsFlag(cmd, &o.threadsPerRank)
 	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; build with -tags mpi)")
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")

@@ -36,6 +36,7 @@ type generateOptions struct {
 	backend     string
 	dcpComm     string
 	memoryLimit int64
+	threads     int
 }
 
 type generateResult struct {
@@ -46,6 +47,9 @@ type generateResult struct {
 // generate runs one request to completion through the engine, on one rank
 // or on the in-process ranks of a TP/PCP/DCP layout.
 func generate(o generateOptions) (*generateResult, error) {
+	if err := applyThreads(o.threads, o.tp*o.pcp); err != nil {
+		return nil, err
+	}
 	if len(o.promptIDs) == 0 {
 		return nil, fmt.Errorf("--prompt-ids is empty: give at least one token id")
 	}
@@ -191,6 +195,7 @@ func newGenerateCmd() *cobra.Command {
 	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "tokens per DCP rank before the KV moves to the next rank")
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
+	addThreadsFlag(cmd, &o.threads)
 	f.Int64Var(&o.memoryLimit, "memory-limit", 1<<30, "memory of one rank in bytes (the KV cache gets what the budget leaves)")
 	f.BoolVar(&asJSON, "json", false, "print tokens and logprobs as JSON")
 	return cmd

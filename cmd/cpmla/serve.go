@@ -45,6 +45,7 @@ type serveOptions struct {
 	workspaces                 []string
 	maxQueue                   int
 	comm                       string
+	threadsPerRank             int
 
 	// procs, set for world rank 0 of a multi-process deployment, drives the
 	// other processes' ranks; procWeights is the most loaded rank's weights.
@@ -195,6 +196,9 @@ func newServeCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if err := applyThreads(o.threadsPerRank, o.tp*o.pcp); err != nil {
+				return err
+			}
 			blockSize := o.engine.BlockSize
 			if blockSize == 0 {
 				blockSize = engine.DefaultBlockSize
@@ -222,6 +226,7 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	addServeFlags(cmd, &o)
+	addThreadsFlag(cmd, &o.threadsPerRank)
 	return cmd
 }
 

@@ -26,6 +26,7 @@ func newVerifyCmd() *cobra.Command {
 	var lens string
 	var asJSON bool
 	var commName string
+	var threads int
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Run a model under a TP/PCP/DCP configuration on in-process ranks and compare it with one rank and the float64 oracle",
@@ -39,6 +40,9 @@ It exits 0 only when everything agrees.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if c.PromptLens, err = parseLens(lens); err != nil {
+				return err
+			}
+			if err := applyThreads(threads, c.TP*c.PCP); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -107,6 +111,7 @@ It exits 0 only when everything agrees.`,
 	f.BoolVar(&c.InjectMismatch, "inject-collective-mismatch", false, "make one rank enter one collective with a wrong count (the run must fail with the ledger's error)")
 	f.DurationVar(&c.CollectiveTimeout, "collective-timeout", 30*time.Second, "deadline of every collective")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	addThreadsFlag(cmd, &threads)
 	f.StringVar(&commName, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank: mpirun -np TP·PCP cpmla verify --comm mpi; build with -tags mpi)")
 	return cmd
 }
