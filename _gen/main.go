@@ -61,6 +61,7 @@ func main() {
 	fmaPeak256()
 	readSum512()
 	readSum256()
+	decodeE4M3512()
 	Generate()
 }
 
@@ -1052,6 +1053,51 @@ func readSum256() {
 	VHADDPS(X0, X0, X0)
 	VHADDPS(X0, X0, X0)
 	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// decodeE4M3512 emits decodeE4M3AVX512: dst[i] = e4m3(src[i])·scale for n (a
+// multiple of 16) bytes. The magnitude bits EEEEMMM shifted into float32
+// position and multiplied by 2^120 give the value (subnormals included: a
+// float32 denormal times 2^120 is exact), the sign bit is ORed back, and the
+// two NaN codes (0x7F, 0xFF) become a quiet NaN with their sign. Multiplying by
+// the scale rounds once, as value·scale does in float32.
+func decodeE4M3512() {
+	TEXT("decodeE4M3AVX512", NOSPLIT, "func(dst *float32, src *byte, n int, scale float32)")
+	Pragma("noescape")
+	Doc("decodeE4M3AVX512 writes e4m3(src[i])·scale to dst[i] for n (a multiple of 16) bytes.")
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	VBROADCASTSS(NewParamAddr("scale", 24), Z31)
+	r := GP32()
+	MOVL(U32(0x7F), r)
+	VPBROADCASTD(r, Z30) // magnitude mask, and the NaN magnitude
+	MOVL(U32(0x80), r)
+	VPBROADCASTD(r, Z29) // sign mask
+	broadcastConst(float32(math.Ldexp(1, 120)), Z28)
+	MOVL(U32(0x7FC00000), r)
+	VPBROADCASTD(r, Z27) // quiet NaN
+	SHRQ(U8(4), n)
+	JZ(LabelRef("decodeE4M3_done"))
+	Label("decodeE4M3_loop")
+	VPMOVZXBD(Mem{Base: src}, Z0)
+	VPANDD(Z30, Z0, Z1)    // magnitude code
+	VPANDD(Z29, Z0, Z2)    // sign byte
+	VPSLLD(U8(24), Z2, Z2) // sign bit
+	VPCMPEQD(Z30, Z1, K1)  // NaN codes
+	VPSLLD(U8(20), Z1, Z3) // EEEEMMM into float32 exponent/mantissa
+	VMULPS(Z28, Z3, Z3)    // rebias: ×2^(127−7)
+	VMOVAPS(Z27, K1, Z3)   // NaN (merge-masked)
+	VMULPS(Z31, Z3, Z3)    // ×scale
+	VPORD(Z2, Z3, Z3)      // sign
+	VMOVUPS(Z3, Mem{Base: dst})
+	ADDQ(U32(16), src)
+	ADDQ(U32(64), dst)
+	DECQ(n)
+	JNZ(LabelRef("decodeE4M3_loop"))
+	Label("decodeE4M3_done")
 	VZEROUPPER()
 	RET()
 }

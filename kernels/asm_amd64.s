@@ -3963,3 +3963,42 @@ readSum256_done:
 	MOVSS        X0, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func decodeE4M3AVX512(dst *float32, src *byte, n int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·decodeE4M3AVX512(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS scale+24(FP), Z31
+	MOVL         $0x0000007f, BX
+	VPBROADCASTD BX, Z30
+	MOVL         $0x00000080, BX
+	VPBROADCASTD BX, Z29
+	MOVL         $0x7b800000, BX
+	VPBROADCASTD BX, Z28
+	MOVL         $0x7fc00000, BX
+	VPBROADCASTD BX, Z27
+	SHRQ         $0x04, DX
+	JZ           decodeE4M3_done
+
+decodeE4M3_loop:
+	VPMOVZXBD (CX), Z0
+	VPANDD    Z30, Z0, Z1
+	VPANDD    Z29, Z0, Z2
+	VPSLLD    $0x18, Z2, Z2
+	VPCMPEQD  Z30, Z1, K1
+	VPSLLD    $0x14, Z1, Z3
+	VMULPS    Z28, Z3, Z3
+	VMOVAPS   Z27, K1, Z3
+	VMULPS    Z31, Z3, Z3
+	VPORD     Z2, Z3, Z3
+	VMOVUPS   Z3, (AX)
+	ADDQ      $0x00000010, CX
+	ADDQ      $0x00000040, AX
+	DECQ      DX
+	JNZ       decodeE4M3_loop
+
+decodeE4M3_done:
+	VZEROUPPER
+	RET

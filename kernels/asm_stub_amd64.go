@@ -252,3 +252,8 @@ func readSumAVX512(x *float32, n int) float32
 //
 //go:noescape
 func readSumAVX2(x *float32, n int) float32
+
+// decodeE4M3AVX512 writes e4m3(src[i])·scale to dst[i] for n (a multiple of 16) bytes.
+//
+//go:noescape
+func decodeE4M3AVX512(dst *float32, src *byte, n int, scale float32)

@@ -306,3 +306,16 @@ func prefetchRows(r0, r1, r2, r3 *float32, n int) { prefetchRows4(r0, r1, r2, r3
 func scoreTile4(q, w *float32, heads, dim int, k0, k1, k2, k3 *float32, out *[4]float32) {
 	scoreTile4AVX512(q, w, heads, dim, k0, k1, k2, k3, &out[0])
 }
+
+// decodeE4M3Fast decodes the longest multiple of 16 of src with AVX-512 and
+// reports how many values it wrote (0 under any other implementation).
+func decodeE4M3Fast(dst []float32, src []byte, scale float32) int {
+	if activeLevel() != levelAVX512 {
+		return 0
+	}
+	nv := len(src) &^ 15
+	if nv > 0 {
+		decodeE4M3AVX512(&dst[0], &src[0], nv, scale)
+	}
+	return nv
+}

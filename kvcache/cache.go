@@ -3,6 +3,7 @@ package kvcache
 import (
 	"fmt"
 
+	"github.com/cpmla/cpmla/kernels"
 	"github.com/cpmla/cpmla/mla"
 	"github.com/cpmla/cpmla/numfmt"
 )
@@ -169,7 +170,7 @@ func (lc *LayerCache) Row(slot int32, scratch []float32) []float32 {
 	case KVBF16:
 		numfmt.BF16ToF32s(scratch, lc.rowsBF16[off:off+mla.RowDim])
 	case KVFP8DSMLA:
-		numfmt.DecodeDSMLA(scratch, lc.rowsFP8[int(slot)*numfmt.DSMLARecordBytes:])
+		numfmt.DecodeDSMLATiles(scratch, lc.rowsFP8[int(slot)*numfmt.DSMLARecordBytes:], kernels.DecodeE4M3Scaled)
 	}
 	return scratch[:mla.RowDim]
 }

@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"math"
 	"testing"
 
 	"github.com/cpmla/cpmla/numfmt"
@@ -44,6 +45,34 @@ func TestBF16RowsInPlace(t *testing.T) {
 		for i, h := range raw {
 			if numfmt.F32FromBF16(h) != dec[i] {
 				t.Fatalf("element %d: in place %v, Row %v", i, numfmt.F32FromBF16(h), dec[i])
+			}
+		}
+	}
+}
+
+// fp8_ds_mla rows decoded through the vectorized tile decoder equal the
+// scalar record decode bit for bit, on random rows with outliers.
+func TestFP8RowDecodeMatchesScalar(t *testing.T) {
+	c, err := NewCache(1, 4, 4, KVFP8DSMLA, IdxF32, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := c.Layer(0)
+	row := make([]float32, 576)
+	rec := make([]byte, numfmt.DSMLARecordBytes)
+	want := make([]float32, 576)
+	for slot := int32(0); slot < 16; slot++ {
+		for i := range row {
+			row[i] = float32((int(slot)*131+i*29)%97-48) * 0.013 * float32(1+i%7)
+		}
+		row[int(slot)*30] = 900 // an outlier tile
+		lc.WriteRow(slot, row)
+		numfmt.EncodeDSMLA(rec, row)
+		numfmt.DecodeDSMLA(want, rec)
+		got := lc.Row(slot, make([]float32, 576))
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("slot %d element %d: %v, scalar decode %v", slot, i, got[i], want[i])
 			}
 		}
 	}

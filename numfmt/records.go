@@ -119,15 +119,25 @@ func EncodeDSMLA(dst []byte, row []float32) {
 // scales; the RoPE values are the stored bf16 values. It panics if dst is
 // shorter than 576 or rec shorter than DSMLARecordBytes.
 func DecodeDSMLA(dst []float32, rec []byte) {
+	DecodeDSMLATiles(dst, rec, decodeTile)
+}
+
+// decodeTile is the scalar tile decode: e4m3 codes times the tile scale.
+func decodeTile(out []float32, codes []byte, s float32) {
+	for i, c := range codes {
+		out[i] = e4m3Table[c] * s
+	}
+}
+
+// DecodeDSMLATiles is DecodeDSMLA with the latent tiles widened by tile, which
+// must write e4m3(codes[i])·scale to out[i] exactly as F32FromE4M3(codes[i])·scale
+// (a vectorized decoder, for example). The record layout stays here.
+func DecodeDSMLATiles(dst []float32, rec []byte, tile func(out []float32, codes []byte, scale float32)) {
 	checkLen("fp8_ds_mla row", len(dst), dsmlaRowDim)
 	checkLen("fp8_ds_mla record", len(rec), DSMLARecordBytes)
 	for j := range dsmlaTiles {
 		s := math.Float32frombits(binary.LittleEndian.Uint32(rec[dsmlaScaleOffset+4*j:]))
-		codes := rec[j*DSMLATile : (j+1)*DSMLATile]
-		out := dst[j*DSMLATile : (j+1)*DSMLATile]
-		for i, c := range codes {
-			out[i] = e4m3Table[c] * s
-		}
+		tile(dst[j*DSMLATile:(j+1)*DSMLATile], rec[j*DSMLATile:(j+1)*DSMLATile], s)
 	}
 	rope := dst[DSMLALatentDim:dsmlaRowDim]
 	for i := range rope {
