@@ -208,6 +208,6 @@ func (lc *LayerCache) Key(slot int32, scratch []float32) []float32 {
 		off := int(slot) * lc.indexDim
 		return lc.keysF32[off : off+lc.indexDim : off+lc.indexDim]
 	}
-	numfmt.DecodeIndexerKey(scratch, lc.keysFP8[int(slot)*numfmt.IndexerKeyBytes:])
+	numfmt.DecodeIndexerKeyTiles(scratch, lc.keysFP8[int(slot)*numfmt.IndexerKeyBytes:], kernels.DecodeE4M3Scaled)
 	return scratch[:lc.indexDim]
 }

@@ -178,13 +178,16 @@ func EncodeIndexerKey(dst []byte, k []float32) {
 // values (code·scale). It panics if dst is shorter than IndexerKeyDim or rec
 // shorter than IndexerKeyBytes.
 func DecodeIndexerKey(dst []float32, rec []byte) {
+	DecodeIndexerKeyTiles(dst, rec, decodeTile)
+}
+
+// DecodeIndexerKeyTiles is DecodeIndexerKey with the codes widened by tile
+// (see DecodeDSMLATiles); the record layout stays here.
+func DecodeIndexerKeyTiles(dst []float32, rec []byte, tile func(out []float32, codes []byte, scale float32)) {
 	checkLen("indexer key", len(dst), IndexerKeyDim)
 	checkLen("indexer key record", len(rec), IndexerKeyBytes)
 	s := math.Float32frombits(binary.LittleEndian.Uint32(rec[IndexerKeyDim:]))
-	dst = dst[:IndexerKeyDim]
-	for i, c := range rec[:IndexerKeyDim] {
-		dst[i] = e4m3Table[c] * s
-	}
+	tile(dst[:IndexerKeyDim], rec[:IndexerKeyDim], s)
 }
 
 // RoundIndexerKey replaces k[:128] in place by what a store into an indexer
