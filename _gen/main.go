@@ -45,6 +45,7 @@ func main() {
 		qkPanel512(bf16)
 		prefetchRows(bf16)
 	}
+	prefetchBytes()
 	axpy512()
 	axpy256()
 	for _, bf16 := range []bool{false, true} {
@@ -514,6 +515,30 @@ func prefetchRows(bf16 bool) {
 	CMPQ(off, n)
 	JB(LabelRef(name + "_loop"))
 	Label(name + "_done")
+	RET()
+}
+
+// prefetchBytes emits prefetchBytes: PREFETCHT0 of every 64-byte line of
+// one region of n bytes (a quantized cache record about to be decoded),
+// whatever its alignment.
+func prefetchBytes() {
+	TEXT("prefetchBytes", NOSPLIT, "func(p *byte, n int)")
+	Pragma("noescape")
+	Doc("prefetchBytes prefetches the n bytes at p into the L1 cache.")
+	p := Load(Param("p"), GP64())
+	n := Load(Param("n"), GP64())
+	off := GP64()
+	XORQ(off, off)
+	TESTQ(n, n)
+	JZ(LabelRef("prefetchBytes_done"))
+	Label("prefetchBytes_loop")
+	PREFETCHT0(Mem{Base: p, Index: off, Scale: 1})
+	ADDQ(U32(64), off)
+	CMPQ(off, n)
+	JB(LabelRef("prefetchBytes_loop"))
+	// The last line, which the loop misses when p is not line-aligned.
+	PREFETCHT0(Mem{Base: p, Index: n, Scale: 1, Disp: -1})
+	Label("prefetchBytes_done")
 	RET()
 }
 

@@ -162,6 +162,11 @@ func qkPanelBF16AVX512(q *float32, ldq int, groups int, k0 *uint16, k1 *uint16, 
 //go:noescape
 func prefetchRows4BF16(r0 *uint16, r1 *uint16, r2 *uint16, r3 *uint16, n int)
 
+// prefetchBytes prefetches the n bytes at p into the L1 cache.
+//
+//go:noescape
+func prefetchBytes(p *byte, n int)
+
 // axpyAVX512 adds alpha·x to y element-wise (product rounded, then added) for n (a multiple of 64) values.
 //
 //go:noescape

@@ -63,6 +63,90 @@ func AttendRowsBF16(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]
 	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, nil, rows, scale, logits)
 }
 
+// RowDecoder produces the rows of AttendDecodedRows on demand:
+// DecodeRows(dst, j0, j1) writes rows j0 … j1−1 of the call into dst, row
+// j0+i at dst[i·rowLen : (i+1)·rowLen]. Calls for disjoint ranges may run
+// concurrently.
+type RowDecoder interface {
+	DecodeRows(dst []float32, j0, j1 int)
+}
+
+// AttendDecodedRows is AttendRows over n rows of rowLen values that dec
+// decodes (a quantized KV cache), with the same results bit for bit as
+// AttendRows on the rows dec writes. scratch must hold n·rowLen values and
+// rows n slice headers; both are overwritten. On one thread the assembly
+// path decodes each block of rows just before it is used, so the decoded
+// rows are read back from L2 rather than from a buffer of every row; on
+// several threads the rows are decoded first, split by row ranges across the
+// threads, and the heads are then split as in AttendRows.
+func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen int, dec RowDecoder, scale float32, logits, scratch []float32, rows [][]float32) {
+	if n < 0 || rowLen < 0 || len(scratch) < n*rowLen || len(rows) < n {
+		panic(fmt.Sprintf("kernels: AttendDecodedRows: %d rows of %d values need len(scratch)≥%d and len(rows)≥%d; got %d and %d",
+			n, rowLen, n*rowLen, n, len(scratch), len(rows)))
+	}
+	rowLens := func(int) int { return rowLen }
+	if !attendPrologue("AttendDecodedRows", out, lse, maxLogits, q, heads, vdim, n, rowLens, logits) {
+		return
+	}
+	rows = rows[:n]
+	dim := len(q) / heads
+	l := activeLevel()
+	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
+	if l == levelRef || planParts((heads+3)/4, flops) > 1 {
+		decodeAllRows(dec, n, rowLen, scratch, rows)
+		if l == levelRef {
+			attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
+		} else {
+			attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits)
+		}
+		return
+	}
+	t := takeAttendTask(heads)
+	t.out, t.lse, t.maxLogits, t.q, t.rows, t.logits = out, lse, maxLogits, q, rows, logits
+	t.heads, t.dim, t.vdim, t.scale, t.l = heads, dim, vdim, scale, l
+	t.dec, t.scratch, t.rowLen = dec, scratch, rowLen
+	attendHeads(t, 0, heads)
+	t.dec, t.scratch = nil, nil
+	putAttendTask(t)
+}
+
+// decodeAllRows fills scratch with the n rows of dec and points rows at
+// them, splitting the rows across the threads.
+func decodeAllRows(dec RowDecoder, n, rowLen int, scratch []float32, rows [][]float32) {
+	for j := range n {
+		rows[j] = scratch[j*rowLen : (j+1)*rowLen : (j+1)*rowLen]
+	}
+	var d *decodeTask
+	select {
+	case d = <-decodeTasks:
+	default:
+		d = new(decodeTask)
+	}
+	d.dec, d.n, d.rowLen, d.scratch = dec, n, rowLen, scratch
+	runParts(d, max(1, min(Threads(), n/attendBlock)), &d.wg)
+	d.dec, d.scratch = nil, nil
+	select {
+	case decodeTasks <- d:
+	default:
+	}
+}
+
+var decodeTasks = make(chan *decodeTask, 64)
+
+type decodeTask struct {
+	dec       RowDecoder
+	n, rowLen int
+	scratch   []float32
+	wg        sync.WaitGroup
+}
+
+func (d *decodeTask) runPart(p, parts int) {
+	j0, j1 := partRange(d.n, 1, p, parts)
+	if j0 < j1 {
+		d.dec.DecodeRows(d.scratch[j0*d.rowLen:j1*d.rowLen], j0, j1)
+	}
+}
+
 // attendPrologue checks the arguments of AttendRows (panicking with the
 // sizes on a mismatch) and handles n = 0; it reports whether there is work.
 func attendPrologue(fn string, out, lse, maxLogits, q []float32, heads, vdim, n int, rowLen func(int) int, logits []float32) bool {
@@ -101,19 +185,30 @@ func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int,
 	n := max(len(rows), len(rowsBF16))
 	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
 	parts := planParts((heads+3)/4, flops)
+	t := takeAttendTask(heads)
+	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = out, lse, maxLogits, q, rows, rowsBF16, logits
+	t.heads, t.dim, t.vdim, t.scale, t.l = heads, dim, vdim, scale, l
+	runParts(t, parts, &t.wg)
+	putAttendTask(t)
+}
+
+// takeAttendTask returns a pooled task whose softmax sums hold heads values.
+func takeAttendTask(heads int) *attendTask {
 	var t *attendTask
 	select {
 	case t = <-attendTasks:
 	default:
 		t = new(attendTask)
 	}
-	sums := t.sums
-	if cap(sums) < heads {
-		sums = make([]float32, heads)
+	if cap(t.sums) < heads {
+		t.sums = make([]float32, heads)
 	}
-	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = out, lse, maxLogits, q, rows, rowsBF16, logits
-	t.heads, t.dim, t.vdim, t.scale, t.sums, t.l = heads, dim, vdim, scale, sums[:heads], l
-	runParts(t, parts, &t.wg)
+	t.sums = t.sums[:heads]
+	return t
+}
+
+// putAttendTask drops t's references to the caller's data and pools it.
+func putAttendTask(t *attendTask) {
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = nil, nil, nil, nil, nil, nil, nil
 	select {
 	case attendTasks <- t:
@@ -211,6 +306,11 @@ type attendTask struct {
 	sums                   []float32 // [heads] softmax sums; kept across calls
 	l                      level
 	wg                     sync.WaitGroup
+	// One-thread AttendDecodedRows: dec writes each block of rows into
+	// scratch (rowLen values per row) just before the block is used.
+	dec     RowDecoder
+	scratch []float32
+	rowLen  int
 }
 
 var attendTasks = make(chan *attendTask, 64)
@@ -254,12 +354,22 @@ func attendHeads(t *attendTask, h0, h1 int) {
 	var b [4]*uint16
 	for b0 := 0; b0 < n; b0 += attendBlock {
 		b1 := min(b0+attendBlock, n)
+		lookahead := n // rows that exist to be prefetched
+		if t.dec != nil {
+			blk := t.scratch[:(b1-b0)*t.rowLen]
+			t.dec.DecodeRows(blk, b0, b1)
+			for j := b0; j < b1; j++ {
+				i := j - b0
+				rows[j] = blk[i*t.rowLen : (i+1)*t.rowLen : (i+1)*t.rowLen]
+			}
+			lookahead = b1
+		}
 		for jt := b0; jt < b1; jt += 4 {
 			nj := min(4, b1-jt)
-			if next := jt + 4; next < n {
+			if next := jt + 4; next < lookahead {
 				// Rows come from scattered cache slots: start fetching the
 				// next four while these are used by every head.
-				nn := min(4, n-next)
+				nn := min(4, lookahead-next)
 				if bf {
 					for c := range b {
 						b[c] = &rowsB[next+min(c, nn-1)][0]

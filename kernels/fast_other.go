@@ -73,3 +73,6 @@ func dotTile1x8BF16(*float32, *uint16, int, int, *[8]float32) {
 func axpyFast(float32, []float32, []float32) bool { return false }
 
 func decodeE4M3Fast([]float32, []byte, float32) int { return 0 }
+
+// Prefetch is a no-op without assembly tiles (see fast_amd64.go).
+func Prefetch([]byte) {}

@@ -369,6 +369,16 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 	y := make([]float32, 8*64)
 	iw := randSlice(r, 4, 1)
 	scores := make([]float32, nr)
+	rowsB := make([][]uint16, nr)
+	for j := range rowsB {
+		rowsB[j] = make([]uint16, dim)
+		for c, v := range rows[j] {
+			rowsB[j][c] = toBF16(v)
+		}
+	}
+	dec := &widenDecoder{rows: rowsB, rowLen: dim}
+	decScratch := make([]float32, nr*dim)
+	decViews := make([][]float32, nr)
 	forEachImpl(t, func(t *testing.T) {
 		for _, threads := range []int{1, 2} {
 			SetThreads(threads)
@@ -379,6 +389,9 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 				{"AttendRows", func() { AttendRows(out, lse, nil, q, heads, vdim, rows, 0.0625, logits) }},
 				{"MatMulT", func() { MatMulT(y, x, 8, w) }},
 				{"WeightedReLUScores", func() { WeightedReLUScores(scores, q[:4*128], iw, 4, rows) }},
+				{"AttendDecodedRows", func() {
+					AttendDecodedRows(out, lse, nil, q, heads, vdim, nr, dim, dec, 0.0625, logits, decScratch, decViews)
+				}},
 			} {
 				if a := testing.AllocsPerRun(20, tc.f); a != 0 {
 					t.Errorf("%s on %d threads allocates %v times per call", tc.name, threads, a)
@@ -461,6 +474,89 @@ func TestAttendRowsBF16(t *testing.T) {
 			}
 		}
 	})
+}
+
+// widenDecoder is a RowDecoder over bf16 rows: row j is rows[j] widened,
+// with the values past the row length left as they were in dst.
+type widenDecoder struct {
+	rows   [][]uint16
+	rowLen int
+	calls  int
+}
+
+func (d *widenDecoder) DecodeRows(dst []float32, j0, j1 int) {
+	d.calls++
+	for j := j0; j < j1; j++ {
+		for c, b := range d.rows[j][:d.rowLen] {
+			dst[(j-j0)*d.rowLen+c] = bf16ToF32(b)
+		}
+	}
+}
+
+// TestAttendDecodedRows: attention over rows a decoder produces block by
+// block has exactly the bits of AttendRows over the same rows, under every
+// implementation and thread count, over several blocks with a tail; scratch
+// past what the call needs is NaN and never matters.
+func TestAttendDecodedRows(t *testing.T) {
+	tests := []struct{ heads, dim, vdim, nr int }{
+		{64, 576, 512, 300}, {7, 576, 512, 131}, {4, 64, 64, 5}, {3, 20, 70, 9}, {5, 576, 512, 0}, {16, 576, 512, 256},
+	}
+	forEachImpl(t, func(t *testing.T) {
+		for k, tc := range tests {
+			r := newRand(60 + uint64(k))
+			width := max(tc.dim, tc.vdim)
+			rows := make([][]float32, tc.nr)
+			rowsB := make([][]uint16, tc.nr)
+			for j := range rows {
+				rows[j] = make([]float32, width)
+				rowsB[j] = make([]uint16, width)
+				for c, x := range randSlice(r, width, 1) {
+					rowsB[j][c] = toBF16(x)
+					rows[j][c] = bf16ToF32(rowsB[j][c])
+				}
+			}
+			q := randSlice(r, tc.heads*tc.dim, 0.3)
+			run := func(threads int, decoded bool) []float32 {
+				defer SetThreads(SetThreads(threads))
+				out := make([]float32, tc.heads*tc.vdim)
+				lse := make([]float32, tc.heads)
+				maxL := make([]float32, tc.heads)
+				logits := make([]float32, tc.heads*tc.nr)
+				if decoded {
+					scratch := make([]float32, tc.nr*width+7)
+					for i := range scratch {
+						scratch[i] = float32(math.NaN())
+					}
+					views := make([][]float32, tc.nr+2)
+					dec := &widenDecoder{rows: rowsB, rowLen: width}
+					AttendDecodedRows(out, lse, maxL, q, tc.heads, tc.vdim, tc.nr, width, dec, 0.0625, logits, scratch, views)
+				} else {
+					AttendRows(out, lse, maxL, q, tc.heads, tc.vdim, rows, 0.0625, logits)
+				}
+				return append(append(out, lse...), maxL...)
+			}
+			want := run(1, false)
+			for _, threads := range []int{1, 3} {
+				if d := cmp.Diff(bitsOf(want), bitsOf(run(threads, true))); d != "" {
+					t.Errorf("heads=%d dim=%d vdim=%d rows=%d, %d threads: AttendRows vs AttendDecodedRows (-rows +decoded):\n%s",
+						tc.heads, tc.dim, tc.vdim, tc.nr, threads, d)
+				}
+			}
+		}
+	})
+}
+
+// TestAttendDecodedRowsRefusesSmallScratch: the sizes are checked before any
+// row is decoded.
+func TestAttendDecodedRowsRefusesSmallScratch(t *testing.T) {
+	defer func() {
+		if msg := fmt.Sprint(recover()); !strings.Contains(msg, "need len(scratch)≥1152") {
+			t.Errorf("panic = %q, want the needed scratch size", msg)
+		}
+	}()
+	dec := &widenDecoder{}
+	AttendDecodedRows(make([]float32, 512), make([]float32, 1), nil, make([]float32, 576), 1, 512, 2, 576, dec, 1,
+		make([]float32, 2), make([]float32, 576), make([][]float32, 2))
 }
 
 // TestConcurrentCallersShareThePool: several goroutines (ranks) call the

@@ -34,8 +34,9 @@ type LayerCache struct {
 }
 
 var (
-	_ mla.KVSource  = (*LayerCache)(nil)
-	_ mla.KeySource = (*LayerCache)(nil)
+	_ mla.KVSource         = (*LayerCache)(nil)
+	_ mla.DecodingKVSource = (*LayerCache)(nil)
+	_ mla.KeySource        = (*LayerCache)(nil)
 )
 
 // NewCache allocates the cache of one rank: layers × numBlocks blocks of
@@ -173,6 +174,20 @@ func (lc *LayerCache) Row(slot int32, scratch []float32) []float32 {
 		numfmt.DecodeDSMLATiles(scratch, lc.rowsFP8[int(slot)*numfmt.DSMLARecordBytes:], kernels.DecodeE4M3Scaled)
 	}
 	return scratch[:mla.RowDim]
+}
+
+// DecodesRows reports whether Row decodes rows (bf16 and fp8_ds_mla caches)
+// rather than returning views (f32), for mla.DecodingKVSource.
+func (lc *LayerCache) DecodesRows() bool { return lc.kv != KVF32 }
+
+// PrefetchRow starts loading the stored row at slot into the CPU cache
+// (mla.DecodingKVSource); only fp8_ds_mla records are fetched — f32 and bf16
+// rows are read in place by kernels that prefetch them.
+func (lc *LayerCache) PrefetchRow(slot int32) {
+	if lc.kv == KVFP8DSMLA && slot >= 0 && int(slot) < lc.slots {
+		off := int(slot) * numfmt.DSMLARecordBytes
+		kernels.Prefetch(lc.rowsFP8[off : off+numfmt.DSMLARecordBytes])
+	}
 }
 
 // checkKeys panics if the layer keeps no indexer keys.

@@ -177,8 +177,17 @@ func TestCacheSlotChecks(t *testing.T) {
 // attention over a dense buffer holding the same rounded rows, so the cache
 // is a drop-in mla.KVSource.
 func TestSparseAttentionOverCache(t *testing.T) {
-	const heads, topk, blocks, bs = 4, 8, 2, 8
+	const heads, topk, blocks, bs = 4, 200, 4, 64
 	rng := rand.New(rand.NewPCG(11, 0))
+	// More selected rows than one kernel block (128), in random order, with
+	// −1 entries.
+	indices := make([]int32, topk)
+	for j, p := range rng.Perm(blocks * bs)[:topk] {
+		if j%7 == 3 {
+			p = -1
+		}
+		indices[j] = int32(p)
+	}
 	for _, kv := range []KVDType{KVF32, KVBF16, KVFP8DSMLA} {
 		c, err := NewCache(1, blocks, bs, kv, IdxF32, 128)
 		if err != nil {
@@ -191,7 +200,6 @@ func TestSparseAttentionOverCache(t *testing.T) {
 			copy(dense[s*mla.RowDim:], c.Layer(0).Row(int32(s), scratch))
 		}
 		q := randRow(rng, heads*mla.RowDim)
-		indices := []int32{3, -1, 9, 15, 0, -1, 12, 7}
 		want, got := make([]float32, heads*mla.LatentDim), make([]float32, heads*mla.LatentDim)
 		wantLSE, gotLSE := make([]float32, heads), make([]float32, heads)
 		mla.SparseAttention(want, wantLSE, nil, q, 1, heads, dense, indices, topk, nil, 0.0625, nil)

@@ -62,7 +62,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 func TestWorkspaceBytes(t *testing.T) {
 	for _, c := range []struct{ topk, heads int }{{2048, 64}, {16, 8}, {0, 4}} {
 		ws := NewWorkspace(c.topk, c.heads)
-		held := int64(cap(ws.rowBuf)+cap(ws.logits))*4 + int64(cap(ws.rows)+cap(ws.rowsBF16))*24
+		held := int64(cap(ws.rowBuf)+cap(ws.logits)+cap(ws.slots))*4 + int64(cap(ws.rows)+cap(ws.rowsBF16))*24
 		if got := WorkspaceBytes(c.topk, c.heads); got != held || ws.Bytes() != held {
 			t.Errorf("WorkspaceBytes(%d, %d) = %d, Bytes() = %d, buffers hold %d", c.topk, c.heads, got, ws.Bytes(), held)
 		}

@@ -28,6 +28,46 @@ type BF16KVSource interface {
 	RowBF16(slot int32) []uint16
 }
 
+// DecodingKVSource is a KVSource whose Row decodes stored records into the
+// caller's scratch instead of returning views (a quantized paged cache).
+// DecodesRows reports whether it does for this source (a cache whose format
+// is chosen at run time may hold f32 rows, which Row returns as views);
+// PrefetchRow(slot) starts loading slot's record into the CPU cache and
+// returns at once. The fast path decodes such rows a block at a time, just
+// before the attention kernel uses them (kernels.AttendDecodedRows),
+// prefetching rowLookahead selected rows ahead, so that rows gathered from
+// scattered slots neither wait on memory one at a time nor make a round trip
+// through a buffer of every selected row.
+type DecodingKVSource interface {
+	KVSource
+	DecodesRows() bool
+	PrefetchRow(slot int32)
+}
+
+// rowLookahead is how many selected rows ahead of the one being decoded the
+// fast path prefetches (a few memory latencies' worth of decode work).
+const rowLookahead = 8
+
+// slotDecoder is the kernels.RowDecoder of one query row: row j of the call
+// is the cache row at slots[j].
+type slotDecoder struct {
+	kv    DecodingKVSource
+	slots []int32
+}
+
+// DecodeRows decodes the rows at slots[j0:j1] into dst.
+func (d *slotDecoder) DecodeRows(dst []float32, j0, j1 int) {
+	for j := j0; j < j1; j++ {
+		if a := j + rowLookahead; a < len(d.slots) {
+			d.kv.PrefetchRow(d.slots[a])
+		}
+		to := dst[(j-j0)*RowDim : (j-j0+1)*RowDim]
+		if got := d.kv.Row(d.slots[j], to); &got[0] != &to[0] {
+			copy(to, got[:RowDim])
+		}
+	}
+}
+
 // DenseKVBF16 is an in-memory [n, RowDim] row-major buffer of bf16 bits
 // whose slot is the row index: the BF16KVSource counterpart of DenseKV.
 type DenseKVBF16 []uint16
@@ -62,6 +102,10 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 		sparseAttentionFastBF16(out, lse, maxLogits, q, rows, heads, src, indices, topk, topkLen, scale, ws)
 		return
 	}
+	if src, ok := kv.(DecodingKVSource); ok && src.DecodesRows() {
+		sparseAttentionFastDecoded(out, lse, maxLogits, q, rows, heads, src, indices, topk, topkLen, scale, ws)
+		return
+	}
 	for r := range rows {
 		lim := topk
 		if topkLen != nil {
@@ -82,6 +126,33 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 		kernels.AttendRows(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
 			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rows[:n], scale, ws.logits[:heads*n])
 		clear(ws.rows[:n]) // drop references to the source's storage
+	}
+}
+
+// sparseAttentionFastDecoded is sparseAttentionFast over rows that kv
+// decodes, a block at a time inside the kernel.
+func sparseAttentionFastDecoded(out, lse, maxLogits, q []float32, rows, heads int, kv DecodingKVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
+	for r := range rows {
+		lim := topk
+		if topkLen != nil {
+			lim = max(0, min(lim, int(topkLen[r])))
+		}
+		n := 0
+		for _, slot := range indices[r*topk : r*topk+lim] {
+			if slot >= 0 {
+				ws.slots[n] = slot
+				n++
+			}
+		}
+		ws.dec = slotDecoder{kv: kv, slots: ws.slots[:n]}
+		var maxR []float32
+		if maxLogits != nil {
+			maxR = maxLogits[r*heads : (r+1)*heads]
+		}
+		kernels.AttendDecodedRows(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
+			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, n, RowDim, &ws.dec, scale, ws.logits[:heads*n], ws.rowBuf, ws.rows)
+		ws.dec = slotDecoder{}
+		clear(ws.rows[:n])
 	}
 }
 

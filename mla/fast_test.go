@@ -197,3 +197,86 @@ func TestSparseAttentionBF16Source(t *testing.T) {
 		}
 	}
 }
+
+// decodingSource is a DecodingKVSource over bf16 rows that Row widens into
+// the caller's scratch, counting the rows it decodes and prefetches.
+type decodingSource struct {
+	rows               DenseKVBF16
+	decoded, prefetchs int
+}
+
+func (s *decodingSource) Row(slot int32, scratch []float32) []float32 {
+	s.decoded++
+	return s.rows.Row(slot, scratch)
+}
+func (s *decodingSource) DecodesRows() bool { return true }
+func (s *decodingSource) PrefetchRow(slot int32) {
+	s.rows.RowBF16(slot) // panics on a slot outside the buffer
+	s.prefetchs++
+}
+
+// TestSparseAttentionDecodingSource: rows decoded by the source a block at a
+// time inside the kernel give exactly the bits of the same rows in a DenseKV,
+// under the reference and the fast path and on one and two threads, with −1
+// entries, shortened rows and more selected rows than one kernel block; every
+// valid row is decoded once per query row.
+func TestSparseAttentionDecodingSource(t *testing.T) {
+	const rows, heads, topk, nkv = 3, 16, 300, 700
+	rng := rand.New(rand.NewPCG(23, 0))
+	src := &decodingSource{rows: make(DenseKVBF16, nkv*RowDim)}
+	for i := range src.rows {
+		src.rows[i] = 0x7fc0 // NaN unless a valid entry names the slot
+	}
+	indices := make([]int32, rows*topk)
+	for r := range rows {
+		for j, p := range rng.Perm(nkv)[:topk] {
+			if rng.IntN(6) == 0 {
+				p = -1
+			}
+			indices[r*topk+j] = int32(p)
+			if p >= 0 {
+				for c, v := range randVec(rng, RowDim) {
+					src.rows[p*RowDim+c] = uint16(math.Float32bits(v) >> 16)
+				}
+			}
+		}
+	}
+	topkLen := []int32{topk, topk / 3, 0}
+	valid := 0
+	for r, lim := range topkLen {
+		for _, p := range indices[r*topk : r*topk+int(lim)] {
+			if p >= 0 {
+				valid++
+			}
+		}
+	}
+	dense := make(DenseKV, len(src.rows))
+	for i, h := range src.rows {
+		dense[i] = math.Float32frombits(uint32(h) << 16)
+	}
+	q := randVec(rng, rows*heads*RowDim)
+	for _, impl := range []string{"ref", kernels.Impl()} {
+		for _, threads := range []int{1, 2} {
+			run := func(kv KVSource) []float32 {
+				out := make([]float32, rows*heads*LatentDim)
+				lse := make([]float32, rows*heads)
+				maxL := make([]float32, rows*heads)
+				withImpl(t, impl, func() {
+					defer kernels.SetThreads(kernels.SetThreads(threads))
+					SparseAttention(out, lse, maxL, q, rows, heads, kv, indices, topk, topkLen, 0.0625, NewWorkspace(topk, heads))
+				})
+				return append(append(out, lse...), maxL...)
+			}
+			src.decoded = 0
+			if d := cmp.Diff(bits(run(dense)), bits(run(src))); d != "" {
+				t.Errorf("%s, %d threads: dense rows vs decoded rows (-dense +decoded):\n%s", impl, threads, d)
+			}
+			if src.decoded != valid {
+				t.Errorf("%s, %d threads: %d rows decoded, want each of the %d valid entries once", impl, threads, src.decoded, valid)
+			}
+		}
+	}
+	if kernels.Impl() != "ref" && src.prefetchs == 0 {
+		t.Error("the fast path never prefetched a row")
+	}
+}

@@ -16,6 +16,8 @@ type Workspace struct {
 	rows        [][]float32 // [topk]: the gathered rows of one query row (views or rowBuf parts)
 	rowsBF16    [][]uint16  // [topk]: gathered bf16 rows (views) on the fast path
 	logits      []float32   // [heads, topk]: logits, then softmax weights
+	slots       []int32     // [topk]: the valid slots of one query row (decoded rows, fast path)
+	dec         slotDecoder // decodes them, a block at a time
 }
 
 // NewWorkspace returns the scratch for SparseAttention calls with at most
@@ -31,14 +33,15 @@ func NewWorkspace(topk, heads int) *Workspace {
 		rows:     make([][]float32, topk),
 		rowsBF16: make([][]uint16, topk),
 		logits:   make([]float32, heads*topk),
+		slots:    make([]int32, topk),
 	}
 }
 
 // WorkspaceBytes is the memory NewWorkspace(topk, heads) holds, for start-up
 // memory budgets: the decode space of topk rows, two tables of topk slice
-// headers (f32 and bf16 rows) and the [heads, topk] logits.
+// headers (f32 and bf16 rows), the [heads, topk] logits and topk slots.
 func WorkspaceBytes(topk, heads int) int64 {
-	return int64(topk)*RowDim*4 + int64(topk)*int64(unsafe.Sizeof([]float32(nil))+unsafe.Sizeof([]uint16(nil))) + int64(heads)*int64(topk)*4
+	return int64(topk)*RowDim*4 + int64(topk)*int64(unsafe.Sizeof([]float32(nil))+unsafe.Sizeof([]uint16(nil))) + int64(heads)*int64(topk)*4 + int64(topk)*4
 }
 
 // Bytes is the memory the workspace holds (WorkspaceBytes of its sizes).
