@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math"
-	"sync"
 )
 
 // AttendRows is softmax attention of one query position with heads heads
@@ -76,9 +75,11 @@ type RowDecoder interface {
 // AttendRows on the rows dec writes. scratch must hold n·rowLen values and
 // rows n slice headers; both are overwritten. On one thread the assembly
 // path decodes each block of rows just before it is used, so the decoded
-// rows are read back from L2 rather than from a buffer of every row; on
-// several threads the rows are decoded first, split by row ranges across the
-// threads, and the heads are then split as in AttendRows.
+// rows are read back from L2 rather than from a buffer of every row. On
+// several threads the heads are split as in AttendRows and every thread
+// decodes the blocks it reads (decoding is a small part of the work); when
+// there are fewer than attendBlock rows per thread the rows are decoded
+// first instead, split by row ranges.
 func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen int, dec RowDecoder, scale float32, logits, scratch []float32, rows [][]float32) {
 	if n < 0 || rowLen < 0 || len(scratch) < n*rowLen || len(rows) < n {
 		panic(fmt.Sprintf("kernels: AttendDecodedRows: %d rows of %d values need len(scratch)≥%d and len(rows)≥%d; got %d and %d",
@@ -92,7 +93,9 @@ func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen 
 	dim := len(q) / heads
 	l := activeLevel()
 	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
-	if l == levelRef || planParts((heads+3)/4, flops) > 1 {
+	parts := planParts((heads+3)/4, flops)
+	if l == levelRef || parts*attendBlock > n && parts > 1 {
+		// Too few rows for a block region per part: decode them all first.
 		decodeAllRows(dec, n, rowLen, scratch, rows)
 		if l == levelRef {
 			attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
@@ -104,8 +107,8 @@ func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen 
 	t := takeAttendTask(heads)
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.logits = out, lse, maxLogits, q, rows, logits
 	t.heads, t.dim, t.vdim, t.scale, t.l = heads, dim, vdim, scale, l
-	t.dec, t.scratch, t.rowLen = dec, scratch, rowLen
-	attendHeads(t, 0, heads)
+	t.dec, t.scratch, t.rowLen, t.n = dec, scratch, rowLen, n
+	runParts(t, parts, &t.join)
 	t.dec, t.scratch = nil, nil
 	putAttendTask(t)
 }
@@ -123,7 +126,7 @@ func decodeAllRows(dec RowDecoder, n, rowLen int, scratch []float32, rows [][]fl
 		d = new(decodeTask)
 	}
 	d.dec, d.n, d.rowLen, d.scratch = dec, n, rowLen, scratch
-	runParts(d, max(1, min(Threads(), n/attendBlock)), &d.wg)
+	runParts(d, max(1, min(Threads(), n/attendBlock)), &d.join)
 	d.dec, d.scratch = nil, nil
 	select {
 	case decodeTasks <- d:
@@ -137,7 +140,7 @@ type decodeTask struct {
 	dec       RowDecoder
 	n, rowLen int
 	scratch   []float32
-	wg        sync.WaitGroup
+	join      joiner
 }
 
 func (d *decodeTask) runPart(p, parts int) {
@@ -188,7 +191,7 @@ func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int,
 	t := takeAttendTask(heads)
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = out, lse, maxLogits, q, rows, rowsBF16, logits
 	t.heads, t.dim, t.vdim, t.scale, t.l = heads, dim, vdim, scale, l
-	runParts(t, parts, &t.wg)
+	runParts(t, parts, &t.join)
 	putAttendTask(t)
 }
 
@@ -305,22 +308,37 @@ type attendTask struct {
 	logits                 []float32
 	sums                   []float32 // [heads] softmax sums; kept across calls
 	l                      level
-	wg                     sync.WaitGroup
-	// One-thread AttendDecodedRows: dec writes each block of rows into
-	// scratch (rowLen values per row) just before the block is used.
-	dec     RowDecoder
-	scratch []float32
-	rowLen  int
+	join                   joiner
+	// AttendDecodedRows: every part has dec write each block of n rows
+	// into its own min(n, attendBlock)·rowLen region of scratch just before the
+	// block is used, and points its attendBlock headers of rows at them.
+	dec       RowDecoder
+	scratch   []float32
+	rowLen, n int
 }
 
 var attendTasks = make(chan *attendTask, 64)
 
 func (t *attendTask) runPart(p, parts int) {
 	h0, h1 := partRange(t.heads, 4, p, parts)
-	if h0 < h1 {
-		attendHeads(t, h0, h1)
+	if h0 >= h1 {
+		return
 	}
+	var scratch []float32
+	var views [][]float32
+	if t.dec != nil {
+		// Each part decodes every block into its own region.
+		bl := min(t.n, attendBlock)
+		scratch = t.scratch[p*bl*t.rowLen : (p+1)*bl*t.rowLen]
+		views = t.rows[p*bl : (p+1)*bl]
+	}
+	attendHeads(t, h0, h1, scratch, views)
 }
+
+// rowPrefetchAhead is how many rows ahead of the four in use the logit loop
+// prefetches: two tiles, so that a thread with few heads (little work per
+// tile) still hides the memory latency of rows from scattered slots.
+const rowPrefetchAhead = 4
 
 // attendHeads is the assembly AttendRows for heads [h0, h1). It walks the
 // rows in blocks of attendBlock, so that each row is read from memory once
@@ -329,12 +347,16 @@ func (t *attendTask) runPart(p, parts int) {
 // M grows, the head's partial output and S are scaled by exp(M_old − M)),
 // then the block's weighted rows (4-head × 64-column tiles, rows in order).
 // The block size is a constant, so the order of every operation on a head
-// depends only on the number of rows.
-func attendHeads(t *attendTask, h0, h1 int) {
-	q, rows, rowsB, logits, dim, vdim := t.q, t.rows, t.rowsBF16, t.logits, t.dim, t.vdim
-	bf := rowsB != nil // bf16 rows: no dim or vdim tails (see AttendRowsBF16)
+// depends only on the number of rows. With a decoder (AttendDecodedRows) each
+// block is first decoded into scratch, with views pointing at its rows.
+func attendHeads(t *attendTask, h0, h1 int, scratch []float32, views [][]float32) {
+	q, logits, dim, vdim := t.q, t.logits, t.dim, t.vdim
+	bf := t.rowsBF16 != nil // bf16 rows: no dim or vdim tails (see AttendRowsBF16)
 	l := t.l
-	n := max(len(rows), len(rowsB))
+	n := max(len(t.rows), len(t.rowsBF16))
+	if t.dec != nil {
+		n = t.n
+	}
 	kv := dim &^ (vecWidth(l) - 1)
 	cw := attendCols(l)
 	cv := vdim &^ (cw - 1)
@@ -354,30 +376,39 @@ func attendHeads(t *attendTask, h0, h1 int) {
 	var b [4]*uint16
 	for b0 := 0; b0 < n; b0 += attendBlock {
 		b1 := min(b0+attendBlock, n)
-		lookahead := n // rows that exist to be prefetched
-		if t.dec != nil {
-			blk := t.scratch[:(b1-b0)*t.rowLen]
+		// The block's rows, indexed from 0, and the rows that may be
+		// prefetched (the block's and, in place, every later row).
+		var rows, ahead [][]float32
+		var rowsB, aheadB [][]uint16
+		switch {
+		case t.dec != nil:
+			blk := scratch[:(b1-b0)*t.rowLen]
 			t.dec.DecodeRows(blk, b0, b1)
-			for j := b0; j < b1; j++ {
-				i := j - b0
-				rows[j] = blk[i*t.rowLen : (i+1)*t.rowLen : (i+1)*t.rowLen]
+			for i := range b1 - b0 {
+				views[i] = blk[i*t.rowLen : (i+1)*t.rowLen : (i+1)*t.rowLen]
 			}
-			lookahead = b1
+			rows = views[:b1-b0]
+			ahead = rows
+		case bf:
+			rowsB, aheadB = t.rowsBF16[b0:b1], t.rowsBF16[b0:]
+		default:
+			rows, ahead = t.rows[b0:b1], t.rows[b0:]
 		}
-		for jt := b0; jt < b1; jt += 4 {
-			nj := min(4, b1-jt)
-			if next := jt + 4; next < lookahead {
-				// Rows come from scattered cache slots: start fetching the
-				// next four while these are used by every head.
-				nn := min(4, lookahead-next)
+		nb := b1 - b0
+		for jt := 0; jt < nb; jt += 4 {
+			nj := min(4, nb-jt)
+			if next, na := jt+rowPrefetchAhead, max(len(ahead), len(aheadB)); next < na {
+				// Rows come from scattered cache slots: start fetching
+				// later ones while these are used by every head.
+				nn := min(4, na-next)
 				if bf {
 					for c := range b {
-						b[c] = &rowsB[next+min(c, nn-1)][0]
+						b[c] = &aheadB[next+min(c, nn-1)][0]
 					}
 					prefetchRowsBF16(b[0], b[1], b[2], b[3], rowBytes)
 				} else {
 					for c := range f {
-						f[c] = &rows[next+min(c, nn-1)][0]
+						f[c] = &ahead[next+min(c, nn-1)][0]
 					}
 					prefetchRows(f[0], f[1], f[2], f[3], rowBytes)
 				}
@@ -395,9 +426,9 @@ func attendHeads(t *attendTask, h0, h1 int) {
 				// by the kernel (the same arithmetic as the tile below).
 				g := (h1 - h0) / 4
 				if bf {
-					qkPanelBF16(&q[h0*dim], dim, g, b[0], b[1], b[2], b[3], kv, &logits[h0*n+jt], n, t.scale)
+					qkPanelBF16(&q[h0*dim], dim, g, b[0], b[1], b[2], b[3], kv, &logits[h0*n+b0+jt], n, t.scale)
 				} else {
-					qkPanel(&q[h0*dim], dim, g, f[0], f[1], f[2], f[3], kv, &logits[h0*n+jt], n, t.scale)
+					qkPanel(&q[h0*dim], dim, g, f[0], f[1], f[2], f[3], kv, &logits[h0*n+b0+jt], n, t.scale)
 				}
 				ht += 4 * g
 			}
@@ -413,7 +444,7 @@ func attendHeads(t *attendTask, h0, h1 int) {
 				}
 				for i := range m {
 					qi := q[(ht+i)*dim+kv : (ht+i+1)*dim]
-					lg := logits[(ht+i)*n+jt : (ht+i)*n+jt+nj]
+					lg := logits[(ht+i)*n+b0+jt : (ht+i)*n+b0+jt+nj]
 					for c := range lg {
 						s := tile[i*4+c]
 						if len(qi) > 0 { // f32 rows only
@@ -445,16 +476,16 @@ func attendHeads(t *attendTask, h0, h1 int) {
 			m := min(4, h1-ht)
 			for c0 := 0; c0 < cv; c0 += cw {
 				if bf {
-					axpyTileBF16(l, m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rowsB[b0], b1-b0, c0)
+					axpyTileBF16(l, m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rowsB[0], nb, c0)
 				} else {
-					axpyTile(l, m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[b0], b1-b0, c0)
+					axpyTile(l, m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[0], nb, c0)
 				}
 			}
 			if cv < vdim { // f32 rows only
 				for i := range m {
 					o := t.out[(ht+i)*vdim+cv : (ht+i+1)*vdim]
-					for j := b0; j < b1; j++ {
-						p := logits[(ht+i)*n+j]
+					for j := range nb {
+						p := logits[(ht+i)*n+b0+j]
 						v := rows[j][cv:vdim]
 						for c := range o {
 							o[c] += float32(p * v[c])

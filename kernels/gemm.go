@@ -1,7 +1,5 @@
 package kernels
 
-import "sync"
-
 // The fast Linear layer. Output element (i, j) is the dot product of
 // activation row i and weight row j computed by one assembly tile lane:
 // the reduction runs over blocks of gemmKC elements in ascending order; in a
@@ -28,7 +26,7 @@ type gemmTask struct {
 	n      int
 	w      *Matrix
 	l      level
-	wg     sync.WaitGroup
+	join   joiner
 }
 
 var gemmTasks = make(chan *gemmTask, 64)
@@ -56,7 +54,7 @@ func matMulTFast(dst, x []float32, n int, w *Matrix) bool {
 		t = new(gemmTask)
 	}
 	t.dst, t.x, t.n, t.w, t.l = dst, x, n, w, l
-	runParts(t, parts, &t.wg)
+	runParts(t, parts, &t.join)
 	t.dst, t.x, t.w = nil, nil, nil
 	select {
 	case gemmTasks <- t:

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"sync"
 )
 
 // WeightedReLUScores computes the lightning-indexer score of each key against
@@ -45,7 +44,7 @@ func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 			t = new(scoreTask)
 		}
 		t.dst, t.q, t.w, t.heads, t.dim, t.keys = dst, q, w, heads, dim, keys
-		runParts(t, parts, &t.wg)
+		runParts(t, parts, &t.join)
 		t.dst, t.q, t.w, t.keys = nil, nil, nil, nil
 		select {
 		case scoreTasks <- t:
@@ -70,7 +69,7 @@ type scoreTask struct {
 	dst, q, w  []float32
 	heads, dim int
 	keys       [][]float32
-	wg         sync.WaitGroup
+	join       joiner
 }
 
 var scoreTasks = make(chan *scoreTask, 64)

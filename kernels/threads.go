@@ -2,8 +2,10 @@ package kernels
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The worker pool behind SetThreads. A parallel kernel splits its work into
@@ -20,8 +22,26 @@ type parter interface {
 type poolJob struct {
 	t        parter
 	p, parts int
-	wg       *sync.WaitGroup
+	join     *joiner
 }
+
+// joiner is how the caller of a parallel call waits for its parts: pending
+// counts the parts handed to workers that have not finished; wg backs it for
+// a caller that stops polling. It belongs to the call's task (so nothing is
+// allocated per call).
+type joiner struct {
+	pending atomic.Int32
+	wg      sync.WaitGroup
+}
+
+// spinWait is how long an idle worker polls for its next part, and a caller
+// for its workers to finish, before blocking. Parallel calls of a decode step
+// come back to back (every layer, every query row), and waking a parked
+// thread costs tens to hundreds of microseconds on a virtual machine — as
+// long as a whole attention call on few rows — so both sides poll briefly
+// first, yielding the processor between polls (OpenMP runtimes do the same
+// with their spin count).
+const spinWait = 100 * time.Microsecond
 
 var pool struct {
 	mu      sync.Mutex
@@ -59,25 +79,48 @@ func SetThreads(n int) (previous int) {
 func Threads() int { return int(pool.threads.Load()) }
 
 func worker() {
-	for j := range pool.jobs {
+	for {
+		j := nextJob()
 		j.t.runPart(j.p, j.parts)
-		j.wg.Done()
+		j.join.pending.Add(-1)
+		j.join.wg.Done()
+	}
+}
+
+// nextJob polls for a part for spinWait, then blocks until one comes.
+func nextJob() poolJob {
+	start := time.Now()
+	for {
+		select {
+		case j := <-pool.jobs:
+			return j
+		default:
+		}
+		if time.Since(start) > spinWait {
+			return <-pool.jobs
+		}
+		runtime.Gosched()
 	}
 }
 
 // runParts runs t's parts 0..parts−1, part 0 on the caller, and returns when
-// all are done. wg belongs to t (so that nothing is allocated per call).
-func runParts(t parter, parts int, wg *sync.WaitGroup) {
+// all are done. join belongs to t (so that nothing is allocated per call).
+func runParts(t parter, parts int, join *joiner) {
 	if parts <= 1 {
 		t.runPart(0, 1)
 		return
 	}
-	wg.Add(parts - 1)
+	join.wg.Add(parts - 1)
+	join.pending.Store(int32(parts - 1))
 	for p := 1; p < parts; p++ {
-		pool.jobs <- poolJob{t: t, p: p, parts: parts, wg: wg}
+		pool.jobs <- poolJob{t: t, p: p, parts: parts, join: join}
 	}
 	t.runPart(0, parts)
-	wg.Wait()
+	start := time.Now()
+	for join.pending.Load() > 0 && time.Since(start) <= spinWait {
+		runtime.Gosched()
+	}
+	join.wg.Wait()
 }
 
 // partRange splits [0, n) into parts ranges whose bounds are multiples of
