@@ -994,44 +994,22 @@ func fmaPeak256() {
 	RET()
 }
 
-// readSum512 emits readSumAVX512: the sum of n (a multiple of 64) values
-// read as four streams, one per quarter of x, each summed in its own 16-lane
-// accumulator; the quarters are combined as (q0+q1)+(q2+q3), lanes by
-// hsum512. Four streams keep more memory requests in flight than one, as a
-// GEMV over four weight rows does.
+// readStreams is the number of cache lines the read-bandwidth probe loads
+// per step into independent accumulators: as many as the widest GEMV tile
+// (1×8) reads at once, so that the probe bounds the kernels measured
+// against it.
+const readStreams = 8
+
+// readSum512 emits readSumAVX512: the sum of n (a multiple of
+// 16·readStreams) values read front to back, readStreams vectors (cache
+// lines) per step, vector a of each step summed in accumulator a; the
+// accumulators are combined by a pairwise tree in order,
+// ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), lanes by hsum512.
 func readSum512() {
 	TEXT("readSumAVX512", NOSPLIT, "func(x *float32, n int) float32")
 	Pragma("noescape")
-	Doc("readSumAVX512 returns the sum of n (a multiple of 64) values read as four streams.")
-	x := Load(Param("x"), GP64())
-	n := Load(Param("n"), GP64())
-	for a := range 4 {
-		VPXORD(zmm[a], zmm[a], zmm[a])
-	}
-	q := GP64()
-	MOVQ(n, q) // quarter length in bytes: n/4 values · 4
-	SHRQ(U8(6), n)
-	JZ(LabelRef("readSum512_done"))
-	var p [4]Register
-	for a := range 4 {
-		p[a] = GP64()
-		if a == 0 {
-			MOVQ(x, p[a])
-		} else {
-			LEAQ(Mem{Base: p[a-1], Index: q, Scale: 1}, p[a])
-		}
-	}
-	Label("readSum512_loop")
-	for a := range 4 {
-		VADDPS(Mem{Base: p[a]}, zmm[a], zmm[a])
-		ADDQ(U32(64), p[a])
-	}
-	DECQ(n)
-	JNZ(LabelRef("readSum512_loop"))
-	Label("readSum512_done")
-	VADDPS(Z1, Z0, Z0)
-	VADDPS(Z3, Z2, Z2)
-	VADDPS(Z2, Z0, Z0)
+	Doc(fmt.Sprintf("readSumAVX512 returns the sum of n (a multiple of %d) values read front to back, %d vectors per step.", 16*readStreams, readStreams))
+	readSumBody("readSum512", zmm[:readStreams], 64)
 	hsum512()
 	Store(X0, ReturnIndex(0))
 	VZEROUPPER()
@@ -1039,40 +1017,12 @@ func readSum512() {
 }
 
 // readSum256 emits readSumAVX2: readSumAVX512 with 8-lane accumulators over
-// n (a multiple of 32) values, four streams of 32 bytes per step.
+// n (a multiple of 8·readStreams) values.
 func readSum256() {
 	TEXT("readSumAVX2", NOSPLIT, "func(x *float32, n int) float32")
 	Pragma("noescape")
-	Doc("readSumAVX2 returns the sum of n (a multiple of 32) values read as four streams.")
-	x := Load(Param("x"), GP64())
-	n := Load(Param("n"), GP64())
-	for a := range 4 {
-		VXORPS(ymm[a], ymm[a], ymm[a])
-	}
-	q := GP64()
-	MOVQ(n, q)
-	SHRQ(U8(5), n)
-	JZ(LabelRef("readSum256_done"))
-	var p [4]Register
-	for a := range 4 {
-		p[a] = GP64()
-		if a == 0 {
-			MOVQ(x, p[a])
-		} else {
-			LEAQ(Mem{Base: p[a-1], Index: q, Scale: 1}, p[a])
-		}
-	}
-	Label("readSum256_loop")
-	for a := range 4 {
-		VADDPS(Mem{Base: p[a]}, ymm[a], ymm[a])
-		ADDQ(U32(32), p[a])
-	}
-	DECQ(n)
-	JNZ(LabelRef("readSum256_loop"))
-	Label("readSum256_done")
-	VADDPS(Y1, Y0, Y0)
-	VADDPS(Y3, Y2, Y2)
-	VADDPS(Y2, Y0, Y0)
+	Doc(fmt.Sprintf("readSumAVX2 returns the sum of n (a multiple of %d) values read front to back, %d vectors per step.", 8*readStreams, readStreams))
+	readSumBody("readSum256", ymm[:readStreams], 32)
 	VEXTRACTF128(U8(1), Y0, X1)
 	VADDPS(X1, X0, X0)
 	VHADDPS(X0, X0, X0)
@@ -1080,6 +1030,46 @@ func readSum256() {
 	Store(X0, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
+}
+
+// readSumBody loads the arguments, reads x front to back in steps of one
+// vector per accumulator (consecutive cache lines, the way the GEMV's eight
+// adjacent weight rows are one contiguous region), accumulator a taking
+// vector a of every step, and leaves the accumulators' tree sum in acc[0].
+func readSumBody(name string, acc []VecPhysical, width int) {
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	for _, r := range acc {
+		if width == 64 {
+			VPXORD(r, r, r)
+		} else {
+			VXORPS(r, r, r)
+		}
+	}
+	SHRQ(U8(bits(len(acc))+bits(width/4)), n) // steps: n / (accumulators · lanes)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	for a, r := range acc {
+		VADDPS(Mem{Base: x, Disp: a * width}, r, r)
+	}
+	ADDQ(U32(width*len(acc)), x)
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	for step := 1; step < len(acc); step *= 2 {
+		for a := 0; a+step < len(acc); a += 2 * step {
+			VADDPS(acc[a+step], acc[a], acc[a])
+		}
+	}
+}
+
+// bits is log2 of a power of two.
+func bits(v int) int {
+	b := 0
+	for 1<<b < v {
+		b++
+	}
+	return b
 }
 
 // decodeE4M3512 emits decodeE4M3AVX512: dst[i] = e4m3(src[i])·scale for n (a

@@ -272,7 +272,7 @@ func fmaPeak(rounds int) float64 {
 func readSum(x []float32) (s float32, ok bool) {
 	switch bestLevel() {
 	case levelAVX512:
-		nv := len(x) &^ 63
+		nv := len(x) &^ 127
 		if nv > 0 {
 			s = readSumAVX512(&x[0], nv)
 		}
@@ -281,7 +281,7 @@ func readSum(x []float32) (s float32, ok bool) {
 		}
 		return s, true
 	case levelAVX2:
-		nv := len(x) &^ 31
+		nv := len(x) &^ 63
 		if nv > 0 {
 			s = readSumAVX2(&x[0], nv)
 		}

@@ -21,9 +21,9 @@ func FMAPeakLoop(rounds int) (flops float64) {
 
 // StreamSum returns Σ x, reading every element once with the widest loads the
 // CPU supports (whatever implementation is active): chunks of 1 Mi values,
-// each read as four concurrent streams (one per quarter, each with its own
-// vector accumulator, combined in a fixed tree), the way a GEMV streams
-// several weight rows; the chunk sums are added in order. Timing it over a
+// each read as eight concurrent streams (one per eighth, each with its own
+// vector accumulator, combined in a fixed tree), the way the one-row GEMV
+// streams eight weight rows; the chunk sums are added in order. Timing it over a
 // buffer far larger than the caches gives the memory read bandwidth of one
 // core. Without AVX2 it is a plain ordered loop.
 func StreamSum(x []float32) float32 {

@@ -325,13 +325,16 @@ func kernelBenchCases() []benchCase {
 		kernel  string
 		rows    int
 		kv      kvcache.KVDType
-		kvcache bool // rows from a kvcache.LayerCache (decoded per row) instead of an in-place mla source
+		kvcache bool // rows from a kvcache.LayerCache (the engine's cache) instead of an in-place mla source
 	}{
 		{"sparse_mla_decode", 1, kvcache.KVBF16, false},
 		{"sparse_mla_decode", 1, kvcache.KVBF16, true},
 		{"sparse_mla_decode", 1, kvcache.KVF32, true},
 		{"sparse_mla_decode", 1, kvcache.KVFP8DSMLA, true},
 		{"sparse_mla_prefill", 16, kvcache.KVBF16, false},
+		{"sparse_mla_prefill", 16, kvcache.KVBF16, true},
+		{"sparse_mla_prefill", 16, kvcache.KVF32, true},
+		{"sparse_mla_prefill", 16, kvcache.KVFP8DSMLA, true},
 	} {
 		shape := fmt.Sprintf("rows=%d heads=%d topk=%d kv=%s", sc.rows, heads, topk, sc.kv)
 		if sc.kvcache {
@@ -394,7 +397,8 @@ func benchRand(rng *rand.Rand, n int, scale float64) []float32 {
 }
 
 // setupSparse builds a pool of KV rows, either in a kvcache.LayerCache of
-// the given format (the engine's cache, decoded row by row on read) or, for
+// the given format (the engine's cache: f32 rows read as views, bf16 rows in
+// place, fp8_ds_mla rows decoded a block at a time) or, for
 // bf16, in an mla.DenseKVBF16 that the fast path reads in place.
 func setupSparse(rows, heads, topk, pool int, kv kvcache.KVDType, useCache bool) (func(), error) {
 	const blockSize = 64
@@ -466,20 +470,41 @@ func setupIndexer(nkeys, heads, dim, topk int, idx kvcache.IndexerDType) (func()
 	}, nil
 }
 
+// setupGEMM builds the weights of a projection. A one-row product (GEMV,
+// memory-bound) cycles through gemvCopies weight matrices, so that every
+// call streams its weights from memory even when the machine's last-level
+// caches together hold one matrix (two cores on two core complexes hold
+// 64 MiB).
 func setupGEMM(rows, out, in int, dtype string) (func(), error) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	w := &kernels.Matrix{Rows: out, Cols: in}
-	wf := benchRand(rng, out*in, 10)
-	if dtype == "f32" {
-		w.F32 = wf
-	} else {
-		w.BF16 = make([]uint16, len(wf))
-		numfmt.F32sToBF16(w.BF16, wf)
+	copies := 1
+	if rows == 1 {
+		copies = gemvCopies
 	}
-	if err := w.Validate(); err != nil {
-		return nil, err
+	ws := make([]*kernels.Matrix, copies)
+	for k := range ws {
+		w := &kernels.Matrix{Rows: out, Cols: in}
+		wf := benchRand(rng, out*in, 10)
+		if dtype == "f32" {
+			w.F32 = wf
+		} else {
+			w.BF16 = make([]uint16, len(wf))
+			numfmt.F32sToBF16(w.BF16, wf)
+		}
+		if err := w.Validate(); err != nil {
+			return nil, err
+		}
+		ws[k] = w
 	}
 	x := benchRand(rng, rows*in, 10)
 	dst := make([]float32, rows*out)
-	return func() { kernels.MatMulT(dst, x, rows, w) }, nil
+	k := 0
+	return func() {
+		kernels.MatMulT(dst, x, rows, ws[k])
+		k = (k + 1) % copies
+	}, nil
 }
+
+// gemvCopies is the number of weight matrices a GEMV benchmark cycles
+// through (3 × 59 MB in bf16).
+const gemvCopies = 3
