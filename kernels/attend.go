@@ -92,24 +92,23 @@ func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen 
 	rows = rows[:n]
 	dim := len(q) / heads
 	l := activeLevel()
-	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
-	parts := planParts((heads+3)/4, flops)
-	if l == levelRef || parts*attendBlock > n && parts > 1 {
-		// Too few rows for a block region per part: decode them all first.
+	if l == levelRef {
 		decodeAllRows(dec, n, rowLen, scratch, rows)
-		if l == levelRef {
-			attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
-		} else {
-			attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits)
-		}
+		attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
 		return
 	}
 	t := takeAttendTask(heads)
-	t.out, t.lse, t.maxLogits, t.q, t.rows, t.logits = out, lse, maxLogits, q, rows, logits
-	t.heads, t.dim, t.vdim, t.scale, t.l = heads, dim, vdim, scale, l
-	t.dec, t.scratch, t.rowLen, t.n = dec, scratch, rowLen, n
-	runParts(t, parts, &t.join)
-	t.dec, t.scratch = nil, nil
+	t.out, t.lse, t.maxLogits, t.q, t.logits = out, lse, maxLogits, q, logits
+	t.heads, t.dim, t.vdim, t.scale, t.l, t.n = heads, dim, vdim, scale, l, n
+	parts := t.plan()
+	if bl := min(n, attendBlock); t.splits*t.groups*bl > n {
+		// Too few rows for a block region per unit: decode them all first.
+		decodeAllRows(dec, n, rowLen, scratch, rows)
+		t.rows = rows
+	} else {
+		t.rows, t.dec, t.scratch, t.rowLen = rows, dec, scratch, rowLen
+	}
+	t.run(parts)
 	putAttendTask(t)
 }
 
@@ -157,9 +156,9 @@ func attendPrologue(fn string, out, lse, maxLogits, q []float32, heads, vdim, n 
 		panic(fmt.Sprintf("kernels: %s: len(q)=%d is not a positive multiple of heads=%d", fn, len(q), heads))
 	}
 	dim := len(q) / heads
-	if vdim < 0 || len(out) != heads*vdim || len(lse) != heads || (maxLogits != nil && len(maxLogits) != heads) || len(logits) < heads*n {
-		panic(fmt.Sprintf("kernels: %s: heads=%d, vdim=%d, %d rows need len(out)=%d, len(lse)=%d, len(maxLogits)=0 or %d, len(logits)≥%d; got %d, %d, %d, %d",
-			fn, heads, vdim, n, heads*vdim, heads, heads, heads*n, len(out), len(lse), len(maxLogits), len(logits)))
+	if vdim < 0 || len(out) != heads*vdim || len(lse) != heads || (maxLogits != nil && len(maxLogits) != heads) || len(logits) < AttendScratchLen(heads, n, vdim) {
+		panic(fmt.Sprintf("kernels: %s: heads=%d, vdim=%d, %d rows need len(out)=%d, len(lse)=%d, len(maxLogits)=0 or %d, len(logits)≥%d (AttendScratchLen); got %d, %d, %d, %d",
+			fn, heads, vdim, n, heads*vdim, heads, heads, AttendScratchLen(heads, n, vdim), len(out), len(lse), len(maxLogits), len(logits)))
 	}
 	need := max(dim, vdim)
 	for j := range n {
@@ -182,17 +181,95 @@ func attendPrologue(fn string, out, lse, maxLogits, q []float32, heads, vdim, n 
 }
 
 // attendFast runs the assembly AttendRows of level l over f32 or bf16 rows
-// (exactly one of rows and rowsBF16 set), split by groups of four heads over
-// the threads.
+// (exactly one of rows and rowsBF16 set).
 func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]float32, rowsBF16 [][]uint16, scale float32, logits []float32) {
-	n := max(len(rows), len(rowsBF16))
-	flops := 2 * float64(heads) * float64(n) * float64(dim+vdim)
-	parts := planParts((heads+3)/4, flops)
 	t := takeAttendTask(heads)
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = out, lse, maxLogits, q, rows, rowsBF16, logits
-	t.heads, t.dim, t.vdim, t.scale, t.l = heads, dim, vdim, scale, l
-	runParts(t, parts, &t.join)
+	t.heads, t.dim, t.vdim, t.scale, t.l, t.n = heads, dim, vdim, scale, l, max(len(rows), len(rowsBF16))
+	t.run(t.plan())
 	putAttendTask(t)
+}
+
+// splitRows is the number of rows of one split of a long call: a call over
+// more rows computes each split's softmax partial separately (every head,
+// with its own running max and sum) and merges the partials by their
+// log-sum-exp at the end, in split order. Splits depend only on the number
+// of rows, so results are the same for every thread count; threads share
+// the splits (each reads only its splits' rows) before they share heads.
+const splitRows = 4 * attendBlock
+
+// attendSplits is the number of splits of a call over n rows.
+func attendSplits(n int) int {
+	if n <= splitRows {
+		return 1
+	}
+	return (n + splitRows - 1) / splitRows
+}
+
+// AttendScratchLen is the length of the logits scratch AttendRows,
+// AttendRowsBF16 and AttendDecodedRows need for heads heads, n rows and vdim
+// output columns: the [heads, n] logits and, for calls of more than one
+// split, every split's partial output, running max and sum.
+func AttendScratchLen(heads, n, vdim int) int {
+	if s := attendSplits(n); s > 1 {
+		return heads*n + s*heads*(vdim+2)
+	}
+	return heads * n
+}
+
+// plan sets the task's splits and head groups and returns the number of
+// parts (threads) to run them on.
+func (t *attendTask) plan() int {
+	flops := 2 * float64(t.heads) * float64(t.n) * float64(t.dim+t.vdim)
+	t.splits = attendSplits(t.n)
+	hg := (t.heads + 3) / 4
+	if t.splits == 1 {
+		t.groups = planParts(hg, flops)
+	} else {
+		t.groups = max(1, min(hg, (Threads()+t.splits-1)/t.splits))
+	}
+	return planParts(t.splits*t.groups, flops)
+}
+
+// run computes the task's units on parts threads and, for several splits,
+// merges their partials.
+func (t *attendTask) run(parts int) {
+	runParts(t, parts, &t.join)
+	if t.splits > 1 {
+		t.merge()
+	}
+}
+
+// merge combines the splits' partials of every head in split order:
+// M = max_s M_s, a_s = exp(M_s − M), S = Σ a_s·S_s, out = (Σ a_s·O_s) / S,
+// lse = M + ln S.
+func (t *attendTask) merge() {
+	heads, vdim := t.heads, t.vdim
+	stride := heads * (vdim + 2)
+	part := t.logits[heads*t.n:]
+	for h := range heads {
+		m := float32(math.Inf(-1))
+		for s := range t.splits {
+			m = max(m, part[s*stride+heads*vdim+h])
+		}
+		o := t.out[h*vdim : (h+1)*vdim]
+		clear(o)
+		var sum float32
+		for s := range t.splits {
+			base := part[s*stride:]
+			a := float32(math.Exp(float64(base[heads*vdim+h] - m)))
+			sum += a * base[heads*vdim+heads+h]
+			Axpy(a, base[h*vdim:(h+1)*vdim], o)
+		}
+		inv := 1 / sum
+		for c := range o {
+			o[c] *= inv
+		}
+		if t.maxLogits != nil {
+			t.maxLogits[h] = m
+		}
+		t.lse[h] = m + float32(math.Log(float64(sum)))
+	}
 }
 
 // takeAttendTask returns a pooled task whose softmax sums hold heads values.
@@ -213,6 +290,7 @@ func takeAttendTask(heads int) *attendTask {
 // putAttendTask drops t's references to the caller's data and pools it.
 func putAttendTask(t *attendTask) {
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = nil, nil, nil, nil, nil, nil, nil
+	t.dec, t.scratch = nil, nil
 	select {
 	case attendTasks <- t:
 	default:
@@ -309,30 +387,42 @@ type attendTask struct {
 	sums                   []float32 // [heads] softmax sums; kept across calls
 	l                      level
 	join                   joiner
-	// AttendDecodedRows: every part has dec write each block of n rows
-	// into its own min(n, attendBlock)·rowLen region of scratch just before the
-	// block is used, and points its attendBlock headers of rows at them.
-	dec       RowDecoder
-	scratch   []float32
-	rowLen, n int
+	n                      int // rows
+	splits, groups         int // row splits × head groups = units of work
+	// AttendDecodedRows: every unit has dec write each block of its rows
+	// into its own min(n, attendBlock)·rowLen region of scratch just before
+	// the block is used, and points as many headers of rows at them.
+	dec     RowDecoder
+	scratch []float32
+	rowLen  int
 }
 
 var attendTasks = make(chan *attendTask, 64)
 
 func (t *attendTask) runPart(p, parts int) {
-	h0, h1 := partRange(t.heads, 4, p, parts)
-	if h0 >= h1 {
-		return
+	u0, u1 := partRange(t.splits*t.groups, 1, p, parts)
+	for u := u0; u < u1; u++ {
+		s, g := u/t.groups, u%t.groups
+		h0, h1 := partRange(t.heads, 4, g, t.groups)
+		if h0 >= h1 {
+			continue
+		}
+		var scratch []float32
+		var views [][]float32
+		if t.dec != nil {
+			bl := min(t.n, attendBlock)
+			scratch = t.scratch[u*bl*t.rowLen : (u+1)*bl*t.rowLen]
+			views = t.rows[u*bl : (u+1)*bl]
+		}
+		if t.splits == 1 {
+			attendHeads(t, h0, h1, 0, t.n, t.out, t.lse, t.sums, true, scratch, views)
+			continue
+		}
+		stride := t.heads * (t.vdim + 2)
+		part := t.logits[t.heads*t.n+s*stride : t.heads*t.n+(s+1)*stride]
+		hv := t.heads * t.vdim
+		attendHeads(t, h0, h1, s*splitRows, min(t.n, (s+1)*splitRows), part[:hv], part[hv:hv+t.heads], part[hv+t.heads:], false, scratch, views)
 	}
-	var scratch []float32
-	var views [][]float32
-	if t.dec != nil {
-		// Each part decodes every block into its own region.
-		bl := min(t.n, attendBlock)
-		scratch = t.scratch[p*bl*t.rowLen : (p+1)*bl*t.rowLen]
-		views = t.rows[p*bl : (p+1)*bl]
-	}
-	attendHeads(t, h0, h1, scratch, views)
 }
 
 // rowPrefetchAhead is how many rows ahead of the four in use the logit loop
@@ -349,14 +439,16 @@ const rowPrefetchAhead = 4
 // The block size is a constant, so the order of every operation on a head
 // depends only on the number of rows. With a decoder (AttendDecodedRows) each
 // block is first decoded into scratch, with views pointing at its rows.
-func attendHeads(t *attendTask, h0, h1 int, scratch []float32, views [][]float32) {
+//
+// Only rows [r0, r1) are read. The output out ([heads, vdim]), running max
+// runMax and sum runSum ([heads]) are indexed by head; when final they are
+// normalized (out divided by the sum, t.lse and t.maxLogits written — runMax
+// is then t.lse), otherwise left as the split's partial.
+func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float32, final bool, scratch []float32, views [][]float32) {
 	q, logits, dim, vdim := t.q, t.logits, t.dim, t.vdim
 	bf := t.rowsBF16 != nil // bf16 rows: no dim or vdim tails (see AttendRowsBF16)
 	l := t.l
-	n := max(len(t.rows), len(t.rowsBF16))
-	if t.dec != nil {
-		n = t.n
-	}
+	n := t.n
 	kv := dim &^ (vecWidth(l) - 1)
 	cw := attendCols(l)
 	cv := vdim &^ (cw - 1)
@@ -366,16 +458,15 @@ func attendHeads(t *attendTask, h0, h1 int, scratch []float32, views [][]float32
 		rowBytes /= 2
 	}
 	negInf := float32(math.Inf(-1))
-	runMax, runSum := t.lse, t.sums // lse holds the running max until the end
 	for h := h0; h < h1; h++ {
 		runMax[h], runSum[h] = negInf, 0
 	}
-	clear(t.out[h0*vdim : h1*vdim])
+	clear(out[h0*vdim : h1*vdim])
 	var tile [24]float32
 	var f [4]*float32
 	var b [4]*uint16
-	for b0 := 0; b0 < n; b0 += attendBlock {
-		b1 := min(b0+attendBlock, n)
+	for b0 := r0; b0 < r1; b0 += attendBlock {
+		b1 := min(b0+attendBlock, r1)
 		// The block's rows, indexed from 0, and the rows that may be
 		// prefetched (the block's and, in place, every later row).
 		var rows, ahead [][]float32
@@ -390,9 +481,9 @@ func attendHeads(t *attendTask, h0, h1 int, scratch []float32, views [][]float32
 			rows = views[:b1-b0]
 			ahead = rows
 		case bf:
-			rowsB, aheadB = t.rowsBF16[b0:b1], t.rowsBF16[b0:]
+			rowsB, aheadB = t.rowsBF16[b0:b1], t.rowsBF16[b0:r1]
 		default:
-			rows, ahead = t.rows[b0:b1], t.rows[b0:]
+			rows, ahead = t.rows[b0:b1], t.rows[b0:r1]
 		}
 		nb := b1 - b0
 		for jt := 0; jt < nb; jt += 4 {
@@ -464,7 +555,7 @@ func attendHeads(t *attendTask, h0, h1 int, scratch []float32, views [][]float32
 			if m > runMax[h] && runMax[h] != negInf {
 				alpha := float32(math.Exp(float64(runMax[h] - m)))
 				runSum[h] *= alpha
-				o := t.out[h*vdim : (h+1)*vdim]
+				o := out[h*vdim : (h+1)*vdim]
 				for c := range o {
 					o[c] *= alpha
 				}
@@ -476,14 +567,14 @@ func attendHeads(t *attendTask, h0, h1 int, scratch []float32, views [][]float32
 			m := min(4, h1-ht)
 			for c0 := 0; c0 < cv; c0 += cw {
 				if bf {
-					axpyTileBF16(l, m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rowsB[0], nb, c0)
+					axpyTileBF16(l, m, &out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rowsB[0], nb, c0)
 				} else {
-					axpyTile(l, m, &t.out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[0], nb, c0)
+					axpyTile(l, m, &out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[0], nb, c0)
 				}
 			}
 			if cv < vdim { // f32 rows only
 				for i := range m {
-					o := t.out[(ht+i)*vdim+cv : (ht+i+1)*vdim]
+					o := out[(ht+i)*vdim+cv : (ht+i+1)*vdim]
 					for j := range nb {
 						p := logits[(ht+i)*n+b0+j]
 						v := rows[j][cv:vdim]
@@ -495,12 +586,15 @@ func attendHeads(t *attendTask, h0, h1 int, scratch []float32, views [][]float32
 			}
 		}
 	}
+	if !final {
+		return
+	}
 	for h := h0; h < h1; h++ {
 		if t.maxLogits != nil {
 			t.maxLogits[h] = runMax[h]
 		}
 		inv := 1 / runSum[h]
-		o := t.out[h*vdim : (h+1)*vdim]
+		o := out[h*vdim : (h+1)*vdim]
 		for c := range o {
 			o[c] *= inv
 		}

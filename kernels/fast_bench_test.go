@@ -43,7 +43,7 @@ func BenchmarkAttendRows(b *testing.B) {
 			q := randSlice(r, bc.heads*dim, 0.05)
 			out := make([]float32, bc.heads*vdim)
 			lse := make([]float32, bc.heads)
-			logits := make([]float32, bc.heads*bc.n)
+			logits := make([]float32, AttendScratchLen(bc.heads, bc.n, vdim))
 			defer SetThreads(SetThreads(bc.threads))
 			for b.Loop() {
 				AttendRows(out, lse, nil, q, bc.heads, vdim, rows, 0.0625, logits)

@@ -249,6 +249,9 @@ func TestAttendRows(t *testing.T) {
 		{"small dims with tails", 5, 20, 70, 37, 0.5},
 		{"vdim wider than dim", 3, 16, 128, 9, 0.25},
 		{"no rows", 6, 576, 512, 0, 0.0625},
+		{"three splits, the last short", 8, 576, 512, 1100, 0.0625},
+		{"glm5 top-k, four splits", 16, 576, 512, 2048, 0.0625},
+		{"split with tails", 5, 20, 70, 600, 0.5},
 	}
 	forEachImpl(t, func(t *testing.T) {
 		for k, tc := range tests {
@@ -269,7 +272,7 @@ func TestAttendRows(t *testing.T) {
 				out := make([]float32, tc.heads*tc.vdim)
 				lse := make([]float32, tc.heads)
 				maxL := make([]float32, tc.heads)
-				logits := make([]float32, tc.heads*tc.nr)
+				logits := make([]float32, AttendScratchLen(tc.heads, tc.nr, tc.vdim))
 				AttendRows(out, lse, maxL, q, tc.heads, tc.vdim, rows, tc.scale, logits)
 				opt := cmp.Options{cmpopts.EquateApprox(1e-4, 1e-5), cmpopts.EquateNaNs()}
 				if d := cmp.Diff(wantOut, to64(out), opt); d != "" {
@@ -309,6 +312,7 @@ func TestAttendRows(t *testing.T) {
 func TestWeightedReLUScores(t *testing.T) {
 	tests := []struct{ heads, dim, nkeys int }{
 		{32, 128, 67}, {32, 128, 600}, {4, 16, 5}, {3, 16, 9}, {8, 24, 10}, {64, 128, 1}, {4, 128, 0},
+		{64, 128, 37}, {33, 7, 19}, {1, 1, 9},
 	}
 	forEachImpl(t, func(t *testing.T) {
 		for k, tc := range tests {
@@ -363,7 +367,7 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 	q := randSlice(r, heads*dim, 1)
 	out := make([]float32, heads*vdim)
 	lse := make([]float32, heads)
-	logits := make([]float32, heads*nr)
+	logits := make([]float32, AttendScratchLen(heads, nr, vdim))
 	w := &Matrix{Rows: 64, Cols: 256, F32: randSlice(r, 64*256, 1)}
 	x := randSlice(r, 8*256, 1)
 	y := make([]float32, 8*64)
@@ -427,7 +431,7 @@ func TestPeakProbes(t *testing.T) {
 // path); the values past the read width are NaN and never matter.
 func TestAttendRowsBF16(t *testing.T) {
 	tests := []struct{ heads, dim, vdim, nr int }{
-		{64, 576, 512, 300}, {7, 576, 512, 131}, {4, 64, 64, 5}, {3, 20, 70, 9}, {5, 576, 512, 0},
+		{64, 576, 512, 300}, {7, 576, 512, 131}, {4, 64, 64, 5}, {3, 20, 70, 9}, {5, 576, 512, 0}, {12, 576, 512, 1100},
 	}
 	forEachImpl(t, func(t *testing.T) {
 		for k, tc := range tests {
@@ -452,7 +456,7 @@ func TestAttendRowsBF16(t *testing.T) {
 				out := make([]float32, tc.heads*tc.vdim)
 				lse := make([]float32, tc.heads)
 				maxL := make([]float32, tc.heads)
-				logits := make([]float32, tc.heads*tc.nr)
+				logits := make([]float32, AttendScratchLen(tc.heads, tc.nr, tc.vdim))
 				if bf {
 					AttendRowsBF16(out, lse, maxL, q, tc.heads, tc.vdim, rowsB, 0.0625, logits)
 				} else {
@@ -500,6 +504,7 @@ func (d *widenDecoder) DecodeRows(dst []float32, j0, j1 int) {
 func TestAttendDecodedRows(t *testing.T) {
 	tests := []struct{ heads, dim, vdim, nr int }{
 		{64, 576, 512, 300}, {7, 576, 512, 131}, {4, 64, 64, 5}, {3, 20, 70, 9}, {5, 576, 512, 0}, {16, 576, 512, 256},
+		{12, 576, 512, 1100}, {8, 576, 512, 2048}, {3, 20, 70, 600},
 	}
 	forEachImpl(t, func(t *testing.T) {
 		for k, tc := range tests {
@@ -521,7 +526,7 @@ func TestAttendDecodedRows(t *testing.T) {
 				out := make([]float32, tc.heads*tc.vdim)
 				lse := make([]float32, tc.heads)
 				maxL := make([]float32, tc.heads)
-				logits := make([]float32, tc.heads*tc.nr)
+				logits := make([]float32, AttendScratchLen(tc.heads, tc.nr, tc.vdim))
 				if decoded {
 					scratch := make([]float32, tc.nr*width+7)
 					for i := range scratch {
@@ -581,7 +586,7 @@ func TestConcurrentCallersShareThePool(t *testing.T) {
 		y := make([]float32, n*out)
 		MatMulT(y, xs[c], n, w)
 		o := make([]float32, heads*vdim)
-		AttendRows(o, make([]float32, heads), nil, qs[c], heads, vdim, rows, 0.125, make([]float32, heads*nr))
+		AttendRows(o, make([]float32, heads), nil, qs[c], heads, vdim, rows, 0.125, make([]float32, AttendScratchLen(heads, nr, vdim)))
 		want[c] = append(y, o...)
 	}
 	defer SetThreads(SetThreads(3))
@@ -592,7 +597,7 @@ func TestConcurrentCallersShareThePool(t *testing.T) {
 			y := make([]float32, n*out)
 			o := make([]float32, heads*vdim)
 			lse := make([]float32, heads)
-			logits := make([]float32, heads*nr)
+			logits := make([]float32, AttendScratchLen(heads, nr, vdim))
 			for range 20 {
 				MatMulT(y, xs[c], n, w)
 				AttendRows(o, lse, nil, qs[c], heads, vdim, rows, 0.125, logits)
@@ -655,4 +660,48 @@ func TestAxpyBitsMatchReference(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestScoreKeysPrepared: a prepared query scores keys with the bits of
+// WeightedReLUScores, over several calls with one preparation, and refuses
+// to run under an implementation other than the one it was prepared for.
+func TestScoreKeysPrepared(t *testing.T) {
+	r := newRand(95)
+	const heads, dim, n = 33, 40, 50
+	q := randSlice(r, heads*dim, 1)
+	w := randSlice(r, heads, 1)
+	keys := make([][]float32, n)
+	for j := range keys {
+		keys[j] = randSlice(r, dim, 1)
+	}
+	forEachImpl(t, func(t *testing.T) {
+		want := make([]float32, n)
+		WeightedReLUScores(want, q, w, heads, keys)
+		var sq ScoreQuery
+		sq.Prepare(q, w, heads)
+		got := make([]float32, n)
+		ScoreKeys(got[:20], &sq, keys[:20])
+		ScoreKeys(got[20:], &sq, keys[20:])
+		if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
+			t.Errorf("WeightedReLUScores vs ScoreKeys in two calls (-want +got):\n%s", d)
+		}
+		if sq.Bytes() > ScoreQueryBytes(heads, dim) {
+			t.Errorf("a prepared query holds %d bytes, ScoreQueryBytes says at most %d", sq.Bytes(), ScoreQueryBytes(heads, dim))
+		}
+		other := "ref"
+		if Impl() == "ref" {
+			other = impls()[len(impls())-1]
+		}
+		if other == Impl() {
+			return
+		}
+		prev, _ := SetImpl(other)
+		defer SetImpl(prev)
+		defer func() {
+			if msg := fmt.Sprint(recover()); !strings.Contains(msg, "prepared for") {
+				t.Errorf("panic = %q, want a refusal naming the implementation", msg)
+			}
+		}()
+		ScoreKeys(got, &sq, keys)
+	})
 }

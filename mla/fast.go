@@ -124,7 +124,7 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 			maxR = maxLogits[r*heads : (r+1)*heads]
 		}
 		kernels.AttendRows(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
-			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rows[:n], scale, ws.logits[:heads*n])
+			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rows[:n], scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)])
 		clear(ws.rows[:n]) // drop references to the source's storage
 	}
 }
@@ -150,7 +150,7 @@ func sparseAttentionFastDecoded(out, lse, maxLogits, q []float32, rows, heads in
 			maxR = maxLogits[r*heads : (r+1)*heads]
 		}
 		kernels.AttendDecodedRows(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
-			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, n, RowDim, &ws.dec, scale, ws.logits[:heads*n], ws.rowBuf, ws.rows)
+			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, n, RowDim, &ws.dec, scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)], ws.rowBuf, ws.rows)
 		ws.dec = slotDecoder{}
 		clear(ws.rows[:n])
 	}
@@ -177,7 +177,7 @@ func sparseAttentionFastBF16(out, lse, maxLogits, q []float32, rows, heads int, 
 			maxR = maxLogits[r*heads : (r+1)*heads]
 		}
 		kernels.AttendRowsBF16(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
-			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rowsBF16[:n], scale, ws.logits[:heads*n])
+			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rowsBF16[:n], scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)])
 		clear(ws.rowsBF16[:n])
 	}
 }
@@ -189,25 +189,52 @@ const indexerChunk = 256
 
 // keyChunk is the gather scratch of the fast IndexerScores.
 type keyChunk struct {
-	buf  []float32   // [indexerChunk, dim] decode space
-	keys [][]float32 // [indexerChunk] gathered keys
+	buf     []float32            // [indexerChunk, dim] decode space
+	keys    [][]float32          // [indexerChunk] gathered keys
+	queries []kernels.ScoreQuery // [block] the block's queries, prepared once
 }
+
+// DecodingKeySource is a KeySource whose Key decodes stored records (fp8
+// indexer keys) into the caller's scratch: DecodesKeys reports whether it
+// does for this source, and PrefetchKey(slot) starts loading slot's record
+// into the CPU cache and returns at once. The fast IndexerScores prefetches
+// keyLookahead keys ahead of the one it decodes.
+type DecodingKeySource interface {
+	KeySource
+	DecodesKeys() bool
+	PrefetchKey(slot int32)
+}
+
+// keyLookahead is how many keys ahead of the one being decoded the fast
+// indexer prefetches.
+const keyLookahead = 16
 
 // indexerScoresFast is the scoring loop of IndexerScores on the fast kernels;
 // the caller has checked the arguments and written the −Inf tails.
 func indexerScoresFast(kc *keyChunk, scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
 	nkeys := len(slots)
 	buf := kc.buf[:indexerChunk*dim]
-	block := max(1, indexerBlockFloats/max(1, heads*dim))
+	block := indexerBlock(heads, dim)
+	if len(kc.queries) < block {
+		kc.queries = make([]kernels.ScoreQuery, block)
+	}
+	pf, ok := keys.(DecodingKeySource)
+	if ok && !pf.DecodesKeys() {
+		pf = nil
+	}
 	for i0 := 0; i0 < t; i0 += block {
 		i1 := min(t, i0+block)
 		var maxEnd int32
-		for _, e := range ends[i0:i1] {
+		for i, e := range ends[i0:i1] {
 			maxEnd = max(maxEnd, e)
+			kc.queries[i].Prepare(q[(i0+i)*heads*dim:(i0+i+1)*heads*dim], w[(i0+i)*heads:(i0+i+1)*heads], heads)
 		}
 		for j0 := 0; j0 < int(maxEnd); j0 += indexerChunk {
 			j1 := min(int(maxEnd), j0+indexerChunk)
 			for j := j0; j < j1; j++ {
+				if pf != nil && j+keyLookahead < int(maxEnd) {
+					pf.PrefetchKey(slots[j+keyLookahead])
+				}
 				c := j - j0
 				kc.keys[c] = keys.Key(slots[j], buf[c*dim:(c+1)*dim])[:dim]
 			}
@@ -216,10 +243,12 @@ func indexerScoresFast(kc *keyChunk, scores, q, w []float32, t, heads, dim int, 
 				if e <= j0 {
 					continue
 				}
-				kernels.WeightedReLUScores(scores[i*nkeys+j0:i*nkeys+e], q[i*heads*dim:(i+1)*heads*dim],
-					w[i*heads:(i+1)*heads], heads, kc.keys[:e-j0])
+				kernels.ScoreKeys(scores[i*nkeys+j0:i*nkeys+e], &kc.queries[i-i0], kc.keys[:e-j0])
 			}
 		}
 	}
 	clear(kc.keys)
+	for i := range kc.queries {
+		kc.queries[i].Release()
+	}
 }

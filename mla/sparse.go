@@ -15,7 +15,7 @@ type Workspace struct {
 	rowBuf      []float32   // [topk, RowDim]: decode space for gathered rows
 	rows        [][]float32 // [topk]: the gathered rows of one query row (views or rowBuf parts)
 	rowsBF16    [][]uint16  // [topk]: gathered bf16 rows (views) on the fast path
-	logits      []float32   // [heads, topk]: logits, then softmax weights
+	logits      []float32   // [heads, topk] logits (then softmax weights) and the fast kernels' split partials (kernels.AttendScratchLen)
 	slots       []int32     // [topk]: the valid slots of one query row (decoded rows, fast path)
 	dec         slotDecoder // decodes them, a block at a time
 }
@@ -32,16 +32,19 @@ func NewWorkspace(topk, heads int) *Workspace {
 		rowBuf:   make([]float32, topk*RowDim),
 		rows:     make([][]float32, topk),
 		rowsBF16: make([][]uint16, topk),
-		logits:   make([]float32, heads*topk),
+		logits:   make([]float32, kernels.AttendScratchLen(heads, topk, LatentDim)),
 		slots:    make([]int32, topk),
 	}
 }
 
 // WorkspaceBytes is the memory NewWorkspace(topk, heads) holds, for start-up
 // memory budgets: the decode space of topk rows, two tables of topk slice
-// headers (f32 and bf16 rows), the [heads, topk] logits and topk slots.
+// headers (f32 and bf16 rows), the logits scratch of the attention kernels
+// (kernels.AttendScratchLen: [heads, topk] logits and the split partials)
+// and topk slots.
 func WorkspaceBytes(topk, heads int) int64 {
-	return int64(topk)*RowDim*4 + int64(topk)*int64(unsafe.Sizeof([]float32(nil))+unsafe.Sizeof([]uint16(nil))) + int64(heads)*int64(topk)*4 + int64(topk)*4
+	return int64(topk)*RowDim*4 + int64(topk)*int64(unsafe.Sizeof([]float32(nil))+unsafe.Sizeof([]uint16(nil))) +
+		int64(kernels.AttendScratchLen(heads, topk, LatentDim))*4 + int64(topk)*4
 }
 
 // Bytes is the memory the workspace holds (WorkspaceBytes of its sizes).
