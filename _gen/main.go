@@ -57,7 +57,7 @@ func main() {
 	max256()
 	expSum512()
 	max512()
-	scoreTile512()
+	scoreTile8T512()
 	fmaPeak512()
 	fmaPeak256()
 	readSum512()
@@ -863,77 +863,72 @@ func max512() {
 	RET()
 }
 
-// scoreTile512 emits scoreTile4AVX512: for four keys,
-// out[j] = Σ_h w[h]·max(0, q_h·k_j) over heads (a multiple of 4) and dim (a
-// multiple of 16), heads in ascending order, each head's term fused into the
-// running score. The dot products use dotTile512's 4×4 tile and reduction.
-func scoreTile512() {
-	name := "scoreTile4AVX512"
-	TEXT(name, NOSPLIT, "func(q *float32, w *float32, heads int, dim int, k0, k1, k2, k3 *float32, out *float32)")
+// scoreTile8T512 emits scoreTile8TAVX512: one group of 32 heads of the
+// weighted ReLU scores of eight keys, with the query transposed
+// (qT[d·stride + h], stride in bytes, 32 heads per row of the group). For
+// each key j and head h the dot product runs over d in ascending order as a
+// chain of fused multiply-adds of the broadcast key value and the query row
+// (no horizontal reduction per head); then run[j] (16 lanes, in memory)
+// gains max(dot, 0)·w for heads 0–15 and then for heads 16–31 of the group,
+// lane-wise. When out is not nil the running sums are final: each is reduced
+// by hsum512 and stored to out[j]. Every key's arithmetic is the same
+// whichever keys share the tile.
+func scoreTile8T512() {
+	name := "scoreTile8TAVX512"
+	TEXT(name, NOSPLIT, "func(qT *float32, stride int, dim int, w *float32, k0, k1, k2, k3, k4, k5, k6, k7 *float32, run *float32, out *float32)")
 	Pragma("noescape")
-	Doc(name + " computes the weighted ReLU scores of four keys against heads query vectors.")
-	q := Load(Param("q"), GP64())
-	w := Load(Param("w"), GP64())
-	heads := Load(Param("heads"), GP64())
+	Doc(name + " adds one 32-head group of the weighted ReLU scores of eight keys to their running sums (and reduces them into out when out is not nil).")
+	qrow := Load(Param("qT"), GP64())
+	stride := Load(Param("stride"), GP64())
 	dim := Load(Param("dim"), GP64())
-	var k [4]Register
-	for j := range 4 {
+	var k [8]Register
+	for j := range 8 {
 		k[j] = Load(Param(fmt.Sprintf("k%d", j)), GP64())
-	}
-	SHRQ(U8(2), heads)
-	ld := GP64()
-	MOVQ(dim, ld)
-	SHLQ(U8(2), ld) // row bytes
-	SHRQ(U8(4), dim)
-	VPXORD(Z31, Z31, Z31)
-	VPXORD(Z30, Z30, Z30) // scores of the four keys in X30
-	JZ(LabelRef(name + "_done"))
-	TESTQ(heads, heads)
-	JZ(LabelRef(name + "_done"))
-	Label(name + "_group")
-	var xr [4]Register
-	for i := range 4 {
-		xr[i] = GP64()
-		if i == 0 {
-			MOVQ(q, xr[i])
-		} else {
-			LEAQ(Mem{Base: xr[i-1], Index: ld, Scale: 1}, xr[i])
-		}
 	}
 	for a := range 16 {
 		VPXORD(zmm[a], zmm[a], zmm[a])
 	}
+	SHLQ(U8(2), dim) // bytes per key
 	off := GP64()
 	XORQ(off, off)
-	cnt := GP64()
-	MOVQ(dim, cnt)
-	Label(name + "_loop")
-	for j := range 4 {
-		VMOVUPS(Mem{Base: k[j], Index: off, Scale: 1}, zmm[16+j])
+	TESTQ(dim, dim)
+	JZ(LabelRef(name + "_dots"))
+	Label(name + "_d")
+	VMOVUPS(Mem{Base: qrow}, Z24)
+	VMOVUPS(Mem{Base: qrow, Disp: 64}, Z25)
+	for j := range 8 {
+		VBROADCASTSS(Mem{Base: k[j], Index: off, Scale: 1}, Z26)
+		VFMADD231PS(Z24, Z26, zmm[2*j])
+		VFMADD231PS(Z25, Z26, zmm[2*j+1])
 	}
-	for i := range 4 {
-		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1}, zmm[20+i])
-		for j := range 4 {
-			VFMADD231PS(zmm[16+j], zmm[20+i], zmm[4*i+j])
+	ADDQ(stride, qrow)
+	ADDQ(U8(4), off)
+	CMPQ(off, dim)
+	JB(LabelRef(name + "_d"))
+	Label(name + "_dots")
+	w := Load(Param("w"), GP64())
+	run := Load(Param("run"), GP64())
+	VMOVUPS(Mem{Base: w}, Z28)
+	VMOVUPS(Mem{Base: w, Disp: 64}, Z29)
+	VPXORD(Z27, Z27, Z27)
+	for j := range 8 {
+		VMOVUPS(Mem{Base: run, Disp: 64 * j}, Z30)
+		for half := range 2 {
+			VMAXPS(Z27, zmm[2*j+half], zmm[2*j+half]) // max(dot, 0); a NaN dot gives 0
+			VMULPS([]VecPhysical{Z28, Z29}[half], zmm[2*j+half], zmm[2*j+half])
+			VADDPS(zmm[2*j+half], Z30, Z30)
 		}
+		VMOVUPS(Z30, Mem{Base: run, Disp: 64 * j})
 	}
-	ADDQ(U32(64), off)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_loop"))
-	for i := range 4 {
-		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
-		VMAXPS(X31, xmm[4*i], xmm[4*i]) // ReLU; NaN gives 0
-		VBROADCASTSS(Mem{Base: w, Disp: 4 * i}, X29)
-		VFMADD231PS(X29, xmm[4*i], X30)
-	}
-	// Next group of four heads.
-	LEAQ(Mem{Base: xr[3], Index: ld, Scale: 1}, q)
-	ADDQ(U32(16), w)
-	DECQ(heads)
-	JNZ(LabelRef(name + "_group"))
-	Label(name + "_done")
 	out := Load(Param("out"), GP64())
-	VMOVUPS(X30, Mem{Base: out})
+	TESTQ(out, out)
+	JZ(LabelRef(name + "_done"))
+	for j := range 8 {
+		VMOVUPS(Mem{Base: run, Disp: 64 * j}, Z0)
+		hsum512()
+		VMOVSS(X0, Mem{Base: out, Disp: 4 * j})
+	}
+	Label(name + "_done")
 	VZEROUPPER()
 	RET()
 }

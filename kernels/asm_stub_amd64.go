@@ -237,10 +237,10 @@ func expSumAVX512(x *float32, n int, m float32) float32
 //go:noescape
 func maxAVX512(x *float32, n int) float32
 
-// scoreTile4AVX512 computes the weighted ReLU scores of four keys against heads query vectors.
+// scoreTile8TAVX512 adds one 32-head group of the weighted ReLU scores of eight keys to their running sums (and reduces them into out when out is not nil).
 //
 //go:noescape
-func scoreTile4AVX512(q *float32, w *float32, heads int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32)
+func scoreTile8TAVX512(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, k6 *float32, k7 *float32, run *float32, out *float32)
 
 // fmaPeakAVX512 runs n rounds of 24 independent 16-lane FMA chains.
 func fmaPeakAVX512(n int) float32

@@ -302,11 +302,6 @@ func qkPanel(q *float32, ldq, groups int, k0, k1, k2, k3 *float32, kn int, out *
 // prefetchRows starts loading n bytes of four rows into L1.
 func prefetchRows(r0, r1, r2, r3 *float32, n int) { prefetchRows4(r0, r1, r2, r3, n) }
 
-// scoreTile4 is the AVX-512 weighted ReLU score of four keys.
-func scoreTile4(q, w *float32, heads, dim int, k0, k1, k2, k3 *float32, out *[4]float32) {
-	scoreTile4AVX512(q, w, heads, dim, k0, k1, k2, k3, &out[0])
-}
-
 // decodeE4M3Fast decodes the longest multiple of 16 of src with AVX-512 and
 // reports how many values it wrote (0 under any other implementation).
 func decodeE4M3Fast(dst []float32, src []byte, scale float32) int {
@@ -327,4 +322,10 @@ func Prefetch(b []byte) {
 	if len(b) > 0 {
 		prefetchBytes(&b[0], len(b))
 	}
+}
+
+// scoreTile8T is the AVX-512 transposed-query score tile of eight keys (see
+// scoreKeysT).
+func scoreTile8T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k5, k6, k7 *float32, run, out *float32) {
+	scoreTile8TAVX512(qT, stride, dim, w, k0, k1, k2, k3, k4, k5, k6, k7, run, out)
 }

@@ -34,10 +34,6 @@ func expSum(level, []float32, float32) float32 {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func scoreTile4(*float32, *float32, int, int, *float32, *float32, *float32, *float32, *[4]float32) {
-	panic("kernels: no assembly tiles on this architecture")
-}
-
 func fmaPeak(int) float64 { return 0 }
 
 func readSum([]float32) (float32, bool) { return 0, false }
@@ -76,3 +72,7 @@ func decodeE4M3Fast([]float32, []byte, float32) int { return 0 }
 
 // Prefetch is a no-op without assembly tiles (see fast_amd64.go).
 func Prefetch([]byte) {}
+
+func scoreTile8T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}

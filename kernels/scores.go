@@ -10,15 +10,19 @@ import (
 //	dim    = len(q) / heads; q is [heads, dim], w is [heads]
 //	dst[j] = Σ_h w[h] · max(0, q[h]·keys[j][:dim])   for j < len(keys)
 //
-// Heads are summed in ascending order. The reference uses Dot and skips
-// non-positive (and NaN) dot products; the AVX-512 implementation (heads a
-// multiple of 4, dim a multiple of 16) computes four keys × four heads per
-// tile and fuses each head's term into the running score; the AVX2 one
-// (dim a multiple of 8) uses 3-head × 4-key dot tiles and adds the terms as
-// the reference does. A key's score
-// depends only on the query and that key, never on the other keys of the
-// call, so keys are split across threads (SetThreads) without changing a
-// bit. It does not allocate.
+// The reference uses Dot, skips non-positive (and NaN) dot products and adds
+// the heads in ascending order. The AVX-512 implementation transposes the
+// query once per call (heads padded to a multiple of 32 with zero queries
+// and weights) and scores eight keys per tile: each head's dot product is a
+// chain of fused multiply-adds over d of the broadcast key value and a
+// 16-head query row, so no dot product needs a horizontal reduction; the
+// heads' terms are summed lane-wise (head h in lane h mod 16) and the lanes
+// by a fixed tree. The AVX2 one (dim a multiple of 8) uses 3-head × 4-key
+// dot tiles and adds the terms as the reference does. A key's score depends
+// only on the query and that key, never on the other keys of the call, so
+// keys are split across threads (SetThreads) without changing a bit. It
+// does not allocate once its pooled query scratch has grown to the
+// largest heads × dim seen.
 func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 	if heads <= 0 || len(q)%heads != 0 || len(w) != heads || len(dst) != len(keys) {
 		panic(fmt.Sprintf("kernels: WeightedReLUScores: heads=%d needs len(q) a multiple of heads, len(w)=heads and len(dst)=len(keys); got len(q)=%d, len(w)=%d, len(dst)=%d, %d keys",
@@ -30,24 +34,18 @@ func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 			panic(fmt.Sprintf("kernels: WeightedReLUScores: key %d has %d values, needs %d", j, len(k), dim))
 		}
 	}
-	if l := activeLevel(); (l == levelAVX512 && heads%4 == 0 && dim%16 == 0 && dim > 0) || (l == levelAVX2 && dim%8 == 0 && dim > 0) {
-		n := len(keys)
-		parts := planParts((n+3)/4, 2*float64(n)*float64(heads*dim))
-		if parts == 1 {
-			scoreKeys(dst, q, w, heads, dim, keys)
-			return
-		}
-		var t *scoreTask
+	if fastScores(activeLevel(), dim) {
+		var sq *ScoreQuery
 		select {
-		case t = <-scoreTasks:
+		case sq = <-scoreQueries:
 		default:
-			t = new(scoreTask)
+			sq = new(ScoreQuery)
 		}
-		t.dst, t.q, t.w, t.heads, t.dim, t.keys = dst, q, w, heads, dim, keys
-		runParts(t, parts, &t.join)
-		t.dst, t.q, t.w, t.keys = nil, nil, nil, nil
+		sq.Prepare(q, w, heads)
+		ScoreKeys(dst, sq, keys)
+		sq.Release()
 		select {
-		case scoreTasks <- t:
+		case scoreQueries <- sq:
 		default:
 		}
 		return
@@ -63,40 +61,163 @@ func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 	}
 }
 
-// scoreTask is one parallel WeightedReLUScores call; parts split the keys
-// (each key's score depends only on the query and that key).
-type scoreTask struct {
-	dst, q, w  []float32
+// fastScores reports whether level l scores keys of dim values in assembly.
+func fastScores(l level, dim int) bool {
+	return (l == levelAVX512 && dim > 0) || (l == levelAVX2 && dim%8 == 0 && dim > 0)
+}
+
+var scoreQueries = make(chan *ScoreQuery, 64)
+
+// ScoreQuery is one lightning-indexer query (q [heads, dim] and the head
+// weights w) prepared for ScoreKeys, so that a query scored against its keys
+// a chunk at a time is prepared once: on AVX-512 the query is transposed to
+// qT[d·hp + h] with the heads padded to hp, a multiple of 32, by zero
+// queries and weights. The zero value is ready for Prepare; it keeps its
+// buffers across Prepare calls, so it allocates only while they grow.
+type ScoreQuery struct {
+	q, w       []float32
 	heads, dim int
-	keys       [][]float32
-	join       joiner
+	l          level
+	qT, wP     []float32
+}
+
+// ScoreQueryBytes is the most memory a ScoreQuery holds for heads heads of
+// dim values, for start-up memory budgets.
+func ScoreQueryBytes(heads, dim int) int64 {
+	hp := int64(heads+31) &^ 31
+	return 4 * (hp*int64(dim) + hp)
+}
+
+// Reserve grows sq's buffers to hold a query of heads heads of dim values,
+// so that Prepare with those sizes does not allocate.
+func (sq *ScoreQuery) Reserve(heads, dim int) {
+	hp := (heads + 31) &^ 31
+	if cap(sq.qT) < hp*dim {
+		sq.qT = make([]float32, 0, hp*dim)
+	}
+	if cap(sq.wP) < hp {
+		sq.wP = make([]float32, 0, hp)
+	}
+}
+
+// Prepare makes sq the query q ([heads, dim]) with head weights w; q and w
+// are referenced, not copied, until the next Prepare, and must not change
+// in between. It panics on inconsistent sizes.
+func (sq *ScoreQuery) Prepare(q, w []float32, heads int) {
+	if heads <= 0 || len(q)%heads != 0 || len(w) != heads {
+		panic(fmt.Sprintf("kernels: ScoreQuery.Prepare: heads=%d needs len(q) a multiple of heads and len(w)=heads; got len(q)=%d, len(w)=%d",
+			heads, len(q), len(w)))
+	}
+	sq.q, sq.w, sq.heads, sq.dim, sq.l = q, w, heads, len(q)/heads, activeLevel()
+	if sq.l != levelAVX512 {
+		return
+	}
+	sq.Reserve(heads, sq.dim)
+	hp := (heads + 31) &^ 31
+	sq.qT, sq.wP = sq.qT[:hp*sq.dim], sq.wP[:hp]
+	clear(sq.qT)
+	clear(sq.wP)
+	copy(sq.wP, w)
+	for h := range heads {
+		for d, v := range q[h*sq.dim : (h+1)*sq.dim] {
+			sq.qT[d*hp+h] = v
+		}
+	}
+}
+
+// Bytes is the memory sq's buffers hold (at most ScoreQueryBytes of the
+// largest query reserved).
+func (sq *ScoreQuery) Bytes() int64 { return 4 * int64(cap(sq.qT)+cap(sq.wP)) }
+
+// Release drops sq's references to the q and w of the last Prepare, keeping
+// its buffers.
+func (sq *ScoreQuery) Release() { sq.q, sq.w = nil, nil }
+
+// ScoreKeys is WeightedReLUScores with a prepared query: the same results,
+// bit for bit. It panics if sq was prepared under another implementation
+// (SetImpl in between) or a key is shorter than the query's dim.
+func ScoreKeys(dst []float32, sq *ScoreQuery, keys [][]float32) {
+	if len(dst) != len(keys) {
+		panic(fmt.Sprintf("kernels: ScoreKeys: len(dst)=%d for %d keys", len(dst), len(keys)))
+	}
+	if l := activeLevel(); l != sq.l {
+		panic(fmt.Sprintf("kernels: ScoreKeys: query prepared for %s, %s is active", sq.l, l))
+	}
+	for j, k := range keys {
+		if len(k) < sq.dim {
+			panic(fmt.Sprintf("kernels: ScoreKeys: key %d has %d values, needs %d", j, len(k), sq.dim))
+		}
+	}
+	n := len(keys)
+	if !fastScores(sq.l, sq.dim) {
+		WeightedReLUScores(dst, sq.q, sq.w, sq.heads, keys)
+		return
+	}
+	if n == 0 {
+		return
+	}
+	var t *scoreTask
+	select {
+	case t = <-scoreTasks:
+	default:
+		t = new(scoreTask)
+	}
+	t.dst, t.sq, t.keys = dst, sq, keys
+	runParts(t, planParts((n+7)/8, 2*float64(n)*float64(sq.heads*sq.dim)), &t.join)
+	t.dst, t.sq, t.keys = nil, nil, nil
+	select {
+	case scoreTasks <- t:
+	default:
+	}
+}
+
+// scoreTask is one ScoreKeys call on the assembly kernels; parts split the
+// keys (each key's score depends only on the query and that key).
+type scoreTask struct {
+	dst  []float32
+	sq   *ScoreQuery
+	keys [][]float32
+	join joiner
 }
 
 var scoreTasks = make(chan *scoreTask, 64)
 
 func (t *scoreTask) runPart(p, parts int) {
-	j0, j1 := partRange(len(t.keys), 4, p, parts)
-	scoreKeys(t.dst[j0:j1], t.q, t.w, t.heads, t.dim, t.keys[j0:j1])
-}
-
-// scoreKeys is the assembly WeightedReLUScores over keys, four per tile,
-// prefetching the next four (keys live in scattered cache slots).
-func scoreKeys(dst, q, w []float32, heads, dim int, keys [][]float32) {
-	if activeLevel() == levelAVX2 {
-		scoreKeysAVX2(dst, q, w, heads, dim, keys)
+	sq := t.sq
+	if sq.l == levelAVX512 {
+		j0, j1 := partRange(len(t.keys), 8, p, parts)
+		scoreKeysT(t.dst[j0:j1], sq, t.keys[j0:j1])
 		return
 	}
-	var out [4]float32
+	j0, j1 := partRange(len(t.keys), 4, p, parts)
+	scoreKeysAVX2(t.dst[j0:j1], sq.q, sq.w, sq.heads, sq.dim, t.keys[j0:j1])
+}
+
+// scoreKeysT is the AVX-512 WeightedReLUScores over keys, eight per tile
+// (a short tile repeats its last key), 32 heads per assembly call,
+// prefetching the next eight keys (they live in scattered cache slots).
+func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
+	hp, dim := len(t.wP), t.dim
+	var run [8 * 16]float32
+	var out [8]float32
 	n := len(keys)
-	for j := 0; j < n; j += 4 {
-		nj := min(4, n-j)
-		if next := j + 4; next < n {
-			nn := min(4, n-next)
+	for j := 0; j < n; j += 8 {
+		nj := min(8, n-j)
+		if next := j + 8; next < n {
+			nn := min(8, n-next)
 			p := func(c int) *float32 { return &keys[next+min(c, nn-1)][0] }
 			prefetchRows(p(0), p(1), p(2), p(3), 4*dim)
+			prefetchRows(p(4), p(5), p(6), p(7), 4*dim)
 		}
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
-		scoreTile4(&q[0], &w[0], heads, dim, k(0), k(1), k(2), k(3), &out)
+		clear(run[:])
+		for g := 0; g < hp; g += 32 {
+			var o *float32
+			if g+32 == hp {
+				o = &out[0]
+			}
+			scoreTile8T(&t.qT[g], 4*hp, dim, &t.wP[g], k(0), k(1), k(2), k(3), k(4), k(5), k(6), k(7), &run[0], o)
+		}
 		copy(dst[j:j+nj], out[:nj])
 	}
 }

@@ -34,9 +34,10 @@ type LayerCache struct {
 }
 
 var (
-	_ mla.KVSource         = (*LayerCache)(nil)
-	_ mla.DecodingKVSource = (*LayerCache)(nil)
-	_ mla.KeySource        = (*LayerCache)(nil)
+	_ mla.KVSource          = (*LayerCache)(nil)
+	_ mla.DecodingKVSource  = (*LayerCache)(nil)
+	_ mla.DecodingKeySource = (*LayerCache)(nil)
+	_ mla.KeySource         = (*LayerCache)(nil)
 )
 
 // NewCache allocates the cache of one rank: layers × numBlocks blocks of
@@ -187,6 +188,20 @@ func (lc *LayerCache) PrefetchRow(slot int32) {
 	if lc.kv == KVFP8DSMLA && slot >= 0 && int(slot) < lc.slots {
 		off := int(slot) * numfmt.DSMLARecordBytes
 		kernels.Prefetch(lc.rowsFP8[off : off+numfmt.DSMLARecordBytes])
+	}
+}
+
+// DecodesKeys reports whether Key decodes keys (fp8) rather than returning
+// views (f32), for mla.DecodingKeySource.
+func (lc *LayerCache) DecodesKeys() bool { return lc.idx == IdxFP8 && lc.indexDim > 0 }
+
+// PrefetchKey starts loading the stored fp8 indexer key at slot into the
+// CPU cache (mla.DecodingKeySource); f32 keys are prefetched by the scoring
+// kernel itself.
+func (lc *LayerCache) PrefetchKey(slot int32) {
+	if lc.idx == IdxFP8 && lc.indexDim > 0 && slot >= 0 && int(slot) < lc.slots {
+		off := int(slot) * numfmt.IndexerKeyBytes
+		kernels.Prefetch(lc.keysFP8[off : off+numfmt.IndexerKeyBytes])
 	}
 }
 

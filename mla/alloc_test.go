@@ -3,6 +3,7 @@ package mla
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestHotPathsDoNotAllocate pins invariant 8 for the attention math: with a
@@ -34,6 +35,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	scores := make([]float32, tq*nkv)
 	picked := make([]int32, tq*topk)
 	counts := make([]int32, tq)
+	isc := NewIndexerScratch(ih, dim)
 
 	const n = 3
 	part := randVec(rng, n*rows*heads*LatentDim)
@@ -47,6 +49,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 			SparseAttention(out, lse, maxL, q, rows, heads, kv, indices, topk, topkLen, 0.0625, ws)
 		}},
 		{"IndexerScores", func() { IndexerScores(scores, iq, w, tq, ih, dim, keys, slots, ends) }},
+		{"IndexerScoresScratch", func() { IndexerScoresScratch(isc, scores, iq, w, tq, ih, dim, keys, slots, ends) }},
 		{"IndexerTopK", func() { IndexerTopK(picked, counts, scores, tq, nkv, topk) }},
 		{"CombineLSE", func() { CombineLSE(out, lse, part, partLSE, n, rows, heads, LatentDim) }},
 	}
@@ -65,6 +68,21 @@ func TestWorkspaceBytes(t *testing.T) {
 		held := int64(cap(ws.rowBuf)+cap(ws.logits)+cap(ws.slots))*4 + int64(cap(ws.rows)+cap(ws.rowsBF16))*24
 		if got := WorkspaceBytes(c.topk, c.heads); got != held || ws.Bytes() != held {
 			t.Errorf("WorkspaceBytes(%d, %d) = %d, Bytes() = %d, buffers hold %d", c.topk, c.heads, got, ws.Bytes(), held)
+		}
+	}
+}
+
+// TestIndexerScratchBytes: the reported size is what NewIndexerScratch
+// holds, counted from its buffers.
+func TestIndexerScratchBytes(t *testing.T) {
+	for _, c := range []struct{ heads, dim int }{{32, 128}, {64, 128}, {4, 64}, {3, 7}} {
+		sc := NewIndexerScratch(c.heads, c.dim)
+		held := int64(cap(sc.kc.buf))*4 + int64(cap(sc.kc.keys))*24
+		for i := range sc.kc.queries {
+			held += sc.kc.queries[i].Bytes() + int64(unsafe.Sizeof(sc.kc.queries[i]))
+		}
+		if got := IndexerScratchBytes(c.heads, c.dim); got != held {
+			t.Errorf("IndexerScratchBytes(%d, %d) = %d, buffers hold %d", c.heads, c.dim, got, held)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/cpmla/cpmla/kernels"
 )
@@ -20,13 +21,31 @@ type IndexerScratch struct {
 	kc keyChunk
 }
 
-// NewIndexerScratch returns scratch for keys of dim values.
-func NewIndexerScratch(dim int) *IndexerScratch {
-	return &IndexerScratch{kc: keyChunk{buf: make([]float32, indexerChunk*dim), keys: make([][]float32, indexerChunk)}}
+// NewIndexerScratch returns scratch for queries of heads heads and keys of
+// dim values.
+func NewIndexerScratch(heads, dim int) *IndexerScratch {
+	sc := &IndexerScratch{kc: keyChunk{
+		buf:     make([]float32, indexerChunk*dim),
+		keys:    make([][]float32, indexerChunk),
+		queries: make([]kernels.ScoreQuery, indexerBlock(heads, dim)),
+	}}
+	for i := range sc.kc.queries {
+		sc.kc.queries[i].Reserve(heads, dim)
+	}
+	return sc
 }
 
-// IndexerScratchBytes is the memory NewIndexerScratch(dim) holds.
-func IndexerScratchBytes(dim int) int64 { return int64(indexerChunk*dim*4 + indexerChunk*24) }
+// IndexerScratchBytes is the memory NewIndexerScratch(heads, dim) holds: the
+// key decode space, the gathered keys' headers and one prepared query per
+// query of a block.
+func IndexerScratchBytes(heads, dim int) int64 {
+	return int64(indexerChunk*dim*4+indexerChunk*24) +
+		int64(indexerBlock(heads, dim))*(kernels.ScoreQueryBytes(heads, dim)+int64(unsafe.Sizeof(kernels.ScoreQuery{})))
+}
+
+// indexerBlock is the number of queries scored against one pass over the
+// keys.
+func indexerBlock(heads, dim int) int { return max(1, indexerBlockFloats/max(1, heads*dim)) }
 
 var scratchPool = sync.Pool{New: func() any { return &IndexerScratch{kc: keyChunk{keys: make([][]float32, indexerChunk)}} }}
 
@@ -76,7 +95,7 @@ func IndexerScoresScratch(sc *IndexerScratch, scores, q, w []float32, t, heads, 
 	}
 	scratch := kc.buf[:dim]
 
-	block := max(1, indexerBlockFloats/max(1, heads*dim))
+	block := indexerBlock(heads, dim)
 	for i0 := 0; i0 < t; i0 += block {
 		i1 := min(t, i0+block)
 		var maxEnd int32

@@ -244,8 +244,8 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 		r.wI = f("indexer weights", T*cfg.IndexNHeads)
 		r.idxCount = make([]int32, 1)
 		r.ends = make([]int32, 1)
-		r.idxScratch = mla.NewIndexerScratch(cfg.IndexHeadDim)
-		r.track("indexer key scratch", mla.IndexerScratchBytes(cfg.IndexHeadDim))
+		r.idxScratch = mla.NewIndexerScratch(cfg.IndexNHeads, cfg.IndexHeadDim)
+		r.track("indexer key scratch", mla.IndexerScratchBytes(cfg.IndexNHeads, cfg.IndexHeadDim))
 	}
 	r.idxWidth = idxW
 	// Rows whose top-k this rank computes: its own rows without DCP; every
