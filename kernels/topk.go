@@ -1,8 +1,10 @@
 package kernels
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // TopK writes into dst the indices of the len(dst) largest scores, ordered by
@@ -10,8 +12,15 @@ import (
 // order, so the result is deterministic). Entries whose score is −Inf or NaN
 // are never selected; −0 and +0 are equal scores. Slots left unused are set to
 // −1. It returns the number selected: min(len(dst), number of selectable
-// entries). Time O(n log k) for n scores and k = len(dst); dst is the only
-// memory used. It panics if len(scores) does not fit in int32.
+// entries). It panics if len(scores) does not fit in int32.
+//
+// Short rows use a heap of k entries (O(n log k)). Rows of at least
+// topkRadixMin scores use a radix select instead: up to three histogram
+// passes over the scores' order-preserving 32-bit keys find the k-th best
+// key, one pass collects the entries above it and the lowest-index ties at
+// it, and the k selected are sorted (O(n + k log k)). Both allocate nothing:
+// the radix select's histograms and, for k ≤ 2048, its sort buffer live on
+// the stack.
 func TopK(dst []int32, scores []float32) int {
 	if len(scores) > math.MaxInt32 {
 		panic(fmt.Sprintf("kernels: TopK: %d scores exceed the int32 index range", len(scores)))
@@ -20,6 +29,152 @@ func TopK(dst []int32, scores []float32) int {
 	if k == 0 {
 		return 0
 	}
+	if len(scores) >= topkRadixMin && k < len(scores) {
+		return topKRadix(dst, scores)
+	}
+	return topKHeap(dst, scores)
+}
+
+// topkRadixMin is the row length from which TopK uses the radix select.
+const topkRadixMin = 4096
+
+// topkKey maps a selectable score (not NaN, not −Inf) to a key whose
+// unsigned order is the score order, with −0 and +0 equal; keys are ≥ 1.
+func topkKey(s float32) uint32 {
+	if s == 0 {
+		return 1 << 31
+	}
+	// Negative: all bits flipped; positive: the sign bit set. Branch-free,
+	// since signs are random in a row of scores.
+	b := math.Float32bits(s)
+	return b ^ (uint32(int32(b)>>31) | 1<<31)
+}
+
+// b2i is 1 for true and 0 for false.
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// selectable reports whether TopK may select a score (not NaN, not −Inf).
+func selectable(s float32) bool { return s == s && s >= -math.MaxFloat32 }
+
+// topKRadix is TopK by radix select (see TopK); k < len(scores).
+func topKRadix(dst []int32, scores []float32) int {
+	k := len(dst)
+	// Find the k-th best key 11, 11 and 10 bits at a time: prefix holds the
+	// bits found so far; above counts the selectable keys whose prefix is
+	// larger.
+	// Four interleaved histograms, so that runs of keys in one bucket (scores
+	// of one binade) do not serialize on a single counter.
+	var hists [4][2048]int32
+	hist := &hists[0]
+	var prefix uint32
+	above := 0
+	cut := -1 // keys ≥ cut are selected whole once a bucket fills k exactly
+	total := 0
+	for level, shift := range [3]uint{21, 10, 0} {
+		for c := range hists {
+			clear(hists[c][:])
+		}
+		width := uint(11)
+		if shift == 0 {
+			width = 10
+		}
+		mask := uint32(1)<<width - 1
+		for i, s := range scores {
+			if !selectable(s) {
+				continue
+			}
+			// Branch-free: a key outside the prefix adds 0 (the prefix
+			// test is a coin toss near the k-th key).
+			key := topkKey(s)
+			hists[i&3][key>>shift&mask] += b2i(key>>(shift+width) == prefix)
+		}
+		for b := range hist {
+			hist[b] += hists[1][b] + hists[2][b] + hists[3][b]
+		}
+		if level == 0 {
+			for _, c := range hist {
+				total += int(c)
+			}
+			if total <= k {
+				break // every selectable score is selected
+			}
+		}
+		b := int(mask)
+		for ; b > 0 && above+int(hist[b]) < k; b-- {
+			above += int(hist[b])
+		}
+		prefix = prefix<<width | uint32(b)
+		if above+int(hist[b]) == k {
+			cut = int(prefix << shift)
+			break
+		}
+	}
+	var threshold uint32 // keys above it are selected; ties at it fill the rest
+	ties := 0
+	switch {
+	case total <= k:
+		threshold = 0
+	case cut >= 0:
+		threshold = uint32(cut) - 1 // ≥ cut; cut ≥ 1 since keys are ≥ 1
+	default:
+		threshold = prefix
+		ties = k - above
+	}
+	cnt := 0
+	for i, s := range scores {
+		if !selectable(s) {
+			continue
+		}
+		key := topkKey(s)
+		if key > threshold || (key == threshold && ties > 0) {
+			if key == threshold {
+				ties--
+			}
+			dst[cnt] = int32(i)
+			cnt++
+		}
+	}
+	sortTopK(dst[:cnt], scores)
+	for i := cnt; i < k; i++ {
+		dst[i] = -1
+	}
+	return cnt
+}
+
+// sortTopK orders selected indices best first: score descending, then index
+// ascending.
+func sortTopK(idx []int32, scores []float32) {
+	var buf [2048]uint64
+	if len(idx) > len(buf) {
+		slices.SortFunc(idx, func(a, b int32) int {
+			ka, kb := topkKey(scores[a]), topkKey(scores[b])
+			switch {
+			case ka != kb:
+				return cmp.Compare(kb, ka)
+			default:
+				return cmp.Compare(a, b)
+			}
+		})
+		return
+	}
+	packed := buf[:len(idx)]
+	for j, i := range idx {
+		packed[j] = uint64(^topkKey(scores[i]))<<32 | uint64(uint32(i))
+	}
+	slices.Sort(packed)
+	for j, p := range packed {
+		idx[j] = int32(uint32(p))
+	}
+}
+
+// topKHeap is TopK with a heap of k entries.
+func topKHeap(dst []int32, scores []float32) int {
+	k := len(dst)
 	// dst[:cnt] is a heap whose root is the worst kept entry. Indices arrive in
 	// increasing order, so a candidate whose score equals the root's loses the
 	// tie and only strictly larger scores enter once the heap is full.

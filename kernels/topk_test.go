@@ -151,5 +151,57 @@ func FuzzTopK(f *testing.F) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("scores %v k %d (-oracle +TopK):\n%s", scores, k, diff)
 		}
+		if int(k) < len(scores) { // the radix select, whatever the row length
+			rad := make([]int32, k)
+			if cnt := topKRadix(rad, scores); cnt != wantCnt {
+				t.Fatalf("radix select: count %d, want %d (scores %v, k %d)", cnt, wantCnt, scores, k)
+			}
+			if diff := cmp.Diff(want, rad); diff != "" {
+				t.Fatalf("scores %v k %d (-oracle +radix select):\n%s", scores, k, diff)
+			}
+		}
 	})
+}
+
+// TestTopKRadixSelect: the radix select gives the sorted oracle's result on
+// rows of every kind (ties within a histogram bucket and across passes,
+// unselectable entries, signed zeros, k above 2048), whatever the row length.
+func TestTopKRadixSelect(t *testing.T) {
+	tests := []struct {
+		name      string
+		n, levels int
+		ks        []int
+	}{
+		{"ties", 100, 4, []int{1, 5, 16, 50, 99}},
+		{"many ties", 1000, 2, []int{1, 64, 999}},
+		{"spread", 5000, 100000, []int{2048, 16, 3000}},
+		{"indexer shape", 65536, 1 << 20, []int{2048, 1}},
+	}
+	for ti, tc := range tests {
+		for _, k := range tc.ks {
+			scores := tieScores(uint64(300+ti*10+k), tc.n, tc.levels)
+			for i := 0; i < len(scores); i += 17 {
+				scores[i] = []float32{float32(math.NaN()), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 0, float32(math.Inf(1))}[i%5]
+			}
+			want, wantCnt := topKSorted(k, scores)
+			got := make([]int32, k)
+			if cnt := topKRadix(got, scores); cnt != wantCnt {
+				t.Errorf("%s n=%d k=%d: count %d, want %d", tc.name, tc.n, k, cnt, wantCnt)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s n=%d k=%d (-sorted oracle +radix select):\n%s", tc.name, tc.n, k, diff)
+			}
+		}
+	}
+	// Values one code apart decide in the last pass.
+	near := make([]float32, 5000)
+	for i := range near {
+		near[i] = math.Float32frombits(0x3f800000 + uint32(i%7))
+	}
+	want, _ := topKSorted(100, near)
+	got := make([]int32, 100)
+	topKRadix(got, near)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("adjacent codes (-sorted oracle +radix select):\n%s", diff)
+	}
 }
