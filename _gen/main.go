@@ -989,21 +989,20 @@ func fmaPeak256() {
 	RET()
 }
 
-// readStreams is the number of cache lines the read-bandwidth probe loads
-// per step into independent accumulators: as many as the widest GEMV tile
-// (1×8) reads at once, so that the probe bounds the kernels measured
-// against it.
+// readStreams is the number of concurrent streams of the read-bandwidth
+// probe: as many as the widest GEMV tile (1×8) reads at once, so that the
+// probe bounds the kernels measured against it.
 const readStreams = 8
 
 // readSum512 emits readSumAVX512: the sum of n (a multiple of
-// 16·readStreams) values read front to back, readStreams vectors (cache
-// lines) per step, vector a of each step summed in accumulator a; the
-// accumulators are combined by a pairwise tree in order,
-// ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), lanes by hsum512.
+// 16·readStreams) values read as readStreams concurrent streams, one per
+// equal part of x, part a summed in accumulator a; the accumulators are
+// combined by a pairwise tree in order, ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)),
+// lanes by hsum512.
 func readSum512() {
 	TEXT("readSumAVX512", NOSPLIT, "func(x *float32, n int) float32")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("readSumAVX512 returns the sum of n (a multiple of %d) values read front to back, %d vectors per step.", 16*readStreams, readStreams))
+	Doc(fmt.Sprintf("readSumAVX512 returns the sum of n (a multiple of %d) values read as %d concurrent streams.", 16*readStreams, readStreams))
 	readSumBody("readSum512", zmm[:readStreams], 64)
 	hsum512()
 	Store(X0, ReturnIndex(0))
@@ -1016,7 +1015,7 @@ func readSum512() {
 func readSum256() {
 	TEXT("readSumAVX2", NOSPLIT, "func(x *float32, n int) float32")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("readSumAVX2 returns the sum of n (a multiple of %d) values read front to back, %d vectors per step.", 8*readStreams, readStreams))
+	Doc(fmt.Sprintf("readSumAVX2 returns the sum of n (a multiple of %d) values read as %d concurrent streams.", 8*readStreams, readStreams))
 	readSumBody("readSum256", ymm[:readStreams], 32)
 	VEXTRACTF128(U8(1), Y0, X1)
 	VADDPS(X1, X0, X0)
@@ -1027,10 +1026,9 @@ func readSum256() {
 	RET()
 }
 
-// readSumBody loads the arguments, reads x front to back in steps of one
-// vector per accumulator (consecutive cache lines, the way the GEMV's eight
-// adjacent weight rows are one contiguous region), accumulator a taking
-// vector a of every step, and leaves the accumulators' tree sum in acc[0].
+// readSumBody loads the arguments, streams the readStreams equal parts of x
+// at once (accumulator a sums part a, one vector per step) and leaves the
+// accumulators' tree sum in acc[0].
 func readSumBody(name string, acc []VecPhysical, width int) {
 	x := Load(Param("x"), GP64())
 	n := Load(Param("n"), GP64())
@@ -1041,13 +1039,26 @@ func readSumBody(name string, acc []VecPhysical, width int) {
 			VXORPS(r, r, r)
 		}
 	}
-	SHRQ(U8(bits(len(acc))+bits(width/4)), n) // steps: n / (accumulators · lanes)
+	part := GP64()
+	MOVQ(n, part)
+	SHLQ(U8(2), part)
+	SHRQ(U8(bits(len(acc))), part)            // part length in bytes
+	SHRQ(U8(bits(len(acc))+bits(width/4)), n) // steps: n / (streams · lanes)
 	JZ(LabelRef(name + "_done"))
+	p := make([]Register, len(acc))
+	for a := range acc {
+		p[a] = GP64()
+		if a == 0 {
+			MOVQ(x, p[a])
+		} else {
+			LEAQ(Mem{Base: p[a-1], Index: part, Scale: 1}, p[a])
+		}
+	}
 	Label(name + "_loop")
 	for a, r := range acc {
-		VADDPS(Mem{Base: x, Disp: a * width}, r, r)
+		VADDPS(Mem{Base: p[a]}, r, r)
+		ADDQ(U32(width), p[a])
 	}
-	ADDQ(U32(width*len(acc)), x)
 	DECQ(n)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_done")

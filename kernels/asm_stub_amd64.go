@@ -248,12 +248,12 @@ func fmaPeakAVX512(n int) float32
 // fmaPeakAVX2 runs n rounds of 12 independent 8-lane FMA chains.
 func fmaPeakAVX2(n int) float32
 
-// readSumAVX512 returns the sum of n (a multiple of 128) values read front to back, 8 vectors per step.
+// readSumAVX512 returns the sum of n (a multiple of 128) values read as 8 concurrent streams.
 //
 //go:noescape
 func readSumAVX512(x *float32, n int) float32
 
-// readSumAVX2 returns the sum of n (a multiple of 64) values read front to back, 8 vectors per step.
+// readSumAVX2 returns the sum of n (a multiple of 64) values read as 8 concurrent streams.
 //
 //go:noescape
 func readSumAVX2(x *float32, n int) float32

@@ -20,16 +20,17 @@ func FMAPeakLoop(rounds int) (flops float64) {
 }
 
 // StreamSum returns Σ x, reading every element once with the widest loads the
-// CPU supports (whatever implementation is active): chunks of 1 Mi values,
-// each read as eight concurrent streams (one per eighth, each with its own
-// vector accumulator, combined in a fixed tree), the way the one-row GEMV
-// streams eight weight rows; the chunk sums are added in order. Timing it over a
+// CPU supports (whatever implementation is active): chunks of 32 Ki values,
+// each read as eight concurrent streams of 16 KiB (one per eighth, each with
+// its own vector accumulator, combined in a fixed tree) — the access pattern
+// of the one-row GEMV, which streams eight adjacent weight rows of a
+// projection at once; the chunk sums are added in order. Timing it over a
 // buffer far larger than the caches gives the memory read bandwidth of one
 // core. Without AVX2 it is a plain ordered loop.
 func StreamSum(x []float32) float32 {
-	// Chunks of 1 Mi values (4 MiB, a fraction of a millisecond) per
-	// assembly call; their sums are added in order.
-	const chunk = 1 << 20
+	// Chunks of 32 Ki values (128 KiB) per assembly call; their sums are
+	// added in order.
+	const chunk = 32 << 10
 	if _, ok := readSum(nil); ok {
 		var s float32
 		for len(x) > 0 {

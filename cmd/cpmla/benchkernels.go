@@ -55,7 +55,13 @@ type kernelResult struct {
 	Bound             string  `json:"bound"`
 	FMAPeakGFLOPS     float64 `json:"fma_peak_gflops"`
 	ReadBandwidthGBPS float64 `json:"read_bandwidth_gbps"`
-	Impl              string  `json:"impl"`
+	// RooflineFraction is the kernel's time against the roofline bound of
+	// the same round, max(FLOPs / FMA peak, bytes / read bandwidth) — the
+	// least time either resource allows; it tells a memory-bound kernel
+	// that is in fact compute-bound at its shape (the indexer) from a slow
+	// one.
+	RooflineFraction float64 `json:"roofline_fraction"`
+	Impl             string  `json:"impl"`
 }
 
 // benchCase is one kernel at one shape: setup allocates its inputs and
@@ -83,10 +89,12 @@ func newBenchKernelsCmd() *cobra.Command {
 		Short: "Time the hot kernels against this machine's FMA peak and read bandwidth",
 		Long: `Times sparse MLA attention, the lightning indexer, GEMM and GEMV at the model's
 shapes. In each round the machine's fp32 FMA peak (a register-only FMA loop, best of
-five runs) or its read bandwidth (best of three passes over 256 MiB) is measured on
+five runs) and its read bandwidth (best of three passes over 256 MiB) are measured on
 the same threads right before the kernel, whose time per call is the fastest of
-several batches; the reported numbers are medians over rounds, and peak_fraction is
-the median of the per-round ratios.`,
+several batches; the reported numbers are medians over rounds. peak_fraction is the
+median of the per-round ratios to the kernel's nominal bound (the FMA peak, or the
+read bandwidth for GEMV and the indexer); roofline_fraction is the same against the
+least time both resources allow, max(FLOPs / FMA peak, bytes / bandwidth).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBenchKernels(cmd.OutOrStdout(), o)
@@ -145,14 +153,14 @@ func runBenchKernels(w io.Writer, o benchKernelsOptions) error {
 		return enc.Encode(results)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "kernel\tshape\tthreads\ts/call\tGFLOP/s\tGB/s\tpeak fraction\tof\tpeak\t\n")
+	fmt.Fprintf(tw, "kernel\tshape\tthreads\ts/call\tGFLOP/s\tGB/s\tpeak fraction\tof\tpeak\troofline\t\n")
 	for _, r := range results {
 		peak := fmt.Sprintf("%.1f GFLOP/s", r.FMAPeakGFLOPS)
 		if r.Bound == "read_bandwidth" {
 			peak = fmt.Sprintf("%.1f GB/s", r.ReadBandwidthGBPS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3g\t%.1f\t%.1f\t%.1f%%\t%s\t%s\t\n",
-			r.Kernel, r.Shape, r.Threads, r.SecondsPerCall, r.GFLOPS, r.GBPS, 100*r.PeakFraction, r.Bound, peak)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3g\t%.1f\t%.1f\t%.1f%%\t%s\t%s\t%.1f%%\t\n",
+			r.Kernel, r.Shape, r.Threads, r.SecondsPerCall, r.GFLOPS, r.GBPS, 100*r.PeakFraction, r.Bound, peak, 100*r.RooflineFraction)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -164,35 +172,28 @@ func runBenchKernels(w io.Writer, o benchKernelsOptions) error {
 // measureKernel runs o.rounds rounds of (peak, kernel) and returns medians.
 func measureKernel(c benchCase, call func(), p *peakProbe, o benchKernelsOptions) kernelResult {
 	call() // warm caches, pools and page tables once
-	var secs, fracs, fma, bw []float64
+	var secs, fracs, roofs, fma, bw []float64
 	for range o.rounds {
-		var peak float64
-		if c.memoryBound {
-			peak = p.readBandwidth()
-			bw = append(bw, peak)
-		} else {
-			peak = p.fmaPeak()
-			fma = append(fma, peak)
-		}
+		f, b := p.fmaPeak(), p.readBandwidth()
+		fma, bw = append(fma, f), append(bw, b)
 		s := timeCalls(call, o.minTime)
 		secs = append(secs, s)
-		rate := c.flops / s / 1e9
 		if c.memoryBound {
-			rate = c.bytes / s / 1e9
+			fracs = append(fracs, c.bytes/s/1e9/b)
+		} else {
+			fracs = append(fracs, c.flops/s/1e9/f)
 		}
-		fracs = append(fracs, rate/peak)
+		roofs = append(roofs, max(c.flops/(f*1e9), c.bytes/(b*1e9))/s)
 	}
 	s := median(secs)
 	r := kernelResult{
 		Kernel: c.kernel, Shape: c.shape, Threads: o.threads, SecondsPerCall: s,
 		GFLOPS: c.flops / s / 1e9, GBPS: c.bytes / s / 1e9, PeakFraction: median(fracs),
-		Bound: "fma_peak", Impl: kernels.Impl(),
+		Bound: "fma_peak", FMAPeakGFLOPS: median(fma), ReadBandwidthGBPS: median(bw),
+		RooflineFraction: median(roofs), Impl: kernels.Impl(),
 	}
 	if c.memoryBound {
 		r.Bound = "read_bandwidth"
-		r.ReadBandwidthGBPS = median(bw)
-	} else {
-		r.FMAPeakGFLOPS = median(fma)
 	}
 	return r
 }

@@ -42,7 +42,7 @@ func TestBenchKernelsJSON(t *testing.T) {
 	var shapes []string
 	for i, r := range got {
 		shapes = append(shapes, r.Shape)
-		for _, key := range []string{"kernel", "shape", "threads", "seconds_per_call", "gflops", "gbps", "peak_fraction", "fma_peak_gflops", "read_bandwidth_gbps"} {
+		for _, key := range []string{"kernel", "shape", "threads", "seconds_per_call", "gflops", "gbps", "peak_fraction", "fma_peak_gflops", "read_bandwidth_gbps", "roofline_fraction"} {
 			if _, ok := raw[i][key]; !ok {
 				t.Errorf("result %d has no %q field", i, key)
 			}
@@ -53,6 +53,10 @@ func TestBenchKernelsJSON(t *testing.T) {
 		// With one round the fraction is exactly the rate over the peak.
 		if d := cmp.Diff(r.GFLOPS/r.FMAPeakGFLOPS, r.PeakFraction, cmpopts.EquateApprox(1e-9, 0)); d != "" {
 			t.Errorf("result %d: peak_fraction is not gflops/fma_peak_gflops (-want +got):\n%s", i, d)
+		}
+		roof := max(r.GFLOPS/r.FMAPeakGFLOPS, r.GBPS/r.ReadBandwidthGBPS)
+		if d := cmp.Diff(roof, r.RooflineFraction, cmpopts.EquateApprox(1e-9, 0)); d != "" {
+			t.Errorf("result %d: roofline_fraction is not the larger of the two peak fractions (-want +got):\n%s", i, d)
 		}
 	}
 	want := []string{"rows=128 out=2048 in=6144", "rows=16 out=2048 in=6144", "rows=128 out=576 in=7168"}
