@@ -2,9 +2,12 @@
 // layer (MatMulT/MatVecT over f32 or bf16 weights), dot products, RMSNorm and
 // LayerNorm, SiLU/SwiGLU, softmax and log-sum-exp, a deterministic top-k,
 // rotary position embeddings with DeepSeek-style YaRN, multi-query softmax
-// attention over gathered rows (AttendRows), the lightning-indexer score
-// (WeightedReLUScores), and the FMA-peak and read-bandwidth probes the
-// kernel benchmarks are measured against.
+// attention over gathered rows (AttendRows, AttendRowsBF16 and, for rows a
+// quantized cache decodes block by block, AttendDecodedRows), the
+// lightning-indexer score (WeightedReLUScores, or ScoreKeys with a query
+// prepared once), a parallel row decoder (DecodeRowsParallel), and the
+// FMA-peak and read-bandwidth probes the kernel benchmarks are measured
+// against.
 //
 // The plain-Go functions are the reference implementation: they always build
 // on every platform, they are written for clarity first, and they are the
@@ -16,7 +19,9 @@
 // fast kernels fuse multiply and add, so their bits differ from the
 // reference, but each output element is still computed in an order fixed by
 // the shapes alone: a row's (or head's) result is the same alone, in any
-// batch and on any number of threads (SetThreads). The reference's numerics
+// batch and on any number of threads (SetThreads). Attention over more than
+// 512 rows is computed in 512-row splits whose softmax partials are merged
+// by log-sum-exp in split order; the splits depend only on the row count. The reference's numerics
 // are pinned down so that an oracle comparison is meaningful:
 //
 //   - Dot products sum in a fixed order: four lanes (lane l takes the
@@ -36,14 +41,16 @@
 // Invariants and what the package must never do:
 //
 //   - The hot functions (MatMulT, MatVecT, Dot, Axpy, RMSNorm, LayerNorm,
-//     SwiGLU, Softmax, LogSumExp, TopK, Rope.Apply, Rope.Apply64, AttendRows,
-//     WeightedReLUScores) never
-//     allocate: callers own every buffer, and tests assert zero allocations.
+//     SwiGLU, Softmax, LogSumExp, TopK, Rope.Apply, Rope.Apply64, the
+//     Attend* functions, WeightedReLUScores, ScoreKeys) never allocate:
+//     callers own every buffer (the attention logits scratch is
+//     AttendScratchLen long), pooled per-call state is reused, and tests
+//     assert zero allocations.
 //   - They keep no state between calls; a Rope is immutable after NewRope and
 //     safe for concurrent use. The only goroutines are the SetThreads workers
-//     (none at the default of 1 thread); a parallel kernel splits its work by
-//     a static rule, never by work stealing, so results never depend on
-//     scheduling.
+//     (none at the default of 1 thread), which poll for work for 100 µs
+//     before they park; a parallel kernel splits its work by a static rule,
+//     never by work stealing, so results never depend on scheduling.
 //   - Every assembly call is bounded (a tile, a panel of heads or one row
 //     block), well under a millisecond, so the scheduler and GC are never
 //     starved.

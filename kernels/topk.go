@@ -14,8 +14,8 @@ import (
 // −1. It returns the number selected: min(len(dst), number of selectable
 // entries). It panics if len(scores) does not fit in int32.
 //
-// Short rows use a heap of k entries (O(n log k)). Rows of at least
-// topkRadixMin scores use a radix select instead: up to three histogram
+// Short rows and small k use a heap of k entries (O(n log k)). Long rows
+// with a large k (useRadix) use a radix select instead: up to three histogram
 // passes over the scores' order-preserving 32-bit keys find the k-th best
 // key, one pass collects the entries above it and the lowest-index ties at
 // it, and the k selected are sorted (O(n + k log k)). Both allocate nothing:
@@ -29,14 +29,20 @@ func TopK(dst []int32, scores []float32) int {
 	if k == 0 {
 		return 0
 	}
-	if len(scores) >= topkRadixMin && k < len(scores) {
+	if useRadix(len(scores), k) {
 		return topKRadix(dst, scores)
 	}
 	return topKHeap(dst, scores)
 }
 
-// topkRadixMin is the row length from which TopK uses the radix select.
-const topkRadixMin = 4096
+// useRadix reports whether the radix select beats the heap for k of n: it
+// has a fixed cost (about 7 µs of histogram clearing and scanning) and a
+// cost per score, the heap a cost per insertion that grows with k. Measured
+// here: n = 3000, k = 2048: heap 128 µs, radix 51 µs; n = 65536, k = 2048:
+// 867 µs and 464 µs; n = 1024, k = 256: 9 µs and 16 µs.
+func useRadix(n, k int) bool {
+	return k < n && (n >= 16384 || (n >= 2048 && k >= 256))
+}
 
 // topkKey maps a selectable score (not NaN, not −Inf) to a key whose
 // unsigned order is the score order, with −0 and +0 equal; keys are ≥ 1.

@@ -16,10 +16,13 @@
 //     never derived from the 576-wide row.
 //
 // SparseAttention and IndexerScores have a fast path on the assembly kernels
-// of package kernels (kernels.AttendRows, kernels.WeightedReLUScores) that
-// reads exactly the rows and keys the reference reads; it agrees with the
-// reference within float32 rounding and keeps every query row's bits
-// independent of the other rows. CPMLA_KERNELS=ref runs the reference.
+// of package kernels (kernels.AttendRows, AttendRowsBF16, AttendDecodedRows,
+// ScoreKeys) that reads exactly the rows and keys the reference reads; it
+// agrees with the reference within float32 rounding and keeps every query
+// row's bits independent of the other rows. Sources say how they store
+// rows: BF16KVSource rows are read in place, DecodingKVSource and
+// DecodingKeySource records (fp8) are prefetched ahead and decoded a block
+// or chunk at a time. CPMLA_KERNELS=ref runs the reference.
 //
 // This package must never read a cache row for an invalid index, allocate on
 // the hot path (SparseAttention, IndexerScores, IndexerTopK and CombineLSE are
