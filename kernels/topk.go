@@ -14,7 +14,8 @@ import (
 // −1. It returns the number selected: min(len(dst), number of selectable
 // entries). It panics if len(scores) does not fit in int32.
 //
-// Short rows and small k use a heap of k entries (O(n log k)). Long rows
+// A row with no more scores than k is sorted whole. Short rows and small k
+// use a heap of k entries (O(n log k)). Long rows
 // with a large k (useRadix) use a radix select instead: up to three histogram
 // passes over the scores' order-preserving 32-bit keys find the k-th best
 // key, one pass collects the entries above it and the lowest-index ties at
@@ -29,10 +30,30 @@ func TopK(dst []int32, scores []float32) int {
 	if k == 0 {
 		return 0
 	}
+	if k >= len(scores) && len(scores) > 64 {
+		return topKAll(dst, scores)
+	}
 	if useRadix(len(scores), k) {
 		return topKRadix(dst, scores)
 	}
 	return topKHeap(dst, scores)
+}
+
+// topKAll is TopK when every selectable score is selected (k ≥ n): the
+// selectable indices, sorted.
+func topKAll(dst []int32, scores []float32) int {
+	cnt := 0
+	for i, s := range scores {
+		if selectable(s) {
+			dst[cnt] = int32(i)
+			cnt++
+		}
+	}
+	sortTopK(dst[:cnt], scores)
+	for i := cnt; i < len(dst); i++ {
+		dst[i] = -1
+	}
+	return cnt
 }
 
 // useRadix reports whether the radix select beats the heap for k of n: it

@@ -74,6 +74,7 @@ func TestTopK(t *testing.T) {
 		{"many ties", 1000, 2, []int{1, 64, 999, 1000, 1001}},
 		{"spread", 5000, 100000, []int{2048, 16}},
 		{"indexer shape", 65536, 50, []int{2048}},
+		{"k covers the row", 2000, 300, []int{2000, 2048}},
 	}
 	for ti, tc := range tests {
 		for _, k := range tc.ks {
@@ -150,6 +151,15 @@ func FuzzTopK(f *testing.F) {
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("scores %v k %d (-oracle +TopK):\n%s", scores, k, diff)
+		}
+		if int(k) >= len(scores) { // the whole-row sort, whatever the row length
+			all := make([]int32, k)
+			if cnt := topKAll(all, scores); cnt != wantCnt {
+				t.Fatalf("whole-row sort: count %d, want %d (scores %v, k %d)", cnt, wantCnt, scores, k)
+			}
+			if diff := cmp.Diff(want, all); diff != "" {
+				t.Fatalf("scores %v k %d (-oracle +whole-row sort):\n%s", scores, k, diff)
+			}
 		}
 		if int(k) < len(scores) { // the radix select, whatever the row length
 			rad := make([]int32, k)
