@@ -214,6 +214,10 @@ func dotTile512(m int, bf16 bool) {
 // activation row against eight weight streams at once, which keeps more
 // memory requests in flight than four. Every output has exactly the
 // accumulator and reduction of dotTile512's, so the bits are the same.
+// gemvPrefetch is how many bytes ahead of its loads the one-row GEMV tile
+// prefetches each of its eight weight rows (0: no prefetch).
+const gemvPrefetch = 1024
+
 func gemv8x512(bf16 bool) {
 	name := fmt.Sprintf("dotTile1x8%sAVX512", wName(bf16))
 	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w %s, ldw int, kn int, out *float32)", wType(bf16)))
@@ -246,6 +250,9 @@ func gemv8x512(bf16 bool) {
 	Label(name + "_loop")
 	VMOVUPS(Mem{Base: x, Index: offX, Scale: 1}, Z28)
 	for j := range 8 {
+		if gemvPrefetch > 0 {
+			PREFETCHT0(Mem{Base: w[j], Index: offW, Scale: 1, Disp: gemvPrefetch})
+		}
 		loadW(Mem{Base: w[j], Index: offW, Scale: 1}, zmm[16+j], bf16)
 		VFMADD231PS(zmm[16+j], Z28, zmm[j])
 	}
