@@ -485,11 +485,9 @@ func TestAttendRowsBF16(t *testing.T) {
 type widenDecoder struct {
 	rows   [][]uint16
 	rowLen int
-	calls  int
 }
 
 func (d *widenDecoder) DecodeRows(dst []float32, j0, j1 int) {
-	d.calls++
 	for j := j0; j < j1; j++ {
 		for c, b := range d.rows[j][:d.rowLen] {
 			dst[(j-j0)*d.rowLen+c] = bf16ToF32(b)

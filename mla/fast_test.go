@@ -3,6 +3,7 @@ package mla
 import (
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cpmla/cpmla/kernels"
@@ -202,17 +203,17 @@ func TestSparseAttentionBF16Source(t *testing.T) {
 // the caller's scratch, counting the rows it decodes and prefetches.
 type decodingSource struct {
 	rows               DenseKVBF16
-	decoded, prefetchs int
+	decoded, prefetchs atomic.Int64 // Row and PrefetchRow run on several threads
 }
 
 func (s *decodingSource) Row(slot int32, scratch []float32) []float32 {
-	s.decoded++
+	s.decoded.Add(1)
 	return s.rows.Row(slot, scratch)
 }
 func (s *decodingSource) DecodesRows() bool { return true }
 func (s *decodingSource) PrefetchRow(slot int32) {
 	s.rows.RowBF16(slot) // panics on a slot outside the buffer
-	s.prefetchs++
+	s.prefetchs.Add(1)
 }
 
 // TestSparseAttentionDecodingSource: rows decoded by the source a block at a
@@ -267,16 +268,16 @@ func TestSparseAttentionDecodingSource(t *testing.T) {
 				})
 				return append(append(out, lse...), maxL...)
 			}
-			src.decoded = 0
+			src.decoded.Store(0)
 			if d := cmp.Diff(bits(run(dense)), bits(run(src))); d != "" {
 				t.Errorf("%s, %d threads: dense rows vs decoded rows (-dense +decoded):\n%s", impl, threads, d)
 			}
-			if src.decoded != valid {
-				t.Errorf("%s, %d threads: %d rows decoded, want each of the %d valid entries once", impl, threads, src.decoded, valid)
+			if n := src.decoded.Load(); n != int64(valid) {
+				t.Errorf("%s, %d threads: %d rows decoded, want each of the %d valid entries once", impl, threads, n, valid)
 			}
 		}
 	}
-	if kernels.Impl() != "ref" && src.prefetchs == 0 {
+	if kernels.Impl() != "ref" && src.prefetchs.Load() == 0 {
 		t.Error("the fast path never prefetched a row")
 	}
 }
@@ -285,7 +286,7 @@ func TestSparseAttentionDecodingSource(t *testing.T) {
 // the caller's scratch, counting the keys it prefetches.
 type decodingKeys struct {
 	keys      DenseKeys
-	prefetchs int
+	prefetchs atomic.Int64 // PrefetchKey runs on several threads
 }
 
 func (s *decodingKeys) Key(slot int32, scratch []float32) []float32 {
@@ -294,7 +295,7 @@ func (s *decodingKeys) Key(slot int32, scratch []float32) []float32 {
 func (s *decodingKeys) DecodesKeys() bool { return true }
 func (s *decodingKeys) PrefetchKey(slot int32) {
 	s.keys.Key(slot, nil) // panics on a slot outside the keys
-	s.prefetchs++
+	s.prefetchs.Add(1)
 }
 
 // TestIndexerScoresDecodingSource: keys decoded into scratch (with
@@ -328,7 +329,7 @@ func TestIndexerScoresDecodingSource(t *testing.T) {
 			}
 		}
 	}
-	if kernels.Impl() != "ref" && src.prefetchs == 0 {
+	if kernels.Impl() != "ref" && src.prefetchs.Load() == 0 {
 		t.Error("the fast path never prefetched a key")
 	}
 }
