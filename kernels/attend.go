@@ -439,7 +439,7 @@ func (t *attendTask) runPart(p, parts int) {
 // rowPrefetchAhead is how many rows ahead of the four in use the logit loop
 // prefetches: two tiles, so that a thread with few heads (little work per
 // tile) still hides the memory latency of rows from scattered slots.
-const rowPrefetchAhead = 4
+const rowPrefetchAhead = 8
 
 // attendHeads is the assembly AttendRows for heads [h0, h1). It walks the
 // rows in blocks of attendBlock, so that each row is read from memory once
