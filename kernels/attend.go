@@ -437,8 +437,8 @@ func (t *attendTask) runPart(p, parts int) {
 }
 
 // rowPrefetchAhead is how many rows ahead of the four in use the logit loop
-// prefetches: two tiles, so that a thread with few heads (little work per
-// tile) still hides the memory latency of rows from scattered slots.
+// prefetches: two tiles, so that rows from scattered cache slots arrive in
+// time even when both cores load rows at once (measured against one tile).
 const rowPrefetchAhead = 8
 
 // attendHeads is the assembly AttendRows for heads [h0, h1). It walks the
