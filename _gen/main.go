@@ -63,6 +63,7 @@ func main() {
 	readSum512()
 	readSum256()
 	decodeE4M3512()
+	widenBF16512()
 	Generate()
 }
 
@@ -1091,6 +1092,32 @@ func bits(v int) int {
 // float32 denormal times 2^120 is exact), the sign bit is ORed back, and the
 // two NaN codes (0x7F, 0xFF) become a quiet NaN with their sign. Multiplying by
 // the scale rounds once, as value·scale does in float32.
+// widenBF16512 emits widenBF16AVX512: dst[i] = the bf16 value stored
+// little-endian at src[2i:2i+2], for n (a multiple of 16) values: each half
+// word is zero-extended and shifted into the high half of a float32, which is
+// exact (NaN payloads included).
+func widenBF16512() {
+	TEXT("widenBF16AVX512", NOSPLIT, "func(dst *float32, src *byte, n int)")
+	Pragma("noescape")
+	Doc("widenBF16AVX512 widens n (a multiple of 16) little-endian bf16 values at src to float32 at dst.")
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	SHRQ(U8(4), n)
+	JZ(LabelRef("widenBF16_done"))
+	Label("widenBF16_loop")
+	VPMOVZXWD(Mem{Base: src}, Z0)
+	VPSLLD(U8(16), Z0, Z0)
+	VMOVUPS(Z0, Mem{Base: dst})
+	ADDQ(U32(32), src)
+	ADDQ(U32(64), dst)
+	DECQ(n)
+	JNZ(LabelRef("widenBF16_loop"))
+	Label("widenBF16_done")
+	VZEROUPPER()
+	RET()
+}
+
 func decodeE4M3512() {
 	TEXT("decodeE4M3AVX512", NOSPLIT, "func(dst *float32, src *byte, n int, scale float32)")
 	Pragma("noescape")

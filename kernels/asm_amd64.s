@@ -4143,3 +4143,25 @@ decodeE4M3_loop:
 decodeE4M3_done:
 	VZEROUPPER
 	RET
+
+// func widenBF16AVX512(dst *float32, src *byte, n int)
+// Requires: AVX, AVX512F
+TEXT ·widenBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+	SHRQ $0x04, DX
+	JZ   widenBF16_done
+
+widenBF16_loop:
+	VPMOVZXWD (CX), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, (AX)
+	ADDQ      $0x00000020, CX
+	ADDQ      $0x00000040, AX
+	DECQ      DX
+	JNZ       widenBF16_loop
+
+widenBF16_done:
+	VZEROUPPER
+	RET

@@ -262,3 +262,8 @@ func readSumAVX2(x *float32, n int) float32
 //
 //go:noescape
 func decodeE4M3AVX512(dst *float32, src *byte, n int, scale float32)
+
+// widenBF16AVX512 widens n (a multiple of 16) little-endian bf16 values at src to float32 at dst.
+//
+//go:noescape
+func widenBF16AVX512(dst *float32, src *byte, n int)

@@ -19,3 +19,18 @@ func DecodeE4M3Scaled(dst []float32, src []byte, scale float32) {
 		dst[i] = numfmt.F32FromE4M3(src[i]) * scale
 	}
 }
+
+// WidenBF16 writes to dst[i] the bf16 value stored little-endian at
+// src[2i:2i+2] (the rope part of an fp8_ds_mla record), widened exactly to
+// float32 — numfmt.F32FromBF16 of the half word, NaN payloads included — on
+// every implementation. It panics if src has an odd length or dst is
+// shorter than len(src)/2.
+func WidenBF16(dst []float32, src []byte) {
+	if len(src)%2 != 0 || len(dst) < len(src)/2 {
+		panic(fmt.Sprintf("kernels: WidenBF16: %d bytes need an even length and len(dst) ≥ %d; got len(dst)=%d", len(src), len(src)/2, len(dst)))
+	}
+	i := widenBF16Fast(dst, src)
+	for ; 2*i < len(src); i++ {
+		dst[i] = numfmt.F32FromBF16(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
+	}
+}

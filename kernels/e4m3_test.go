@@ -58,3 +58,25 @@ func BenchmarkDecodeE4M3Scaled(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(src)*5)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
+
+// TestWidenBF16MatchesDefinition: every bf16 code, with a tail that is not a
+// multiple of 16, widens to numfmt.F32FromBF16 bit for bit on every
+// implementation.
+func TestWidenBF16MatchesDefinition(t *testing.T) {
+	const n = 1<<16 + 5
+	src := make([]byte, 2*n)
+	for i := range n {
+		c := uint16(i)
+		src[2*i], src[2*i+1] = byte(c), byte(c>>8)
+	}
+	dst := make([]float32, n)
+	forEachImpl(t, func(t *testing.T) {
+		WidenBF16(dst, src)
+		for i := range n {
+			c := uint16(src[2*i]) | uint16(src[2*i+1])<<8
+			if got, want := math.Float32bits(dst[i]), math.Float32bits(numfmt.F32FromBF16(c)); got != want {
+				t.Fatalf("%s code %#04x: got %#08x, want %#08x", Impl(), c, got, want)
+			}
+		}
+	})
+}

@@ -329,3 +329,17 @@ func Prefetch(b []byte) {
 func scoreTile8T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k5, k6, k7 *float32, run, out *float32) {
 	scoreTile8TAVX512(qT, stride, dim, w, k0, k1, k2, k3, k4, k5, k6, k7, run, out)
 }
+
+// widenBF16Fast widens the longest multiple of 16 of the bf16 values in src
+// with AVX-512 and reports how many it wrote (0 under any other
+// implementation).
+func widenBF16Fast(dst []float32, src []byte) int {
+	if activeLevel() != levelAVX512 {
+		return 0
+	}
+	nv := (len(src) / 2) &^ 15
+	if nv > 0 {
+		widenBF16AVX512(&dst[0], &src[0], nv)
+	}
+	return nv
+}

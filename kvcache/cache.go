@@ -172,7 +172,7 @@ func (lc *LayerCache) Row(slot int32, scratch []float32) []float32 {
 	case KVBF16:
 		numfmt.BF16ToF32s(scratch, lc.rowsBF16[off:off+mla.RowDim])
 	case KVFP8DSMLA:
-		numfmt.DecodeDSMLATiles(scratch, lc.rowsFP8[int(slot)*numfmt.DSMLARecordBytes:], kernels.DecodeE4M3Scaled)
+		numfmt.DecodeDSMLATiles(scratch, lc.rowsFP8[int(slot)*numfmt.DSMLARecordBytes:], kernels.DecodeE4M3Scaled, kernels.WidenBF16)
 	}
 	return scratch[:mla.RowDim]
 }

@@ -119,7 +119,14 @@ func EncodeDSMLA(dst []byte, row []float32) {
 // scales; the RoPE values are the stored bf16 values. It panics if dst is
 // shorter than 576 or rec shorter than DSMLARecordBytes.
 func DecodeDSMLA(dst []float32, rec []byte) {
-	DecodeDSMLATiles(dst, rec, decodeTile)
+	DecodeDSMLATiles(dst, rec, decodeTile, widenRope)
+}
+
+// widenRope is the scalar rope decode: little-endian bf16 widened.
+func widenRope(out []float32, src []byte) {
+	for i := range out {
+		out[i] = F32FromBF16(binary.LittleEndian.Uint16(src[2*i:]))
+	}
 }
 
 // decodeTile is the scalar tile decode: e4m3 codes times the tile scale.
@@ -130,19 +137,19 @@ func decodeTile(out []float32, codes []byte, s float32) {
 }
 
 // DecodeDSMLATiles is DecodeDSMLA with the latent tiles widened by tile, which
-// must write e4m3(codes[i])·scale to out[i] exactly as F32FromE4M3(codes[i])·scale
-// (a vectorized decoder, for example). The record layout stays here.
-func DecodeDSMLATiles(dst []float32, rec []byte, tile func(out []float32, codes []byte, scale float32)) {
+// must write e4m3(codes[i])·scale to out[i] exactly as F32FromE4M3(codes[i])·scale,
+// and the rope values by rope, which must write the little-endian bf16 at
+// src[2i:2i+2] to out[i] exactly as F32FromBF16 (vectorized decoders, for
+// example). The record layout stays here.
+func DecodeDSMLATiles(dst []float32, rec []byte, tile func(out []float32, codes []byte, scale float32), rope func(out []float32, src []byte)) {
 	checkLen("fp8_ds_mla row", len(dst), dsmlaRowDim)
 	checkLen("fp8_ds_mla record", len(rec), DSMLARecordBytes)
 	for j := range dsmlaTiles {
 		s := math.Float32frombits(binary.LittleEndian.Uint32(rec[dsmlaScaleOffset+4*j:]))
 		tile(dst[j*DSMLATile:(j+1)*DSMLATile], rec[j*DSMLATile:(j+1)*DSMLATile], s)
 	}
-	rope := dst[DSMLALatentDim:dsmlaRowDim]
-	for i := range rope {
-		rope[i] = F32FromBF16(binary.LittleEndian.Uint16(rec[dsmlaRopeOffset+2*i:]))
-	}
+	ropeDst := dst[DSMLALatentDim:dsmlaRowDim]
+	rope(ropeDst, rec[dsmlaRopeOffset:dsmlaRopeOffset+2*len(ropeDst)])
 }
 
 // RoundDSMLA replaces row[:576] in place by what a store into an fp8_ds_mla
