@@ -741,10 +741,7 @@ func expSum256() {
 	DECQ(n)
 	JNZ(LabelRef("expSum256_loop"))
 	Label("expSum256_done")
-	VEXTRACTF128(U8(1), Y0, X1)
-	VADDPS(X1, X0, X0)
-	VHADDPS(X0, X0, X0)
-	VHADDPS(X0, X0, X0)
+	hsum256()
 	Store(X0, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
@@ -779,15 +776,21 @@ func max256() {
 	RET()
 }
 
-// hsum512 sums the 16 lanes of Z0 into X0 lane 0 in a fixed order:
-// 512→256, 256→128, then two horizontal adds.
-func hsum512() {
-	VEXTRACTF64X4(U8(1), Z0, Y1)
-	VADDPS(Y1, Y0, Y0)
+// hsum256 sums the 8 lanes of Y0 into X0 lane 0 in a fixed order:
+// 256→128, then two horizontal adds.
+func hsum256() {
 	VEXTRACTF128(U8(1), Y0, X1)
 	VADDPS(X1, X0, X0)
 	VHADDPS(X0, X0, X0)
 	VHADDPS(X0, X0, X0)
+}
+
+// hsum512 sums the 16 lanes of Z0 into X0 lane 0 in a fixed order:
+// 512→256, then hsum256.
+func hsum512() {
+	VEXTRACTF64X4(U8(1), Z0, Y1)
+	VADDPS(Y1, Y0, Y0)
+	hsum256()
 }
 
 // expSum512 emits expSumAVX512: x[i] = exp(x[i] − m) in place for n (a
@@ -1025,10 +1028,7 @@ func readSum256() {
 	Pragma("noescape")
 	Doc(fmt.Sprintf("readSumAVX2 returns the sum of n (a multiple of %d) values read as %d concurrent streams.", 8*readStreams, readStreams))
 	readSumBody("readSum256", ymm[:readStreams], 32)
-	VEXTRACTF128(U8(1), Y0, X1)
-	VADDPS(X1, X0, X0)
-	VHADDPS(X0, X0, X0)
-	VHADDPS(X0, X0, X0)
+	hsum256()
 	Store(X0, ReturnIndex(0))
 	VZEROUPPER()
 	RET()

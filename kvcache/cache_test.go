@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/cpmla/cpmla/kernels"
 	"github.com/cpmla/cpmla/mla"
 	"github.com/cpmla/cpmla/numfmt"
 )
@@ -210,6 +211,50 @@ func TestSparseAttentionOverCache(t *testing.T) {
 		if d := cmp.Diff(wantLSE, gotLSE); d != "" {
 			t.Errorf("%s: lse differs (-want +got):\n%s", kv, d)
 		}
+	}
+}
+
+// TestAttentionOverQuantizedCacheDoesNotAllocate: sparse attention over
+// fp8_ds_mla rows and indexer scoring over fp8 keys (decoded a block or
+// chunk at a time, on one and two threads) allocate nothing once warm.
+func TestAttentionOverQuantizedCacheDoesNotAllocate(t *testing.T) {
+	const heads, topk, ih, dim, nkeys = 8, 700, 4, 128, 1500
+	c, err := NewCache(1, 32, 64, KVFP8DSMLA, IdxFP8, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := c.Layer(0)
+	rng := rand.New(rand.NewPCG(13, 0))
+	for s := range nkeys {
+		lc.WriteRow(int32(s), randRow(rng, mla.RowDim))
+		lc.WriteKey(int32(s), randRow(rng, dim))
+	}
+	indices := make([]int32, topk)
+	for j, p := range rng.Perm(nkeys)[:topk] {
+		indices[j] = int32(p)
+	}
+	slots := make([]int32, nkeys)
+	for j := range slots {
+		slots[j] = int32(j)
+	}
+	q := randRow(rng, heads*mla.RowDim)
+	out, lse := make([]float32, heads*mla.LatentDim), make([]float32, heads)
+	ws := mla.NewWorkspace(topk, heads)
+	iq, iw := randRow(rng, ih*dim), randRow(rng, ih)
+	scores := make([]float32, nkeys)
+	isc := mla.NewIndexerScratch(ih, dim)
+	ends := []int32{nkeys}
+	var kv mla.KVSource = lc
+	var keys mla.KeySource = lc
+	for _, threads := range []int{1, 2} {
+		prev := kernels.SetThreads(threads)
+		if a := testing.AllocsPerRun(10, func() {
+			mla.SparseAttention(out, lse, nil, q, 1, heads, kv, indices, topk, nil, 0.0625, ws)
+			mla.IndexerScoresScratch(isc, scores, iq, iw, 1, ih, dim, keys, slots, ends)
+		}); a != 0 {
+			t.Errorf("%d threads: %v allocations per call", threads, a)
+		}
+		kernels.SetThreads(prev)
 	}
 }
 

@@ -95,6 +95,20 @@ func (kv DenseKVBF16) RowBF16(slot int32) []uint16 {
 	return kv[off : off+RowDim : off+RowDim]
 }
 
+// queryRow is query row r's part of a SparseAttention call: its selected
+// entries (topkLen applied), its output, lse, max-logit (nil when not asked
+// for) and query.
+func queryRow(r, heads, topk int, indices, topkLen []int32, out, lse, maxLogits, q []float32) (sel []int32, outR, lseR, maxR, qR []float32) {
+	lim := topk
+	if topkLen != nil {
+		lim = max(0, min(lim, int(topkLen[r])))
+	}
+	if maxLogits != nil {
+		maxR = maxLogits[r*heads : (r+1)*heads]
+	}
+	return indices[r*topk : r*topk+lim], out[r*heads*LatentDim : (r+1)*heads*LatentDim], lse[r*heads : (r+1)*heads], maxR, q[r*heads*RowDim : (r+1)*heads*RowDim]
+}
+
 // sparseAttentionFast is SparseAttention on the fast kernels; the arguments
 // have been checked by the caller.
 func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
@@ -107,24 +121,16 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 		return
 	}
 	for r := range rows {
-		lim := topk
-		if topkLen != nil {
-			lim = max(0, min(lim, int(topkLen[r])))
-		}
+		sel, outR, lseR, maxR, qR := queryRow(r, heads, topk, indices, topkLen, out, lse, maxLogits, q)
 		n := 0
-		for _, slot := range indices[r*topk : r*topk+lim] {
+		for _, slot := range sel {
 			if slot < 0 {
 				continue
 			}
 			ws.rows[n] = kv.Row(slot, ws.rowBuf[n*RowDim:(n+1)*RowDim])[:RowDim]
 			n++
 		}
-		var maxR []float32
-		if maxLogits != nil {
-			maxR = maxLogits[r*heads : (r+1)*heads]
-		}
-		kernels.AttendRows(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
-			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rows[:n], scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)])
+		kernels.AttendRows(outR, lseR, maxR, qR, heads, LatentDim, ws.rows[:n], scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)])
 		clear(ws.rows[:n]) // drop references to the source's storage
 	}
 }
@@ -133,24 +139,17 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 // decodes, a block at a time inside the kernel.
 func sparseAttentionFastDecoded(out, lse, maxLogits, q []float32, rows, heads int, kv DecodingKVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
 	for r := range rows {
-		lim := topk
-		if topkLen != nil {
-			lim = max(0, min(lim, int(topkLen[r])))
-		}
+		sel, outR, lseR, maxR, qR := queryRow(r, heads, topk, indices, topkLen, out, lse, maxLogits, q)
 		n := 0
-		for _, slot := range indices[r*topk : r*topk+lim] {
+		for _, slot := range sel {
 			if slot >= 0 {
 				ws.slots[n] = slot
 				n++
 			}
 		}
 		ws.dec = slotDecoder{kv: kv, slots: ws.slots[:n]}
-		var maxR []float32
-		if maxLogits != nil {
-			maxR = maxLogits[r*heads : (r+1)*heads]
-		}
-		kernels.AttendDecodedRows(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
-			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, n, RowDim, &ws.dec, scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)], ws.rowBuf, ws.rows)
+		kernels.AttendDecodedRows(outR, lseR, maxR, qR, heads, LatentDim, n, RowDim, &ws.dec, scale,
+			ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)], ws.rowBuf, ws.rows)
 		ws.dec = slotDecoder{}
 		clear(ws.rows[:n])
 	}
@@ -160,24 +159,16 @@ func sparseAttentionFastDecoded(out, lse, maxLogits, q []float32, rows, heads in
 // bf16.
 func sparseAttentionFastBF16(out, lse, maxLogits, q []float32, rows, heads int, kv BF16KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
 	for r := range rows {
-		lim := topk
-		if topkLen != nil {
-			lim = max(0, min(lim, int(topkLen[r])))
-		}
+		sel, outR, lseR, maxR, qR := queryRow(r, heads, topk, indices, topkLen, out, lse, maxLogits, q)
 		n := 0
-		for _, slot := range indices[r*topk : r*topk+lim] {
+		for _, slot := range sel {
 			if slot < 0 {
 				continue
 			}
 			ws.rowsBF16[n] = kv.RowBF16(slot)[:RowDim]
 			n++
 		}
-		var maxR []float32
-		if maxLogits != nil {
-			maxR = maxLogits[r*heads : (r+1)*heads]
-		}
-		kernels.AttendRowsBF16(out[r*heads*LatentDim:(r+1)*heads*LatentDim], lse[r*heads:(r+1)*heads], maxR,
-			q[r*heads*RowDim:(r+1)*heads*RowDim], heads, LatentDim, ws.rowsBF16[:n], scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)])
+		kernels.AttendRowsBF16(outR, lseR, maxR, qR, heads, LatentDim, ws.rowsBF16[:n], scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)])
 		clear(ws.rowsBF16[:n])
 	}
 }
