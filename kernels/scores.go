@@ -1,8 +1,6 @@
 package kernels
 
-import (
-	"fmt"
-)
+import "fmt"
 
 // WeightedReLUScores computes the lightning-indexer score of each key against
 // one query of heads heads:
@@ -84,14 +82,17 @@ type ScoreQuery struct {
 // ScoreQueryBytes is the most memory a ScoreQuery holds for heads heads of
 // dim values, for start-up memory budgets.
 func ScoreQueryBytes(heads, dim int) int64 {
-	hp := int64(heads+31) &^ 31
+	hp := int64(paddedHeads(heads))
 	return 4 * (hp*int64(dim) + hp)
 }
+
+// paddedHeads is heads rounded up to the 32 heads of a score tile.
+func paddedHeads(heads int) int { return (heads + 31) &^ 31 }
 
 // Reserve grows sq's buffers to hold a query of heads heads of dim values,
 // so that Prepare with those sizes does not allocate.
 func (sq *ScoreQuery) Reserve(heads, dim int) {
-	hp := (heads + 31) &^ 31
+	hp := paddedHeads(heads)
 	if cap(sq.qT) < hp*dim {
 		sq.qT = make([]float32, 0, hp*dim)
 	}
@@ -113,7 +114,7 @@ func (sq *ScoreQuery) Prepare(q, w []float32, heads int) {
 		return
 	}
 	sq.Reserve(heads, sq.dim)
-	hp := (heads + 31) &^ 31
+	hp := paddedHeads(heads)
 	sq.qT, sq.wP = sq.qT[:hp*sq.dim], sq.wP[:hp]
 	clear(sq.qT)
 	clear(sq.wP)

@@ -10,9 +10,9 @@ import (
 
 // The worker pool behind SetThreads. A parallel kernel splits its work into
 // a fixed number of parts by a static rule (output-column blocks for MatMulT,
-// row splits and head blocks for AttendRows), runs part 0 itself and hands the others to the
-// workers. Which goroutine runs a part never changes what the part computes,
-// so results are bit-identical for every thread count.
+// row splits and head blocks for AttendRows), runs part 0 itself and hands
+// the others to the workers. Which goroutine runs a part never changes what
+// the part computes, so results are bit-identical for every thread count.
 
 // parter is one parallel call: runPart computes part p of parts.
 type parter interface {
