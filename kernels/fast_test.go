@@ -383,6 +383,8 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 	dec := &widenDecoder{rows: rowsB, rowLen: dim}
 	decScratch := make([]float32, nr*dim)
 	decViews := make([][]float32, nr)
+	longScores := randSlice(r, 40000, 1)
+	picked := make([]int32, 2048)
 	forEachImpl(t, func(t *testing.T) {
 		for _, threads := range []int{1, 2} {
 			SetThreads(threads)
@@ -393,6 +395,7 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 				{"AttendRows", func() { AttendRows(out, lse, nil, q, heads, vdim, rows, 0.0625, logits) }},
 				{"MatMulT", func() { MatMulT(y, x, 8, w) }},
 				{"WeightedReLUScores", func() { WeightedReLUScores(scores, q[:4*128], iw, 4, rows) }},
+				{"TopK (split on two threads)", func() { TopK(picked, longScores) }},
 				{"AttendDecodedRows", func() {
 					AttendDecodedRows(out, lse, nil, q, heads, vdim, nr, dim, dec, 0.0625, logits, decScratch, decViews)
 				}},

@@ -34,9 +34,72 @@ func TopK(dst []int32, scores []float32) int {
 		return topKAll(dst, scores)
 	}
 	if useRadix(len(scores), k) {
+		if Threads() > 1 && len(scores) >= topkSplitMin && k <= topkSplitMaxK {
+			return topKSplit(dst, scores)
+		}
 		return topKRadix(dst, scores)
 	}
 	return topKHeap(dst, scores)
+}
+
+// A long row on two or more threads is split in two halves selected
+// concurrently (each half's best k contain every entry of the row's best k
+// from that half) and the two ordered lists are merged.
+const (
+	topkSplitMin  = 32 << 10 // scores in a row worth splitting
+	topkSplitMaxK = 2048     // k the task's buffers hold
+)
+
+// topkTask is one split TopK: part p selects from half p into best[p].
+type topkTask struct {
+	scores []float32
+	k      int
+	best   [2][topkSplitMaxK]int32
+	cnt    [2]int
+	join   joiner
+}
+
+var topkTasks = make(chan *topkTask, 16)
+
+func (t *topkTask) runPart(p, parts int) {
+	lo, hi := partRange(len(t.scores), 1, p, parts)
+	t.cnt[p] = topKRadix(t.best[p][:t.k], t.scores[lo:hi])
+	for i := range t.cnt[p] {
+		t.best[p][i] += int32(lo)
+	}
+}
+
+// topKSplit is TopK over two halves selected on two threads and merged in
+// the total order (score descending, then index ascending).
+func topKSplit(dst []int32, scores []float32) int {
+	var t *topkTask
+	select {
+	case t = <-topkTasks:
+	default:
+		t = new(topkTask)
+	}
+	t.scores, t.k = scores, len(dst)
+	runParts(t, 2, &t.join)
+	a, b := t.best[0][:t.cnt[0]], t.best[1][:t.cnt[1]]
+	cnt := 0
+	for cnt < len(dst) && (len(a) > 0 || len(b) > 0) {
+		// Every index of a is below every index of b, so a wins ties.
+		if len(b) == 0 || (len(a) > 0 && topkKey(scores[a[0]]) >= topkKey(scores[b[0]])) {
+			dst[cnt], a = a[0], a[1:]
+		} else {
+			dst[cnt], b = b[0], b[1:]
+		}
+		cnt++
+	}
+	for i := cnt; i < len(dst); i++ {
+		dst[i] = -1
+	}
+	t.scores = nil
+	select {
+	case topkTasks <- t:
+	default:
+	}
+	return cnt
 }
 
 // topKAll is TopK when every selectable score is selected (k ≥ n): the

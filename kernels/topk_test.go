@@ -215,3 +215,26 @@ func TestTopKRadixSelect(t *testing.T) {
 		t.Errorf("adjacent codes (-sorted oracle +radix select):\n%s", diff)
 	}
 }
+
+// TestTopKSplit: the two-half selection merged on two threads gives the
+// sorted oracle's result, with ties and unselectable entries on both sides
+// of the split and equal scores straddling it.
+func TestTopKSplit(t *testing.T) {
+	defer SetThreads(SetThreads(2))
+	for _, tc := range []struct{ n, levels, k int }{
+		{65536, 50, 2048}, {40000, 3, 2048}, {65536, 1 << 20, 1}, {33000, 1 << 20, 256}, {50000, 1, 2000},
+	} {
+		scores := tieScores(uint64(tc.n+tc.k), tc.n, tc.levels)
+		for i := 0; i < len(scores); i += 13 {
+			scores[i] = []float32{float32(math.NaN()), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 0}[i%4]
+		}
+		want, wantCnt := topKSorted(tc.k, scores)
+		got := make([]int32, tc.k)
+		if cnt := TopK(got, scores); cnt != wantCnt {
+			t.Errorf("n=%d levels=%d k=%d: count %d, want %d", tc.n, tc.levels, tc.k, cnt, wantCnt)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("n=%d levels=%d k=%d (-sorted oracle +split TopK):\n%s", tc.n, tc.levels, tc.k, diff)
+		}
+	}
+}
