@@ -112,19 +112,9 @@ func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen 
 	putAttendTask(t)
 }
 
-// DecodeRowsParallel fills scratch with the n rows of rowLen values dec
-// produces and points rows[:n] at them, splitting the rows across the
-// threads (SetThreads) in ranges of at least 128 rows. It panics if scratch
-// or rows is too short.
-func DecodeRowsParallel(dec RowDecoder, n, rowLen int, scratch []float32, rows [][]float32) {
-	if n < 0 || rowLen < 0 || len(scratch) < n*rowLen || len(rows) < n {
-		panic(fmt.Sprintf("kernels: DecodeRowsParallel: %d rows of %d values need len(scratch)≥%d and len(rows)≥%d; got %d and %d",
-			n, rowLen, n*rowLen, n, len(scratch), len(rows)))
-	}
-	decodeAllRows(dec, n, rowLen, scratch, rows)
-}
-
-// decodeAllRows is DecodeRowsParallel without the checks.
+// decodeAllRows fills scratch with the n rows of rowLen values dec produces
+// and points rows[:n] at them, splitting the rows across the threads in
+// ranges of at least attendBlock rows.
 func decodeAllRows(dec RowDecoder, n, rowLen int, scratch []float32, rows [][]float32) {
 	for j := range n {
 		rows[j] = scratch[j*rowLen : (j+1)*rowLen : (j+1)*rowLen]

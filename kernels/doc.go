@@ -4,10 +4,9 @@
 // rotary position embeddings with DeepSeek-style YaRN, multi-query softmax
 // attention over gathered rows (AttendRows, AttendRowsBF16 and, for rows a
 // quantized cache decodes block by block, AttendDecodedRows), the
-// lightning-indexer score (WeightedReLUScores, or ScoreKeys with a query
-// prepared once), a parallel row decoder (DecodeRowsParallel), and the
-// FMA-peak and read-bandwidth probes the kernel benchmarks are measured
-// against.
+// lightning-indexer score (WeightedReLUScores, or ScoreKeys and
+// ScoreGatheredKeys with queries prepared once), and the FMA-peak and
+// read-bandwidth probes the kernel benchmarks are measured against.
 //
 // The plain-Go functions are the reference implementation: they always build
 // on every platform, they are written for clarity first, and they are the
@@ -42,7 +41,8 @@
 //
 //   - The hot functions (MatMulT, MatVecT, Dot, Axpy, RMSNorm, LayerNorm,
 //     SwiGLU, Softmax, LogSumExp, TopK, Rope.Apply, Rope.Apply64, the
-//     Attend* functions, WeightedReLUScores, ScoreKeys) never allocate:
+//     Attend* functions, WeightedReLUScores, ScoreKeys, ScoreGatheredKeys)
+//     never allocate:
 //     callers own every buffer (the attention logits scratch is
 //     AttendScratchLen long), pooled per-call state is reused, and tests
 //     assert zero allocations.

@@ -706,3 +706,61 @@ func TestScoreKeysPrepared(t *testing.T) {
 		ScoreKeys(got, &sq, keys)
 	})
 }
+
+// sliceGatherer gathers keys by copying them into scratch (a decoding
+// source) or pointing at them (in place).
+type sliceGatherer struct {
+	keys   [][]float32
+	dim    int
+	decode bool
+}
+
+func (g *sliceGatherer) GatherKeys(dst [][]float32, scratch []float32, j0, j1 int) {
+	for j := j0; j < j1; j++ {
+		i := j - j0
+		if g.decode {
+			dst[i] = scratch[i*g.dim : (i+1)*g.dim]
+			copy(dst[i], g.keys[j])
+		} else {
+			dst[i] = g.keys[j]
+		}
+	}
+}
+
+// TestScoreGatheredKeys: gathering and scoring in chunks on the kernel
+// threads gives every query's ScoreKeys bits for its own key bound, with
+// gather space of a few keys and of many, and leaves the rest of each row
+// untouched.
+func TestScoreGatheredKeys(t *testing.T) {
+	r := newRand(97)
+	const heads, dim, n, nq = 33, 40, 301, 3
+	keys := make([][]float32, n)
+	for j := range keys {
+		keys[j] = randSlice(r, dim, 1)
+	}
+	q := randSlice(r, nq*heads*dim, 1)
+	w := randSlice(r, nq*heads, 1)
+	ends := []int32{n, 17, 0}
+	forEachImpl(t, func(t *testing.T) {
+		qs := make([]ScoreQuery, nq)
+		want := make([]float32, nq*n)
+		for i := range qs {
+			qs[i].Prepare(q[i*heads*dim:(i+1)*heads*dim], w[i*heads:(i+1)*heads], heads)
+			ScoreKeys(want[i*n:i*n+int(ends[i])], &qs[i], keys[:ends[i]])
+		}
+		for _, threads := range []int{1, 3} {
+			for _, space := range []int{5, 64, 1024} {
+				for _, decode := range []bool{false, true} {
+					SetThreads(threads)
+					got := make([]float32, nq*n)
+					ScoreGatheredKeys(got, n, qs, ends, &sliceGatherer{keys: keys, dim: dim, decode: decode},
+						make([][]float32, space), make([]float32, space*dim))
+					SetThreads(1)
+					if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
+						t.Errorf("%d threads, %d keys of gather space, decode %v (-ScoreKeys +gathered):\n%s", threads, space, decode, d)
+					}
+				}
+			}
+		}
+	})
+}

@@ -48,15 +48,7 @@ func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 		}
 		return
 	}
-	for j, key := range keys {
-		var s float32
-		for h := range heads {
-			if d := Dot(q[h*dim:(h+1)*dim], key[:dim]); d > 0 {
-				s += w[h] * d
-			}
-		}
-		dst[j] = s
-	}
+	scoreKeysRef(dst, q, w, heads, dim, keys)
 }
 
 // fastScores reports whether level l scores keys of dim values in assembly.
@@ -169,6 +161,122 @@ func ScoreKeys(dst []float32, sq *ScoreQuery, keys [][]float32) {
 	select {
 	case scoreTasks <- t:
 	default:
+	}
+}
+
+// KeyGatherer supplies the keys of ScoreGatheredKeys a chunk at a time:
+// GatherKeys(dst, scratch, j0, j1) points dst[i] at key j0+i for j0 ≤ j0+i <
+// j1 (at least the query's dim values), decoding into scratch (dim values
+// per key, key j0+i at scratch[i·dim:]) when the key is not stored as
+// float32. Calls for disjoint ranges run concurrently.
+type KeyGatherer interface {
+	GatherKeys(dst [][]float32, scratch []float32, j0, j1 int)
+}
+
+// ScoreGatheredKeys is ScoreKeys for every query of qs (prepared for the
+// same heads and dim) over keys that g gathers: query i's scores of keys
+// j < ends[i] go to dst[i·stride + j]. The keys are split across the threads
+// in contiguous ranges; each thread gathers its range a chunk at a time into
+// its share of keys and scratch (len(keys) headers and len(keys)·dim values
+// between them, at least one key per thread) and scores each chunk against
+// every query before it gathers the next, so a key is read once for all the
+// queries and the gathering is parallel too. Results have the bits of
+// ScoreKeys. It panics on inconsistent sizes.
+func ScoreGatheredKeys(dst []float32, stride int, qs []ScoreQuery, ends []int32, g KeyGatherer, keys [][]float32, scratch []float32) {
+	if len(qs) == 0 {
+		return
+	}
+	dim := qs[0].dim
+	n := 0
+	for i, e := range ends[:len(qs)] {
+		if e < 0 || len(dst) < i*stride+int(e) {
+			panic(fmt.Sprintf("kernels: ScoreGatheredKeys: query %d sees %d keys; dst of %d values with stride %d is too short", i, e, len(dst), stride))
+		}
+		if qs[i].dim != dim || qs[i].heads != qs[0].heads {
+			panic(fmt.Sprintf("kernels: ScoreGatheredKeys: query %d has %d heads of %d values, query 0 %d of %d", i, qs[i].heads, qs[i].dim, qs[0].heads, dim))
+		}
+		n = max(n, int(e))
+	}
+	if len(keys) == 0 || len(scratch) < len(keys)*dim {
+		panic(fmt.Sprintf("kernels: ScoreGatheredKeys: %d key headers need len(scratch) ≥ %d (dim %d) and at least one header; got %d", len(keys), len(keys)*dim, dim, len(scratch)))
+	}
+	if n == 0 {
+		return
+	}
+	var t *gatherTask
+	select {
+	case t = <-gatherTasks:
+	default:
+		t = new(gatherTask)
+	}
+	t.dst, t.stride, t.qs, t.ends, t.g, t.keys, t.scratch, t.n = dst, stride, qs, ends, g, keys, scratch, n
+	flops := 2 * float64(n) * float64(len(qs)*qs[0].heads*dim)
+	runParts(t, min(len(keys), planParts((n+7)/8, flops)), &t.join)
+	t.dst, t.qs, t.ends, t.g, t.keys, t.scratch = nil, nil, nil, nil, nil, nil
+	select {
+	case gatherTasks <- t:
+	default:
+	}
+}
+
+// gatherTask is one ScoreGatheredKeys call; part p scores a contiguous
+// range of the keys with its share of the gather space.
+type gatherTask struct {
+	dst       []float32
+	stride, n int
+	qs        []ScoreQuery
+	ends      []int32
+	g         KeyGatherer
+	keys      [][]float32
+	scratch   []float32
+	join      joiner
+}
+
+var gatherTasks = make(chan *gatherTask, 16)
+
+func (t *gatherTask) runPart(p, parts int) {
+	dim := t.qs[0].dim
+	lo, hi := partRange(t.n, 8, p, parts)
+	c0, c1 := partRange(len(t.keys), 1, p, parts)
+	keys, scratch := t.keys[c0:c1], t.scratch[c0*dim:c1*dim]
+	chunk := len(keys)
+	for j0 := lo; j0 < hi; j0 += chunk {
+		j1 := min(hi, j0+chunk)
+		t.g.GatherKeys(keys[:j1-j0], scratch, j0, j1)
+		for i := range t.qs {
+			e := min(int(t.ends[i]), j1)
+			if e <= j0 {
+				continue
+			}
+			scoreRange(t.dst[i*t.stride+j0:i*t.stride+e], &t.qs[i], keys[:e-j0])
+		}
+	}
+	clear(keys)
+}
+
+// scoreRange scores keys on the calling thread (a part of a parallel call).
+func scoreRange(dst []float32, sq *ScoreQuery, keys [][]float32) {
+	if sq.l == levelAVX512 {
+		scoreKeysT(dst, sq, keys)
+		return
+	}
+	if fastScores(sq.l, sq.dim) {
+		scoreKeysAVX2(dst, sq.q, sq.w, sq.heads, sq.dim, keys)
+		return
+	}
+	scoreKeysRef(dst, sq.q, sq.w, sq.heads, sq.dim, keys)
+}
+
+// scoreKeysRef is the reference WeightedReLUScores loop.
+func scoreKeysRef(dst, q, w []float32, heads, dim int, keys [][]float32) {
+	for j, key := range keys {
+		var s float32
+		for h := range heads {
+			if d := Dot(q[h*dim:(h+1)*dim], key[:dim]); d > 0 {
+				s += w[h] * d
+			}
+		}
+		dst[j] = s
 	}
 }
 

@@ -173,11 +173,9 @@ func sparseAttentionFastBF16(out, lse, maxLogits, q []float32, rows, heads int, 
 	}
 }
 
-// indexerChunk is the number of keys gathered before they are scored against
-// every query of a block (1024 keys of 128 f32 are 512 KiB, in L2), enough
-// work per call for kernels to split it across threads: with 256-key chunks
-// two threads scored 64 Ki keys in 3.3 ms, with 1024-key chunks in 2.2 ms
-// (one thread: 3.9 ms).
+// indexerChunk is the number of gathered keys the fast IndexerScores holds
+// at once, shared by the kernel threads (1024 keys of 128 f32 are 512 KiB,
+// in L2; each of two threads gathers and scores 512 at a time).
 const indexerChunk = 1024
 
 // keyChunk is the gather scratch of the fast IndexerScores.
@@ -185,14 +183,13 @@ type keyChunk struct {
 	buf     []float32            // [indexerChunk, dim] decode space
 	keys    [][]float32          // [indexerChunk] gathered keys
 	queries []kernels.ScoreQuery // [block] the block's queries, prepared once
-	dec     keyDecoder           // decodes a chunk of keys
+	gather  keyGatherer
 }
 
 // DecodingKeySource is a KeySource whose Key decodes stored records (fp8
 // indexer keys) into the caller's scratch: DecodesKeys reports whether it
 // does for this source, and PrefetchKey(slot) starts loading slot's record
-// into the CPU cache and returns at once. The fast IndexerScores decodes a
-// chunk of such keys split across the kernel threads, prefetching
+// into the CPU cache and returns at once. The fast IndexerScores prefetches
 // keyLookahead keys ahead of the one it decodes.
 type DecodingKeySource interface {
 	KeySource
@@ -204,70 +201,51 @@ type DecodingKeySource interface {
 // indexer prefetches.
 const keyLookahead = 16
 
-// keyDecoder is the kernels.RowDecoder of one chunk of keys: key j of the
-// chunk is the key at slots[j].
-type keyDecoder struct {
-	keys  DecodingKeySource
+// keyGatherer is the kernels.KeyGatherer of one IndexerScores call: key j is
+// the key at slots[j].
+type keyGatherer struct {
+	keys  KeySource
+	pf    DecodingKeySource // keys, when they are decoded (prefetched ahead)
 	slots []int32
 	dim   int
 }
 
-// DecodeRows decodes the keys at slots[j0:j1] into dst.
-func (d *keyDecoder) DecodeRows(dst []float32, j0, j1 int) {
+// GatherKeys points dst at the keys of slots[j0:j1], decoding into scratch
+// where the source decodes.
+func (g *keyGatherer) GatherKeys(dst [][]float32, scratch []float32, j0, j1 int) {
 	for j := j0; j < j1; j++ {
-		if a := j + keyLookahead; a < len(d.slots) {
-			d.keys.PrefetchKey(d.slots[a])
+		if a := j + keyLookahead; g.pf != nil && a < len(g.slots) {
+			g.pf.PrefetchKey(g.slots[a])
 		}
-		to := dst[(j-j0)*d.dim : (j-j0+1)*d.dim]
-		if got := d.keys.Key(d.slots[j], to); &got[0] != &to[0] {
-			copy(to, got[:d.dim])
-		}
+		i := j - j0
+		dst[i] = g.keys.Key(g.slots[j], scratch[i*g.dim:(i+1)*g.dim])[:g.dim]
 	}
 }
 
 // indexerScoresFast is the scoring loop of IndexerScores on the fast kernels;
-// the caller has checked the arguments and written the −Inf tails.
+// the caller has checked the arguments and written the −Inf tails. Each
+// block of queries is one kernels.ScoreGatheredKeys call: the kernel threads
+// gather (or decode) and score disjoint ranges of the keys, every key once
+// for all the block's queries.
 func indexerScoresFast(kc *keyChunk, scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
 	nkeys := len(slots)
-	buf := kc.buf[:indexerChunk*dim]
 	block := indexerBlock(heads, dim)
 	if len(kc.queries) < block {
 		kc.queries = make([]kernels.ScoreQuery, block)
 	}
-	pf, ok := keys.(DecodingKeySource)
-	if ok && !pf.DecodesKeys() {
-		pf = nil
+	kc.gather = keyGatherer{keys: keys, slots: slots, dim: dim}
+	if pf, ok := keys.(DecodingKeySource); ok && pf.DecodesKeys() {
+		kc.gather.pf = pf
 	}
 	for i0 := 0; i0 < t; i0 += block {
 		i1 := min(t, i0+block)
-		var maxEnd int32
-		for i, e := range ends[i0:i1] {
-			maxEnd = max(maxEnd, e)
-			kc.queries[i].Prepare(q[(i0+i)*heads*dim:(i0+i+1)*heads*dim], w[(i0+i)*heads:(i0+i+1)*heads], heads)
+		qs := kc.queries[:i1-i0]
+		for i := range qs {
+			qs[i].Prepare(q[(i0+i)*heads*dim:(i0+i+1)*heads*dim], w[(i0+i)*heads:(i0+i+1)*heads], heads)
 		}
-		for j0 := 0; j0 < int(maxEnd); j0 += indexerChunk {
-			j1 := min(int(maxEnd), j0+indexerChunk)
-			if pf != nil {
-				// Decoded keys: split across the kernel threads.
-				kc.dec = keyDecoder{keys: pf, slots: slots[j0:j1], dim: dim}
-				kernels.DecodeRowsParallel(&kc.dec, j1-j0, dim, buf, kc.keys)
-				kc.dec = keyDecoder{}
-			} else {
-				for j := j0; j < j1; j++ {
-					c := j - j0
-					kc.keys[c] = keys.Key(slots[j], buf[c*dim:(c+1)*dim])[:dim]
-				}
-			}
-			for i := i0; i < i1; i++ {
-				e := min(int(ends[i]), j1)
-				if e <= j0 {
-					continue
-				}
-				kernels.ScoreKeys(scores[i*nkeys+j0:i*nkeys+e], &kc.queries[i-i0], kc.keys[:e-j0])
-			}
-		}
+		kernels.ScoreGatheredKeys(scores[i0*nkeys:], nkeys, qs, ends[i0:i1], &kc.gather, kc.keys, kc.buf[:indexerChunk*dim])
 	}
-	clear(kc.keys)
+	kc.gather = keyGatherer{}
 	for i := range kc.queries {
 		kc.queries[i].Release()
 	}
