@@ -46,8 +46,12 @@ func (s *scriptedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.inFlight++
 	s.maxSeen = max(s.maxSeen, s.inFlight)
 	s.mu.Unlock()
-	defer func() { s.mu.Lock(); s.inFlight--; s.mu.Unlock() }()
+	// A request leaves the count before its last bytes are written: the
+	// client may start its next request as soon as it has read them, before
+	// this handler returns.
+	done := func() { s.mu.Lock(); s.inFlight--; s.mu.Unlock() }
 	if p, ok := body["prompt"].([]any); ok && len(p) > 0 && p[0].(float64) == 666 {
+		done()
 		http.Error(w, `{"error":{"message":"scripted failure"}}`, http.StatusInternalServerError)
 		return
 	}
@@ -62,6 +66,7 @@ func (s *scriptedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"t%d\"}]}\n\n", i)
 		rc.Flush()
 	}
+	done()
 	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", n)
 	rc.Flush()
 }
