@@ -16,16 +16,19 @@ import (
 //	maxLogits[h] = max_j logit[h, j]         (when maxLogits is not nil)
 //
 // Every row must hold at least max(dim, vdim) values. logits is scratch of at
-// least heads·n values (it ends up holding unnormalized weights). With no
+// least AttendScratchLen(heads, n, vdim) values (the [heads, n] logits, which
+// end up holding unnormalized weights, and the split partials). With no
 // rows, out is 0 and lse and maxLogits are −Inf. It does not allocate.
 //
 // The reference implementation uses Dot, LogSumExp, Softmax and Axpy. The
 // assembly implementations walk the rows in blocks that stay in L2: logits
 // in 4-head (AVX2: 3-head) × 4-row tiles, an online softmax per block with a
 // vector exp, the weighted rows in 4-head × 64-column (AVX2: 16-column)
-// tiles in row order, and a division by the softmax sum at the end. Each
-// head's result depends only on its own query, the rows and their order, so
-// heads may be split across threads (SetThreads) without changing a bit.
+// tiles in row order, and a division by the softmax sum at the end. More
+// than splitRows rows are computed in splits whose partials are merged by
+// log-sum-exp in split order. Each head's result depends only on its own
+// query, the rows, their order and their number, so splits and heads may be
+// spread across threads (SetThreads) without changing a bit.
 func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]float32, scale float32, logits []float32) {
 	lens := func(j int) int { return len(rows[j]) }
 	if !attendPrologue("AttendRows", out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
@@ -73,13 +76,14 @@ type RowDecoder interface {
 // AttendDecodedRows is AttendRows over n rows of rowLen values that dec
 // decodes (a quantized KV cache), with the same results bit for bit as
 // AttendRows on the rows dec writes. scratch must hold n·rowLen values and
-// rows n slice headers; both are overwritten. On one thread the assembly
-// path decodes each block of rows just before it is used, so the decoded
-// rows are read back from L2 rather than from a buffer of every row. On
-// several threads the heads are split as in AttendRows and every thread
-// decodes the blocks it reads (decoding is a small part of the work); when
-// there are fewer than attendBlock rows per thread the rows are decoded
-// first instead, split by row ranges.
+// rows n slice headers; both are overwritten. The assembly path decodes each
+// block of rows just before it is used, into a block region of scratch that
+// belongs to the unit of work (a split, or a split's heads) reading it, so
+// the decoded rows are read back from L2 rather than from a buffer of every
+// row and each row is decoded by the one thread that reads it, unless units
+// share rows (more threads than splits), where a row is decoded once per
+// unit. When there are too few rows for a region per unit the rows are
+// decoded first instead, split by row ranges across the threads.
 func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen int, dec RowDecoder, scale float32, logits, scratch []float32, rows [][]float32) {
 	if n < 0 || rowLen < 0 || len(scratch) < n*rowLen || len(rows) < n {
 		panic(fmt.Sprintf("kernels: AttendDecodedRows: %d rows of %d values need len(scratch)≥%d and len(rows)≥%d; got %d and %d",
