@@ -269,12 +269,8 @@ func newBenchThroughputCmd() *cobra.Command {
 			if err := applyThreads(o.threadsPerRank, o.tp*o.pcp); err != nil {
 				return err
 			}
-			blockSize := o.engine.BlockSize
-			if blockSize == 0 {
-				blockSize = engine.DefaultBlockSize
-			}
 			mp, err := joinProcesses(deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
-				interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: blockSize}, cmd.ErrOrStderr())
+				interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize}, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

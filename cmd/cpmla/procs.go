@@ -33,7 +33,7 @@ type deployment struct {
 	weightSeed                uint64
 	tp, pcp, dcp, interleave  int
 	backend, dcpComm, kvDType string
-	blockSize                 int
+	blockSize                 int // 0: engine.DefaultBlockSize
 }
 
 // joinProcesses starts MPI when --comm mpi is set and prepares this
@@ -51,6 +51,9 @@ func joinProcesses(o deployment, stderr io.Writer) (*multiProcess, error) {
 	cfg, err := config.Load(o.model)
 	if err != nil {
 		return nil, err
+	}
+	if o.blockSize == 0 {
+		o.blockSize = engine.DefaultBlockSize
 	}
 	layout := comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}
 	if err := layout.Validate(); err != nil {
