@@ -42,10 +42,14 @@ func main() {
 		for m := 1; m <= 4; m++ {
 			axpyTile512(m, bf16)
 		}
-		qkPanel512(bf16)
+		for nvec := 1; nvec <= 4; nvec++ {
+			qkTileT512(nvec, bf16)
+		}
 		prefetchRows(bf16)
 	}
 	prefetchBytes()
+	transpose16x16512()
+	scale512()
 	axpy512()
 	axpy256()
 	for _, bf16 := range []bool{false, true} {
@@ -419,77 +423,127 @@ func axpyTile512(m int, bf16 bool) {
 	RET()
 }
 
-// qkPanel512 emits qkPanelAVX512: for groups groups of four query rows
-// (row g·4+i at q + (g·4+i)·ldq) and four key rows of kn (a multiple of 16)
-// values, out[(g·4+i)·ldo + j] = scale · q_row·k_j, each dot product computed
-// exactly as in dotTile4x4F32AVX512 and then multiplied by scale.
-func qkPanel512(bf16 bool) {
-	name := "qkPanelAVX512"
-	if bf16 {
-		name = "qkPanelBF16AVX512"
-	}
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(q *float32, ldq int, groups int, k0, k1, k2, k3 %s, kn int, out *float32, ldo int, scale float32)", wType(bf16)))
+// qkTileT512 emits qkTileT{nvec}{F32,BF16}AVX512: the scaled logits of up
+// to 16·nvec heads against four key rows, with the query transposed: qT holds
+// the heads' queries as [dim][ldq] (head i of the tile at qT[d·ldq+i]), so
+// every step d broadcasts one value of each key row and fuses it into
+// 16-head vectors. Each logit is one fused chain over d in order, started at
+// 0 and then multiplied by scale, whatever the number of heads or rows in
+// the tile. The results of head i < heads and row r < 4 with bit r set in
+// mask go to out[i·ldo + r]; nothing else is written. bf16 rows need an even
+// dim.
+func qkTileT512(nvec int, bf16 bool) {
+	name := fmt.Sprintf("qkTileT%d%sAVX512", nvec, wName(bf16))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(qT *float32, ldq int, dim int, k0, k1, k2, k3 %s, out *float32, ldo int, heads int, mask int, scale float32)", wType(bf16)))
 	Pragma("noescape")
-	Doc(name + " computes scaled dot products of groups×4 query rows with four key rows.")
-	q := Load(Param("q"), GP64())
+	Doc(fmt.Sprintf("%s computes the scaled logits of up to %d transposed-query heads against four key rows.", name, 16*nvec))
+	qp := Load(Param("qT"), GP64())
 	ldq := Load(Param("ldq"), GP64())
 	SHLQ(U8(2), ldq)
-	groups := Load(Param("groups"), GP64())
+	dim := Load(Param("dim"), GP64())
 	var k [4]Register
-	for j := range 4 {
-		k[j] = Load(Param(fmt.Sprintf("k%d", j)), GP64())
+	for r := range 4 {
+		k[r] = Load(Param(fmt.Sprintf("k%d", r)), GP64())
 	}
-	kn := Load(Param("kn"), GP64())
-	// off counts key bytes; query bytes are off·qs.
-	qs := uint8(1)
+	acc := func(r, v int) VecPhysical { return zmm[nvec*r+v] }
+	for r := range 4 {
+		for v := range nvec {
+			VPXORD(acc(r, v), acc(r, v), acc(r, v))
+		}
+	}
+	off := GP64() // key bytes
+	XORQ(off, off)
+	// step fuses q(d) (loaded into 16..16+nvec) with the broadcast key
+	// values in b[0..3].
+	step := func(b [4]VecPhysical) {
+		for v := range nvec {
+			VMOVUPS(Mem{Base: qp, Disp: 64 * v}, zmm[16+v])
+		}
+		for r := range 4 {
+			for v := range nvec {
+				VFMADD231PS(zmm[16+v], b[r], acc(r, v))
+			}
+		}
+		ADDQ(ldq, qp)
+	}
+	pairs := GP64()
+	MOVQ(dim, pairs)
+	SHRQ(U8(1), pairs)
+	JZ(LabelRef(name + "_tail"))
 	if bf16 {
-		SHLQ(U8(1), kn)
-		qs = 2
-	} else {
-		SHLQ(U8(2), kn)
+		mhi := GP32()
+		MOVL(U32(0xFFFF0000), mhi)
+		VPBROADCASTD(mhi, Z28)
 	}
+	Label(name + "_loop")
+	if bf16 {
+		// One dword holds keys d (low half) and d+1 (high half).
+		for r := range 4 {
+			VPBROADCASTD(Mem{Base: k[r], Index: off, Scale: 1}, zmm[20+r])
+			VPSLLD(U8(16), zmm[20+r], zmm[24+r])
+			VPANDD(Z28, zmm[20+r], zmm[20+r])
+		}
+		step([4]VecPhysical{Z24, Z25, Z26, Z27})
+		step([4]VecPhysical{Z20, Z21, Z22, Z23})
+		ADDQ(U32(4), off)
+	} else {
+		for r := range 4 {
+			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1}, zmm[20+r])
+		}
+		step([4]VecPhysical{Z20, Z21, Z22, Z23})
+		for r := range 4 {
+			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1, Disp: 4}, zmm[24+r])
+		}
+		step([4]VecPhysical{Z24, Z25, Z26, Z27})
+		ADDQ(U32(8), off)
+	}
+	DECQ(pairs)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_tail")
+	if !bf16 {
+		TESTQ(U32(1), dim)
+		JZ(LabelRef(name + "_scale"))
+		for r := range 4 {
+			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1}, zmm[20+r])
+		}
+		step([4]VecPhysical{Z20, Z21, Z22, Z23})
+	}
+	Label(name + "_scale")
+	VBROADCASTSS(NewParamAddr("scale", 88), Z29)
+	for r := range 4 {
+		for v := range nvec {
+			VMULPS(Z29, acc(r, v), acc(r, v))
+		}
+	}
+	maskReg := Load(Param("mask"), GP64()).(GPVirtual)
+	KMOVW(maskReg.As32(), K1)
+	heads := Load(Param("heads"), GP64())
 	out := Load(Param("out"), GP64())
 	ldo := Load(Param("ldo"), GP64())
 	SHLQ(U8(2), ldo)
-	VBROADCASTSS(NewParamAddr("scale", 80), X29)
-	TESTQ(groups, groups)
-	JZ(LabelRef(name + "_done"))
-	TESTQ(kn, kn)
-	JZ(LabelRef(name + "_done"))
-	Label(name + "_group")
-	var xr [4]Register
-	xr[0] = q
-	for i := 1; i < 4; i++ {
-		xr[i] = GP64()
-		LEAQ(Mem{Base: xr[i-1], Index: ldq, Scale: 1}, xr[i])
-	}
-	for a := range 16 {
-		VPXORD(zmm[a], zmm[a], zmm[a])
-	}
-	off := GP64()
-	XORQ(off, off)
-	Label(name + "_loop")
-	for j := range 4 {
-		loadW(Mem{Base: k[j], Index: off, Scale: 1}, zmm[16+j], bf16)
-	}
-	for i := range 4 {
-		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: qs}, zmm[20+i])
-		for j := range 4 {
-			VFMADD231PS(zmm[16+j], zmm[20+i], zmm[4*i+j])
+	for v := range nvec {
+		// Transpose the four rows' 16-head vectors into one four-row xmm per
+		// head: U[c] lane L holds head 4L+c of this vector.
+		t := [4]VecPhysical{Z16, Z17, Z18, Z19}
+		u := [4]VecPhysical{Z20, Z21, Z22, Z23}
+		VUNPCKLPS(acc(1, v), acc(0, v), t[0])
+		VUNPCKHPS(acc(1, v), acc(0, v), t[1])
+		VUNPCKLPS(acc(3, v), acc(2, v), t[2])
+		VUNPCKHPS(acc(3, v), acc(2, v), t[3])
+		VUNPCKLPD(t[2], t[0], u[0])
+		VUNPCKHPD(t[2], t[0], u[1])
+		VUNPCKLPD(t[3], t[1], u[2])
+		VUNPCKHPD(t[3], t[1], u[3])
+		for lane := range 4 {
+			for c := range 4 {
+				h := 16*v + 4*lane + c
+				CMPQ(heads, U32(h))
+				JLE(LabelRef(name + "_done"))
+				VEXTRACTF32X4(U8(lane), u[c], K1, Mem{Base: out})
+				ADDQ(ldo, out)
+			}
 		}
 	}
-	ADDQ(U32(64/uint32(qs)), off)
-	CMPQ(off, kn)
-	JB(LabelRef(name + "_loop"))
-	for i := range 4 {
-		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
-		VMULPS(X29, xmm[4*i], xmm[4*i])
-		VMOVUPS(xmm[4*i], Mem{Base: out})
-		ADDQ(ldo, out)
-	}
-	LEAQ(Mem{Base: xr[3], Index: ldq, Scale: 1}, q)
-	DECQ(groups)
-	JNZ(LabelRef(name + "_group"))
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
@@ -547,6 +601,97 @@ func prefetchBytes() {
 	// The last line, which the loop misses when p is not line-aligned.
 	PREFETCHT0(Mem{Base: p, Index: n, Scale: 1, Disp: -1})
 	Label("prefetchBytes_done")
+	RET()
+}
+
+// transpose16x16512 emits transpose16x16AVX512: dst[k·ldd + i] =
+// src[i·lds + k] for i, k < 16 (lds and ldd in elements), by interleaving
+// pairs of rows, then pairs of pairs, then 128-bit lanes.
+func transpose16x16512() {
+	TEXT("transpose16x16AVX512", NOSPLIT, "func(src *float32, lds int, dst *float32, ldd int)")
+	Pragma("noescape")
+	Doc("transpose16x16AVX512 writes the transpose of a 16×16 block of src into dst.")
+	src := Load(Param("src"), GP64())
+	lds := Load(Param("lds"), GP64())
+	SHLQ(U8(2), lds)
+	dst := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	SHLQ(U8(2), ldd)
+	for i := range 16 {
+		VMOVUPS(Mem{Base: src}, zmm[i])
+		if i < 15 {
+			ADDQ(lds, src)
+		}
+	}
+	// t[2i], t[2i+1]: rows 2i and 2i+1 interleaved (low and high pairs).
+	for i := range 8 {
+		VUNPCKLPS(zmm[2*i+1], zmm[2*i], zmm[16+2*i])
+		VUNPCKHPS(zmm[2*i+1], zmm[2*i], zmm[16+2*i+1])
+	}
+	// u[4j+c]: in 128-bit lane l, rows 4j … 4j+3 of column 4l+c.
+	for j := range 4 {
+		t := 16 + 4*j
+		VUNPCKLPD(zmm[t+2], zmm[t], zmm[4*j])
+		VUNPCKHPD(zmm[t+2], zmm[t], zmm[4*j+1])
+		VUNPCKLPD(zmm[t+3], zmm[t+1], zmm[4*j+2])
+		VUNPCKHPD(zmm[t+3], zmm[t+1], zmm[4*j+3])
+	}
+	// Rows 4l of dst start at base[l]; row 4l+c is base[l] + c·ldd.
+	ldd3 := GP64()
+	LEAQ(Mem{Base: ldd, Index: ldd, Scale: 2}, ldd3)
+	var base [4]Register
+	base[0] = dst
+	for l := 1; l < 4; l++ {
+		base[l] = GP64()
+		LEAQ(Mem{Base: base[l-1], Index: ldd, Scale: 4}, base[l])
+	}
+	row := func(l, c int) Mem {
+		switch c {
+		case 0:
+			return Mem{Base: base[l]}
+		case 3:
+			return Mem{Base: base[l], Index: ldd3, Scale: 1}
+		default:
+			return Mem{Base: base[l], Index: ldd, Scale: uint8(c)}
+		}
+	}
+	// Column 4l+c gathers lane l of u[c], u[4+c], u[8+c], u[12+c].
+	for c := range 4 {
+		VSHUFF32X4(U8(0x44), zmm[4+c], zmm[c], Z16)
+		VSHUFF32X4(U8(0xEE), zmm[4+c], zmm[c], Z17)
+		VSHUFF32X4(U8(0x44), zmm[12+c], zmm[8+c], Z18)
+		VSHUFF32X4(U8(0xEE), zmm[12+c], zmm[8+c], Z19)
+		VSHUFF32X4(U8(0x88), Z18, Z16, Z20)
+		VSHUFF32X4(U8(0xDD), Z18, Z16, Z21)
+		VSHUFF32X4(U8(0x88), Z19, Z17, Z22)
+		VSHUFF32X4(U8(0xDD), Z19, Z17, Z23)
+		for l := range 4 {
+			VMOVUPS(zmm[20+l], row(l, c))
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// scale512 emits scaleAVX512: x[i] *= a for n (a multiple of 16) values,
+// each one rounded product, the bits of the scalar loop.
+func scale512() {
+	TEXT("scaleAVX512", NOSPLIT, "func(x *float32, n int, a float32)")
+	Pragma("noescape")
+	Doc("scaleAVX512 multiplies n (a multiple of 16) values of x by a.")
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	VBROADCASTSS(NewParamAddr("a", 16), Z0)
+	SHRQ(U8(4), n)
+	JZ(LabelRef("scaleAVX512_done"))
+	Label("scaleAVX512_loop")
+	VMULPS(Mem{Base: x}, Z0, Z1)
+	VMOVUPS(Z1, Mem{Base: x})
+	ADDQ(U32(64), x)
+	DECQ(n)
+	JNZ(LabelRef("scaleAVX512_loop"))
+	Label("scaleAVX512_done")
+	VZEROUPPER()
 	RET()
 }
 

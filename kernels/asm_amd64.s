@@ -2268,32 +2268,746 @@ axpyTile4x64F32AVX512_store:
 	VZEROUPPER
 	RET
 
-// func qkPanelAVX512(q *float32, ldq int, groups int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, kn int, out *float32, ldo int, scale float32)
-// Requires: AVX, AVX512F, AVX512VL
-TEXT ·qkPanelAVX512(SB), NOSPLIT, $0-84
-	MOVQ         q+0(FP), AX
-	MOVQ         ldq+8(FP), CX
-	SHLQ         $0x02, CX
-	MOVQ         groups+16(FP), DX
-	MOVQ         k0+24(FP), BX
-	MOVQ         k1+32(FP), SI
-	MOVQ         k2+40(FP), DI
-	MOVQ         k3+48(FP), R8
-	MOVQ         kn+56(FP), R9
-	SHLQ         $0x02, R9
-	MOVQ         out+64(FP), R10
-	MOVQ         ldo+72(FP), R11
-	SHLQ         $0x02, R11
-	VBROADCASTSS scale+80(FP), X29
-	TESTQ        DX, DX
-	JZ           qkPanelAVX512_done
-	TESTQ        R9, R9
-	JZ           qkPanelAVX512_done
+// func qkTileT1F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·qkTileT1F32AVX512(SB), NOSPLIT, $0-92
+	MOVQ   qT+0(FP), AX
+	MOVQ   ldq+8(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   dim+16(FP), DX
+	MOVQ   k0+24(FP), BX
+	MOVQ   k1+32(FP), SI
+	MOVQ   k2+40(FP), DI
+	MOVQ   k3+48(FP), R8
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ   R9, R9
+	MOVQ   DX, R10
+	SHRQ   $0x01, R10
+	JZ     qkTileT1F32AVX512_tail
 
-qkPanelAVX512_group:
-	LEAQ   (AX)(CX*1), R12
-	LEAQ   (R12)(CX*1), R13
-	LEAQ   (R13)(CX*1), R14
+qkTileT1F32AVX512_loop:
+	VBROADCASTSS (BX)(R9*1), Z20
+	VBROADCASTSS (SI)(R9*1), Z21
+	VBROADCASTSS (DI)(R9*1), Z22
+	VBROADCASTSS (R8)(R9*1), Z23
+	VMOVUPS      (AX), Z16
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z16, Z21, Z1
+	VFMADD231PS  Z16, Z22, Z2
+	VFMADD231PS  Z16, Z23, Z3
+	ADDQ         CX, AX
+	VBROADCASTSS 4(BX)(R9*1), Z24
+	VBROADCASTSS 4(SI)(R9*1), Z25
+	VBROADCASTSS 4(DI)(R9*1), Z26
+	VBROADCASTSS 4(R8)(R9*1), Z27
+	VMOVUPS      (AX), Z16
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z16, Z25, Z1
+	VFMADD231PS  Z16, Z26, Z2
+	VFMADD231PS  Z16, Z27, Z3
+	ADDQ         CX, AX
+	ADDQ         $0x00000008, R9
+	DECQ         R10
+	JNZ          qkTileT1F32AVX512_loop
+
+qkTileT1F32AVX512_tail:
+	TESTQ        $0x00000001, DX
+	JZ           qkTileT1F32AVX512_scale
+	VBROADCASTSS (BX)(R9*1), Z20
+	VBROADCASTSS (SI)(R9*1), Z21
+	VBROADCASTSS (DI)(R9*1), Z22
+	VBROADCASTSS (R8)(R9*1), Z23
+	VMOVUPS      (AX), Z16
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z16, Z21, Z1
+	VFMADD231PS  Z16, Z22, Z2
+	VFMADD231PS  Z16, Z23, Z3
+	ADDQ         CX, AX
+
+qkTileT1F32AVX512_scale:
+	VBROADCASTSS  scale+88(FP), Z29
+	VMULPS        Z29, Z0, Z0
+	VMULPS        Z29, Z1, Z1
+	VMULPS        Z29, Z2, Z2
+	VMULPS        Z29, Z3, Z3
+	MOVQ          mask+80(FP), AX
+	KMOVW         AX, K1
+	MOVQ          heads+72(FP), AX
+	MOVQ          out+56(FP), CX
+	MOVQ          ldo+64(FP), DX
+	SHLQ          $0x02, DX
+	VUNPCKLPS     Z1, Z0, Z16
+	VUNPCKHPS     Z1, Z0, Z17
+	VUNPCKLPS     Z3, Z2, Z18
+	VUNPCKHPS     Z3, Z2, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000000
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000001
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000002
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000003
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000004
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000005
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000006
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000007
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000008
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000009
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000a
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000b
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000c
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000d
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000e
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000f
+	JLE           qkTileT1F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+
+qkTileT1F32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func qkTileT2F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·qkTileT2F32AVX512(SB), NOSPLIT, $0-92
+	MOVQ   qT+0(FP), AX
+	MOVQ   ldq+8(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   dim+16(FP), DX
+	MOVQ   k0+24(FP), BX
+	MOVQ   k1+32(FP), SI
+	MOVQ   k2+40(FP), DI
+	MOVQ   k3+48(FP), R8
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ   R9, R9
+	MOVQ   DX, R10
+	SHRQ   $0x01, R10
+	JZ     qkTileT2F32AVX512_tail
+
+qkTileT2F32AVX512_loop:
+	VBROADCASTSS (BX)(R9*1), Z20
+	VBROADCASTSS (SI)(R9*1), Z21
+	VBROADCASTSS (DI)(R9*1), Z22
+	VBROADCASTSS (R8)(R9*1), Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z16, Z21, Z2
+	VFMADD231PS  Z17, Z21, Z3
+	VFMADD231PS  Z16, Z22, Z4
+	VFMADD231PS  Z17, Z22, Z5
+	VFMADD231PS  Z16, Z23, Z6
+	VFMADD231PS  Z17, Z23, Z7
+	ADDQ         CX, AX
+	VBROADCASTSS 4(BX)(R9*1), Z24
+	VBROADCASTSS 4(SI)(R9*1), Z25
+	VBROADCASTSS 4(DI)(R9*1), Z26
+	VBROADCASTSS 4(R8)(R9*1), Z27
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z17, Z24, Z1
+	VFMADD231PS  Z16, Z25, Z2
+	VFMADD231PS  Z17, Z25, Z3
+	VFMADD231PS  Z16, Z26, Z4
+	VFMADD231PS  Z17, Z26, Z5
+	VFMADD231PS  Z16, Z27, Z6
+	VFMADD231PS  Z17, Z27, Z7
+	ADDQ         CX, AX
+	ADDQ         $0x00000008, R9
+	DECQ         R10
+	JNZ          qkTileT2F32AVX512_loop
+
+qkTileT2F32AVX512_tail:
+	TESTQ        $0x00000001, DX
+	JZ           qkTileT2F32AVX512_scale
+	VBROADCASTSS (BX)(R9*1), Z20
+	VBROADCASTSS (SI)(R9*1), Z21
+	VBROADCASTSS (DI)(R9*1), Z22
+	VBROADCASTSS (R8)(R9*1), Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z16, Z21, Z2
+	VFMADD231PS  Z17, Z21, Z3
+	VFMADD231PS  Z16, Z22, Z4
+	VFMADD231PS  Z17, Z22, Z5
+	VFMADD231PS  Z16, Z23, Z6
+	VFMADD231PS  Z17, Z23, Z7
+	ADDQ         CX, AX
+
+qkTileT2F32AVX512_scale:
+	VBROADCASTSS  scale+88(FP), Z29
+	VMULPS        Z29, Z0, Z0
+	VMULPS        Z29, Z1, Z1
+	VMULPS        Z29, Z2, Z2
+	VMULPS        Z29, Z3, Z3
+	VMULPS        Z29, Z4, Z4
+	VMULPS        Z29, Z5, Z5
+	VMULPS        Z29, Z6, Z6
+	VMULPS        Z29, Z7, Z7
+	MOVQ          mask+80(FP), AX
+	KMOVW         AX, K1
+	MOVQ          heads+72(FP), AX
+	MOVQ          out+56(FP), CX
+	MOVQ          ldo+64(FP), DX
+	SHLQ          $0x02, DX
+	VUNPCKLPS     Z2, Z0, Z16
+	VUNPCKHPS     Z2, Z0, Z17
+	VUNPCKLPS     Z6, Z4, Z18
+	VUNPCKHPS     Z6, Z4, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000000
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000001
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000002
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000003
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000004
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000005
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000006
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000007
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000008
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000009
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000a
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000b
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000c
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000d
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000e
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000f
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z3, Z1, Z16
+	VUNPCKHPS     Z3, Z1, Z17
+	VUNPCKLPS     Z7, Z5, Z18
+	VUNPCKHPS     Z7, Z5, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000010
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000011
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000012
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000013
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000014
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000015
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000016
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000017
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000018
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000019
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001a
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001b
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001c
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001d
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001e
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001f
+	JLE           qkTileT2F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+
+qkTileT2F32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func qkTileT3F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·qkTileT3F32AVX512(SB), NOSPLIT, $0-92
+	MOVQ   qT+0(FP), AX
+	MOVQ   ldq+8(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   dim+16(FP), DX
+	MOVQ   k0+24(FP), BX
+	MOVQ   k1+32(FP), SI
+	MOVQ   k2+40(FP), DI
+	MOVQ   k3+48(FP), R8
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	XORQ   R9, R9
+	MOVQ   DX, R10
+	SHRQ   $0x01, R10
+	JZ     qkTileT3F32AVX512_tail
+
+qkTileT3F32AVX512_loop:
+	VBROADCASTSS (BX)(R9*1), Z20
+	VBROADCASTSS (SI)(R9*1), Z21
+	VBROADCASTSS (DI)(R9*1), Z22
+	VBROADCASTSS (R8)(R9*1), Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z16, Z21, Z3
+	VFMADD231PS  Z17, Z21, Z4
+	VFMADD231PS  Z18, Z21, Z5
+	VFMADD231PS  Z16, Z22, Z6
+	VFMADD231PS  Z17, Z22, Z7
+	VFMADD231PS  Z18, Z22, Z8
+	VFMADD231PS  Z16, Z23, Z9
+	VFMADD231PS  Z17, Z23, Z10
+	VFMADD231PS  Z18, Z23, Z11
+	ADDQ         CX, AX
+	VBROADCASTSS 4(BX)(R9*1), Z24
+	VBROADCASTSS 4(SI)(R9*1), Z25
+	VBROADCASTSS 4(DI)(R9*1), Z26
+	VBROADCASTSS 4(R8)(R9*1), Z27
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z17, Z24, Z1
+	VFMADD231PS  Z18, Z24, Z2
+	VFMADD231PS  Z16, Z25, Z3
+	VFMADD231PS  Z17, Z25, Z4
+	VFMADD231PS  Z18, Z25, Z5
+	VFMADD231PS  Z16, Z26, Z6
+	VFMADD231PS  Z17, Z26, Z7
+	VFMADD231PS  Z18, Z26, Z8
+	VFMADD231PS  Z16, Z27, Z9
+	VFMADD231PS  Z17, Z27, Z10
+	VFMADD231PS  Z18, Z27, Z11
+	ADDQ         CX, AX
+	ADDQ         $0x00000008, R9
+	DECQ         R10
+	JNZ          qkTileT3F32AVX512_loop
+
+qkTileT3F32AVX512_tail:
+	TESTQ        $0x00000001, DX
+	JZ           qkTileT3F32AVX512_scale
+	VBROADCASTSS (BX)(R9*1), Z20
+	VBROADCASTSS (SI)(R9*1), Z21
+	VBROADCASTSS (DI)(R9*1), Z22
+	VBROADCASTSS (R8)(R9*1), Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z16, Z21, Z3
+	VFMADD231PS  Z17, Z21, Z4
+	VFMADD231PS  Z18, Z21, Z5
+	VFMADD231PS  Z16, Z22, Z6
+	VFMADD231PS  Z17, Z22, Z7
+	VFMADD231PS  Z18, Z22, Z8
+	VFMADD231PS  Z16, Z23, Z9
+	VFMADD231PS  Z17, Z23, Z10
+	VFMADD231PS  Z18, Z23, Z11
+	ADDQ         CX, AX
+
+qkTileT3F32AVX512_scale:
+	VBROADCASTSS  scale+88(FP), Z29
+	VMULPS        Z29, Z0, Z0
+	VMULPS        Z29, Z1, Z1
+	VMULPS        Z29, Z2, Z2
+	VMULPS        Z29, Z3, Z3
+	VMULPS        Z29, Z4, Z4
+	VMULPS        Z29, Z5, Z5
+	VMULPS        Z29, Z6, Z6
+	VMULPS        Z29, Z7, Z7
+	VMULPS        Z29, Z8, Z8
+	VMULPS        Z29, Z9, Z9
+	VMULPS        Z29, Z10, Z10
+	VMULPS        Z29, Z11, Z11
+	MOVQ          mask+80(FP), AX
+	KMOVW         AX, K1
+	MOVQ          heads+72(FP), AX
+	MOVQ          out+56(FP), CX
+	MOVQ          ldo+64(FP), DX
+	SHLQ          $0x02, DX
+	VUNPCKLPS     Z3, Z0, Z16
+	VUNPCKHPS     Z3, Z0, Z17
+	VUNPCKLPS     Z9, Z6, Z18
+	VUNPCKHPS     Z9, Z6, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000000
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000001
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000002
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000003
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000004
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000005
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000006
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000007
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000008
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000009
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000a
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000b
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000c
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000d
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000e
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000f
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z4, Z1, Z16
+	VUNPCKHPS     Z4, Z1, Z17
+	VUNPCKLPS     Z10, Z7, Z18
+	VUNPCKHPS     Z10, Z7, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000010
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000011
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000012
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000013
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000014
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000015
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000016
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000017
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000018
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000019
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001a
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001b
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001c
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001d
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001e
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001f
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z5, Z2, Z16
+	VUNPCKHPS     Z5, Z2, Z17
+	VUNPCKLPS     Z11, Z8, Z18
+	VUNPCKHPS     Z11, Z8, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000020
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000021
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000022
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000023
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000024
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000025
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000026
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000027
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000028
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000029
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002a
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002b
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002c
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002d
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002e
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002f
+	JLE           qkTileT3F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+
+qkTileT3F32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func qkTileT4F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·qkTileT4F32AVX512(SB), NOSPLIT, $0-92
+	MOVQ   qT+0(FP), AX
+	MOVQ   ldq+8(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   dim+16(FP), DX
+	MOVQ   k0+24(FP), BX
+	MOVQ   k1+32(FP), SI
+	MOVQ   k2+40(FP), DI
+	MOVQ   k3+48(FP), R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -2310,105 +3024,409 @@ qkPanelAVX512_group:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
-	XORQ   R15, R15
+	XORQ   R9, R9
+	MOVQ   DX, R10
+	SHRQ   $0x01, R10
+	JZ     qkTileT4F32AVX512_tail
 
-qkPanelAVX512_loop:
-	VMOVUPS       (BX)(R15*1), Z16
-	VMOVUPS       (SI)(R15*1), Z17
-	VMOVUPS       (DI)(R15*1), Z18
-	VMOVUPS       (R8)(R15*1), Z19
-	VMOVUPS       (AX)(R15*1), Z20
-	VFMADD231PS   Z16, Z20, Z0
-	VFMADD231PS   Z17, Z20, Z1
-	VFMADD231PS   Z18, Z20, Z2
-	VFMADD231PS   Z19, Z20, Z3
-	VMOVUPS       (R12)(R15*1), Z21
-	VFMADD231PS   Z16, Z21, Z4
-	VFMADD231PS   Z17, Z21, Z5
-	VFMADD231PS   Z18, Z21, Z6
-	VFMADD231PS   Z19, Z21, Z7
-	VMOVUPS       (R13)(R15*1), Z22
-	VFMADD231PS   Z16, Z22, Z8
-	VFMADD231PS   Z17, Z22, Z9
-	VFMADD231PS   Z18, Z22, Z10
-	VFMADD231PS   Z19, Z22, Z11
-	VMOVUPS       (R14)(R15*1), Z23
-	VFMADD231PS   Z16, Z23, Z12
-	VFMADD231PS   Z17, Z23, Z13
-	VFMADD231PS   Z18, Z23, Z14
-	VFMADD231PS   Z19, Z23, Z15
-	ADDQ          $0x00000040, R15
-	CMPQ          R15, R9
-	JB            qkPanelAVX512_loop
-	VEXTRACTF64X4 $0x01, Z0, Y28
-	VADDPS        Y28, Y0, Y0
-	VEXTRACTF64X4 $0x01, Z1, Y28
-	VADDPS        Y28, Y1, Y1
-	VEXTRACTF64X4 $0x01, Z2, Y28
-	VADDPS        Y28, Y2, Y2
-	VEXTRACTF64X4 $0x01, Z3, Y28
-	VADDPS        Y28, Y3, Y3
-	VHADDPS       Y1, Y0, Y0
-	VHADDPS       Y3, Y2, Y2
-	VHADDPS       Y2, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X28
-	VADDPS        X28, X0, X0
-	VMULPS        X29, X0, X0
-	VMOVUPS       X0, (R10)
-	ADDQ          R11, R10
-	VEXTRACTF64X4 $0x01, Z4, Y28
-	VADDPS        Y28, Y4, Y4
-	VEXTRACTF64X4 $0x01, Z5, Y28
-	VADDPS        Y28, Y5, Y5
-	VEXTRACTF64X4 $0x01, Z6, Y28
-	VADDPS        Y28, Y6, Y6
-	VEXTRACTF64X4 $0x01, Z7, Y28
-	VADDPS        Y28, Y7, Y7
-	VHADDPS       Y5, Y4, Y4
-	VHADDPS       Y7, Y6, Y6
-	VHADDPS       Y6, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X28
-	VADDPS        X28, X4, X4
-	VMULPS        X29, X4, X4
-	VMOVUPS       X4, (R10)
-	ADDQ          R11, R10
-	VEXTRACTF64X4 $0x01, Z8, Y28
-	VADDPS        Y28, Y8, Y8
-	VEXTRACTF64X4 $0x01, Z9, Y28
-	VADDPS        Y28, Y9, Y9
-	VEXTRACTF64X4 $0x01, Z10, Y28
-	VADDPS        Y28, Y10, Y10
-	VEXTRACTF64X4 $0x01, Z11, Y28
-	VADDPS        Y28, Y11, Y11
-	VHADDPS       Y9, Y8, Y8
-	VHADDPS       Y11, Y10, Y10
-	VHADDPS       Y10, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X28
-	VADDPS        X28, X8, X8
-	VMULPS        X29, X8, X8
-	VMOVUPS       X8, (R10)
-	ADDQ          R11, R10
-	VEXTRACTF64X4 $0x01, Z12, Y28
-	VADDPS        Y28, Y12, Y12
-	VEXTRACTF64X4 $0x01, Z13, Y28
-	VADDPS        Y28, Y13, Y13
-	VEXTRACTF64X4 $0x01, Z14, Y28
-	VADDPS        Y28, Y14, Y14
-	VEXTRACTF64X4 $0x01, Z15, Y28
-	VADDPS        Y28, Y15, Y15
-	VHADDPS       Y13, Y12, Y12
-	VHADDPS       Y15, Y14, Y14
-	VHADDPS       Y14, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X28
-	VADDPS        X28, X12, X12
-	VMULPS        X29, X12, X12
-	VMOVUPS       X12, (R10)
-	ADDQ          R11, R10
-	LEAQ          (R14)(CX*1), AX
-	DECQ          DX
-	JNZ           qkPanelAVX512_group
+qkTileT4F32AVX512_loop:
+	VBROADCASTSS (BX)(R9*1), Z20
+	VBROADCASTSS (SI)(R9*1), Z21
+	VBROADCASTSS (DI)(R9*1), Z22
+	VBROADCASTSS (R8)(R9*1), Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VMOVUPS      192(AX), Z19
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z7
+	VFMADD231PS  Z16, Z22, Z8
+	VFMADD231PS  Z17, Z22, Z9
+	VFMADD231PS  Z18, Z22, Z10
+	VFMADD231PS  Z19, Z22, Z11
+	VFMADD231PS  Z16, Z23, Z12
+	VFMADD231PS  Z17, Z23, Z13
+	VFMADD231PS  Z18, Z23, Z14
+	VFMADD231PS  Z19, Z23, Z15
+	ADDQ         CX, AX
+	VBROADCASTSS 4(BX)(R9*1), Z24
+	VBROADCASTSS 4(SI)(R9*1), Z25
+	VBROADCASTSS 4(DI)(R9*1), Z26
+	VBROADCASTSS 4(R8)(R9*1), Z27
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VMOVUPS      192(AX), Z19
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z17, Z24, Z1
+	VFMADD231PS  Z18, Z24, Z2
+	VFMADD231PS  Z19, Z24, Z3
+	VFMADD231PS  Z16, Z25, Z4
+	VFMADD231PS  Z17, Z25, Z5
+	VFMADD231PS  Z18, Z25, Z6
+	VFMADD231PS  Z19, Z25, Z7
+	VFMADD231PS  Z16, Z26, Z8
+	VFMADD231PS  Z17, Z26, Z9
+	VFMADD231PS  Z18, Z26, Z10
+	VFMADD231PS  Z19, Z26, Z11
+	VFMADD231PS  Z16, Z27, Z12
+	VFMADD231PS  Z17, Z27, Z13
+	VFMADD231PS  Z18, Z27, Z14
+	VFMADD231PS  Z19, Z27, Z15
+	ADDQ         CX, AX
+	ADDQ         $0x00000008, R9
+	DECQ         R10
+	JNZ          qkTileT4F32AVX512_loop
 
-qkPanelAVX512_done:
+qkTileT4F32AVX512_tail:
+	TESTQ        $0x00000001, DX
+	JZ           qkTileT4F32AVX512_scale
+	VBROADCASTSS (BX)(R9*1), Z20
+	VBROADCASTSS (SI)(R9*1), Z21
+	VBROADCASTSS (DI)(R9*1), Z22
+	VBROADCASTSS (R8)(R9*1), Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VMOVUPS      192(AX), Z19
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z7
+	VFMADD231PS  Z16, Z22, Z8
+	VFMADD231PS  Z17, Z22, Z9
+	VFMADD231PS  Z18, Z22, Z10
+	VFMADD231PS  Z19, Z22, Z11
+	VFMADD231PS  Z16, Z23, Z12
+	VFMADD231PS  Z17, Z23, Z13
+	VFMADD231PS  Z18, Z23, Z14
+	VFMADD231PS  Z19, Z23, Z15
+	ADDQ         CX, AX
+
+qkTileT4F32AVX512_scale:
+	VBROADCASTSS  scale+88(FP), Z29
+	VMULPS        Z29, Z0, Z0
+	VMULPS        Z29, Z1, Z1
+	VMULPS        Z29, Z2, Z2
+	VMULPS        Z29, Z3, Z3
+	VMULPS        Z29, Z4, Z4
+	VMULPS        Z29, Z5, Z5
+	VMULPS        Z29, Z6, Z6
+	VMULPS        Z29, Z7, Z7
+	VMULPS        Z29, Z8, Z8
+	VMULPS        Z29, Z9, Z9
+	VMULPS        Z29, Z10, Z10
+	VMULPS        Z29, Z11, Z11
+	VMULPS        Z29, Z12, Z12
+	VMULPS        Z29, Z13, Z13
+	VMULPS        Z29, Z14, Z14
+	VMULPS        Z29, Z15, Z15
+	MOVQ          mask+80(FP), AX
+	KMOVW         AX, K1
+	MOVQ          heads+72(FP), AX
+	MOVQ          out+56(FP), CX
+	MOVQ          ldo+64(FP), DX
+	SHLQ          $0x02, DX
+	VUNPCKLPS     Z4, Z0, Z16
+	VUNPCKHPS     Z4, Z0, Z17
+	VUNPCKLPS     Z12, Z8, Z18
+	VUNPCKHPS     Z12, Z8, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000000
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000001
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000002
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000003
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000004
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000005
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000006
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000007
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000008
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000009
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000a
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000b
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000c
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000d
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000e
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000f
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z5, Z1, Z16
+	VUNPCKHPS     Z5, Z1, Z17
+	VUNPCKLPS     Z13, Z9, Z18
+	VUNPCKHPS     Z13, Z9, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000010
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000011
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000012
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000013
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000014
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000015
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000016
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000017
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000018
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000019
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001a
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001b
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001c
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001d
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001e
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001f
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z6, Z2, Z16
+	VUNPCKHPS     Z6, Z2, Z17
+	VUNPCKLPS     Z14, Z10, Z18
+	VUNPCKHPS     Z14, Z10, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000020
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000021
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000022
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000023
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000024
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000025
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000026
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000027
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000028
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000029
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002a
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002b
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002c
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002d
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002e
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002f
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z7, Z3, Z16
+	VUNPCKHPS     Z7, Z3, Z17
+	VUNPCKLPS     Z15, Z11, Z18
+	VUNPCKHPS     Z15, Z11, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000030
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000031
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000032
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000033
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000034
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000035
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000036
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000037
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000038
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000039
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003a
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003b
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003c
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003d
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003e
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003f
+	JLE           qkTileT4F32AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+
+qkTileT4F32AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -2726,151 +3744,1099 @@ axpyTile4x64BF16AVX512_store:
 	VZEROUPPER
 	RET
 
-// func qkPanelBF16AVX512(q *float32, ldq int, groups int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, kn int, out *float32, ldo int, scale float32)
-// Requires: AVX, AVX512F, AVX512VL
-TEXT ·qkPanelBF16AVX512(SB), NOSPLIT, $0-84
-	MOVQ         q+0(FP), AX
+// func qkTileT1BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·qkTileT1BF16AVX512(SB), NOSPLIT, $0-92
+	MOVQ         qT+0(FP), AX
 	MOVQ         ldq+8(FP), CX
 	SHLQ         $0x02, CX
-	MOVQ         groups+16(FP), DX
+	MOVQ         dim+16(FP), DX
 	MOVQ         k0+24(FP), BX
 	MOVQ         k1+32(FP), SI
 	MOVQ         k2+40(FP), DI
 	MOVQ         k3+48(FP), R8
-	MOVQ         kn+56(FP), R9
-	SHLQ         $0x01, R9
-	MOVQ         out+64(FP), R10
-	MOVQ         ldo+72(FP), R11
-	SHLQ         $0x02, R11
-	VBROADCASTSS scale+80(FP), X29
-	TESTQ        DX, DX
-	JZ           qkPanelBF16AVX512_done
-	TESTQ        R9, R9
-	JZ           qkPanelBF16AVX512_done
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	XORQ         R9, R9
+	SHRQ         $0x01, DX
+	JZ           qkTileT1BF16AVX512_tail
+	MOVL         $0xffff0000, R10
+	VPBROADCASTD R10, Z28
 
-qkPanelBF16AVX512_group:
-	LEAQ   (AX)(CX*1), R12
-	LEAQ   (R12)(CX*1), R13
-	LEAQ   (R13)(CX*1), R14
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	XORQ   R15, R15
+qkTileT1BF16AVX512_loop:
+	VPBROADCASTD (BX)(R9*1), Z20
+	VPSLLD       $0x10, Z20, Z24
+	VPANDD       Z28, Z20, Z20
+	VPBROADCASTD (SI)(R9*1), Z21
+	VPSLLD       $0x10, Z21, Z25
+	VPANDD       Z28, Z21, Z21
+	VPBROADCASTD (DI)(R9*1), Z22
+	VPSLLD       $0x10, Z22, Z26
+	VPANDD       Z28, Z22, Z22
+	VPBROADCASTD (R8)(R9*1), Z23
+	VPSLLD       $0x10, Z23, Z27
+	VPANDD       Z28, Z23, Z23
+	VMOVUPS      (AX), Z16
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z16, Z25, Z1
+	VFMADD231PS  Z16, Z26, Z2
+	VFMADD231PS  Z16, Z27, Z3
+	ADDQ         CX, AX
+	VMOVUPS      (AX), Z16
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z16, Z21, Z1
+	VFMADD231PS  Z16, Z22, Z2
+	VFMADD231PS  Z16, Z23, Z3
+	ADDQ         CX, AX
+	ADDQ         $0x00000004, R9
+	DECQ         DX
+	JNZ          qkTileT1BF16AVX512_loop
 
-qkPanelBF16AVX512_loop:
-	VPMOVZXWD     (BX)(R15*1), Z16
-	VPSLLD        $0x10, Z16, Z16
-	VPMOVZXWD     (SI)(R15*1), Z17
-	VPSLLD        $0x10, Z17, Z17
-	VPMOVZXWD     (DI)(R15*1), Z18
-	VPSLLD        $0x10, Z18, Z18
-	VPMOVZXWD     (R8)(R15*1), Z19
-	VPSLLD        $0x10, Z19, Z19
-	VMOVUPS       (AX)(R15*2), Z20
-	VFMADD231PS   Z16, Z20, Z0
-	VFMADD231PS   Z17, Z20, Z1
-	VFMADD231PS   Z18, Z20, Z2
-	VFMADD231PS   Z19, Z20, Z3
-	VMOVUPS       (R12)(R15*2), Z21
-	VFMADD231PS   Z16, Z21, Z4
-	VFMADD231PS   Z17, Z21, Z5
-	VFMADD231PS   Z18, Z21, Z6
-	VFMADD231PS   Z19, Z21, Z7
-	VMOVUPS       (R13)(R15*2), Z22
-	VFMADD231PS   Z16, Z22, Z8
-	VFMADD231PS   Z17, Z22, Z9
-	VFMADD231PS   Z18, Z22, Z10
-	VFMADD231PS   Z19, Z22, Z11
-	VMOVUPS       (R14)(R15*2), Z23
-	VFMADD231PS   Z16, Z23, Z12
-	VFMADD231PS   Z17, Z23, Z13
-	VFMADD231PS   Z18, Z23, Z14
-	VFMADD231PS   Z19, Z23, Z15
-	ADDQ          $0x00000020, R15
-	CMPQ          R15, R9
-	JB            qkPanelBF16AVX512_loop
-	VEXTRACTF64X4 $0x01, Z0, Y28
-	VADDPS        Y28, Y0, Y0
-	VEXTRACTF64X4 $0x01, Z1, Y28
-	VADDPS        Y28, Y1, Y1
-	VEXTRACTF64X4 $0x01, Z2, Y28
-	VADDPS        Y28, Y2, Y2
-	VEXTRACTF64X4 $0x01, Z3, Y28
-	VADDPS        Y28, Y3, Y3
-	VHADDPS       Y1, Y0, Y0
-	VHADDPS       Y3, Y2, Y2
-	VHADDPS       Y2, Y0, Y0
-	VEXTRACTF32X4 $0x01, Y0, X28
-	VADDPS        X28, X0, X0
-	VMULPS        X29, X0, X0
-	VMOVUPS       X0, (R10)
-	ADDQ          R11, R10
-	VEXTRACTF64X4 $0x01, Z4, Y28
-	VADDPS        Y28, Y4, Y4
-	VEXTRACTF64X4 $0x01, Z5, Y28
-	VADDPS        Y28, Y5, Y5
-	VEXTRACTF64X4 $0x01, Z6, Y28
-	VADDPS        Y28, Y6, Y6
-	VEXTRACTF64X4 $0x01, Z7, Y28
-	VADDPS        Y28, Y7, Y7
-	VHADDPS       Y5, Y4, Y4
-	VHADDPS       Y7, Y6, Y6
-	VHADDPS       Y6, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X28
-	VADDPS        X28, X4, X4
-	VMULPS        X29, X4, X4
-	VMOVUPS       X4, (R10)
-	ADDQ          R11, R10
-	VEXTRACTF64X4 $0x01, Z8, Y28
-	VADDPS        Y28, Y8, Y8
-	VEXTRACTF64X4 $0x01, Z9, Y28
-	VADDPS        Y28, Y9, Y9
-	VEXTRACTF64X4 $0x01, Z10, Y28
-	VADDPS        Y28, Y10, Y10
-	VEXTRACTF64X4 $0x01, Z11, Y28
-	VADDPS        Y28, Y11, Y11
-	VHADDPS       Y9, Y8, Y8
-	VHADDPS       Y11, Y10, Y10
-	VHADDPS       Y10, Y8, Y8
-	VEXTRACTF32X4 $0x01, Y8, X28
-	VADDPS        X28, X8, X8
-	VMULPS        X29, X8, X8
-	VMOVUPS       X8, (R10)
-	ADDQ          R11, R10
-	VEXTRACTF64X4 $0x01, Z12, Y28
-	VADDPS        Y28, Y12, Y12
-	VEXTRACTF64X4 $0x01, Z13, Y28
-	VADDPS        Y28, Y13, Y13
-	VEXTRACTF64X4 $0x01, Z14, Y28
-	VADDPS        Y28, Y14, Y14
-	VEXTRACTF64X4 $0x01, Z15, Y28
-	VADDPS        Y28, Y15, Y15
-	VHADDPS       Y13, Y12, Y12
-	VHADDPS       Y15, Y14, Y14
-	VHADDPS       Y14, Y12, Y12
-	VEXTRACTF32X4 $0x01, Y12, X28
-	VADDPS        X28, X12, X12
-	VMULPS        X29, X12, X12
-	VMOVUPS       X12, (R10)
-	ADDQ          R11, R10
-	LEAQ          (R14)(CX*1), AX
-	DECQ          DX
-	JNZ           qkPanelBF16AVX512_group
+qkTileT1BF16AVX512_tail:
+	VBROADCASTSS  scale+88(FP), Z29
+	VMULPS        Z29, Z0, Z0
+	VMULPS        Z29, Z1, Z1
+	VMULPS        Z29, Z2, Z2
+	VMULPS        Z29, Z3, Z3
+	MOVQ          mask+80(FP), AX
+	KMOVW         AX, K1
+	MOVQ          heads+72(FP), AX
+	MOVQ          out+56(FP), CX
+	MOVQ          ldo+64(FP), DX
+	SHLQ          $0x02, DX
+	VUNPCKLPS     Z1, Z0, Z16
+	VUNPCKHPS     Z1, Z0, Z17
+	VUNPCKLPS     Z3, Z2, Z18
+	VUNPCKHPS     Z3, Z2, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000000
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000001
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000002
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000003
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000004
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000005
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000006
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000007
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000008
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000009
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000a
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000b
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000c
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000d
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000e
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000f
+	JLE           qkTileT1BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
 
-qkPanelBF16AVX512_done:
+qkTileT1BF16AVX512_done:
+	VZEROUPPER
+	RET
+
+// func qkTileT2BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·qkTileT2BF16AVX512(SB), NOSPLIT, $0-92
+	MOVQ         qT+0(FP), AX
+	MOVQ         ldq+8(FP), CX
+	SHLQ         $0x02, CX
+	MOVQ         dim+16(FP), DX
+	MOVQ         k0+24(FP), BX
+	MOVQ         k1+32(FP), SI
+	MOVQ         k2+40(FP), DI
+	MOVQ         k3+48(FP), R8
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	XORQ         R9, R9
+	SHRQ         $0x01, DX
+	JZ           qkTileT2BF16AVX512_tail
+	MOVL         $0xffff0000, R10
+	VPBROADCASTD R10, Z28
+
+qkTileT2BF16AVX512_loop:
+	VPBROADCASTD (BX)(R9*1), Z20
+	VPSLLD       $0x10, Z20, Z24
+	VPANDD       Z28, Z20, Z20
+	VPBROADCASTD (SI)(R9*1), Z21
+	VPSLLD       $0x10, Z21, Z25
+	VPANDD       Z28, Z21, Z21
+	VPBROADCASTD (DI)(R9*1), Z22
+	VPSLLD       $0x10, Z22, Z26
+	VPANDD       Z28, Z22, Z22
+	VPBROADCASTD (R8)(R9*1), Z23
+	VPSLLD       $0x10, Z23, Z27
+	VPANDD       Z28, Z23, Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z17, Z24, Z1
+	VFMADD231PS  Z16, Z25, Z2
+	VFMADD231PS  Z17, Z25, Z3
+	VFMADD231PS  Z16, Z26, Z4
+	VFMADD231PS  Z17, Z26, Z5
+	VFMADD231PS  Z16, Z27, Z6
+	VFMADD231PS  Z17, Z27, Z7
+	ADDQ         CX, AX
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z16, Z21, Z2
+	VFMADD231PS  Z17, Z21, Z3
+	VFMADD231PS  Z16, Z22, Z4
+	VFMADD231PS  Z17, Z22, Z5
+	VFMADD231PS  Z16, Z23, Z6
+	VFMADD231PS  Z17, Z23, Z7
+	ADDQ         CX, AX
+	ADDQ         $0x00000004, R9
+	DECQ         DX
+	JNZ          qkTileT2BF16AVX512_loop
+
+qkTileT2BF16AVX512_tail:
+	VBROADCASTSS  scale+88(FP), Z29
+	VMULPS        Z29, Z0, Z0
+	VMULPS        Z29, Z1, Z1
+	VMULPS        Z29, Z2, Z2
+	VMULPS        Z29, Z3, Z3
+	VMULPS        Z29, Z4, Z4
+	VMULPS        Z29, Z5, Z5
+	VMULPS        Z29, Z6, Z6
+	VMULPS        Z29, Z7, Z7
+	MOVQ          mask+80(FP), AX
+	KMOVW         AX, K1
+	MOVQ          heads+72(FP), AX
+	MOVQ          out+56(FP), CX
+	MOVQ          ldo+64(FP), DX
+	SHLQ          $0x02, DX
+	VUNPCKLPS     Z2, Z0, Z16
+	VUNPCKHPS     Z2, Z0, Z17
+	VUNPCKLPS     Z6, Z4, Z18
+	VUNPCKHPS     Z6, Z4, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000000
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000001
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000002
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000003
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000004
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000005
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000006
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000007
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000008
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000009
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000a
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000b
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000c
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000d
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000e
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000f
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z3, Z1, Z16
+	VUNPCKHPS     Z3, Z1, Z17
+	VUNPCKLPS     Z7, Z5, Z18
+	VUNPCKHPS     Z7, Z5, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000010
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000011
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000012
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000013
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000014
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000015
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000016
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000017
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000018
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000019
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001a
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001b
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001c
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001d
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001e
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001f
+	JLE           qkTileT2BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+
+qkTileT2BF16AVX512_done:
+	VZEROUPPER
+	RET
+
+// func qkTileT3BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·qkTileT3BF16AVX512(SB), NOSPLIT, $0-92
+	MOVQ         qT+0(FP), AX
+	MOVQ         ldq+8(FP), CX
+	SHLQ         $0x02, CX
+	MOVQ         dim+16(FP), DX
+	MOVQ         k0+24(FP), BX
+	MOVQ         k1+32(FP), SI
+	MOVQ         k2+40(FP), DI
+	MOVQ         k3+48(FP), R8
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	XORQ         R9, R9
+	SHRQ         $0x01, DX
+	JZ           qkTileT3BF16AVX512_tail
+	MOVL         $0xffff0000, R10
+	VPBROADCASTD R10, Z28
+
+qkTileT3BF16AVX512_loop:
+	VPBROADCASTD (BX)(R9*1), Z20
+	VPSLLD       $0x10, Z20, Z24
+	VPANDD       Z28, Z20, Z20
+	VPBROADCASTD (SI)(R9*1), Z21
+	VPSLLD       $0x10, Z21, Z25
+	VPANDD       Z28, Z21, Z21
+	VPBROADCASTD (DI)(R9*1), Z22
+	VPSLLD       $0x10, Z22, Z26
+	VPANDD       Z28, Z22, Z22
+	VPBROADCASTD (R8)(R9*1), Z23
+	VPSLLD       $0x10, Z23, Z27
+	VPANDD       Z28, Z23, Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z17, Z24, Z1
+	VFMADD231PS  Z18, Z24, Z2
+	VFMADD231PS  Z16, Z25, Z3
+	VFMADD231PS  Z17, Z25, Z4
+	VFMADD231PS  Z18, Z25, Z5
+	VFMADD231PS  Z16, Z26, Z6
+	VFMADD231PS  Z17, Z26, Z7
+	VFMADD231PS  Z18, Z26, Z8
+	VFMADD231PS  Z16, Z27, Z9
+	VFMADD231PS  Z17, Z27, Z10
+	VFMADD231PS  Z18, Z27, Z11
+	ADDQ         CX, AX
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z16, Z21, Z3
+	VFMADD231PS  Z17, Z21, Z4
+	VFMADD231PS  Z18, Z21, Z5
+	VFMADD231PS  Z16, Z22, Z6
+	VFMADD231PS  Z17, Z22, Z7
+	VFMADD231PS  Z18, Z22, Z8
+	VFMADD231PS  Z16, Z23, Z9
+	VFMADD231PS  Z17, Z23, Z10
+	VFMADD231PS  Z18, Z23, Z11
+	ADDQ         CX, AX
+	ADDQ         $0x00000004, R9
+	DECQ         DX
+	JNZ          qkTileT3BF16AVX512_loop
+
+qkTileT3BF16AVX512_tail:
+	VBROADCASTSS  scale+88(FP), Z29
+	VMULPS        Z29, Z0, Z0
+	VMULPS        Z29, Z1, Z1
+	VMULPS        Z29, Z2, Z2
+	VMULPS        Z29, Z3, Z3
+	VMULPS        Z29, Z4, Z4
+	VMULPS        Z29, Z5, Z5
+	VMULPS        Z29, Z6, Z6
+	VMULPS        Z29, Z7, Z7
+	VMULPS        Z29, Z8, Z8
+	VMULPS        Z29, Z9, Z9
+	VMULPS        Z29, Z10, Z10
+	VMULPS        Z29, Z11, Z11
+	MOVQ          mask+80(FP), AX
+	KMOVW         AX, K1
+	MOVQ          heads+72(FP), AX
+	MOVQ          out+56(FP), CX
+	MOVQ          ldo+64(FP), DX
+	SHLQ          $0x02, DX
+	VUNPCKLPS     Z3, Z0, Z16
+	VUNPCKHPS     Z3, Z0, Z17
+	VUNPCKLPS     Z9, Z6, Z18
+	VUNPCKHPS     Z9, Z6, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000000
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000001
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000002
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000003
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000004
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000005
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000006
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000007
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000008
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000009
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000a
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000b
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000c
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000d
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000e
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000f
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z4, Z1, Z16
+	VUNPCKHPS     Z4, Z1, Z17
+	VUNPCKLPS     Z10, Z7, Z18
+	VUNPCKHPS     Z10, Z7, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000010
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000011
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000012
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000013
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000014
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000015
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000016
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000017
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000018
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000019
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001a
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001b
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001c
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001d
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001e
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001f
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z5, Z2, Z16
+	VUNPCKHPS     Z5, Z2, Z17
+	VUNPCKLPS     Z11, Z8, Z18
+	VUNPCKHPS     Z11, Z8, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000020
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000021
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000022
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000023
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000024
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000025
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000026
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000027
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000028
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000029
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002a
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002b
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002c
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002d
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002e
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002f
+	JLE           qkTileT3BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+
+qkTileT3BF16AVX512_done:
+	VZEROUPPER
+	RET
+
+// func qkTileT4BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
+// Requires: AVX, AVX512F
+TEXT ·qkTileT4BF16AVX512(SB), NOSPLIT, $0-92
+	MOVQ         qT+0(FP), AX
+	MOVQ         ldq+8(FP), CX
+	SHLQ         $0x02, CX
+	MOVQ         dim+16(FP), DX
+	MOVQ         k0+24(FP), BX
+	MOVQ         k1+32(FP), SI
+	MOVQ         k2+40(FP), DI
+	MOVQ         k3+48(FP), R8
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	XORQ         R9, R9
+	SHRQ         $0x01, DX
+	JZ           qkTileT4BF16AVX512_tail
+	MOVL         $0xffff0000, R10
+	VPBROADCASTD R10, Z28
+
+qkTileT4BF16AVX512_loop:
+	VPBROADCASTD (BX)(R9*1), Z20
+	VPSLLD       $0x10, Z20, Z24
+	VPANDD       Z28, Z20, Z20
+	VPBROADCASTD (SI)(R9*1), Z21
+	VPSLLD       $0x10, Z21, Z25
+	VPANDD       Z28, Z21, Z21
+	VPBROADCASTD (DI)(R9*1), Z22
+	VPSLLD       $0x10, Z22, Z26
+	VPANDD       Z28, Z22, Z22
+	VPBROADCASTD (R8)(R9*1), Z23
+	VPSLLD       $0x10, Z23, Z27
+	VPANDD       Z28, Z23, Z23
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VMOVUPS      192(AX), Z19
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z17, Z24, Z1
+	VFMADD231PS  Z18, Z24, Z2
+	VFMADD231PS  Z19, Z24, Z3
+	VFMADD231PS  Z16, Z25, Z4
+	VFMADD231PS  Z17, Z25, Z5
+	VFMADD231PS  Z18, Z25, Z6
+	VFMADD231PS  Z19, Z25, Z7
+	VFMADD231PS  Z16, Z26, Z8
+	VFMADD231PS  Z17, Z26, Z9
+	VFMADD231PS  Z18, Z26, Z10
+	VFMADD231PS  Z19, Z26, Z11
+	VFMADD231PS  Z16, Z27, Z12
+	VFMADD231PS  Z17, Z27, Z13
+	VFMADD231PS  Z18, Z27, Z14
+	VFMADD231PS  Z19, Z27, Z15
+	ADDQ         CX, AX
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VMOVUPS      192(AX), Z19
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z7
+	VFMADD231PS  Z16, Z22, Z8
+	VFMADD231PS  Z17, Z22, Z9
+	VFMADD231PS  Z18, Z22, Z10
+	VFMADD231PS  Z19, Z22, Z11
+	VFMADD231PS  Z16, Z23, Z12
+	VFMADD231PS  Z17, Z23, Z13
+	VFMADD231PS  Z18, Z23, Z14
+	VFMADD231PS  Z19, Z23, Z15
+	ADDQ         CX, AX
+	ADDQ         $0x00000004, R9
+	DECQ         DX
+	JNZ          qkTileT4BF16AVX512_loop
+
+qkTileT4BF16AVX512_tail:
+	VBROADCASTSS  scale+88(FP), Z29
+	VMULPS        Z29, Z0, Z0
+	VMULPS        Z29, Z1, Z1
+	VMULPS        Z29, Z2, Z2
+	VMULPS        Z29, Z3, Z3
+	VMULPS        Z29, Z4, Z4
+	VMULPS        Z29, Z5, Z5
+	VMULPS        Z29, Z6, Z6
+	VMULPS        Z29, Z7, Z7
+	VMULPS        Z29, Z8, Z8
+	VMULPS        Z29, Z9, Z9
+	VMULPS        Z29, Z10, Z10
+	VMULPS        Z29, Z11, Z11
+	VMULPS        Z29, Z12, Z12
+	VMULPS        Z29, Z13, Z13
+	VMULPS        Z29, Z14, Z14
+	VMULPS        Z29, Z15, Z15
+	MOVQ          mask+80(FP), AX
+	KMOVW         AX, K1
+	MOVQ          heads+72(FP), AX
+	MOVQ          out+56(FP), CX
+	MOVQ          ldo+64(FP), DX
+	SHLQ          $0x02, DX
+	VUNPCKLPS     Z4, Z0, Z16
+	VUNPCKHPS     Z4, Z0, Z17
+	VUNPCKLPS     Z12, Z8, Z18
+	VUNPCKHPS     Z12, Z8, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000000
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000001
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000002
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000003
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000004
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000005
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000006
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000007
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000008
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000009
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000a
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000b
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000c
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000d
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000e
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000000f
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z5, Z1, Z16
+	VUNPCKHPS     Z5, Z1, Z17
+	VUNPCKLPS     Z13, Z9, Z18
+	VUNPCKHPS     Z13, Z9, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000010
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000011
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000012
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000013
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000014
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000015
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000016
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000017
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000018
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000019
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001a
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001b
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001c
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001d
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001e
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000001f
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z6, Z2, Z16
+	VUNPCKHPS     Z6, Z2, Z17
+	VUNPCKLPS     Z14, Z10, Z18
+	VUNPCKHPS     Z14, Z10, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000020
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000021
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000022
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000023
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000024
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000025
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000026
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000027
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000028
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000029
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002a
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002b
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002c
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002d
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002e
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000002f
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+	VUNPCKLPS     Z7, Z3, Z16
+	VUNPCKHPS     Z7, Z3, Z17
+	VUNPCKLPS     Z15, Z11, Z18
+	VUNPCKHPS     Z15, Z11, Z19
+	VUNPCKLPD     Z18, Z16, Z20
+	VUNPCKHPD     Z18, Z16, Z21
+	VUNPCKLPD     Z19, Z17, Z22
+	VUNPCKHPD     Z19, Z17, Z23
+	CMPQ          AX, $0x00000030
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000031
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000032
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000033
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x00, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000034
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000035
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000036
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000037
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x01, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000038
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x00000039
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003a
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003b
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x02, Z23, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003c
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z20, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003d
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z21, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003e
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z22, K1, (CX)
+	ADDQ          DX, CX
+	CMPQ          AX, $0x0000003f
+	JLE           qkTileT4BF16AVX512_done
+	VEXTRACTF32X4 $0x03, Z23, K1, (CX)
+	ADDQ          DX, CX
+
+qkTileT4BF16AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -2915,6 +4881,153 @@ prefetchBytes_loop:
 	PREFETCHT0 -1(AX)(CX*1)
 
 prefetchBytes_done:
+	RET
+
+// func transpose16x16AVX512(src *float32, lds int, dst *float32, ldd int)
+// Requires: AVX, AVX512F
+TEXT ·transpose16x16AVX512(SB), NOSPLIT, $0-32
+	MOVQ       src+0(FP), AX
+	MOVQ       lds+8(FP), CX
+	SHLQ       $0x02, CX
+	MOVQ       dst+16(FP), DX
+	MOVQ       ldd+24(FP), BX
+	SHLQ       $0x02, BX
+	VMOVUPS    (AX), Z0
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z1
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z2
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z3
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z4
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z5
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z6
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z7
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z8
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z9
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z10
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z11
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z12
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z13
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z14
+	ADDQ       CX, AX
+	VMOVUPS    (AX), Z15
+	VUNPCKLPS  Z1, Z0, Z16
+	VUNPCKHPS  Z1, Z0, Z17
+	VUNPCKLPS  Z3, Z2, Z18
+	VUNPCKHPS  Z3, Z2, Z19
+	VUNPCKLPS  Z5, Z4, Z20
+	VUNPCKHPS  Z5, Z4, Z21
+	VUNPCKLPS  Z7, Z6, Z22
+	VUNPCKHPS  Z7, Z6, Z23
+	VUNPCKLPS  Z9, Z8, Z24
+	VUNPCKHPS  Z9, Z8, Z25
+	VUNPCKLPS  Z11, Z10, Z26
+	VUNPCKHPS  Z11, Z10, Z27
+	VUNPCKLPS  Z13, Z12, Z28
+	VUNPCKHPS  Z13, Z12, Z29
+	VUNPCKLPS  Z15, Z14, Z30
+	VUNPCKHPS  Z15, Z14, Z31
+	VUNPCKLPD  Z18, Z16, Z0
+	VUNPCKHPD  Z18, Z16, Z1
+	VUNPCKLPD  Z19, Z17, Z2
+	VUNPCKHPD  Z19, Z17, Z3
+	VUNPCKLPD  Z22, Z20, Z4
+	VUNPCKHPD  Z22, Z20, Z5
+	VUNPCKLPD  Z23, Z21, Z6
+	VUNPCKHPD  Z23, Z21, Z7
+	VUNPCKLPD  Z26, Z24, Z8
+	VUNPCKHPD  Z26, Z24, Z9
+	VUNPCKLPD  Z27, Z25, Z10
+	VUNPCKHPD  Z27, Z25, Z11
+	VUNPCKLPD  Z30, Z28, Z12
+	VUNPCKHPD  Z30, Z28, Z13
+	VUNPCKLPD  Z31, Z29, Z14
+	VUNPCKHPD  Z31, Z29, Z15
+	LEAQ       (BX)(BX*2), AX
+	LEAQ       (DX)(BX*4), CX
+	LEAQ       (CX)(BX*4), SI
+	LEAQ       (SI)(BX*4), DI
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z17
+	VSHUFF32X4 $0x44, Z12, Z8, Z18
+	VSHUFF32X4 $0xee, Z12, Z8, Z19
+	VSHUFF32X4 $0x88, Z18, Z16, Z20
+	VSHUFF32X4 $0xdd, Z18, Z16, Z21
+	VSHUFF32X4 $0x88, Z19, Z17, Z22
+	VSHUFF32X4 $0xdd, Z19, Z17, Z23
+	VMOVUPS    Z20, (DX)
+	VMOVUPS    Z21, (CX)
+	VMOVUPS    Z22, (SI)
+	VMOVUPS    Z23, (DI)
+	VSHUFF32X4 $0x44, Z5, Z1, Z16
+	VSHUFF32X4 $0xee, Z5, Z1, Z17
+	VSHUFF32X4 $0x44, Z13, Z9, Z18
+	VSHUFF32X4 $0xee, Z13, Z9, Z19
+	VSHUFF32X4 $0x88, Z18, Z16, Z20
+	VSHUFF32X4 $0xdd, Z18, Z16, Z21
+	VSHUFF32X4 $0x88, Z19, Z17, Z22
+	VSHUFF32X4 $0xdd, Z19, Z17, Z23
+	VMOVUPS    Z20, (DX)(BX*1)
+	VMOVUPS    Z21, (CX)(BX*1)
+	VMOVUPS    Z22, (SI)(BX*1)
+	VMOVUPS    Z23, (DI)(BX*1)
+	VSHUFF32X4 $0x44, Z6, Z2, Z16
+	VSHUFF32X4 $0xee, Z6, Z2, Z17
+	VSHUFF32X4 $0x44, Z14, Z10, Z18
+	VSHUFF32X4 $0xee, Z14, Z10, Z19
+	VSHUFF32X4 $0x88, Z18, Z16, Z20
+	VSHUFF32X4 $0xdd, Z18, Z16, Z21
+	VSHUFF32X4 $0x88, Z19, Z17, Z22
+	VSHUFF32X4 $0xdd, Z19, Z17, Z23
+	VMOVUPS    Z20, (DX)(BX*2)
+	VMOVUPS    Z21, (CX)(BX*2)
+	VMOVUPS    Z22, (SI)(BX*2)
+	VMOVUPS    Z23, (DI)(BX*2)
+	VSHUFF32X4 $0x44, Z7, Z3, Z16
+	VSHUFF32X4 $0xee, Z7, Z3, Z17
+	VSHUFF32X4 $0x44, Z15, Z11, Z18
+	VSHUFF32X4 $0xee, Z15, Z11, Z19
+	VSHUFF32X4 $0x88, Z18, Z16, Z20
+	VSHUFF32X4 $0xdd, Z18, Z16, Z21
+	VSHUFF32X4 $0x88, Z19, Z17, Z22
+	VSHUFF32X4 $0xdd, Z19, Z17, Z23
+	VMOVUPS    Z20, (DX)(AX*1)
+	VMOVUPS    Z21, (CX)(AX*1)
+	VMOVUPS    Z22, (SI)(AX*1)
+	VMOVUPS    Z23, (DI)(AX*1)
+	VZEROUPPER
+	RET
+
+// func scaleAVX512(x *float32, n int, a float32)
+// Requires: AVX, AVX512F
+TEXT ·scaleAVX512(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS a+16(FP), Z0
+	SHRQ         $0x04, CX
+	JZ           scaleAVX512_done
+
+scaleAVX512_loop:
+	VMULPS  (AX), Z0, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x00000040, AX
+	DECQ    CX
+	JNZ     scaleAVX512_loop
+
+scaleAVX512_done:
+	VZEROUPPER
 	RET
 
 // func axpyAVX512(alpha float32, x *float32, y *float32, n int)

@@ -122,10 +122,25 @@ func axpyTile3x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]f
 //go:noescape
 func axpyTile4x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 
-// qkPanelAVX512 computes scaled dot products of groups×4 query rows with four key rows.
+// qkTileT1F32AVX512 computes the scaled logits of up to 16 transposed-query heads against four key rows.
 //
 //go:noescape
-func qkPanelAVX512(q *float32, ldq int, groups int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, kn int, out *float32, ldo int, scale float32)
+func qkTileT1F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
+
+// qkTileT2F32AVX512 computes the scaled logits of up to 32 transposed-query heads against four key rows.
+//
+//go:noescape
+func qkTileT2F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
+
+// qkTileT3F32AVX512 computes the scaled logits of up to 48 transposed-query heads against four key rows.
+//
+//go:noescape
+func qkTileT3F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
+
+// qkTileT4F32AVX512 computes the scaled logits of up to 64 transposed-query heads against four key rows.
+//
+//go:noescape
+func qkTileT4F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
 
 // prefetchRows4 prefetches n bytes of each of four rows into the L1 cache.
 //
@@ -152,10 +167,25 @@ func axpyTile3x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]
 //go:noescape
 func axpyTile4x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
 
-// qkPanelBF16AVX512 computes scaled dot products of groups×4 query rows with four key rows.
+// qkTileT1BF16AVX512 computes the scaled logits of up to 16 transposed-query heads against four key rows.
 //
 //go:noescape
-func qkPanelBF16AVX512(q *float32, ldq int, groups int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, kn int, out *float32, ldo int, scale float32)
+func qkTileT1BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
+
+// qkTileT2BF16AVX512 computes the scaled logits of up to 32 transposed-query heads against four key rows.
+//
+//go:noescape
+func qkTileT2BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
+
+// qkTileT3BF16AVX512 computes the scaled logits of up to 48 transposed-query heads against four key rows.
+//
+//go:noescape
+func qkTileT3BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
+
+// qkTileT4BF16AVX512 computes the scaled logits of up to 64 transposed-query heads against four key rows.
+//
+//go:noescape
+func qkTileT4BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
 
 // prefetchRows4BF16 prefetches n bytes of each of four rows into the L1 cache.
 //
@@ -166,6 +196,16 @@ func prefetchRows4BF16(r0 *uint16, r1 *uint16, r2 *uint16, r3 *uint16, n int)
 //
 //go:noescape
 func prefetchBytes(p *byte, n int)
+
+// transpose16x16AVX512 writes the transpose of a 16×16 block of src into dst.
+//
+//go:noescape
+func transpose16x16AVX512(src *float32, lds int, dst *float32, ldd int)
+
+// scaleAVX512 multiplies n (a multiple of 16) values of x by a.
+//
+//go:noescape
+func scaleAVX512(x *float32, n int, a float32)
 
 // axpyAVX512 adds alpha·x to y element-wise (product rounded, then added) for n (a multiple of 64) values.
 //

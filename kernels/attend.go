@@ -16,15 +16,19 @@ import (
 //	maxLogits[h] = max_j logit[h, j]         (when maxLogits is not nil)
 //
 // Every row must hold at least max(dim, vdim) values. logits is scratch of at
-// least AttendScratchLen(heads, n, vdim) values (the [heads, n] logits, which
-// end up holding unnormalized weights, and the split partials). With no
-// rows, out is 0 and lse and maxLogits are −Inf. It does not allocate.
+// least AttendScratchLen(heads, n, vdim) values (room for the [heads, n]
+// logits and the split partials); its contents afterwards are unspecified.
+// With no rows, out is 0 and lse and maxLogits are −Inf. After the first
+// call of a shape it does not allocate.
 //
 // The reference implementation uses Dot, LogSumExp, Softmax and Axpy. The
-// assembly implementations walk the rows in blocks that stay in L2: logits
-// in 4-head (AVX2: 3-head) × 4-row tiles, an online softmax per block with a
-// vector exp, the weighted rows in 4-head × 64-column (AVX2: 16-column)
-// tiles in row order, and a division by the softmax sum at the end. More
+// assembly implementations walk the rows in blocks that stay in L2, keeping
+// only one block's logits: on AVX-512 the logits of up to 64 heads × 4 rows
+// at a time from a transposed copy of the query (each logit one fused chain
+// over the dimensions in order), on AVX2 3-head × 4-row dot tiles; an online
+// softmax per block with a vector exp; the weighted rows in 4-head ×
+// 64-column (AVX2: 16-column) tiles in row order; and a division by the
+// softmax sum at the end. More
 // than splitRows rows are computed in splits whose partials are merged by
 // log-sum-exp in split order. Each head's result depends only on its own
 // query, the rows, their order and their number, so splits and heads may be
@@ -104,6 +108,9 @@ func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen 
 	t := takeAttendTask(heads)
 	t.out, t.lse, t.maxLogits, t.q, t.logits = out, lse, maxLogits, q, logits
 	t.heads, t.dim, t.vdim, t.scale, t.l, t.n = heads, dim, vdim, scale, l, n
+	if l == levelAVX512 {
+		t.transposeQuery()
+	}
 	parts := t.plan()
 	if bl := min(n, attendBlock); t.splits*t.groups*bl > n {
 		// Too few rows for a block region per unit: decode them all first.
@@ -191,6 +198,9 @@ func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int,
 	t := takeAttendTask(heads)
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = out, lse, maxLogits, q, rows, rowsBF16, logits
 	t.heads, t.dim, t.vdim, t.scale, t.l, t.n = heads, dim, vdim, scale, l, max(len(rows), len(rowsBF16))
+	if l == levelAVX512 {
+		t.transposeQuery()
+	}
 	t.run(t.plan())
 	putAttendTask(t)
 }
@@ -266,10 +276,7 @@ func (t *attendTask) merge() {
 			sum += a * base[heads*vdim+heads+h]
 			Axpy(a, base[h*vdim:(h+1)*vdim], o)
 		}
-		inv := 1 / sum
-		for c := range o {
-			o[c] *= inv
-		}
+		scaleVec(t.l, o, 1/sum)
 		if t.maxLogits != nil {
 			t.maxLogits[h] = m
 		}
@@ -295,7 +302,7 @@ func takeAttendTask(heads int) *attendTask {
 // putAttendTask drops t's references to the caller's data and pools it.
 func putAttendTask(t *attendTask) {
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = nil, nil, nil, nil, nil, nil, nil
-	t.dec, t.scratch = nil, nil
+	t.dec, t.scratch, t.qT = nil, nil, nil
 	select {
 	case attendTasks <- t:
 	default:
@@ -400,6 +407,43 @@ type attendTask struct {
 	dec     RowDecoder
 	scratch []float32
 	rowLen  int
+	// AVX-512: the query transposed to [dim][ldqT] (heads padded with
+	// zeros to ldqT ≥ heads+16), so that a logit tile reads 16 heads of
+	// one dimension as a vector; kept across calls. Nil otherwise.
+	qT    []float32
+	ldqT  int
+	qTBuf []float32
+}
+
+// transposeQuery fills t.qT from t.q for the AVX-512 logit tiles.
+func (t *attendTask) transposeQuery() {
+	heads, dim := t.heads, t.dim
+	ld := (heads + 31) &^ 15
+	need := dim * ld
+	if cap(t.qTBuf) < need {
+		t.qTBuf = make([]float32, need)
+	}
+	qT := t.qTBuf[:need]
+	q := t.q
+	hb, db := heads&^15, dim&^15 // whole 16×16 blocks
+	for h0 := 0; h0 < hb; h0 += 16 {
+		for d0 := 0; d0 < db; d0 += 16 {
+			transpose16(&q[h0*dim+d0], dim, &qT[d0*ld+h0], ld)
+		}
+	}
+	for h := range heads {
+		d0 := db
+		if h >= hb {
+			d0 = 0
+		}
+		for d, v := range q[h*dim+d0 : (h+1)*dim] {
+			qT[(d0+d)*ld+h] = v
+		}
+	}
+	for d := range dim {
+		clear(qT[d*ld+heads : (d+1)*ld])
+	}
+	t.qT, t.ldqT = qT, ld
 }
 
 var attendTasks = make(chan *attendTask, 64)
@@ -437,8 +481,9 @@ const rowPrefetchAhead = 8
 
 // attendHeads is the assembly AttendRows for heads [h0, h1). It walks the
 // rows in blocks of attendBlock, so that each row is read from memory once
-// and used from L2 for both products: logits of the block (4-head × 4-row dot
-// tiles), then an online softmax step per head (running max M and sum S; when
+// and used from L2 for both products: logits of the block (qkTileT on
+// AVX-512, dot tiles on AVX2) into the split's [heads, attendBlock] logits
+// region, then an online softmax step per head (running max M and sum S; when
 // M grows, the head's partial output and S are scaled by exp(M_old − M)),
 // then the block's weighted rows (4-head × 64-column tiles, rows in order).
 // The block size is a constant, so the order of every operation on a head
@@ -450,10 +495,14 @@ const rowPrefetchAhead = 8
 // normalized (out divided by the sum, t.lse and t.maxLogits written — runMax
 // is then t.lse), otherwise left as the split's partial.
 func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float32, final bool, scratch []float32, views [][]float32) {
-	q, logits, dim, vdim := t.q, t.logits, t.dim, t.vdim
+	q, dim, vdim := t.q, t.dim, t.vdim
 	bf := t.rowsBF16 != nil // bf16 rows: no dim or vdim tails (see AttendRowsBF16)
 	l := t.l
-	n := t.n
+	// The logits of one block of rows, [heads, bl], in a region of t.logits
+	// that belongs to the split (units of a split own different heads).
+	bl := min(t.n, attendBlock)
+	sp := r0 / splitRows
+	logits := t.logits[sp*t.heads*bl : (sp+1)*t.heads*bl]
 	kv := dim &^ (vecWidth(l) - 1)
 	cw := attendCols(l)
 	cv := vdim &^ (cw - 1)
@@ -517,16 +566,19 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 				}
 			}
 			ht := h0
-			if l == levelAVX512 && kv == dim && nj == 4 && kv > 0 {
-				// Whole groups of four heads in one call, stored and scaled
-				// by the kernel (the same arithmetic as the tile below).
-				g := (h1 - h0) / 4
-				if bf {
-					qkPanelBF16(&q[h0*dim], dim, g, b[0], b[1], b[2], b[3], kv, &logits[h0*n+b0+jt], n, t.scale)
-				} else {
-					qkPanel(&q[h0*dim], dim, g, f[0], f[1], f[2], f[3], kv, &logits[h0*n+b0+jt], n, t.scale)
+			if t.qT != nil {
+				// Up to 64 heads at a time against the tile's rows, from
+				// the transposed query; rows past nj are not stored.
+				mask := 1<<nj - 1
+				for hc := h0; hc < h1; hc += 64 {
+					hn := min(64, h1-hc)
+					if bf {
+						qkTileTBF16(&t.qT[hc], t.ldqT, dim, b[0], b[1], b[2], b[3], &logits[hc*bl+jt], bl, hn, mask, t.scale)
+					} else {
+						qkTileT(&t.qT[hc], t.ldqT, dim, f[0], f[1], f[2], f[3], &logits[hc*bl+jt], bl, hn, mask, t.scale)
+					}
 				}
-				ht += 4 * g
+				ht = h1
 			}
 			for ; ht < h1; ht += hs {
 				m := min(hs, h1-ht)
@@ -540,7 +592,7 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 				}
 				for i := range m {
 					qi := q[(ht+i)*dim+kv : (ht+i+1)*dim]
-					lg := logits[(ht+i)*n+b0+jt : (ht+i)*n+b0+jt+nj]
+					lg := logits[(ht+i)*bl+jt : (ht+i)*bl+jt+nj]
 					for c := range lg {
 						s := tile[i*4+c]
 						if len(qi) > 0 { // f32 rows only
@@ -555,15 +607,12 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 			}
 		}
 		for h := h0; h < h1; h++ {
-			lg := logits[h*n+b0 : h*n+b1]
+			lg := logits[h*bl : h*bl+nb]
 			m := max(runMax[h], vecMax(l, lg))
 			if m > runMax[h] && runMax[h] != negInf {
 				alpha := float32(math.Exp(float64(runMax[h] - m)))
 				runSum[h] *= alpha
-				o := out[h*vdim : (h+1)*vdim]
-				for c := range o {
-					o[c] *= alpha
-				}
+				scaleVec(l, out[h*vdim:(h+1)*vdim], alpha)
 			}
 			runMax[h] = m
 			runSum[h] += expSum(l, lg, m)
@@ -572,16 +621,16 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 			m := min(4, h1-ht)
 			for c0 := 0; c0 < cv; c0 += cw {
 				if bf {
-					axpyTileBF16(l, m, &out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rowsB[0], nb, c0)
+					axpyTileBF16(l, m, &out[ht*vdim+c0], vdim, &logits[ht*bl], bl, &rowsB[0], nb, c0)
 				} else {
-					axpyTile(l, m, &out[ht*vdim+c0], vdim, &logits[ht*n+b0], n, &rows[0], nb, c0)
+					axpyTile(l, m, &out[ht*vdim+c0], vdim, &logits[ht*bl], bl, &rows[0], nb, c0)
 				}
 			}
 			if cv < vdim { // f32 rows only
 				for i := range m {
 					o := out[(ht+i)*vdim+cv : (ht+i+1)*vdim]
 					for j := range nb {
-						p := logits[(ht+i)*n+b0+j]
+						p := logits[(ht+i)*bl+j]
 						v := rows[j][cv:vdim]
 						for c := range o {
 							o[c] += float32(p * v[c])
@@ -598,11 +647,7 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 		if t.maxLogits != nil {
 			t.maxLogits[h] = runMax[h]
 		}
-		inv := 1 / runSum[h]
-		o := out[h*vdim : (h+1)*vdim]
-		for c := range o {
-			o[c] *= inv
-		}
+		scaleVec(l, out[h*vdim:(h+1)*vdim], 1/runSum[h])
 		t.lse[h] = runMax[h] + float32(math.Log(float64(runSum[h])))
 	}
 }

@@ -188,9 +188,18 @@ func axpyTileBF16(l level, m int, out *float32, ldo int, p *float32, ldp int, ro
 	}
 }
 
-// qkPanelBF16 is qkPanel with bf16 key rows.
-func qkPanelBF16(q *float32, ldq, groups int, k0, k1, k2, k3 *uint16, kn int, out *float32, ldo int, scale float32) {
-	qkPanelBF16AVX512(q, ldq, groups, k0, k1, k2, k3, kn, out, ldo, scale)
+// qkTileTBF16 is qkTileT with bf16 key rows (dim even).
+func qkTileTBF16(qT *float32, ldq, dim int, k0, k1, k2, k3 *uint16, out *float32, ldo, heads, mask int, scale float32) {
+	switch (heads + 15) / 16 {
+	case 1:
+		qkTileT1BF16AVX512(qT, ldq, dim, k0, k1, k2, k3, out, ldo, heads, mask, scale)
+	case 2:
+		qkTileT2BF16AVX512(qT, ldq, dim, k0, k1, k2, k3, out, ldo, heads, mask, scale)
+	case 3:
+		qkTileT3BF16AVX512(qT, ldq, dim, k0, k1, k2, k3, out, ldo, heads, mask, scale)
+	default:
+		qkTileT4BF16AVX512(qT, ldq, dim, k0, k1, k2, k3, out, ldo, heads, mask, scale)
+	}
 }
 
 // prefetchRowsBF16 starts loading n bytes of four bf16 rows into L1.
@@ -293,10 +302,43 @@ func readSum(x []float32) (s float32, ok bool) {
 	return 0, false
 }
 
-// qkPanel is the AVX-512 scaled dot products of groups×4 query rows with
-// four key rows.
-func qkPanel(q *float32, ldq, groups int, k0, k1, k2, k3 *float32, kn int, out *float32, ldo int, scale float32) {
-	qkPanelAVX512(q, ldq, groups, k0, k1, k2, k3, kn, out, ldo, scale)
+// qkTileT is the AVX-512 logit tile of up to 64 heads (heads ≤ 64) against
+// four key rows with the query transposed (qT[d·ldq + i] is head i's value
+// d): out[i·ldo + r] = scale · Σ_d qT[d·ldq+i]·k_r[d], one fused chain in d
+// order, for i < heads and the rows r whose bit is set in mask. qT must be
+// readable for 16·⌈heads/16⌉ heads.
+func qkTileT(qT *float32, ldq, dim int, k0, k1, k2, k3 *float32, out *float32, ldo, heads, mask int, scale float32) {
+	switch (heads + 15) / 16 {
+	case 1:
+		qkTileT1F32AVX512(qT, ldq, dim, k0, k1, k2, k3, out, ldo, heads, mask, scale)
+	case 2:
+		qkTileT2F32AVX512(qT, ldq, dim, k0, k1, k2, k3, out, ldo, heads, mask, scale)
+	case 3:
+		qkTileT3F32AVX512(qT, ldq, dim, k0, k1, k2, k3, out, ldo, heads, mask, scale)
+	default:
+		qkTileT4F32AVX512(qT, ldq, dim, k0, k1, k2, k3, out, ldo, heads, mask, scale)
+	}
+}
+
+// transpose16 writes the transpose of the 16×16 block at src (rows lds
+// elements apart) to dst (rows ldd apart): dst[k·ldd+i] = src[i·lds+k].
+func transpose16(src *float32, lds int, dst *float32, ldd int) {
+	transpose16x16AVX512(src, lds, dst, ldd)
+}
+
+// scaleVec multiplies every value of x by a (one rounded product each, the
+// bits of the scalar loop), with AVX-512 under that level.
+func scaleVec(l level, x []float32, a float32) {
+	nv := 0
+	if l == levelAVX512 {
+		nv = len(x) &^ 15
+		if nv > 0 {
+			scaleAVX512(&x[0], nv, a)
+		}
+	}
+	for i := nv; i < len(x); i++ {
+		x[i] *= a
+	}
 }
 
 // prefetchRows starts loading n bytes of four rows into L1.

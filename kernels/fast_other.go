@@ -38,7 +38,7 @@ func fmaPeak(int) float64 { return 0 }
 
 func readSum([]float32) (float32, bool) { return 0, false }
 
-func qkPanel(*float32, int, int, *float32, *float32, *float32, *float32, int, *float32, int, float32) {
+func qkTileT(*float32, int, int, *float32, *float32, *float32, *float32, *float32, int, int, int, float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
@@ -50,7 +50,7 @@ func axpyTileBF16(level, int, *float32, int, *float32, int, *[]uint16, int, int)
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func qkPanelBF16(*float32, int, int, *uint16, *uint16, *uint16, *uint16, int, *float32, int, float32) {
+func qkTileTBF16(*float32, int, int, *uint16, *uint16, *uint16, *uint16, *float32, int, int, int, float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
@@ -78,3 +78,13 @@ func scoreTile8T(*float32, int, int, *float32, *float32, *float32, *float32, *fl
 }
 
 func widenBF16Fast([]float32, []byte) int { return 0 }
+
+func transpose16(*float32, int, *float32, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func scaleVec(_ level, x []float32, a float32) {
+	for i := range x {
+		x[i] *= a
+	}
+}

@@ -252,6 +252,8 @@ func TestAttendRows(t *testing.T) {
 		{"three splits, the last short", 8, 576, 512, 1100, 0.0625},
 		{"glm5 top-k, four splits", 16, 576, 512, 2048, 0.0625},
 		{"split with tails", 5, 20, 70, 600, 0.5},
+		{"more heads than one logit tile", 80, 576, 512, 70, 0.0625},
+		{"odd dim", 18, 33, 16, 21, 0.25},
 	}
 	forEachImpl(t, func(t *testing.T) {
 		for k, tc := range tests {
