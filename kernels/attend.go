@@ -257,12 +257,30 @@ func (t *attendTask) run(parts int) {
 
 // merge combines the splits' partials of every head in split order:
 // M = max_s M_s, a_s = exp(M_s − M), S = Σ a_s·S_s, out = (Σ a_s·O_s) / S,
-// lse = M + ln S.
+// lse = M + ln S. Heads are merged independently, spread across the
+// threads when there is enough work.
 func (t *attendTask) merge() {
+	parts := 1
+	if t.splits*t.heads*t.vdim >= smallPhase {
+		parts = min(Threads(), t.heads)
+	}
+	runParts((*splitMerger)(t), parts, &t.join)
+}
+
+// smallPhase is the number of values below which the transposed query and
+// the split merge are computed on the caller alone.
+const smallPhase = 16384
+
+// splitMerger is attendTask's merge phase: part p merges a range of heads.
+type splitMerger attendTask
+
+func (m *splitMerger) runPart(p, parts int) {
+	t := (*attendTask)(m)
 	heads, vdim := t.heads, t.vdim
 	stride := heads * (vdim + 2)
 	part := t.logits[heads*t.n:]
-	for h := range heads {
+	h0, h1 := partRange(heads, 1, p, parts)
+	for h := h0; h < h1; h++ {
 		m := float32(math.Inf(-1))
 		for s := range t.splits {
 			m = max(m, part[s*stride+heads*vdim+h])
@@ -415,23 +433,37 @@ type attendTask struct {
 	qTBuf []float32
 }
 
-// transposeQuery fills t.qT from t.q for the AVX-512 logit tiles.
+// transposeQuery fills t.qT from t.q for the AVX-512 logit tiles, spread
+// across the threads by blocks of 16 heads when there is enough work.
 func (t *attendTask) transposeQuery() {
-	heads, dim := t.heads, t.dim
-	ld := (heads + 31) &^ 15
-	need := dim * ld
+	ld := (t.heads + 31) &^ 15
+	need := t.dim * ld
 	if cap(t.qTBuf) < need {
 		t.qTBuf = make([]float32, need)
 	}
-	qT := t.qTBuf[:need]
-	q := t.q
-	hb, db := heads&^15, dim&^15 // whole 16×16 blocks
-	for h0 := 0; h0 < hb; h0 += 16 {
+	t.qT, t.ldqT = t.qTBuf[:need], ld
+	parts := 1
+	if t.heads*t.dim >= smallPhase {
+		parts = min(Threads(), (t.heads+15)/16)
+	}
+	runParts((*queryTransposer)(t), parts, &t.join)
+}
+
+// queryTransposer is attendTask's transpose phase: part p writes a range of
+// 16-head blocks of t.qT and clears the padding of a range of its rows.
+type queryTransposer attendTask
+
+func (qt *queryTransposer) runPart(p, parts int) {
+	t := (*attendTask)(qt)
+	heads, dim, ld, q, qT := t.heads, t.dim, t.ldqT, t.q, t.qT
+	h0, h1 := partRange(heads, 16, p, parts)
+	hb, db := h0+(h1-h0)&^15, dim&^15 // whole 16×16 blocks
+	for hs := h0; hs < hb; hs += 16 {
 		for d0 := 0; d0 < db; d0 += 16 {
-			transpose16(&q[h0*dim+d0], dim, &qT[d0*ld+h0], ld)
+			transpose16(&q[hs*dim+d0], dim, &qT[d0*ld+hs], ld)
 		}
 	}
-	for h := range heads {
+	for h := h0; h < h1; h++ {
 		d0 := db
 		if h >= hb {
 			d0 = 0
@@ -440,10 +472,10 @@ func (t *attendTask) transposeQuery() {
 			qT[(d0+d)*ld+h] = v
 		}
 	}
-	for d := range dim {
+	d0, d1 := partRange(dim, 1, p, parts)
+	for d := d0; d < d1; d++ {
 		clear(qT[d*ld+heads : (d+1)*ld])
 	}
-	t.qT, t.ldqT = qT, ld
 }
 
 var attendTasks = make(chan *attendTask, 64)
