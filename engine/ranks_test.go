@@ -137,6 +137,7 @@ func TestEngineServesParallelLayouts(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			e.Close() // the last measured step ends after the streams do
 			for i, p := range prompts {
 				toks, lps := runAloneKV(t, m, p, maxOut, B, kvcache.KVF32)
 				if d := cmp.Diff(toks, got[i]); d != "" {
