@@ -252,23 +252,46 @@ func gemv8x512(bf16 bool) {
 	XORQ(offW, offW)
 	SHRQ(U8(4), kn)
 	JZ(LabelRef(name + "_reduce"))
-	Label(name + "_loop")
-	VMOVUPS(Mem{Base: x, Index: offX, Scale: 1}, Z28)
-	for j := range 8 {
-		if gemvPrefetch > 0 {
-			PREFETCHT0(Mem{Base: w[j], Index: offW, Scale: 1, Disp: gemvPrefetch})
-		}
-		loadW(Mem{Base: w[j], Index: offW, Scale: 1}, zmm[16+j], bf16)
-		VFMADD231PS(zmm[16+j], Z28, zmm[j])
-	}
-	ADDQ(U32(64), offX)
+	// step handles 16 values of every row; a bf16 step reads half a line,
+	// so bf16 steps go in pairs and prefetch each line once.
+	wStep := 64
 	if bf16 {
-		ADDQ(U32(32), offW)
-	} else {
-		ADDQ(U32(64), offW)
+		wStep = 32
 	}
-	DECQ(kn)
-	JNZ(LabelRef(name + "_loop"))
+	step := func(disp int, prefetch bool) {
+		VMOVUPS(Mem{Base: x, Index: offX, Scale: 1, Disp: disp * 64 / wStep}, Z28)
+		for j := range 8 {
+			if prefetch && gemvPrefetch > 0 {
+				PREFETCHT0(Mem{Base: w[j], Index: offW, Scale: 1, Disp: gemvPrefetch})
+			}
+			loadW(Mem{Base: w[j], Index: offW, Scale: 1, Disp: disp}, zmm[16+j], bf16)
+			VFMADD231PS(zmm[16+j], Z28, zmm[j])
+		}
+	}
+	if bf16 {
+		pairs := GP64()
+		MOVQ(kn, pairs)
+		SHRQ(U8(1), pairs)
+		JZ(LabelRef(name + "_single"))
+		Label(name + "_loop")
+		step(0, true)
+		step(32, false)
+		ADDQ(U32(128), offX)
+		ADDQ(U32(64), offW)
+		DECQ(pairs)
+		JNZ(LabelRef(name + "_loop"))
+		Label(name + "_single")
+		TESTQ(U32(1), kn)
+		JZ(LabelRef(name + "_reduce"))
+		step(0, true)
+	} else {
+		Label(name + "_loop")
+		step(0, true)
+		ADDQ(U32(64), offX)
+		ADDQ(U32(64), offW)
+		DECQ(kn)
+		JNZ(LabelRef(name + "_loop"))
+	}
 	Label(name + "_reduce")
 	out := Load(Param("out"), GP64())
 	reduce4x512([4]int{0, 1, 2, 3})
@@ -1209,6 +1232,9 @@ func readSumBody(name string, acc []VecPhysical, width int) {
 	}
 	Label(name + "_loop")
 	for a, r := range acc {
+		// 1 KiB ahead, as the GEMV prefetches its weight rows: the probe
+		// must not be slower than a kernel reading the same way.
+		PREFETCHT0(Mem{Base: p[a], Disp: 1024})
 		VADDPS(Mem{Base: p[a]}, r, r)
 		ADDQ(U32(width), p[a])
 	}
