@@ -43,8 +43,9 @@ func main() {
 			axpyTile512(m, bf16)
 		}
 		for nvec := 1; nvec <= 4; nvec++ {
-			qkTileT512(nvec, bf16)
+			qkTileT512(nvec, 4, bf16)
 		}
+		qkTileT512(1, 8, bf16)
 		prefetchRows(bf16)
 	}
 	prefetchBytes()
@@ -446,45 +447,73 @@ func axpyTile512(m int, bf16 bool) {
 	RET()
 }
 
-// qkTileT512 emits qkTileT{nvec}{F32,BF16}AVX512: the scaled logits of up
-// to 16·nvec heads against four key rows, with the query transposed: qT holds
-// the heads' queries as [dim][ldq] (head i of the tile at qT[d·ldq+i]), so
-// every step d broadcasts one value of each key row and fuses it into
-// 16-head vectors. Each logit is one fused chain over d in order, started at
-// 0 and then multiplied by scale, whatever the number of heads or rows in
-// the tile. The results of head i < heads and row r < 4 with bit r set in
-// mask go to out[i·ldo + r]; nothing else is written. bf16 rows need an even
-// dim.
-func qkTileT512(nvec int, bf16 bool) {
+// qkTileT512 emits qkTileT{nvec}{F32,BF16}AVX512 (nrows 4) and, for one
+// head vector, qkTileT1x8{F32,BF16}AVX512 (nrows 8, so that a tile of at
+// most 16 heads still has eight independent FMA chains): the scaled logits
+// of up to 16·nvec heads against nrows key rows, with the query transposed:
+// qT holds the heads' queries as [dim][ldq] (head i of the tile at
+// qT[d·ldq+i]), so every step d broadcasts one value of each key row and
+// fuses it into 16-head vectors. Each logit is one fused chain over d in
+// order, started at 0 and then multiplied by scale, whatever the number of
+// heads or rows in the tile. The results of head i < heads and row r with
+// bit r set in mask go to out[i·ldo + r]; nothing else is written. bf16 rows
+// need an even dim.
+func qkTileT512(nvec, nrows int, bf16 bool) {
 	name := fmt.Sprintf("qkTileT%d%sAVX512", nvec, wName(bf16))
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(qT *float32, ldq int, dim int, k0, k1, k2, k3 %s, out *float32, ldo int, heads int, mask int, scale float32)", wType(bf16)))
+	rowsSig := fmt.Sprintf("k0, k1, k2, k3 %s", wType(bf16))
+	if nrows == 8 {
+		name = fmt.Sprintf("qkTileT%dx8%sAVX512", nvec, wName(bf16))
+		rowsSig = fmt.Sprintf("k *[8]%s", wType(bf16))
+	}
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(qT *float32, ldq int, dim int, %s, out *float32, ldo int, heads int, mask int, scale float32)", rowsSig))
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes the scaled logits of up to %d transposed-query heads against four key rows.", name, 16*nvec))
+	Doc(fmt.Sprintf("%s computes the scaled logits of up to %d transposed-query heads against %d key rows.", name, 16*nvec, nrows))
 	qp := Load(Param("qT"), GP64())
 	ldq := Load(Param("ldq"), GP64())
 	SHLQ(U8(2), ldq)
 	dim := Load(Param("dim"), GP64())
-	var k [4]Register
-	for r := range 4 {
-		k[r] = Load(Param(fmt.Sprintf("k%d", r)), GP64())
+	k := make([]Register, nrows)
+	if nrows == 8 {
+		tab := Load(Param("k"), GP64())
+		for r := range nrows {
+			k[r] = GP64()
+			MOVQ(Mem{Base: tab, Disp: 8 * r}, k[r])
+		}
+	} else {
+		for r := range nrows {
+			k[r] = Load(Param(fmt.Sprintf("k%d", r)), GP64())
+		}
 	}
 	acc := func(r, v int) VecPhysical { return zmm[nvec*r+v] }
-	for r := range 4 {
+	for r := range nrows {
 		for v := range nvec {
 			VPXORD(acc(r, v), acc(r, v), acc(r, v))
 		}
 	}
 	off := GP64() // key bytes
 	XORQ(off, off)
-	// step fuses q(d) (loaded into 16..16+nvec) with the broadcast key
-	// values in b[0..3].
-	step := func(b [4]VecPhysical) {
-		for v := range nvec {
-			VMOVUPS(Mem{Base: qp, Disp: 64 * v}, zmm[16+v])
+	// Registers: accumulators from Z0 (at most 16), query vectors from Z16,
+	// broadcast key values in two sets, bf16's high-half mask in Z28.
+	qv := func(v, set int) VecPhysical {
+		if 2*nvec > 4 {
+			return zmm[16+v]
 		}
-		for r := range 4 {
+		return zmm[16+v+set*nvec]
+	}
+	var bset [2][]VecPhysical
+	if nrows == 8 {
+		bset = [2][]VecPhysical{zmm[20:28], zmm[8:16]}
+	} else {
+		bset = [2][]VecPhysical{zmm[20:24], zmm[24:28]}
+	}
+	// step fuses q(d) with the broadcast key values in b.
+	step := func(b []VecPhysical, set int) {
+		for v := range nvec {
+			VMOVUPS(Mem{Base: qp, Disp: 64 * v}, qv(v, set))
+		}
+		for r := range nrows {
 			for v := range nvec {
-				VFMADD231PS(zmm[16+v], b[r], acc(r, v))
+				VFMADD231PS(qv(v, set), b[r], acc(r, v))
 			}
 		}
 		ADDQ(ldq, qp)
@@ -501,23 +530,23 @@ func qkTileT512(nvec int, bf16 bool) {
 	Label(name + "_loop")
 	if bf16 {
 		// One dword holds keys d (low half) and d+1 (high half).
-		for r := range 4 {
-			VPBROADCASTD(Mem{Base: k[r], Index: off, Scale: 1}, zmm[20+r])
-			VPSLLD(U8(16), zmm[20+r], zmm[24+r])
-			VPANDD(Z28, zmm[20+r], zmm[20+r])
+		for r := range nrows {
+			VPBROADCASTD(Mem{Base: k[r], Index: off, Scale: 1}, bset[0][r])
+			VPSLLD(U8(16), bset[0][r], bset[1][r])
+			VPANDD(Z28, bset[0][r], bset[0][r])
 		}
-		step([4]VecPhysical{Z24, Z25, Z26, Z27})
-		step([4]VecPhysical{Z20, Z21, Z22, Z23})
+		step(bset[1], 0)
+		step(bset[0], 1)
 		ADDQ(U32(4), off)
 	} else {
-		for r := range 4 {
-			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1}, zmm[20+r])
+		for r := range nrows {
+			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1}, bset[0][r])
 		}
-		step([4]VecPhysical{Z20, Z21, Z22, Z23})
-		for r := range 4 {
-			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1, Disp: 4}, zmm[24+r])
+		step(bset[0], 0)
+		for r := range nrows {
+			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1, Disp: 4}, bset[1][r])
 		}
-		step([4]VecPhysical{Z24, Z25, Z26, Z27})
+		step(bset[1], 1)
 		ADDQ(U32(8), off)
 	}
 	DECQ(pairs)
@@ -526,43 +555,58 @@ func qkTileT512(nvec int, bf16 bool) {
 	if !bf16 {
 		TESTQ(U32(1), dim)
 		JZ(LabelRef(name + "_scale"))
-		for r := range 4 {
-			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1}, zmm[20+r])
+		for r := range nrows {
+			VBROADCASTSS(Mem{Base: k[r], Index: off, Scale: 1}, bset[0][r])
 		}
-		step([4]VecPhysical{Z20, Z21, Z22, Z23})
+		step(bset[0], 0)
 	}
 	Label(name + "_scale")
-	VBROADCASTSS(NewParamAddr("scale", 88), Z29)
-	for r := range 4 {
+	scaleOff := 88
+	if nrows == 8 {
+		scaleOff = 64
+	}
+	VBROADCASTSS(NewParamAddr("scale", scaleOff), Z29)
+	for r := range nrows {
 		for v := range nvec {
 			VMULPS(Z29, acc(r, v), acc(r, v))
 		}
 	}
 	maskReg := Load(Param("mask"), GP64()).(GPVirtual)
 	KMOVW(maskReg.As32(), K1)
+	if nrows == 8 {
+		SHRQ(U8(4), maskReg)
+		KMOVW(maskReg.As32(), K2)
+	}
 	heads := Load(Param("heads"), GP64())
 	out := Load(Param("out"), GP64())
 	ldo := Load(Param("ldo"), GP64())
 	SHLQ(U8(2), ldo)
 	for v := range nvec {
-		// Transpose the four rows' 16-head vectors into one four-row xmm per
-		// head: U[c] lane L holds head 4L+c of this vector.
-		t := [4]VecPhysical{Z16, Z17, Z18, Z19}
-		u := [4]VecPhysical{Z20, Z21, Z22, Z23}
-		VUNPCKLPS(acc(1, v), acc(0, v), t[0])
-		VUNPCKHPS(acc(1, v), acc(0, v), t[1])
-		VUNPCKLPS(acc(3, v), acc(2, v), t[2])
-		VUNPCKHPS(acc(3, v), acc(2, v), t[3])
-		VUNPCKLPD(t[2], t[0], u[0])
-		VUNPCKHPD(t[2], t[0], u[1])
-		VUNPCKLPD(t[3], t[1], u[2])
-		VUNPCKHPD(t[3], t[1], u[3])
+		// Transpose each group of four rows' 16-head vectors into one
+		// four-row xmm per head: u[g][c] lane L holds head 4L+c.
+		var u [2][4]VecPhysical
+		for g := range nrows / 4 {
+			t := [4]VecPhysical{Z24, Z25, Z26, Z27}
+			u[g] = [4]VecPhysical{zmm[16+4*g], zmm[17+4*g], zmm[18+4*g], zmm[19+4*g]}
+			a := func(r int) VecPhysical { return acc(4*g+r, v) }
+			VUNPCKLPS(a(1), a(0), t[0])
+			VUNPCKHPS(a(1), a(0), t[1])
+			VUNPCKLPS(a(3), a(2), t[2])
+			VUNPCKHPS(a(3), a(2), t[3])
+			VUNPCKLPD(t[2], t[0], u[g][0])
+			VUNPCKHPD(t[2], t[0], u[g][1])
+			VUNPCKLPD(t[3], t[1], u[g][2])
+			VUNPCKHPD(t[3], t[1], u[g][3])
+		}
 		for lane := range 4 {
 			for c := range 4 {
 				h := 16*v + 4*lane + c
 				CMPQ(heads, U32(h))
 				JLE(LabelRef(name + "_done"))
-				VEXTRACTF32X4(U8(lane), u[c], K1, Mem{Base: out})
+				VEXTRACTF32X4(U8(lane), u[0][c], K1, Mem{Base: out})
+				if nrows == 8 {
+					VEXTRACTF32X4(U8(lane), u[1][c], K2, Mem{Base: out, Disp: 16})
+				}
 				ADDQ(ldo, out)
 			}
 		}

@@ -122,25 +122,30 @@ func axpyTile3x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]f
 //go:noescape
 func axpyTile4x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 
-// qkTileT1F32AVX512 computes the scaled logits of up to 16 transposed-query heads against four key rows.
+// qkTileT1F32AVX512 computes the scaled logits of up to 16 transposed-query heads against 4 key rows.
 //
 //go:noescape
 func qkTileT1F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
 
-// qkTileT2F32AVX512 computes the scaled logits of up to 32 transposed-query heads against four key rows.
+// qkTileT2F32AVX512 computes the scaled logits of up to 32 transposed-query heads against 4 key rows.
 //
 //go:noescape
 func qkTileT2F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
 
-// qkTileT3F32AVX512 computes the scaled logits of up to 48 transposed-query heads against four key rows.
+// qkTileT3F32AVX512 computes the scaled logits of up to 48 transposed-query heads against 4 key rows.
 //
 //go:noescape
 func qkTileT3F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
 
-// qkTileT4F32AVX512 computes the scaled logits of up to 64 transposed-query heads against four key rows.
+// qkTileT4F32AVX512 computes the scaled logits of up to 64 transposed-query heads against 4 key rows.
 //
 //go:noescape
 func qkTileT4F32AVX512(qT *float32, ldq int, dim int, k0 *float32, k1 *float32, k2 *float32, k3 *float32, out *float32, ldo int, heads int, mask int, scale float32)
+
+// qkTileT1x8F32AVX512 computes the scaled logits of up to 16 transposed-query heads against 8 key rows.
+//
+//go:noescape
+func qkTileT1x8F32AVX512(qT *float32, ldq int, dim int, k *[8]*float32, out *float32, ldo int, heads int, mask int, scale float32)
 
 // prefetchRows4 prefetches n bytes of each of four rows into the L1 cache.
 //
@@ -167,25 +172,30 @@ func axpyTile3x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]
 //go:noescape
 func axpyTile4x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
 
-// qkTileT1BF16AVX512 computes the scaled logits of up to 16 transposed-query heads against four key rows.
+// qkTileT1BF16AVX512 computes the scaled logits of up to 16 transposed-query heads against 4 key rows.
 //
 //go:noescape
 func qkTileT1BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
 
-// qkTileT2BF16AVX512 computes the scaled logits of up to 32 transposed-query heads against four key rows.
+// qkTileT2BF16AVX512 computes the scaled logits of up to 32 transposed-query heads against 4 key rows.
 //
 //go:noescape
 func qkTileT2BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
 
-// qkTileT3BF16AVX512 computes the scaled logits of up to 48 transposed-query heads against four key rows.
+// qkTileT3BF16AVX512 computes the scaled logits of up to 48 transposed-query heads against 4 key rows.
 //
 //go:noescape
 func qkTileT3BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
 
-// qkTileT4BF16AVX512 computes the scaled logits of up to 64 transposed-query heads against four key rows.
+// qkTileT4BF16AVX512 computes the scaled logits of up to 64 transposed-query heads against 4 key rows.
 //
 //go:noescape
 func qkTileT4BF16AVX512(qT *float32, ldq int, dim int, k0 *uint16, k1 *uint16, k2 *uint16, k3 *uint16, out *float32, ldo int, heads int, mask int, scale float32)
+
+// qkTileT1x8BF16AVX512 computes the scaled logits of up to 16 transposed-query heads against 8 key rows.
+//
+//go:noescape
+func qkTileT1x8BF16AVX512(qT *float32, ldq int, dim int, k *[8]*uint16, out *float32, ldo int, heads int, mask int, scale float32)
 
 // prefetchRows4BF16 prefetches n bytes of each of four rows into the L1 cache.
 //

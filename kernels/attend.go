@@ -549,8 +549,14 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 	}
 	clear(out[h0*vdim : h1*vdim])
 	var tile [24]float32
-	var f [4]*float32
-	var b [4]*uint16
+	var f [8]*float32
+	var b [8]*uint16
+	// Rows per logit tile: eight when the transposed-query tile holds one
+	// 16-head vector, so that it still has eight independent FMA chains.
+	tr := 4
+	if t.qT != nil && h1-h0 <= 16 {
+		tr = 8
+	}
 	for b0 := r0; b0 < r1; b0 += attendBlock {
 		b1 := min(b0+attendBlock, r1)
 		// The block's rows, indexed from 0, and the rows that may be
@@ -572,25 +578,29 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 			rows, ahead = t.rows[b0:b1], t.rows[b0:r1]
 		}
 		nb := b1 - b0
-		for jt := 0; jt < nb; jt += 4 {
-			nj := min(4, nb-jt)
-			if next, na := jt+rowPrefetchAhead, max(len(ahead), len(aheadB)); next < na {
+		for jt := 0; jt < nb; jt += tr {
+			nj := min(tr, nb-jt)
+			for g := 0; g < tr; g += 4 {
+				next, na := jt+g+rowPrefetchAhead, max(len(ahead), len(aheadB))
+				if next >= na {
+					break
+				}
 				// Rows come from scattered cache slots: start fetching
 				// later ones while these are used by every head.
 				nn := min(4, na-next)
 				if bf {
-					for c := range b {
+					for c := range 4 {
 						b[c] = &aheadB[next+min(c, nn-1)][0]
 					}
 					prefetchRowsBF16(b[0], b[1], b[2], b[3], rowBytes)
 				} else {
-					for c := range f {
+					for c := range 4 {
 						f[c] = &ahead[next+min(c, nn-1)][0]
 					}
 					prefetchRows(f[0], f[1], f[2], f[3], rowBytes)
 				}
 			}
-			for c := range 4 {
+			for c := range tr {
 				if bf {
 					b[c] = &rowsB[jt+min(c, nj-1)][0]
 				} else {
@@ -602,12 +612,19 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 				// Up to 64 heads at a time against the tile's rows, from
 				// the transposed query; rows past nj are not stored.
 				mask := 1<<nj - 1
-				for hc := h0; hc < h1; hc += 64 {
-					hn := min(64, h1-hc)
-					if bf {
-						qkTileTBF16(&t.qT[hc], t.ldqT, dim, b[0], b[1], b[2], b[3], &logits[hc*bl+jt], bl, hn, mask, t.scale)
-					} else {
-						qkTileT(&t.qT[hc], t.ldqT, dim, f[0], f[1], f[2], f[3], &logits[hc*bl+jt], bl, hn, mask, t.scale)
+				switch {
+				case tr == 8 && bf:
+					qkTileT8BF16(&t.qT[h0], t.ldqT, dim, &b, &logits[h0*bl+jt], bl, h1-h0, mask, t.scale)
+				case tr == 8:
+					qkTileT8(&t.qT[h0], t.ldqT, dim, &f, &logits[h0*bl+jt], bl, h1-h0, mask, t.scale)
+				default:
+					for hc := h0; hc < h1; hc += 64 {
+						hn := min(64, h1-hc)
+						if bf {
+							qkTileTBF16(&t.qT[hc], t.ldqT, dim, b[0], b[1], b[2], b[3], &logits[hc*bl+jt], bl, hn, mask, t.scale)
+						} else {
+							qkTileT(&t.qT[hc], t.ldqT, dim, f[0], f[1], f[2], f[3], &logits[hc*bl+jt], bl, hn, mask, t.scale)
+						}
 					}
 				}
 				ht = h1

@@ -341,6 +341,17 @@ func scaleVec(l level, x []float32, a float32) {
 	}
 }
 
+// qkTileT8 is qkTileT for at most 16 heads against eight key rows (mask
+// bits 0–7).
+func qkTileT8(qT *float32, ldq, dim int, k *[8]*float32, out *float32, ldo, heads, mask int, scale float32) {
+	qkTileT1x8F32AVX512(qT, ldq, dim, k, out, ldo, heads, mask, scale)
+}
+
+// qkTileT8BF16 is qkTileT8 with bf16 key rows (dim even).
+func qkTileT8BF16(qT *float32, ldq, dim int, k *[8]*uint16, out *float32, ldo, heads, mask int, scale float32) {
+	qkTileT1x8BF16AVX512(qT, ldq, dim, k, out, ldo, heads, mask, scale)
+}
+
 // prefetchRows starts loading n bytes of four rows into L1.
 func prefetchRows(r0, r1, r2, r3 *float32, n int) { prefetchRows4(r0, r1, r2, r3, n) }
 

@@ -53,3 +53,46 @@ func TestScaleVec(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAttendTiles runs the two AVX-512 tiles of one 128-row attention
+// block at GLM-5 shapes (64 heads, 576/512) on rows that stay in L2, next to
+// the FMA peak: the logit tiles from the transposed query (qkTileT) and the
+// weighted-row tiles (axpyTile, 4 heads × 64 columns). GFLOP/s counts
+// 2·heads·rows·576 and 2·heads·rows·512.
+func BenchmarkAttendTiles(b *testing.B) {
+	if !supported(levelAVX512) {
+		b.Skip("no AVX-512 on this CPU")
+	}
+	const heads, dim, vdim, nr = 64, 576, 512, attendBlock
+	r := newRand(33)
+	rows := make([][]float32, nr)
+	for j := range rows {
+		rows[j] = randSlice(r, dim, 1)
+	}
+	t := &attendTask{q: randSlice(r, heads*dim, 0.05), heads: heads, dim: dim}
+	defer SetThreads(SetThreads(1))
+	t.transposeQuery()
+	logits := make([]float32, heads*nr)
+	b.Run("qkTileT", func(b *testing.B) {
+		for b.Loop() {
+			for j := 0; j < nr; j += 4 {
+				qkTileT(&t.qT[0], t.ldqT, dim, &rows[j][0], &rows[j+1][0], &rows[j+2][0], &rows[j+3][0], &logits[j], nr, heads, 15, 0.0625)
+			}
+		}
+		reportRate(b, 2*float64(heads*nr*dim), "GFLOP/s")
+	})
+	out := make([]float32, heads*vdim)
+	for i := range logits {
+		logits[i] = 1.0 / nr
+	}
+	b.Run("axpyTile", func(b *testing.B) {
+		for b.Loop() {
+			for ht := 0; ht < heads; ht += 4 {
+				for c0 := 0; c0 < vdim; c0 += 64 {
+					axpyTile(levelAVX512, 4, &out[ht*vdim+c0], vdim, &logits[ht*nr], nr, &rows[0], nr, c0)
+				}
+			}
+		}
+		reportRate(b, 2*float64(heads*nr*vdim), "GFLOP/s")
+	})
+}

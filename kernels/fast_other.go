@@ -88,3 +88,11 @@ func scaleVec(_ level, x []float32, a float32) {
 		x[i] *= a
 	}
 }
+
+func qkTileT8(*float32, int, int, *[8]*float32, *float32, int, int, int, float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func qkTileT8BF16(*float32, int, int, *[8]*uint16, *float32, int, int, int, float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
