@@ -42,10 +42,10 @@
 //   - The hot functions (MatMulT, MatVecT, Dot, Axpy, RMSNorm, LayerNorm,
 //     SwiGLU, Softmax, LogSumExp, TopK, Rope.Apply, Rope.Apply64, the
 //     Attend* functions, WeightedReLUScores, ScoreKeys, ScoreGatheredKeys)
-//     never allocate:
-//     callers own every buffer (the attention logits scratch is
-//     AttendScratchLen long), pooled per-call state is reused, and tests
-//     assert zero allocations.
+//     never allocate once warmed up: callers own every buffer (the
+//     attention logits scratch is AttendScratchLen long), and pooled
+//     per-call state (the attention task with its transposed query) is
+//     sized on first use and then reused; tests assert zero allocations.
 //   - They keep no state between calls; a Rope is immutable after NewRope and
 //     safe for concurrent use. The only goroutines are the SetThreads workers
 //     (none at the default of 1 thread), which poll for work for 100 µs

@@ -22,9 +22,10 @@ func FMAPeakLoop(rounds int) (flops float64) {
 // StreamSum returns Σ x, reading every element once with the widest loads the
 // CPU supports (whatever implementation is active): chunks of 32 Ki values,
 // each read as eight concurrent streams of 16 KiB (one per eighth, each with
-// its own vector accumulator, combined in a fixed tree) — the access pattern
-// of the one-row GEMV, which streams eight adjacent weight rows of a
-// projection at once; the chunk sums are added in order. Timing it over a
+// its own vector accumulator, combined in a fixed tree) and prefetched 1 KiB
+// ahead — the access pattern of the one-row GEMV, which streams eight
+// adjacent weight rows of a projection at once and prefetches them the same
+// distance ahead; the chunk sums are added in order. Timing it over a
 // buffer far larger than the caches gives the memory read bandwidth of one
 // core. Without AVX2 it is a plain ordered loop.
 func StreamSum(x []float32) float32 {
