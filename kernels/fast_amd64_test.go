@@ -57,8 +57,9 @@ func TestScaleVec(t *testing.T) {
 // BenchmarkAttendTiles runs the two AVX-512 tiles of one 128-row attention
 // block at GLM-5 shapes (64 heads, 576/512) on rows that stay in L2, next to
 // the FMA peak: the logit tiles from the transposed query (qkTileT) and the
-// weighted-row tiles (axpyTile, 4 heads × 64 columns). GFLOP/s counts
-// 2·heads·rows·576 and 2·heads·rows·512.
+// weighted-row tiles (axpyTile, 4 heads × 64 columns), and the transpose of
+// the query the logit tiles read. GFLOP/s counts 2·heads·rows·576 and
+// 2·heads·rows·512.
 func BenchmarkAttendTiles(b *testing.B) {
 	if !supported(levelAVX512) {
 		b.Skip("no AVX-512 on this CPU")
@@ -80,6 +81,11 @@ func BenchmarkAttendTiles(b *testing.B) {
 			}
 		}
 		reportRate(b, 2*float64(heads*nr*dim), "GFLOP/s")
+	})
+	b.Run("transposeQuery", func(b *testing.B) {
+		for b.Loop() {
+			t.transposeQuery()
+		}
 	})
 	out := make([]float32, heads*vdim)
 	for i := range logits {
