@@ -350,15 +350,21 @@ func kernelBenchCases() []benchCase {
 		})
 	}
 	const nkeys, ih, idim = 64 << 10, 32, 128
-	for _, idx := range []kvcache.IndexerDType{kvcache.IdxF32, kvcache.IdxFP8} {
-		cases = append(cases, benchCase{
-			kernel:      "indexer_scores_topk",
-			shape:       fmt.Sprintf("queries=1 keys=%d heads=%d dim=%d topk=%d keys=%s", nkeys, ih, idim, topk, idx),
-			flops:       float64(nkeys) * ih * idim * 2,
-			bytes:       float64(nkeys) * float64(kvcache.KeyBytes(idx, idim)),
-			memoryBound: true,
-			setup:       func() (func(), error) { return setupIndexer(nkeys, ih, idim, topk, idx) },
-		})
+	for _, paged := range []bool{false, true} {
+		for _, idx := range []kvcache.IndexerDType{kvcache.IdxF32, kvcache.IdxFP8} {
+			shape := fmt.Sprintf("queries=1 keys=%d heads=%d dim=%d topk=%d keys=%s", nkeys, ih, idim, topk, idx)
+			if paged {
+				shape += " slots=paged"
+			}
+			cases = append(cases, benchCase{
+				kernel:      "indexer_scores_topk",
+				shape:       shape,
+				flops:       float64(nkeys) * ih * idim * 2,
+				bytes:       float64(nkeys) * float64(kvcache.KeyBytes(idx, idim)),
+				memoryBound: true,
+				setup:       func() (func(), error) { return setupIndexer(nkeys, ih, idim, topk, idx, paged) },
+			})
+		}
 	}
 	for _, dtype := range []string{"f32", "bf16"} {
 		bpw := 4.0
@@ -445,7 +451,7 @@ func setupSparse(rows, heads, topk, pool int, kv kvcache.KVDType, useCache bool)
 	}, nil
 }
 
-func setupIndexer(nkeys, heads, dim, topk int, idx kvcache.IndexerDType) (func(), error) {
+func setupIndexer(nkeys, heads, dim, topk int, idx kvcache.IndexerDType, paged bool) (func(), error) {
 	const blockSize = 64
 	c, err := kvcache.NewCache(1, nkeys/blockSize, blockSize, kvcache.KVBF16, idx, dim)
 	if err != nil {
@@ -454,9 +460,23 @@ func setupIndexer(nkeys, heads, dim, topk int, idx kvcache.IndexerDType) (func()
 	lc := c.Layer(0)
 	rng := rand.New(rand.NewPCG(3, 4))
 	slots := make([]int32, nkeys)
-	for j, p := range rng.Perm(nkeys) {
-		slots[j] = int32(p)
-		lc.WriteKey(int32(p), benchRand(rng, dim, 10))
+	if paged {
+		// A sequence's positions through a block table: its blocks in any
+		// order, the positions of a block in consecutive slots.
+		for i, b := range rng.Perm(nkeys / blockSize) {
+			for o := range blockSize {
+				slots[i*blockSize+o] = int32(b*blockSize + o)
+			}
+		}
+	} else {
+		// Every position in a random slot: no two consecutive keys share
+		// a block (the worst case for the memory system).
+		for j, p := range rng.Perm(nkeys) {
+			slots[j] = int32(p)
+		}
+	}
+	for _, p := range slots {
+		lc.WriteKey(p, benchRand(rng, dim, 10))
 	}
 	q := benchRand(rng, heads*dim, 10)
 	w := benchRand(rng, heads, 1)
