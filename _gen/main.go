@@ -68,6 +68,7 @@ func main() {
 	readSum512()
 	readSum256()
 	decodeE4M3512()
+	decodeE4M3Records512()
 	widenBF16512()
 	Generate()
 }
@@ -1299,6 +1300,86 @@ func bits(v int) int {
 		b++
 	}
 	return b
+}
+
+// decodeE4M3Records512 emits decodeE4M3RecordsAVX512: n records of a flat
+// store, record i at base + slots[i]·recBytes holding codes e4m3 codes (a
+// multiple of 16) and then a little-endian float32 scale, decoded into
+// consecutive runs of codes values of dst with exactly the operations of
+// decodeE4M3AVX512. While record i is decoded the record of slots[i+ahead]
+// is prefetched (its first three lines and its last byte), for i+ahead <
+// npf. The caller guarantees every decoded record lies inside the store.
+func decodeE4M3Records512() {
+	const ahead = 16
+	name := "decodeE4M3RecordsAVX512"
+	TEXT(name, NOSPLIT, "func(dst *float32, base *byte, slots *int32, n int, npf int, recBytes int, codes int)")
+	Pragma("noescape")
+	Doc(name + " decodes n scaled e4m3 records of a flat store, chosen by slot, into dst, prefetching the records of later slots.")
+	dst := Load(Param("dst"), GP64())
+	base := Load(Param("base"), GP64())
+	slots := Load(Param("slots"), GP64())
+	n := Load(Param("n"), GP64())
+	npf := Load(Param("npf"), GP64())
+	recBytes := Load(Param("recBytes"), GP64())
+	codes := Load(Param("codes"), GP64())
+	r := GP32()
+	MOVL(U32(0x7F), r)
+	VPBROADCASTD(r, Z30)
+	MOVL(U32(0x80), r)
+	VPBROADCASTD(r, Z29)
+	broadcastConst(float32(math.Ldexp(1, 120)), Z28)
+	MOVL(U32(0x7FC00000), r)
+	VPBROADCASTD(r, Z27)
+	i := GP64()
+	XORQ(i, i)
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	rec := GP64()
+	cnt := GP64()
+	Label(name + "_rec")
+	// Prefetch the record ahead.
+	pi := GP64()
+	LEAQ(Mem{Base: i, Disp: ahead}, pi)
+	CMPQ(pi, npf)
+	JAE(LabelRef(name + "_decode"))
+	MOVLQSX(Mem{Base: slots, Index: pi, Scale: 4}, pi)
+	IMULQ(recBytes, pi)
+	ADDQ(base, pi)
+	PREFETCHT0(Mem{Base: pi})
+	PREFETCHT0(Mem{Base: pi, Disp: 64})
+	PREFETCHT0(Mem{Base: pi, Disp: 128})
+	PREFETCHT0(Mem{Base: pi, Index: recBytes, Scale: 1, Disp: -1})
+	Label(name + "_decode")
+	MOVLQSX(Mem{Base: slots, Index: i, Scale: 4}, rec)
+	IMULQ(recBytes, rec)
+	ADDQ(base, rec)
+	VBROADCASTSS(Mem{Base: rec, Index: codes, Scale: 1}, Z31)
+	MOVQ(codes, cnt)
+	SHRQ(U8(4), cnt)
+	JZ(LabelRef(name + "_next"))
+	Label(name + "_loop")
+	VPMOVZXBD(Mem{Base: rec}, Z0)
+	VPANDD(Z30, Z0, Z1)
+	VPANDD(Z29, Z0, Z2)
+	VPSLLD(U8(24), Z2, Z2)
+	VPCMPEQD(Z30, Z1, K1)
+	VPSLLD(U8(20), Z1, Z3)
+	VMULPS(Z28, Z3, Z3)
+	VMOVAPS(Z27, K1, Z3)
+	VMULPS(Z31, Z3, Z3)
+	VPORD(Z2, Z3, Z3)
+	VMOVUPS(Z3, Mem{Base: dst})
+	ADDQ(U32(16), rec)
+	ADDQ(U32(64), dst)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_next")
+	INCQ(i)
+	CMPQ(i, n)
+	JB(LabelRef(name + "_rec"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
 }
 
 // decodeE4M3512 emits decodeE4M3AVX512: dst[i] = e4m3(src[i])·scale for n (a

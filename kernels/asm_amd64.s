@@ -6747,6 +6747,75 @@ decodeE4M3_done:
 	VZEROUPPER
 	RET
 
+// func decodeE4M3RecordsAVX512(dst *float32, base *byte, slots *int32, n int, npf int, recBytes int, codes int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·decodeE4M3RecordsAVX512(SB), NOSPLIT, $0-56
+	MOVQ         dst+0(FP), AX
+	MOVQ         base+8(FP), CX
+	MOVQ         slots+16(FP), DX
+	MOVQ         n+24(FP), BX
+	MOVQ         npf+32(FP), SI
+	MOVQ         recBytes+40(FP), DI
+	MOVQ         codes+48(FP), R8
+	MOVL         $0x0000007f, R9
+	VPBROADCASTD R9, Z30
+	MOVL         $0x00000080, R9
+	VPBROADCASTD R9, Z29
+	MOVL         $0x7b800000, R9
+	VPBROADCASTD R9, Z28
+	MOVL         $0x7fc00000, R9
+	VPBROADCASTD R9, Z27
+	XORQ         R9, R9
+	TESTQ        BX, BX
+	JZ           decodeE4M3RecordsAVX512_done
+
+decodeE4M3RecordsAVX512_rec:
+	LEAQ       16(R9), R10
+	CMPQ       R10, SI
+	JAE        decodeE4M3RecordsAVX512_decode
+	MOVLQSX    (DX)(R10*4), R10
+	IMULQ      DI, R10
+	ADDQ       CX, R10
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	PREFETCHT0 128(R10)
+	PREFETCHT0 -1(R10)(DI*1)
+
+decodeE4M3RecordsAVX512_decode:
+	MOVLQSX      (DX)(R9*4), R10
+	IMULQ        DI, R10
+	ADDQ         CX, R10
+	VBROADCASTSS (R10)(R8*1), Z31
+	MOVQ         R8, R11
+	SHRQ         $0x04, R11
+	JZ           decodeE4M3RecordsAVX512_next
+
+decodeE4M3RecordsAVX512_loop:
+	VPMOVZXBD (R10), Z0
+	VPANDD    Z30, Z0, Z1
+	VPANDD    Z29, Z0, Z2
+	VPSLLD    $0x18, Z2, Z2
+	VPCMPEQD  Z30, Z1, K1
+	VPSLLD    $0x14, Z1, Z3
+	VMULPS    Z28, Z3, Z3
+	VMOVAPS   Z27, K1, Z3
+	VMULPS    Z31, Z3, Z3
+	VPORD     Z2, Z3, Z3
+	VMOVUPS   Z3, (AX)
+	ADDQ      $0x00000010, R10
+	ADDQ      $0x00000040, AX
+	DECQ      R11
+	JNZ       decodeE4M3RecordsAVX512_loop
+
+decodeE4M3RecordsAVX512_next:
+	INCQ R9
+	CMPQ R9, BX
+	JB   decodeE4M3RecordsAVX512_rec
+
+decodeE4M3RecordsAVX512_done:
+	VZEROUPPER
+	RET
+
 // func widenBF16AVX512(dst *float32, src *byte, n int)
 // Requires: AVX, AVX512F
 TEXT ·widenBF16AVX512(SB), NOSPLIT, $0-24

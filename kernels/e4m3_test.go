@@ -1,9 +1,14 @@
 package kernels
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/cpmla/cpmla/numfmt"
 )
@@ -79,4 +84,73 @@ func TestWidenBF16MatchesDefinition(t *testing.T) {
 			}
 		}
 	})
+}
+
+// DecodeE4M3Records gives every record exactly what DecodeE4M3Scaled gives
+// its codes and scale, on every implementation, for ranges of a slot list
+// with repeated slots, slots at the ends of the store, ranges whose
+// prefetch window runs past the list, and record sizes with and without
+// padding.
+func TestDecodeE4M3Records(t *testing.T) {
+	r := rand.New(rand.NewPCG(71, 2))
+	for _, tc := range []struct{ recBytes, codes, nrec int }{{132, 128, 300}, {36, 32, 40}, {20, 16, 3}} {
+		base := make([]byte, tc.nrec*tc.recBytes)
+		for s := range tc.nrec {
+			rec := base[s*tc.recBytes:]
+			for i := range tc.codes {
+				rec[i] = byte(r.IntN(256)) // NaN codes included
+			}
+			scale := float32(math.Ldexp(1, r.IntN(40)-20))
+			if s%7 == 3 {
+				scale = r.Float32() * 3 // not a power of two
+			}
+			binary.LittleEndian.PutUint32(rec[tc.codes:], math.Float32bits(scale))
+		}
+		slots := make([]int32, 2*tc.nrec)
+		for j := range slots {
+			slots[j] = int32(r.IntN(tc.nrec))
+		}
+		slots[0], slots[len(slots)-1] = 0, int32(tc.nrec-1)
+		want := make([]float32, len(slots)*tc.codes)
+		for j, s := range slots {
+			rec := base[int(s)*tc.recBytes:]
+			DecodeE4M3Scaled(want[j*tc.codes:(j+1)*tc.codes], rec[:tc.codes], math.Float32frombits(binary.LittleEndian.Uint32(rec[tc.codes:])))
+		}
+		forEachImpl(t, func(t *testing.T) {
+			for _, rg := range [][2]int{{0, len(slots)}, {0, 1}, {5, 5}, {len(slots) - 3, len(slots)}, {1, len(slots) / 2}} {
+				j0, j1 := rg[0], rg[1]
+				got := make([]float32, (j1-j0)*tc.codes)
+				DecodeE4M3Records(got, base, tc.recBytes, tc.codes, slots, j0, j1)
+				if d := cmp.Diff(bitsOf(want[j0*tc.codes:j1*tc.codes]), bitsOf(got)); d != "" {
+					t.Errorf("%d-byte records, slots[%d:%d] (-DecodeE4M3Scaled +DecodeE4M3Records):\n%s", tc.recBytes, j0, j1, d)
+				}
+			}
+		})
+	}
+}
+
+// A slot outside the store, or a record too short for its codes and scale,
+// is refused with the sizes, never read.
+func TestDecodeE4M3RecordsRefusals(t *testing.T) {
+	base := make([]byte, 4*132)
+	dst := make([]float32, 4*128)
+	for _, tc := range []struct {
+		name  string
+		slots []int32
+		rec   int
+		want  string
+	}{
+		{"slot past the store", []int32{1, 4}, 132, "slot 4 (entry 1) is outside a store of 4 records"},
+		{"negative slot", []int32{-1}, 132, "slot -1 (entry 0)"},
+		{"no room for the scale", []int32{0}, 130, "records of 130 bytes holding 128 codes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if msg := fmt.Sprint(recover()); !strings.Contains(msg, tc.want) {
+					t.Errorf("panic %q, want it to contain %q", msg, tc.want)
+				}
+			}()
+			DecodeE4M3Records(dst, base, tc.rec, 128, tc.slots, 0, len(tc.slots))
+		})
+	}
 }

@@ -368,6 +368,17 @@ func decodeE4M3Fast(dst []float32, src []byte, scale float32) int {
 	return nv
 }
 
+// decodeE4M3RecordsFast decodes the records of slots[:n] with AVX-512
+// (prefetching those of slots[n:] as it goes) and reports whether it did;
+// the caller has checked the slots and sizes.
+func decodeE4M3RecordsFast(dst []float32, base []byte, recBytes, codes int, slots []int32, n int) bool {
+	if activeLevel() != levelAVX512 || codes%16 != 0 {
+		return false
+	}
+	decodeE4M3RecordsAVX512(&dst[0], &base[0], &slots[0], n, len(slots), recBytes, codes)
+	return true
+}
+
 // Prefetch starts loading the bytes of b into the L1 cache and returns at
 // once: callers about to decode records from scattered cache slots issue it
 // a few records ahead. It changes no result and never faults.

@@ -195,14 +195,15 @@ func (lc *LayerCache) PrefetchRow(slot int32) {
 // views (f32), for mla.DecodingKeySource.
 func (lc *LayerCache) DecodesKeys() bool { return lc.idx == IdxFP8 && lc.indexDim > 0 }
 
-// PrefetchKey starts loading the stored fp8 indexer key at slot into the
-// CPU cache (mla.DecodingKeySource); f32 keys are prefetched by the scoring
-// kernel itself.
-func (lc *LayerCache) PrefetchKey(slot int32) {
-	if lc.idx == IdxFP8 && lc.indexDim > 0 && slot >= 0 && int(slot) < lc.slots {
-		off := int(slot) * numfmt.IndexerKeyBytes
-		kernels.Prefetch(lc.keysFP8[off : off+numfmt.IndexerKeyBytes])
+// DecodeKeys decodes the fp8 indexer keys of slots[j0:j1] into dst (key
+// j0+i at dst[i·128:]), the values Key gives, in one kernel call that
+// prefetches the records of the slots after them (mla.DecodingKeySource).
+// It panics on a cache without fp8 keys or a slot outside the cache.
+func (lc *LayerCache) DecodeKeys(dst []float32, slots []int32, j0, j1 int) {
+	if !lc.DecodesKeys() {
+		panic(fmt.Sprintf("kvcache: DecodeKeys on a cache with %s indexer keys of width %d; only fp8 keys are decoded", lc.idx, lc.indexDim))
 	}
+	kernels.DecodeE4M3Records(dst, lc.keysFP8, numfmt.IndexerKeyBytes, numfmt.IndexerKeyDim, slots, j0, j1)
 }
 
 // checkKeys panics if the layer keeps no indexer keys.

@@ -1,7 +1,10 @@
 package kvcache
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/cpmla/cpmla/numfmt"
@@ -76,4 +79,49 @@ func TestFP8RowDecodeMatchesScalar(t *testing.T) {
 			}
 		}
 	}
+}
+
+// DecodeKeys decodes a range of a slot list to exactly what Key gives each
+// slot, and refuses caches whose keys are not fp8.
+func TestDecodeKeysMatchesKey(t *testing.T) {
+	const n = 200
+	c, err := NewCache(1, 4, 64, KVBF16, IdxFP8, numfmt.IndexerKeyDim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := c.Layer(0)
+	r := rand.New(rand.NewPCG(31, 4))
+	key := make([]float32, numfmt.IndexerKeyDim)
+	for s := range 4 * 64 {
+		for i := range key {
+			key[i] = float32(r.NormFloat64()) * float32(math.Ldexp(1, r.IntN(12)-6))
+		}
+		lc.WriteKey(int32(s), key)
+	}
+	slots := make([]int32, n)
+	for j := range slots {
+		slots[j] = int32(r.IntN(4 * 64))
+	}
+	const j0, j1 = 7, 150
+	got := make([]float32, (j1-j0)*numfmt.IndexerKeyDim)
+	lc.DecodeKeys(got, slots, j0, j1)
+	for j := j0; j < j1; j++ {
+		want := lc.Key(slots[j], make([]float32, numfmt.IndexerKeyDim))
+		g := got[(j-j0)*numfmt.IndexerKeyDim : (j-j0+1)*numfmt.IndexerKeyDim]
+		for i := range want {
+			if math.Float32bits(g[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("slot %d value %d: DecodeKeys %v, Key %v", slots[j], i, g[i], want[i])
+			}
+		}
+	}
+	f32, err := NewCache(1, 1, 4, KVBF16, IdxF32, numfmt.IndexerKeyDim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if msg := fmt.Sprint(recover()); !strings.Contains(msg, "only fp8 keys are decoded") {
+			t.Errorf("DecodeKeys on f32 keys: panic %q", msg)
+		}
+	}()
+	f32.Layer(0).DecodeKeys(got, slots[:1], 0, 1)
 }

@@ -20,9 +20,9 @@
 // ScoreKeys) that reads exactly the rows and keys the reference reads; it
 // agrees with the reference within float32 rounding and keeps every query
 // row's bits independent of the other rows. Sources say how they store
-// rows: BF16KVSource rows are read in place, DecodingKVSource and
-// DecodingKeySource records (fp8) are prefetched ahead and decoded a block
-// or chunk at a time. CPMLA_KERNELS=ref runs the reference.
+// rows: BF16KVSource rows are read in place, DecodingKVSource records
+// (fp8_ds_mla) are prefetched ahead and decoded a block at a time, and
+// DecodingKeySource records (fp8 keys) are decoded a gather chunk per call. CPMLA_KERNELS=ref runs the reference.
 //
 // This package must never read a cache row for an invalid index, allocate on
 // the hot path (SparseAttention, IndexerScores, IndexerTopK and CombineLSE are

@@ -188,35 +188,36 @@ type keyChunk struct {
 
 // DecodingKeySource is a KeySource whose Key decodes stored records (fp8
 // indexer keys) into the caller's scratch: DecodesKeys reports whether it
-// does for this source, and PrefetchKey(slot) starts loading slot's record
-// into the CPU cache and returns at once. The fast IndexerScores prefetches
-// keyLookahead keys ahead of the one it decodes.
+// does for this source, and DecodeKeys(dst, slots, j0, j1) decodes the keys
+// of slots[j0:j1] into dst (key j0+i at dst[i·dim:], the values Key gives)
+// in one call, prefetching the records of later slots of the list as it
+// goes. The fast IndexerScores decodes a gather chunk at a time through it.
 type DecodingKeySource interface {
 	KeySource
 	DecodesKeys() bool
-	PrefetchKey(slot int32)
+	DecodeKeys(dst []float32, slots []int32, j0, j1 int)
 }
-
-// keyLookahead is how many keys ahead of the one being decoded the fast
-// indexer prefetches.
-const keyLookahead = 16
 
 // keyGatherer is the kernels.KeyGatherer of one IndexerScores call: key j is
 // the key at slots[j].
 type keyGatherer struct {
 	keys  KeySource
-	pf    DecodingKeySource // keys, when they are decoded (prefetched ahead)
+	dec   DecodingKeySource // keys, when they are decoded
 	slots []int32
 	dim   int
 }
 
-// GatherKeys points dst at the keys of slots[j0:j1], decoding into scratch
-// where the source decodes.
+// GatherKeys points dst at the keys of slots[j0:j1], decoding them into
+// scratch in one call where the source decodes.
 func (g *keyGatherer) GatherKeys(dst [][]float32, scratch []float32, j0, j1 int) {
-	for j := j0; j < j1; j++ {
-		if a := j + keyLookahead; g.pf != nil && a < len(g.slots) {
-			g.pf.PrefetchKey(g.slots[a])
+	if g.dec != nil {
+		g.dec.DecodeKeys(scratch[:(j1-j0)*g.dim], g.slots, j0, j1)
+		for i := range j1 - j0 {
+			dst[i] = scratch[i*g.dim : (i+1)*g.dim : (i+1)*g.dim]
 		}
+		return
+	}
+	for j := j0; j < j1; j++ {
 		i := j - j0
 		dst[i] = g.keys.Key(g.slots[j], scratch[i*g.dim:(i+1)*g.dim])[:g.dim]
 	}
@@ -234,8 +235,8 @@ func indexerScoresFast(kc *keyChunk, scores, q, w []float32, t, heads, dim int, 
 		kc.queries = make([]kernels.ScoreQuery, block)
 	}
 	kc.gather = keyGatherer{keys: keys, slots: slots, dim: dim}
-	if pf, ok := keys.(DecodingKeySource); ok && pf.DecodesKeys() {
-		kc.gather.pf = pf
+	if dec, ok := keys.(DecodingKeySource); ok && dec.DecodesKeys() {
+		kc.gather.dec = dec
 	}
 	for i0 := 0; i0 < t; i0 += block {
 		i1 := min(t, i0+block)
