@@ -68,7 +68,7 @@ func main() {
 	readSum512()
 	readSum256()
 	decodeE4M3512()
-	decodeE4M3Records512()
+	decodeRecords512()
 	widenBF16512()
 	Generate()
 }
@@ -1302,26 +1302,25 @@ func bits(v int) int {
 	return b
 }
 
-// decodeE4M3Records512 emits decodeE4M3RecordsAVX512: n records of a flat
-// store, record i at base + slots[i]·recBytes holding codes e4m3 codes (a
-// multiple of 16) and then a little-endian float32 scale, decoded into
-// consecutive runs of codes values of dst with exactly the operations of
-// decodeE4M3AVX512. While record i is decoded the record of slots[i+ahead]
-// is prefetched (its first three lines and its last byte), for i+ahead <
-// npf. The caller guarantees every decoded record lies inside the store.
-func decodeE4M3Records512() {
-	const ahead = 16
-	name := "decodeE4M3RecordsAVX512"
-	TEXT(name, NOSPLIT, "func(dst *float32, base *byte, slots *int32, n int, npf int, recBytes int, codes int)")
+// decodeRecords512 emits decodeRecordsAVX512: n quantized cache records of
+// a flat store, record i at base + slots[i]·recBytes, each tiles tiles of
+// tileCodes e4m3 codes (a multiple of 16), then tiles little-endian float32
+// scales, then rope little-endian bf16 values (a multiple of 16), decoded
+// into consecutive rows of tiles·tileCodes + rope values of dst: tile t
+// with exactly the operations of decodeE4M3AVX512 at scale t, the bf16
+// values widened as widenBF16AVX512 does. While record i is decoded every
+// line of the record of slots[i+ahead] is prefetched, for i+ahead < npf.
+// The caller guarantees every decoded record lies inside the store.
+func decodeRecords512() {
+	name := "decodeRecordsAVX512"
+	TEXT(name, NOSPLIT, "func(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)")
 	Pragma("noescape")
-	Doc(name + " decodes n scaled e4m3 records of a flat store, chosen by slot, into dst, prefetching the records of later slots.")
+	Doc(name + " decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.")
 	dst := Load(Param("dst"), GP64())
 	base := Load(Param("base"), GP64())
 	slots := Load(Param("slots"), GP64())
 	n := Load(Param("n"), GP64())
-	npf := Load(Param("npf"), GP64())
 	recBytes := Load(Param("recBytes"), GP64())
-	codes := Load(Param("codes"), GP64())
 	r := GP32()
 	MOVL(U32(0x7F), r)
 	VPBROADCASTD(r, Z30)
@@ -1334,29 +1333,46 @@ func decodeE4M3Records512() {
 	XORQ(i, i)
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_done"))
-	rec := GP64()
-	cnt := GP64()
 	Label(name + "_rec")
-	// Prefetch the record ahead.
+	// Prefetch every line of the record ahead, and its last byte.
 	pi := GP64()
-	LEAQ(Mem{Base: i, Disp: ahead}, pi)
-	CMPQ(pi, npf)
+	MOVQ(i, pi)
+	ADDQ(NewParamAddr("ahead", 40), pi)
+	CMPQ(pi, NewParamAddr("npf", 32))
 	JAE(LabelRef(name + "_decode"))
 	MOVLQSX(Mem{Base: slots, Index: pi, Scale: 4}, pi)
 	IMULQ(recBytes, pi)
 	ADDQ(base, pi)
-	PREFETCHT0(Mem{Base: pi})
-	PREFETCHT0(Mem{Base: pi, Disp: 64})
-	PREFETCHT0(Mem{Base: pi, Disp: 128})
 	PREFETCHT0(Mem{Base: pi, Index: recBytes, Scale: 1, Disp: -1})
+	po := GP64()
+	XORQ(po, po)
+	Label(name + "_pf")
+	PREFETCHT0(Mem{Base: pi, Index: po, Scale: 1})
+	ADDQ(U32(64), po)
+	CMPQ(po, recBytes)
+	JB(LabelRef(name + "_pf"))
 	Label(name + "_decode")
+	rec := GP64()
 	MOVLQSX(Mem{Base: slots, Index: i, Scale: 4}, rec)
 	IMULQ(recBytes, rec)
 	ADDQ(base, rec)
-	VBROADCASTSS(Mem{Base: rec, Index: codes, Scale: 1}, Z31)
-	MOVQ(codes, cnt)
+	// The scales follow the codes: at rec + tiles·tileCodes.
+	tileCodes := Load(Param("tileCodes"), GP64())
+	sp := GP64()
+	MOVQ(Load(Param("tiles"), GP64()), sp)
+	tl := GP64()
+	MOVQ(sp, tl)
+	IMULQ(tileCodes, sp)
+	ADDQ(rec, sp)
+	TESTQ(tl, tl)
+	JZ(LabelRef(name + "_rope"))
+	Label(name + "_tile")
+	VBROADCASTSS(Mem{Base: sp}, Z31)
+	ADDQ(U32(4), sp)
+	cnt := GP64()
+	MOVQ(tileCodes, cnt)
 	SHRQ(U8(4), cnt)
-	JZ(LabelRef(name + "_next"))
+	JZ(LabelRef(name + "_tiledone"))
 	Label(name + "_loop")
 	VPMOVZXBD(Mem{Base: rec}, Z0)
 	VPANDD(Z30, Z0, Z1)
@@ -1373,6 +1389,23 @@ func decodeE4M3Records512() {
 	ADDQ(U32(64), dst)
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_tiledone")
+	DECQ(tl)
+	JNZ(LabelRef(name + "_tile"))
+	Label(name + "_rope")
+	// sp now points past the scales, at the bf16 values.
+	rc := GP64()
+	MOVQ(Load(Param("rope"), GP64()), rc)
+	SHRQ(U8(4), rc)
+	JZ(LabelRef(name + "_next"))
+	Label(name + "_widen")
+	VPMOVZXWD(Mem{Base: sp}, Z0)
+	VPSLLD(U8(16), Z0, Z0)
+	VMOVUPS(Z0, Mem{Base: dst})
+	ADDQ(U32(32), sp)
+	ADDQ(U32(64), dst)
+	DECQ(rc)
+	JNZ(LabelRef(name + "_widen"))
 	Label(name + "_next")
 	INCQ(i)
 	CMPQ(i, n)
@@ -1382,12 +1415,6 @@ func decodeE4M3Records512() {
 	RET()
 }
 
-// decodeE4M3512 emits decodeE4M3AVX512: dst[i] = e4m3(src[i])·scale for n (a
-// multiple of 16) bytes. The magnitude bits EEEEMMM shifted into float32
-// position and multiplied by 2^120 give the value (subnormals included: a
-// float32 denormal times 2^120 is exact), the sign bit is ORed back, and the
-// two NaN codes (0x7F, 0xFF) become a quiet NaN with their sign. Multiplying by
-// the scale rounds once, as value·scale does in float32.
 // widenBF16512 emits widenBF16AVX512: dst[i] = the bf16 value stored
 // little-endian at src[2i:2i+2], for n (a multiple of 16) values: each half
 // word is zero-extended and shifted into the high half of a float32, which is
@@ -1414,6 +1441,12 @@ func widenBF16512() {
 	RET()
 }
 
+// decodeE4M3512 emits decodeE4M3AVX512: dst[i] = e4m3(src[i])·scale for n (a
+// multiple of 16) bytes. The magnitude bits EEEEMMM shifted into float32
+// position and multiplied by 2^120 give the value (subnormals included: a
+// float32 denormal times 2^120 is exact), the sign bit is ORed back, and the
+// two NaN codes (0x7F, 0xFF) become a quiet NaN with their sign. Multiplying by
+// the scale rounds once, as value·scale does in float32.
 func decodeE4M3512() {
 	TEXT("decodeE4M3AVX512", NOSPLIT, "func(dst *float32, src *byte, n int, scale float32)")
 	Pragma("noescape")

@@ -6747,51 +6747,64 @@ decodeE4M3_done:
 	VZEROUPPER
 	RET
 
-// func decodeE4M3RecordsAVX512(dst *float32, base *byte, slots *int32, n int, npf int, recBytes int, codes int)
+// func decodeRecordsAVX512(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·decodeE4M3RecordsAVX512(SB), NOSPLIT, $0-56
+TEXT ·decodeRecordsAVX512(SB), NOSPLIT, $0-80
 	MOVQ         dst+0(FP), AX
 	MOVQ         base+8(FP), CX
 	MOVQ         slots+16(FP), DX
 	MOVQ         n+24(FP), BX
-	MOVQ         npf+32(FP), SI
-	MOVQ         recBytes+40(FP), DI
-	MOVQ         codes+48(FP), R8
-	MOVL         $0x0000007f, R9
-	VPBROADCASTD R9, Z30
-	MOVL         $0x00000080, R9
-	VPBROADCASTD R9, Z29
-	MOVL         $0x7b800000, R9
-	VPBROADCASTD R9, Z28
-	MOVL         $0x7fc00000, R9
-	VPBROADCASTD R9, Z27
-	XORQ         R9, R9
+	MOVQ         recBytes+48(FP), SI
+	MOVL         $0x0000007f, DI
+	VPBROADCASTD DI, Z30
+	MOVL         $0x00000080, DI
+	VPBROADCASTD DI, Z29
+	MOVL         $0x7b800000, DI
+	VPBROADCASTD DI, Z28
+	MOVL         $0x7fc00000, DI
+	VPBROADCASTD DI, Z27
+	XORQ         DI, DI
 	TESTQ        BX, BX
-	JZ           decodeE4M3RecordsAVX512_done
+	JZ           decodeRecordsAVX512_done
 
-decodeE4M3RecordsAVX512_rec:
-	LEAQ       16(R9), R10
-	CMPQ       R10, SI
-	JAE        decodeE4M3RecordsAVX512_decode
-	MOVLQSX    (DX)(R10*4), R10
-	IMULQ      DI, R10
-	ADDQ       CX, R10
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	PREFETCHT0 128(R10)
-	PREFETCHT0 -1(R10)(DI*1)
+decodeRecordsAVX512_rec:
+	MOVQ       DI, R8
+	ADDQ       ahead+40(FP), R8
+	CMPQ       R8, npf+32(FP)
+	JAE        decodeRecordsAVX512_decode
+	MOVLQSX    (DX)(R8*4), R8
+	IMULQ      SI, R8
+	ADDQ       CX, R8
+	PREFETCHT0 -1(R8)(SI*1)
+	XORQ       R9, R9
 
-decodeE4M3RecordsAVX512_decode:
-	MOVLQSX      (DX)(R9*4), R10
-	IMULQ        DI, R10
-	ADDQ         CX, R10
-	VBROADCASTSS (R10)(R8*1), Z31
-	MOVQ         R8, R11
-	SHRQ         $0x04, R11
-	JZ           decodeE4M3RecordsAVX512_next
+decodeRecordsAVX512_pf:
+	PREFETCHT0 (R8)(R9*1)
+	ADDQ       $0x00000040, R9
+	CMPQ       R9, SI
+	JB         decodeRecordsAVX512_pf
 
-decodeE4M3RecordsAVX512_loop:
-	VPMOVZXBD (R10), Z0
+decodeRecordsAVX512_decode:
+	MOVLQSX (DX)(DI*4), R8
+	IMULQ   SI, R8
+	ADDQ    CX, R8
+	MOVQ    tileCodes+64(FP), R9
+	MOVQ    tiles+56(FP), R10
+	MOVQ    R10, R11
+	IMULQ   R9, R10
+	ADDQ    R8, R10
+	TESTQ   R11, R11
+	JZ      decodeRecordsAVX512_rope
+
+decodeRecordsAVX512_tile:
+	VBROADCASTSS (R10), Z31
+	ADDQ         $0x00000004, R10
+	MOVQ         R9, R12
+	SHRQ         $0x04, R12
+	JZ           decodeRecordsAVX512_tiledone
+
+decodeRecordsAVX512_loop:
+	VPMOVZXBD (R8), Z0
 	VPANDD    Z30, Z0, Z1
 	VPANDD    Z29, Z0, Z2
 	VPSLLD    $0x18, Z2, Z2
@@ -6802,17 +6815,35 @@ decodeE4M3RecordsAVX512_loop:
 	VMULPS    Z31, Z3, Z3
 	VPORD     Z2, Z3, Z3
 	VMOVUPS   Z3, (AX)
-	ADDQ      $0x00000010, R10
+	ADDQ      $0x00000010, R8
 	ADDQ      $0x00000040, AX
-	DECQ      R11
-	JNZ       decodeE4M3RecordsAVX512_loop
+	DECQ      R12
+	JNZ       decodeRecordsAVX512_loop
 
-decodeE4M3RecordsAVX512_next:
-	INCQ R9
-	CMPQ R9, BX
-	JB   decodeE4M3RecordsAVX512_rec
+decodeRecordsAVX512_tiledone:
+	DECQ R11
+	JNZ  decodeRecordsAVX512_tile
 
-decodeE4M3RecordsAVX512_done:
+decodeRecordsAVX512_rope:
+	MOVQ rope+72(FP), R8
+	SHRQ $0x04, R8
+	JZ   decodeRecordsAVX512_next
+
+decodeRecordsAVX512_widen:
+	VPMOVZXWD (R10), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, (AX)
+	ADDQ      $0x00000020, R10
+	ADDQ      $0x00000040, AX
+	DECQ      R8
+	JNZ       decodeRecordsAVX512_widen
+
+decodeRecordsAVX512_next:
+	INCQ DI
+	CMPQ DI, BX
+	JB   decodeRecordsAVX512_rec
+
+decodeRecordsAVX512_done:
 	VZEROUPPER
 	RET
 

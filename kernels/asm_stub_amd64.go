@@ -313,10 +313,10 @@ func readSumAVX2(x *float32, n int) float32
 //go:noescape
 func decodeE4M3AVX512(dst *float32, src *byte, n int, scale float32)
 
-// decodeE4M3RecordsAVX512 decodes n scaled e4m3 records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
+// decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //
 //go:noescape
-func decodeE4M3RecordsAVX512(dst *float32, base *byte, slots *int32, n int, npf int, recBytes int, codes int)
+func decodeRecordsAVX512(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)
 
 // widenBF16AVX512 widens n (a multiple of 16) little-endian bf16 values at src to float32 at dst.
 //

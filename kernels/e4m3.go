@@ -37,40 +37,55 @@ func WidenBF16(dst []float32, src []byte) {
 	}
 }
 
-// recordsAhead is how many records ahead of the one it decodes
-// DecodeE4M3Records prefetches.
-const recordsAhead = 16
+// RecordLayout is the layout of one record of a quantized cache: Tiles
+// tiles of TileCodes e4m3 codes, then Tiles little-endian float32 scales
+// (one per tile), then Rope little-endian bf16 values, in a record of Bytes
+// bytes. An fp8 indexer key is {132, 1, 128, 0}; an fp8_ds_mla row is
+// {656, 4, 128, 64}.
+type RecordLayout struct{ Bytes, Tiles, TileCodes, Rope int }
 
-// DecodeE4M3Records decodes the records of slots[j0:j1] from a flat store
-// (an fp8 indexer key cache): the record of slot s is base[s·recBytes:],
-// codes e4m3 codes followed by a little-endian float32 scale, and the record
-// of slots[j] goes to dst[(j−j0)·codes : (j−j0+1)·codes] with the values
-// DecodeE4M3Scaled gives for its codes and scale (the same bits). While it
-// decodes, it prefetches the records of the slots up to recordsAhead
-// further on, past j1 too, so that consecutive calls over a list of slots
-// keep the memory system busy. One call decodes the whole range: callers
-// bound it (a gather chunk). It panics on a slot outside the store or sizes
-// that do not fit.
-func DecodeE4M3Records(dst []float32, base []byte, recBytes, codes int, slots []int32, j0, j1 int) {
-	if j0 < 0 || j1 < j0 || j1 > len(slots) || codes < 0 || recBytes < codes+4 || len(dst) < (j1-j0)*codes {
-		panic(fmt.Sprintf("kernels: DecodeE4M3Records: slots[%d:%d] of %d, records of %d bytes holding %d codes and a scale, len(dst)=%d (needs %d)",
-			j0, j1, len(slots), recBytes, codes, len(dst), (j1-j0)*codes))
+// Values is the number of float32 values one record decodes to.
+func (r RecordLayout) Values() int { return r.Tiles*r.TileCodes + r.Rope }
+
+// DecodeRecords decodes the records of slots[j0:j1] from a flat store whose
+// record of slot s is base[s·layout.Bytes:]: the record of slots[j] goes to
+// dst[(j−j0)·V : (j−j0+1)·V] (V = layout.Values()), tile t as
+// DecodeE4M3Scaled gives its codes at scale t and then the bf16 values as
+// WidenBF16 gives them — the same bits. While it decodes, it prefetches the
+// records of the slots up to ahead entries further on, past j1 too, so that
+// consecutive calls over one list of slots keep the memory system busy. One
+// call decodes the whole range: callers bound it (a block of rows, a chunk
+// of keys). It panics on a slot outside the store or a layout that does not
+// fit its record.
+func DecodeRecords(dst []float32, base []byte, layout RecordLayout, slots []int32, j0, j1, ahead int) {
+	lt := layout
+	v := lt.Values()
+	if j0 < 0 || j1 < j0 || j1 > len(slots) || lt.Tiles < 0 || lt.TileCodes < 0 || lt.Rope < 0 || ahead < 0 ||
+		lt.Bytes < lt.Tiles*(lt.TileCodes+4)+2*lt.Rope || len(dst) < (j1-j0)*v {
+		panic(fmt.Sprintf("kernels: DecodeRecords: slots[%d:%d] of %d, %d-byte records holding %d tiles of %d codes, their scales and %d bf16 values, len(dst)=%d (needs %d), %d ahead",
+			j0, j1, len(slots), lt.Bytes, lt.Tiles, lt.TileCodes, lt.Rope, len(dst), (j1-j0)*v, ahead))
 	}
 	for j, s := range slots[j0:j1] {
-		if s < 0 || (int(s)+1)*recBytes > len(base) {
-			panic(fmt.Sprintf("kernels: DecodeE4M3Records: slot %d (entry %d) is outside a store of %d records", s, j0+j, len(base)/recBytes))
+		if s < 0 || (int(s)+1)*lt.Bytes > len(base) {
+			panic(fmt.Sprintf("kernels: DecodeRecords: slot %d (entry %d) is outside a store of %d records", s, j0+j, len(base)/lt.Bytes))
 		}
 	}
 	n := j1 - j0
-	if n == 0 {
+	if n == 0 || v == 0 {
 		return
 	}
-	if decodeE4M3RecordsFast(dst, base, recBytes, codes, slots[j0:], n) {
+	if decodeRecordsFast(dst, base, lt, slots[j0:], n, ahead) {
 		return
 	}
+	codes := lt.Tiles * lt.TileCodes
 	for j, s := range slots[j0:j1] {
-		rec := base[int(s)*recBytes : (int(s)+1)*recBytes]
-		scale := math.Float32frombits(binary.LittleEndian.Uint32(rec[codes:]))
-		DecodeE4M3Scaled(dst[j*codes:(j+1)*codes], rec[:codes], scale)
+		rec := base[int(s)*lt.Bytes : (int(s)+1)*lt.Bytes]
+		out := dst[j*v : (j+1)*v]
+		for t := range lt.Tiles {
+			scale := math.Float32frombits(binary.LittleEndian.Uint32(rec[codes+4*t:]))
+			DecodeE4M3Scaled(out[t*lt.TileCodes:(t+1)*lt.TileCodes], rec[t*lt.TileCodes:(t+1)*lt.TileCodes], scale)
+		}
+		rope := codes + 4*lt.Tiles
+		WidenBF16(out[codes:v], rec[rope:rope+2*lt.Rope])
 	}
 }

@@ -86,63 +86,75 @@ func TestWidenBF16MatchesDefinition(t *testing.T) {
 	})
 }
 
-// DecodeE4M3Records gives every record exactly what DecodeE4M3Scaled gives
-// its codes and scale, on every implementation, for ranges of a slot list
-// with repeated slots, slots at the ends of the store, ranges whose
-// prefetch window runs past the list, and record sizes with and without
-// padding.
-func TestDecodeE4M3Records(t *testing.T) {
+// DecodeRecords gives every record exactly what DecodeE4M3Scaled and
+// WidenBF16 give its tiles and bf16 values, on every implementation, for
+// the indexer-key and fp8_ds_mla layouts and small ones, ranges of a slot
+// list with repeated slots and slots at the ends of the store, prefetch
+// windows running past the list, and no prefetching.
+func TestDecodeRecords(t *testing.T) {
 	r := rand.New(rand.NewPCG(71, 2))
-	for _, tc := range []struct{ recBytes, codes, nrec int }{{132, 128, 300}, {36, 32, 40}, {20, 16, 3}} {
-		base := make([]byte, tc.nrec*tc.recBytes)
-		for s := range tc.nrec {
-			rec := base[s*tc.recBytes:]
-			for i := range tc.codes {
-				rec[i] = byte(r.IntN(256)) // NaN codes included
+	for _, lt := range []RecordLayout{{132, 1, 128, 0}, {656, 4, 128, 64}, {40, 2, 16, 0}, {56, 1, 16, 16}, {70, 1, 16, 16}} {
+		const nrec = 90
+		base := make([]byte, nrec*lt.Bytes)
+		codes := lt.Tiles * lt.TileCodes
+		for s := range nrec {
+			rec := base[s*lt.Bytes : (s+1)*lt.Bytes]
+			for i := range rec {
+				rec[i] = byte(r.IntN(256)) // NaN codes and bf16 NaNs included
 			}
-			scale := float32(math.Ldexp(1, r.IntN(40)-20))
-			if s%7 == 3 {
-				scale = r.Float32() * 3 // not a power of two
+			for t := range lt.Tiles {
+				scale := float32(math.Ldexp(1, r.IntN(40)-20))
+				if s%7 == 3 {
+					scale = r.Float32() * 3 // not a power of two
+				}
+				binary.LittleEndian.PutUint32(rec[codes+4*t:], math.Float32bits(scale))
 			}
-			binary.LittleEndian.PutUint32(rec[tc.codes:], math.Float32bits(scale))
 		}
-		slots := make([]int32, 2*tc.nrec)
+		slots := make([]int32, 2*nrec)
 		for j := range slots {
-			slots[j] = int32(r.IntN(tc.nrec))
+			slots[j] = int32(r.IntN(nrec))
 		}
-		slots[0], slots[len(slots)-1] = 0, int32(tc.nrec-1)
-		want := make([]float32, len(slots)*tc.codes)
+		slots[0], slots[len(slots)-1] = 0, nrec-1
+		v := lt.Values()
+		want := make([]float32, len(slots)*v)
 		for j, s := range slots {
-			rec := base[int(s)*tc.recBytes:]
-			DecodeE4M3Scaled(want[j*tc.codes:(j+1)*tc.codes], rec[:tc.codes], math.Float32frombits(binary.LittleEndian.Uint32(rec[tc.codes:])))
+			rec := base[int(s)*lt.Bytes:]
+			out := want[j*v : (j+1)*v]
+			for t := range lt.Tiles {
+				DecodeE4M3Scaled(out[t*lt.TileCodes:(t+1)*lt.TileCodes], rec[t*lt.TileCodes:(t+1)*lt.TileCodes],
+					math.Float32frombits(binary.LittleEndian.Uint32(rec[codes+4*t:])))
+			}
+			WidenBF16(out[codes:], rec[codes+4*lt.Tiles:codes+4*lt.Tiles+2*lt.Rope])
 		}
 		forEachImpl(t, func(t *testing.T) {
-			for _, rg := range [][2]int{{0, len(slots)}, {0, 1}, {5, 5}, {len(slots) - 3, len(slots)}, {1, len(slots) / 2}} {
-				j0, j1 := rg[0], rg[1]
-				got := make([]float32, (j1-j0)*tc.codes)
-				DecodeE4M3Records(got, base, tc.recBytes, tc.codes, slots, j0, j1)
-				if d := cmp.Diff(bitsOf(want[j0*tc.codes:j1*tc.codes]), bitsOf(got)); d != "" {
-					t.Errorf("%d-byte records, slots[%d:%d] (-DecodeE4M3Scaled +DecodeE4M3Records):\n%s", tc.recBytes, j0, j1, d)
+			for _, rg := range [][3]int{{0, len(slots), 16}, {0, 1, 8}, {5, 5, 8}, {len(slots) - 3, len(slots), 16}, {1, len(slots) / 2, 0}} {
+				j0, j1, ahead := rg[0], rg[1], rg[2]
+				got := make([]float32, (j1-j0)*v)
+				DecodeRecords(got, base, lt, slots, j0, j1, ahead)
+				if d := cmp.Diff(bitsOf(want[j0*v:j1*v]), bitsOf(got)); d != "" {
+					t.Errorf("%+v, slots[%d:%d] (-per record +DecodeRecords):\n%s", lt, j0, j1, d)
 				}
 			}
 		})
 	}
 }
 
-// A slot outside the store, or a record too short for its codes and scale,
-// is refused with the sizes, never read.
-func TestDecodeE4M3RecordsRefusals(t *testing.T) {
+// A slot outside the store, or a layout too large for its record, is
+// refused with the sizes, never read.
+func TestDecodeRecordsRefusals(t *testing.T) {
 	base := make([]byte, 4*132)
 	dst := make([]float32, 4*128)
+	key := RecordLayout{132, 1, 128, 0}
 	for _, tc := range []struct {
 		name  string
 		slots []int32
-		rec   int
+		lt    RecordLayout
 		want  string
 	}{
-		{"slot past the store", []int32{1, 4}, 132, "slot 4 (entry 1) is outside a store of 4 records"},
-		{"negative slot", []int32{-1}, 132, "slot -1 (entry 0)"},
-		{"no room for the scale", []int32{0}, 130, "records of 130 bytes holding 128 codes"},
+		{"slot past the store", []int32{1, 4}, key, "slot 4 (entry 1) is outside a store of 4 records"},
+		{"negative slot", []int32{-1}, key, "slot -1 (entry 0)"},
+		{"no room for the scale", []int32{0}, RecordLayout{130, 1, 128, 0}, "130-byte records holding 1 tiles of 128 codes"},
+		{"no room for the bf16 values", []int32{0}, RecordLayout{120, 1, 112, 4}, "120-byte records holding 1 tiles of 112 codes, their scales and 4 bf16 values"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {
@@ -150,7 +162,7 @@ func TestDecodeE4M3RecordsRefusals(t *testing.T) {
 					t.Errorf("panic %q, want it to contain %q", msg, tc.want)
 				}
 			}()
-			DecodeE4M3Records(dst, base, tc.rec, 128, tc.slots, 0, len(tc.slots))
+			DecodeRecords(dst, base, tc.lt, tc.slots, 0, len(tc.slots), 16)
 		})
 	}
 }

@@ -368,14 +368,14 @@ func decodeE4M3Fast(dst []float32, src []byte, scale float32) int {
 	return nv
 }
 
-// decodeE4M3RecordsFast decodes the records of slots[:n] with AVX-512
+// decodeRecordsFast decodes the records of slots[:n] with AVX-512
 // (prefetching those of slots[n:] as it goes) and reports whether it did;
 // the caller has checked the slots and sizes.
-func decodeE4M3RecordsFast(dst []float32, base []byte, recBytes, codes int, slots []int32, n int) bool {
-	if activeLevel() != levelAVX512 || codes%16 != 0 {
+func decodeRecordsFast(dst []float32, base []byte, lt RecordLayout, slots []int32, n, ahead int) bool {
+	if activeLevel() != levelAVX512 || lt.TileCodes%16 != 0 || lt.Rope%16 != 0 {
 		return false
 	}
-	decodeE4M3RecordsAVX512(&dst[0], &base[0], &slots[0], n, len(slots), recBytes, codes)
+	decodeRecordsAVX512(&dst[0], &base[0], &slots[0], n, len(slots), ahead, lt.Bytes, lt.Tiles, lt.TileCodes, lt.Rope)
 	return true
 }
 

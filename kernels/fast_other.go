@@ -97,4 +97,4 @@ func qkTileT8BF16(*float32, int, int, *[8]*uint16, *float32, int, int, int, floa
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func decodeE4M3RecordsFast([]float32, []byte, int, int, []int32, int) bool { return false }
+func decodeRecordsFast([]float32, []byte, RecordLayout, []int32, int, int) bool { return false }

@@ -181,13 +181,34 @@ func (lc *LayerCache) Row(slot int32, scratch []float32) []float32 {
 // rather than returning views (f32), for mla.DecodingKVSource.
 func (lc *LayerCache) DecodesRows() bool { return lc.kv != KVF32 }
 
-// PrefetchRow starts loading the stored row at slot into the CPU cache
-// (mla.DecodingKVSource); only fp8_ds_mla records are fetched — f32 and bf16
-// rows are read in place by kernels that prefetch them.
-func (lc *LayerCache) PrefetchRow(slot int32) {
-	if lc.kv == KVFP8DSMLA && slot >= 0 && int(slot) < lc.slots {
-		off := int(slot) * numfmt.DSMLARecordBytes
-		kernels.Prefetch(lc.rowsFP8[off : off+numfmt.DSMLARecordBytes])
+// Record layouts of the quantized stores, for kernels.DecodeRecords, and how
+// many records ahead of the one it decodes a DecodeRows or DecodeKeys call
+// prefetches (a few memory latencies of decode work).
+var (
+	dsmlaLayout = kernels.RecordLayout{Bytes: numfmt.DSMLARecordBytes, Tiles: numfmt.DSMLALatentDim / numfmt.DSMLATile,
+		TileCodes: numfmt.DSMLATile, Rope: numfmt.DSMLARopeDim}
+	keyLayout = kernels.RecordLayout{Bytes: numfmt.IndexerKeyBytes, Tiles: 1, TileCodes: numfmt.IndexerKeyDim}
+)
+
+const (
+	rowsAhead = 8
+	keysAhead = 16
+)
+
+// DecodeRows writes the rows of slots[j0:j1] into dst (row j0+i at
+// dst[i·RowDim:]), the values Row gives (mla.DecodingKVSource):
+// fp8_ds_mla records in one kernel call that prefetches the records of the
+// slots after them. It panics on a slot outside the cache.
+func (lc *LayerCache) DecodeRows(dst []float32, slots []int32, j0, j1 int) {
+	if lc.kv == KVFP8DSMLA {
+		kernels.DecodeRecords(dst, lc.rowsFP8, dsmlaLayout, slots, j0, j1, rowsAhead)
+		return
+	}
+	for j := j0; j < j1; j++ {
+		to := dst[(j-j0)*mla.RowDim : (j-j0+1)*mla.RowDim]
+		if got := lc.Row(slots[j], to); &got[0] != &to[0] {
+			copy(to, got)
+		}
 	}
 }
 
@@ -203,7 +224,7 @@ func (lc *LayerCache) DecodeKeys(dst []float32, slots []int32, j0, j1 int) {
 	if !lc.DecodesKeys() {
 		panic(fmt.Sprintf("kvcache: DecodeKeys on a cache with %s indexer keys of width %d; only fp8 keys are decoded", lc.idx, lc.indexDim))
 	}
-	kernels.DecodeE4M3Records(dst, lc.keysFP8, numfmt.IndexerKeyBytes, numfmt.IndexerKeyDim, slots, j0, j1)
+	kernels.DecodeRecords(dst, lc.keysFP8, keyLayout, slots, j0, j1, keysAhead)
 }
 
 // checkKeys panics if the layer keeps no indexer keys.

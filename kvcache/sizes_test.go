@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cpmla/cpmla/mla"
 	"github.com/cpmla/cpmla/numfmt"
 )
 
@@ -124,4 +125,40 @@ func TestDecodeKeysMatchesKey(t *testing.T) {
 		}
 	}()
 	f32.Layer(0).DecodeKeys(got, slots[:1], 0, 1)
+}
+
+// DecodeRows writes a range of a slot list exactly as Row reads each slot,
+// for every row format.
+func TestDecodeRowsMatchesRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 5))
+	for _, dt := range []KVDType{KVF32, KVBF16, KVFP8DSMLA} {
+		c, err := NewCache(1, 4, 16, dt, IdxF32, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc := c.Layer(0)
+		row := make([]float32, mla.RowDim)
+		for s := range 4 * 16 {
+			for i := range row {
+				row[i] = float32(r.NormFloat64()) * float32(math.Ldexp(1, r.IntN(10)-5))
+			}
+			lc.WriteRow(int32(s), row)
+		}
+		slots := make([]int32, 50)
+		for j := range slots {
+			slots[j] = int32(r.IntN(4 * 16))
+		}
+		const j0, j1 = 3, 41
+		got := make([]float32, (j1-j0)*mla.RowDim)
+		lc.DecodeRows(got, slots, j0, j1)
+		for j := j0; j < j1; j++ {
+			want := lc.Row(slots[j], make([]float32, mla.RowDim))
+			g := got[(j-j0)*mla.RowDim : (j-j0+1)*mla.RowDim]
+			for i := range want {
+				if math.Float32bits(g[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s slot %d value %d: DecodeRows %v, Row %v", dt, slots[j], i, g[i], want[i])
+				}
+			}
+		}
+	}
 }

@@ -32,21 +32,18 @@ type BF16KVSource interface {
 // caller's scratch instead of returning views (a quantized paged cache).
 // DecodesRows reports whether it does for this source (a cache whose format
 // is chosen at run time may hold f32 rows, which Row returns as views);
-// PrefetchRow(slot) starts loading slot's record into the CPU cache and
-// returns at once. The fast path decodes such rows a block at a time, just
-// before the attention kernel uses them (kernels.AttendDecodedRows),
-// prefetching rowLookahead selected rows ahead, so that rows gathered from
-// scattered slots neither wait on memory one at a time nor make a round trip
-// through a buffer of every selected row.
+// DecodeRows(dst, slots, j0, j1) decodes the rows of slots[j0:j1] into dst
+// (row j0+i at dst[i·RowDim:], the values Row gives) in one call,
+// prefetching the records of later slots of the list as it goes. The fast
+// path decodes such rows a block at a time, just before the attention
+// kernel uses them (kernels.AttendDecodedRows), so that rows gathered from
+// scattered slots neither wait on memory one at a time nor make a round
+// trip through a buffer of every selected row.
 type DecodingKVSource interface {
 	KVSource
 	DecodesRows() bool
-	PrefetchRow(slot int32)
+	DecodeRows(dst []float32, slots []int32, j0, j1 int)
 }
-
-// rowLookahead is how many selected rows ahead of the one being decoded the
-// fast path prefetches (a few memory latencies' worth of decode work).
-const rowLookahead = 8
 
 // slotDecoder is the kernels.RowDecoder of one query row: row j of the call
 // is the cache row at slots[j].
@@ -57,15 +54,7 @@ type slotDecoder struct {
 
 // DecodeRows decodes the rows at slots[j0:j1] into dst.
 func (d *slotDecoder) DecodeRows(dst []float32, j0, j1 int) {
-	for j := j0; j < j1; j++ {
-		if a := j + rowLookahead; a < len(d.slots) {
-			d.kv.PrefetchRow(d.slots[a])
-		}
-		to := dst[(j-j0)*RowDim : (j-j0+1)*RowDim]
-		if got := d.kv.Row(d.slots[j], to); &got[0] != &to[0] {
-			copy(to, got[:RowDim])
-		}
-	}
+	d.kv.DecodeRows(dst[:(j1-j0)*RowDim], d.slots, j0, j1)
 }
 
 // DenseKVBF16 is an in-memory [n, RowDim] row-major buffer of bf16 bits

@@ -200,10 +200,11 @@ func TestSparseAttentionBF16Source(t *testing.T) {
 }
 
 // decodingSource is a DecodingKVSource over bf16 rows that Row widens into
-// the caller's scratch, counting the rows it decodes and prefetches.
+// the caller's scratch, counting the rows it decodes and the DecodeRows
+// calls.
 type decodingSource struct {
-	rows               DenseKVBF16
-	decoded, prefetchs atomic.Int64 // Row and PrefetchRow run on several threads
+	rows             DenseKVBF16
+	decoded, batches atomic.Int64 // Row and DecodeRows run on several threads
 }
 
 func (s *decodingSource) Row(slot int32, scratch []float32) []float32 {
@@ -211,9 +212,11 @@ func (s *decodingSource) Row(slot int32, scratch []float32) []float32 {
 	return s.rows.Row(slot, scratch)
 }
 func (s *decodingSource) DecodesRows() bool { return true }
-func (s *decodingSource) PrefetchRow(slot int32) {
-	s.rows.RowBF16(slot) // panics on a slot outside the buffer
-	s.prefetchs.Add(1)
+func (s *decodingSource) DecodeRows(dst []float32, slots []int32, j0, j1 int) {
+	for j := j0; j < j1; j++ {
+		s.Row(slots[j], dst[(j-j0)*RowDim:(j-j0+1)*RowDim])
+	}
+	s.batches.Add(1)
 }
 
 // TestSparseAttentionDecodingSource: rows decoded by the source a block at a
@@ -277,8 +280,8 @@ func TestSparseAttentionDecodingSource(t *testing.T) {
 			}
 		}
 	}
-	if kernels.Impl() != "ref" && src.prefetchs.Load() == 0 {
-		t.Error("the fast path never prefetched a row")
+	if kernels.Impl() != "ref" && src.batches.Load() == 0 {
+		t.Error("the fast path never decoded a block of rows")
 	}
 }
 
