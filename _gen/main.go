@@ -48,7 +48,6 @@ func main() {
 		qkTileT512(1, 8, bf16)
 		prefetchRows(bf16)
 	}
-	prefetchBytes()
 	transpose16x16512()
 	scale512()
 	axpy512()
@@ -645,30 +644,6 @@ func prefetchRows(bf16 bool) {
 	CMPQ(off, n)
 	JB(LabelRef(name + "_loop"))
 	Label(name + "_done")
-	RET()
-}
-
-// prefetchBytes emits prefetchBytes: PREFETCHT0 of every 64-byte line of
-// one region of n bytes (a quantized cache record about to be decoded),
-// whatever its alignment.
-func prefetchBytes() {
-	TEXT("prefetchBytes", NOSPLIT, "func(p *byte, n int)")
-	Pragma("noescape")
-	Doc("prefetchBytes prefetches the n bytes at p into the L1 cache.")
-	p := Load(Param("p"), GP64())
-	n := Load(Param("n"), GP64())
-	off := GP64()
-	XORQ(off, off)
-	TESTQ(n, n)
-	JZ(LabelRef("prefetchBytes_done"))
-	Label("prefetchBytes_loop")
-	PREFETCHT0(Mem{Base: p, Index: off, Scale: 1})
-	ADDQ(U32(64), off)
-	CMPQ(off, n)
-	JB(LabelRef("prefetchBytes_loop"))
-	// The last line, which the loop misses when p is not line-aligned.
-	PREFETCHT0(Mem{Base: p, Index: n, Scale: 1, Disp: -1})
-	Label("prefetchBytes_done")
 	RET()
 }
 
@@ -1321,14 +1296,7 @@ func decodeRecords512() {
 	slots := Load(Param("slots"), GP64())
 	n := Load(Param("n"), GP64())
 	recBytes := Load(Param("recBytes"), GP64())
-	r := GP32()
-	MOVL(U32(0x7F), r)
-	VPBROADCASTD(r, Z30)
-	MOVL(U32(0x80), r)
-	VPBROADCASTD(r, Z29)
-	broadcastConst(float32(math.Ldexp(1, 120)), Z28)
-	MOVL(U32(0x7FC00000), r)
-	VPBROADCASTD(r, Z27)
+	e4m3Consts()
 	i := GP64()
 	XORQ(i, i)
 	TESTQ(n, n)
@@ -1374,17 +1342,7 @@ func decodeRecords512() {
 	SHRQ(U8(4), cnt)
 	JZ(LabelRef(name + "_tiledone"))
 	Label(name + "_loop")
-	VPMOVZXBD(Mem{Base: rec}, Z0)
-	VPANDD(Z30, Z0, Z1)
-	VPANDD(Z29, Z0, Z2)
-	VPSLLD(U8(24), Z2, Z2)
-	VPCMPEQD(Z30, Z1, K1)
-	VPSLLD(U8(20), Z1, Z3)
-	VMULPS(Z28, Z3, Z3)
-	VMOVAPS(Z27, K1, Z3)
-	VMULPS(Z31, Z3, Z3)
-	VPORD(Z2, Z3, Z3)
-	VMOVUPS(Z3, Mem{Base: dst})
+	e4m3Step(rec, dst)
 	ADDQ(U32(16), rec)
 	ADDQ(U32(64), dst)
 	DECQ(cnt)
@@ -1455,17 +1413,36 @@ func decodeE4M3512() {
 	src := Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
 	VBROADCASTSS(NewParamAddr("scale", 24), Z31)
-	r := GP32()
-	MOVL(U32(0x7F), r)
-	VPBROADCASTD(r, Z30) // magnitude mask, and the NaN magnitude
-	MOVL(U32(0x80), r)
-	VPBROADCASTD(r, Z29) // sign mask
-	broadcastConst(float32(math.Ldexp(1, 120)), Z28)
-	MOVL(U32(0x7FC00000), r)
-	VPBROADCASTD(r, Z27) // quiet NaN
+	e4m3Consts()
 	SHRQ(U8(4), n)
 	JZ(LabelRef("decodeE4M3_done"))
 	Label("decodeE4M3_loop")
+	e4m3Step(src, dst)
+	ADDQ(U32(16), src)
+	ADDQ(U32(64), dst)
+	DECQ(n)
+	JNZ(LabelRef("decodeE4M3_loop"))
+	Label("decodeE4M3_done")
+	VZEROUPPER()
+	RET()
+}
+
+// e4m3Consts loads the constants of e4m3Step: Z30 the magnitude mask (and
+// the NaN magnitude), Z29 the sign mask, Z28 2^120, Z27 a quiet NaN.
+func e4m3Consts() {
+	r := GP32()
+	MOVL(U32(0x7F), r)
+	VPBROADCASTD(r, Z30)
+	MOVL(U32(0x80), r)
+	VPBROADCASTD(r, Z29)
+	broadcastConst(float32(math.Ldexp(1, 120)), Z28)
+	MOVL(U32(0x7FC00000), r)
+	VPBROADCASTD(r, Z27)
+}
+
+// e4m3Step decodes the 16 e4m3 codes at src, times the scale in Z31, into
+// 16 float32 at dst (constants from e4m3Consts; Z0–Z3 and K1 clobbered).
+func e4m3Step(src, dst Register) {
 	VPMOVZXBD(Mem{Base: src}, Z0)
 	VPANDD(Z30, Z0, Z1)    // magnitude code
 	VPANDD(Z29, Z0, Z2)    // sign byte
@@ -1477,11 +1454,4 @@ func decodeE4M3512() {
 	VMULPS(Z31, Z3, Z3)    // ×scale
 	VPORD(Z2, Z3, Z3)      // sign
 	VMOVUPS(Z3, Mem{Base: dst})
-	ADDQ(U32(16), src)
-	ADDQ(U32(64), dst)
-	DECQ(n)
-	JNZ(LabelRef("decodeE4M3_loop"))
-	Label("decodeE4M3_done")
-	VZEROUPPER()
-	RET()
 }

@@ -5338,25 +5338,6 @@ prefetchRows4BF16_loop:
 prefetchRows4BF16_done:
 	RET
 
-// func prefetchBytes(p *byte, n int)
-// Requires: MMX+
-TEXT ·prefetchBytes(SB), NOSPLIT, $0-16
-	MOVQ  p+0(FP), AX
-	MOVQ  n+8(FP), CX
-	XORQ  DX, DX
-	TESTQ CX, CX
-	JZ    prefetchBytes_done
-
-prefetchBytes_loop:
-	PREFETCHT0 (AX)(DX*1)
-	ADDQ       $0x00000040, DX
-	CMPQ       DX, CX
-	JB         prefetchBytes_loop
-	PREFETCHT0 -1(AX)(CX*1)
-
-prefetchBytes_done:
-	RET
-
 // func transpose16x16AVX512(src *float32, lds int, dst *float32, ldd int)
 // Requires: AVX, AVX512F
 TEXT ·transpose16x16AVX512(SB), NOSPLIT, $0-32

@@ -202,11 +202,6 @@ func qkTileT1x8BF16AVX512(qT *float32, ldq int, dim int, k *[8]*uint16, out *flo
 //go:noescape
 func prefetchRows4BF16(r0 *uint16, r1 *uint16, r2 *uint16, r3 *uint16, n int)
 
-// prefetchBytes prefetches the n bytes at p into the L1 cache.
-//
-//go:noescape
-func prefetchBytes(p *byte, n int)
-
 // transpose16x16AVX512 writes the transpose of a 16×16 block of src into dst.
 //
 //go:noescape

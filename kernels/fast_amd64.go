@@ -379,15 +379,6 @@ func decodeRecordsFast(dst []float32, base []byte, lt RecordLayout, slots []int3
 	return true
 }
 
-// Prefetch starts loading the bytes of b into the L1 cache and returns at
-// once: callers about to decode records from scattered cache slots issue it
-// a few records ahead. It changes no result and never faults.
-func Prefetch(b []byte) {
-	if len(b) > 0 {
-		prefetchBytes(&b[0], len(b))
-	}
-}
-
 // scoreTile8T is the AVX-512 transposed-query score tile of eight keys (see
 // scoreKeysT).
 func scoreTile8T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k5, k6, k7 *float32, run, out *float32) {
