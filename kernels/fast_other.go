@@ -70,7 +70,6 @@ func axpyFast(float32, []float32, []float32) bool { return false }
 
 func decodeE4M3Fast([]float32, []byte, float32) int { return 0 }
 
-
 func scoreTile8T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
