@@ -5,8 +5,10 @@
 // attention over gathered rows (AttendRows, AttendRowsBF16 and, for rows a
 // quantized cache decodes block by block, AttendDecodedRows), the
 // lightning-indexer score (WeightedReLUScores, or ScoreKeys and
-// ScoreGatheredKeys with queries prepared once), and the FMA-peak and
-// read-bandwidth probes the kernel benchmarks are measured against.
+// ScoreGatheredKeys with queries prepared once), the decoding of quantized
+// cache records (DecodeE4M3Scaled, WidenBF16, and DecodeRecords for a range
+// of slots at once), and the FMA-peak and read-bandwidth probes the kernel
+// benchmarks are measured against.
 //
 // The plain-Go functions are the reference implementation: they always build
 // on every platform, they are written for clarity first, and they are the
@@ -20,8 +22,9 @@
 // the shapes alone: a row's (or head's) result is the same alone, in any
 // batch and on any number of threads (SetThreads). Attention over more than
 // 512 rows is computed in 512-row splits whose softmax partials are merged
-// by log-sum-exp in split order; the splits depend only on the row count. The reference's numerics
-// are pinned down so that an oracle comparison is meaningful:
+// by log-sum-exp in split order; the splits depend only on the row count.
+// The reference's numerics are pinned down so that an oracle comparison is
+// meaningful:
 //
 //   - Dot products sum in a fixed order: four lanes (lane l takes the
 //     elements k ≡ l mod 4 of the largest multiple of four), the tail is added
@@ -41,7 +44,8 @@
 //
 //   - The hot functions (MatMulT, MatVecT, Dot, Axpy, RMSNorm, LayerNorm,
 //     SwiGLU, Softmax, LogSumExp, TopK, Rope.Apply, Rope.Apply64, the
-//     Attend* functions, WeightedReLUScores, ScoreKeys, ScoreGatheredKeys)
+//     Attend* functions, WeightedReLUScores, ScoreKeys, ScoreGatheredKeys,
+//     DecodeE4M3Scaled, WidenBF16, DecodeRecords)
 //     never allocate once warmed up: callers own every buffer (the
 //     attention logits scratch is AttendScratchLen long), and pooled
 //     per-call state (the attention task with its transposed query) is
@@ -59,6 +63,6 @@
 //   - TopK never selects a −Inf or NaN score and breaks ties by the lowest
 //     index, so every caller that sees the same scores selects the same set in
 //     the same order.
-//   - Nothing here knows about ranks, caches or models; model code composes
-//     these kernels.
+//   - Nothing here knows about ranks, caches or models (a record layout is
+//     a parameter); model code composes these kernels.
 package kernels

@@ -43,12 +43,20 @@ func TestDecodeE4M3ScaledMatchesDefinition(t *testing.T) {
 	})
 }
 
-func TestDecodeE4M3ScaledAllocatesNothing(t *testing.T) {
-	src := make([]byte, 512)
-	dst := make([]float32, 512)
-	if n := testing.AllocsPerRun(20, func() { DecodeE4M3Scaled(dst, src, 2) }); n != 0 {
-		t.Errorf("%v allocations", n)
-	}
+func TestDecodersAllocateNothing(t *testing.T) {
+	src := make([]byte, 656*4)
+	dst := make([]float32, 576*4)
+	slots := []int32{3, 0, 2, 1}
+	lt := RecordLayout{656, 4, 128, 64}
+	forEachImpl(t, func(t *testing.T) {
+		if n := testing.AllocsPerRun(20, func() {
+			DecodeE4M3Scaled(dst[:512], src[:512], 2)
+			WidenBF16(dst[:64], src[:128])
+			DecodeRecords(dst, src, lt, slots, 0, 4, 2)
+		}); n != 0 {
+			t.Errorf("%v allocations", n)
+		}
+	})
 }
 
 func BenchmarkDecodeE4M3Scaled(b *testing.B) {
