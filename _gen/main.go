@@ -39,7 +39,7 @@ func main() {
 		}
 	}
 	for _, bf16 := range []bool{false, true} {
-		for m := 1; m <= 4; m++ {
+		for m := 1; m <= 6; m++ {
 			axpyTile512(m, bf16)
 		}
 		for nvec := 1; nvec <= 4; nvec++ {
@@ -395,22 +395,26 @@ func axpyTile512(m int, bf16 bool) {
 	} else {
 		SHLQ(U8(2), coff)
 	}
-	or := make([]Register, m)
+	// The weight rows' pointers stay in registers through the loop; the
+	// output rows are walked from out before and after it.
 	pr := make([]Register, m)
 	for i := range m {
-		or[i], pr[i] = GP64(), GP64()
+		pr[i] = GP64()
 		if i == 0 {
-			MOVQ(out, or[i])
 			MOVQ(p, pr[i])
 		} else {
-			LEAQ(Mem{Base: or[i-1], Index: ldo, Scale: 1}, or[i])
 			LEAQ(Mem{Base: pr[i-1], Index: ldp, Scale: 1}, pr[i])
 		}
 	}
 	acc := func(i, c int) VecPhysical { return zmm[4*i+c] }
+	orow := GP64()
+	MOVQ(out, orow)
 	for i := range m {
 		for c := range 4 {
-			VMOVUPS(Mem{Base: or[i], Disp: 64 * c}, acc(i, c))
+			VMOVUPS(Mem{Base: orow, Disp: 64 * c}, acc(i, c))
+		}
+		if i < m-1 {
+			ADDQ(ldo, orow)
 		}
 	}
 	poff := GP64()
@@ -420,17 +424,24 @@ func axpyTile512(m int, bf16 bool) {
 	Label(name + "_loop")
 	row := GP64()
 	MOVQ(Mem{Base: rows}, row)
+	// Up to four heads: row vectors in Z16–Z19, weights in Z20–Z23; five
+	// or six (24 accumulators): row vectors in Z24–Z27, weights in Z28–Z29.
+	rv, wv := zmm[16:20], zmm[20:24]
+	if m > 4 {
+		rv, wv = zmm[24:28], []VecPhysical{Z28, Z29}
+	}
 	for c := range 4 {
 		if bf16 {
-			loadW(Mem{Base: row, Index: coff, Scale: 1, Disp: 32 * c}, zmm[16+c], true)
+			loadW(Mem{Base: row, Index: coff, Scale: 1, Disp: 32 * c}, rv[c], true)
 		} else {
-			VMOVUPS(Mem{Base: row, Index: coff, Scale: 1, Disp: 64 * c}, zmm[16+c])
+			VMOVUPS(Mem{Base: row, Index: coff, Scale: 1, Disp: 64 * c}, rv[c])
 		}
 	}
 	for i := range m {
-		VBROADCASTSS(Mem{Base: pr[i], Index: poff, Scale: 1}, zmm[20+i])
+		w := wv[i%len(wv)]
+		VBROADCASTSS(Mem{Base: pr[i], Index: poff, Scale: 1}, w)
 		for c := range 4 {
-			VFMADD231PS(zmm[16+c], zmm[20+i], acc(i, c))
+			VFMADD231PS(rv[c], w, acc(i, c))
 		}
 	}
 	ADDQ(U32(24), rows)
@@ -440,7 +451,10 @@ func axpyTile512(m int, bf16 bool) {
 	Label(name + "_store")
 	for i := range m {
 		for c := range 4 {
-			VMOVUPS(acc(i, c), Mem{Base: or[i], Disp: 64 * c})
+			VMOVUPS(acc(i, c), Mem{Base: out, Disp: 64 * c})
+		}
+		if i < m-1 {
+			ADDQ(ldo, out)
 		}
 	}
 	VZEROUPPER()

@@ -122,6 +122,16 @@ func axpyTile3x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]f
 //go:noescape
 func axpyTile4x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
 
+// axpyTile5x64F32AVX512 accumulates 5 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile5x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+
+// axpyTile6x64F32AVX512 accumulates 6 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile6x64F32AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]float32, n int, coff int)
+
 // qkTileT1F32AVX512 computes the scaled logits of up to 16 transposed-query heads against 4 key rows.
 //
 //go:noescape
@@ -171,6 +181,16 @@ func axpyTile3x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]
 //
 //go:noescape
 func axpyTile4x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// axpyTile5x64BF16AVX512 accumulates 5 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile5x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
+
+// axpyTile6x64BF16AVX512 accumulates 6 rows of 64 outputs, each a weighted sum of n table rows at column coff.
+//
+//go:noescape
+func axpyTile6x64BF16AVX512(out *float32, ldo int, p *float32, ldp int, rows *[]uint16, n int, coff int)
 
 // qkTileT1BF16AVX512 computes the scaled logits of up to 16 transposed-query heads against 4 key rows.
 //

@@ -26,11 +26,10 @@ import (
 // only one block's logits: on AVX-512 the logits of up to 64 heads × 4 rows
 // at a time from a transposed copy of the query (each logit one fused chain
 // over the dimensions in order), on AVX2 3-head × 4-row dot tiles; an online
-// softmax per block with a vector exp; the weighted rows in 4-head ×
-// 64-column (AVX2: 16-column) tiles in row order; and a division by the
-// softmax sum at the end. More
-// than splitRows rows are computed in splits whose partials are merged by
-// log-sum-exp in split order. Each head's result depends only on its own
+// softmax per block with a vector exp; the weighted rows in 6-head ×
+// 64-column (AVX2: 4-head × 16-column) tiles in row order; and a division
+// by the softmax sum at the end. More than splitRows rows are computed in
+// splits whose partials are merged by log-sum-exp in split order. Each head's result depends only on its own
 // query, the rows, their order and their number, so splits and heads may be
 // spread across threads (SetThreads) without changing a bit.
 func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]float32, scale float32, logits []float32) {
@@ -517,7 +516,8 @@ const rowPrefetchAhead = 8
 // AVX-512, dot tiles on AVX2) into the split's [heads, attendBlock] logits
 // region, then an online softmax step per head (running max M and sum S; when
 // M grows, the head's partial output and S are scaled by exp(M_old − M)),
-// then the block's weighted rows (4-head × 64-column tiles, rows in order).
+// then the block's weighted rows (6-head × 64-column tiles on AVX-512,
+// 4-head × 16-column on AVX2, rows in order).
 // The block size is a constant, so the order of every operation on a head
 // depends only on the number of rows. With a decoder (AttendDecodedRows) each
 // block is first decoded into scratch, with views pointing at its rows.
@@ -538,7 +538,11 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 	kv := dim &^ (vecWidth(l) - 1)
 	cw := attendCols(l)
 	cv := vdim &^ (cw - 1)
-	hs := min(4, maxTileRows(l))   // heads per logit tile
+	hs := min(4, maxTileRows(l)) // heads per logit tile (AVX2)
+	ah := 4                      // heads per weighted-row tile
+	if l == levelAVX512 {
+		ah = 6 // 24 accumulators: fewer loads per FMA than four heads
+	}
 	rowBytes := 4 * max(dim, vdim) // the part of each row that is read
 	if bf {
 		rowBytes /= 2
@@ -666,8 +670,8 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 			runMax[h] = m
 			runSum[h] += expSum(l, lg, m)
 		}
-		for ht := h0; ht < h1; ht += 4 {
-			m := min(4, h1-ht)
+		for ht := h0; ht < h1; ht += ah {
+			m := min(ah, h1-ht)
 			for c0 := 0; c0 < cv; c0 += cw {
 				if bf {
 					axpyTileBF16(l, m, &out[ht*vdim+c0], vdim, &logits[ht*bl], bl, &rowsB[0], nb, c0)

@@ -144,8 +144,12 @@ func axpyTile(l level, m int, out *float32, ldo int, p *float32, ldp int, rows *
 			axpyTile2x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
 		case 3:
 			axpyTile3x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
-		default:
+		case 4:
 			axpyTile4x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		case 5:
+			axpyTile5x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
+		default:
+			axpyTile6x64F32AVX512(out, ldo, p, ldp, rows, n, coff)
 		}
 		return
 	}
@@ -171,8 +175,12 @@ func axpyTileBF16(l level, m int, out *float32, ldo int, p *float32, ldp int, ro
 			axpyTile2x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
 		case 3:
 			axpyTile3x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
-		default:
+		case 4:
 			axpyTile4x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		case 5:
+			axpyTile5x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
+		default:
+			axpyTile6x64BF16AVX512(out, ldo, p, ldp, rows, n, coff)
 		}
 		return
 	}
