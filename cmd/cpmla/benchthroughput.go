@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/cpmla/cpmla/comm"
-	"github.com/cpmla/cpmla/cp"
 	"io"
 	"math/rand/v2"
 	"strconv"
@@ -41,6 +40,12 @@ type throughputOptions struct {
 	memoryLimit, kvCacheMemory   string
 	workspaces                   []string
 	asJSON, quiet                bool
+}
+
+// deployment is what the flags say about the ranks and their processes.
+func (o *throughputOptions) deployment() deployment {
+	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
+		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize}
 }
 
 // throughputResult is what `bench throughput --json` prints.
@@ -152,11 +157,9 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 		return nil, err
 	}
 	// Validate the parallel layout and the backend before any weight loads.
-	bp, err := cp.NewBackendPlan(cp.BackendConfig{
-		Layout: comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}, Interleave: o.interleave, BlockSize: eo.BlockSize / o.dcp,
-		KVDtype: o.kvDType, Backend: o.backend, Comm: o.dcpComm, HeadsPerRank: cfg.NumHeads / max(o.tp, 1),
-		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse(),
-	})
+	d := o.deployment()
+	d.blockSize = eo.BlockSize
+	bp, err := d.backendPlan(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -266,41 +269,15 @@ func newBenchThroughputCmd() *cobra.Command {
 		Use:   "throughput",
 		Short: "Offline throughput: run --num-prompts random prompts through the engine (no HTTP)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyThreads(o.threadsPerRank, o.tp*o.pcp); err != nil {
-				return err
-			}
-			mp, err := joinProcesses(deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
-				interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize}, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			if mp != nil {
-				defer mp.end()
-				if !mp.leader {
-					return mp.follow()
-				}
-				o.procs, o.procWeights = mp.procs, mp.weights
-			}
-			res, err := benchThroughput(o, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if o.asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			}
-			fmt.Fprintf(out, "requests:               %d in %.2f s (%.2f requests/s)\n", res.NumPrompts, res.ElapsedS, res.RequestsPerS)
-			fmt.Fprintf(out, "output tokens/s:        %.1f\n", res.OutputTokensPerS)
-			fmt.Fprintf(out, "total tokens/s:         %.1f (prompt %d + output %d tokens)\n", res.TotalTokensPerS, res.PromptTokens, res.OutputTokens)
-			fmt.Fprintf(out, "steps:                  %d (%d decode-only)\n", res.Steps, res.DecodeSteps)
-			fmt.Fprintf(out, "peak KV usage:          %.1f%% of %d blocks\n", 100*res.KVUsagePeak, res.KVBlocks)
-			fmt.Fprintf(out, "preemptions:            %d\n", res.Preemptions)
-			fmt.Fprintf(out, "prefix-cache hit rate:  %.1f%%\n", 100*res.PrefixCacheHitRate)
-			fmt.Fprintf(out, "allocs per decode step: %.2f\n", res.AllocsPerDecodeStep)
-			fmt.Fprintf(out, "kernel plans built after warm-up: %d\n", res.KernelPlansBuiltAfterWarmup)
-			return nil
+			return runRanks(o.threadsPerRank, o.deployment(), cmd.ErrOrStderr(),
+				func(procs *engine.Procs, procWeights int64) error {
+					o.procs, o.procWeights = procs, procWeights
+					res, err := benchThroughput(o, cmd.ErrOrStderr())
+					if err != nil {
+						return err
+					}
+					return printThroughput(cmd.OutOrStdout(), res, o.asJSON)
+				})
 		},
 	}
 	f := cmd.Flags()
@@ -334,4 +311,24 @@ func newBenchThroughputCmd() *cobra.Command {
 	f.BoolVar(&o.quiet, "quiet", false, "no progress bar on stderr")
 	bench.AddCommand(cmd)
 	return bench
+}
+
+// printThroughput writes a bench throughput result as JSON or as the
+// human-readable summary.
+func printThroughput(out io.Writer, res *throughputResult, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(out, "requests:               %d in %.2f s (%.2f requests/s)\n", res.NumPrompts, res.ElapsedS, res.RequestsPerS)
+	fmt.Fprintf(out, "output tokens/s:        %.1f\n", res.OutputTokensPerS)
+	fmt.Fprintf(out, "total tokens/s:         %.1f (prompt %d + output %d tokens)\n", res.TotalTokensPerS, res.PromptTokens, res.OutputTokens)
+	fmt.Fprintf(out, "steps:                  %d (%d decode-only)\n", res.Steps, res.DecodeSteps)
+	fmt.Fprintf(out, "peak KV usage:          %.1f%% of %d blocks\n", 100*res.KVUsagePeak, res.KVBlocks)
+	fmt.Fprintf(out, "preemptions:            %d\n", res.Preemptions)
+	fmt.Fprintf(out, "prefix-cache hit rate:  %.1f%%\n", 100*res.PrefixCacheHitRate)
+	fmt.Fprintf(out, "allocs per decode step: %.2f\n", res.AllocsPerDecodeStep)
+	fmt.Fprintf(out, "kernel plans built after warm-up: %d\n", res.KernelPlansBuiltAfterWarmup)
+	return nil
 }

@@ -9,9 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/config"
-	"github.com/cpmla/cpmla/cp"
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
@@ -80,10 +78,10 @@ func generate(o generateOptions) (*generateResult, error) {
 			return nil, fmt.Errorf("prompt token %d is %d, outside the vocabulary [0, %d)", i, id, cfg.VocabSize)
 		}
 	}
-	layout := comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}
-	bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: layout, Interleave: o.interleave, BlockSize: o.blockSize / max(o.dcp, 1),
-		KVDtype: string(kvd), Backend: o.backend, Comm: o.dcpComm, HeadsPerRank: cfg.NumHeads / max(o.tp, 1),
-		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse()})
+	d := deployment{tp: o.tp, pcp: o.pcp, dcp: o.dcp, interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm,
+		kvDType: string(kvd), blockSize: o.blockSize}
+	layout := d.layout()
+	bp, err := d.backendPlan(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,21 @@ type deployment struct {
 	weightSeed                uint64
 	tp, pcp, dcp, interleave  int
 	backend, dcpComm, kvDType string
-	blockSize                 int // 0: engine.DefaultBlockSize
+	blockSize                 int // 0: engine.DefaultBlockSize in joinProcesses
+}
+
+// layout is the deployment's parallel layout.
+func (d deployment) layout() comm.Layout { return comm.Layout{TP: d.tp, PCP: d.pcp, DCP: d.dcp} }
+
+// backendPlan is the attention backend plan of the deployment for model cfg
+// (cp.NewBackendPlan refuses a combination it cannot serve): the one place
+// the commands map their flags to a cp.BackendConfig.
+func (d deployment) backendPlan(cfg *config.Model) (*cp.BackendPlan, error) {
+	return cp.NewBackendPlan(cp.BackendConfig{
+		Layout: d.layout(), Interleave: d.interleave, BlockSize: d.blockSize / max(d.dcp, 1),
+		KVDtype: d.kvDType, Backend: d.backend, Comm: d.dcpComm, HeadsPerRank: cfg.NumHeads / max(d.tp, 1),
+		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse(),
+	})
 }
 
 // joinProcesses starts MPI when --comm mpi is set and prepares this
@@ -55,15 +69,11 @@ func joinProcesses(o deployment, stderr io.Writer) (*multiProcess, error) {
 	if o.blockSize == 0 {
 		o.blockSize = engine.DefaultBlockSize
 	}
-	layout := comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}
+	layout := o.layout()
 	if err := layout.Validate(); err != nil {
 		return nil, err
 	}
-	bp, err := cp.NewBackendPlan(cp.BackendConfig{
-		Layout: layout, Interleave: o.interleave, BlockSize: o.blockSize / o.dcp,
-		KVDtype: o.kvDType, Backend: o.backend, Comm: o.dcpComm, HeadsPerRank: cfg.NumHeads / o.tp,
-		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse(),
-	})
+	bp, err := o.backendPlan(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +96,30 @@ func joinProcesses(o deployment, stderr io.Writer) (*multiProcess, error) {
 		fmt.Fprintf(stderr, "cpmla: rank 0 of %d processes (%s) leads; the others follow its plans\n", proc.World().Size(), proc.Host())
 	}
 	return mp, nil
+}
+
+// runRanks is the start of every engine command that may span processes:
+// it applies --threads-per-rank (threadsPerRank), joins the processes of
+// an MPI deployment and calls lead on the process that drives the engine —
+// with the followers' driver and the most loaded rank's weight bytes under
+// --comm mpi, nil and 0 in process. Every other process follows its ranks
+// until the leader shuts the deployment down after lead returns.
+func runRanks(threadsPerRank int, d deployment, stderr io.Writer, lead func(procs *engine.Procs, procWeights int64) error) error {
+	if err := applyThreads(threadsPerRank, d.tp*d.pcp); err != nil {
+		return err
+	}
+	mp, err := joinProcesses(d, stderr)
+	if err != nil {
+		return err
+	}
+	if mp == nil {
+		return lead(nil, 0)
+	}
+	defer mp.end()
+	if !mp.leader {
+		return mp.follow()
+	}
+	return lead(mp.procs, mp.weights)
 }
 
 // follow runs a follower until the leader shuts the deployment down.

@@ -16,9 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/config"
-	"github.com/cpmla/cpmla/cp"
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
@@ -51,6 +49,12 @@ type serveOptions struct {
 	// other processes' ranks; procWeights is the most loaded rank's weights.
 	procs       *engine.Procs
 	procWeights int64
+}
+
+// deployment is what the flags say about the ranks and their processes.
+func (o *serveOptions) deployment() deployment {
+	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
+		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize}
 }
 
 // engineOptions turns the flags into engine options, refusing impossible
@@ -121,12 +125,10 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	layout := comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}
-	bp, err := cp.NewBackendPlan(cp.BackendConfig{
-		Layout: layout, Interleave: o.interleave, BlockSize: eo.BlockSize / o.dcp,
-		KVDtype: o.kvDType, Backend: o.backend, Comm: o.dcpComm, HeadsPerRank: cfg.NumHeads / o.tp,
-		QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: cfg.Sparse(),
-	})
+	d := o.deployment()
+	d.blockSize = eo.BlockSize
+	layout := d.layout()
+	bp, err := d.backendPlan(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -196,29 +198,18 @@ func newServeCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if err := applyThreads(o.threadsPerRank, o.tp*o.pcp); err != nil {
-				return err
-			}
-			mp, err := joinProcesses(deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
-				interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize}, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			if mp != nil {
-				defer mp.end()
-				if !mp.leader {
-					return mp.follow()
-				}
-				o.procs, o.procWeights = mp.procs, mp.weights
-			}
-			s, err := startServe(o, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "cpmla serve: %s (model %q; try %s/v1/models)\n", s.URL, o.model, s.URL)
-			<-ctx.Done()
-			fmt.Fprintln(cmd.ErrOrStderr(), "cpmla serve: shutting down")
-			return s.close(10 * time.Second)
+			return runRanks(o.threadsPerRank, o.deployment(), cmd.ErrOrStderr(),
+				func(procs *engine.Procs, procWeights int64) error {
+					o.procs, o.procWeights = procs, procWeights
+					s, err := startServe(o, cmd.ErrOrStderr())
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "cpmla serve: %s (model %q; try %s/v1/models)\n", s.URL, o.model, s.URL)
+					<-ctx.Done()
+					fmt.Fprintln(cmd.ErrOrStderr(), "cpmla serve: shutting down")
+					return s.close(10 * time.Second)
+				})
 		},
 	}
 	addServeFlags(cmd, &o)
