@@ -505,6 +505,14 @@ func (t *attendTask) runPart(p, parts int) {
 	}
 }
 
+// prefetchFour starts loading n bytes of rows[j … j+3] (those that exist)
+// into L1: rows and keys gathered from scattered cache slots, a tile ahead.
+func prefetchFour(rows [][]float32, j, n int) {
+	nn := min(4, len(rows)-j)
+	p := func(c int) *float32 { return &rows[j+min(c, nn-1)][0] }
+	prefetchRows(p(0), p(1), p(2), p(3), n)
+}
+
 // rowPrefetchAhead is how many rows ahead of the four in use the logit loop
 // prefetches: two tiles, so that rows from scattered cache slots arrive in
 // time even when both cores load rows at once (measured against one tile).
@@ -598,10 +606,7 @@ func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float3
 					}
 					prefetchRowsBF16(b[0], b[1], b[2], b[3], rowBytes)
 				} else {
-					for c := range 4 {
-						f[c] = &ahead[next+min(c, nn-1)][0]
-					}
-					prefetchRows(f[0], f[1], f[2], f[3], rowBytes)
+					prefetchFour(ahead, next, rowBytes)
 				}
 			}
 			for c := range tr {

@@ -312,11 +312,8 @@ func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
 	n := len(keys)
 	for j := 0; j < n; j += 8 {
 		nj := min(8, n-j)
-		if next := j + 8; next < n {
-			nn := min(8, n-next)
-			p := func(c int) *float32 { return &keys[next+min(c, nn-1)][0] }
-			prefetchRows(p(0), p(1), p(2), p(3), 4*dim)
-			prefetchRows(p(4), p(5), p(6), p(7), 4*dim)
+		for next := j + 8; next < min(n, j+16); next += 4 {
+			prefetchFour(keys, next, 4*dim)
 		}
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
 		clear(run[:])
@@ -340,9 +337,7 @@ func scoreKeysAVX2(dst, q, w []float32, heads, dim int, keys [][]float32) {
 	for j := 0; j < n; j += 4 {
 		nj := min(4, n-j)
 		if next := j + 4; next < n {
-			nn := min(4, n-next)
-			p := func(c int) *float32 { return &keys[next+min(c, nn-1)][0] }
-			prefetchRows(p(0), p(1), p(2), p(3), 4*dim)
+			prefetchFour(keys, next, 4*dim)
 		}
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
 		k0, k1, k2, k3 := k(0), k(1), k(2), k(3)

@@ -106,15 +106,7 @@ func TestDecodeKeysMatchesKey(t *testing.T) {
 	const j0, j1 = 7, 150
 	got := make([]float32, (j1-j0)*numfmt.IndexerKeyDim)
 	lc.DecodeKeys(got, slots, j0, j1)
-	for j := j0; j < j1; j++ {
-		want := lc.Key(slots[j], make([]float32, numfmt.IndexerKeyDim))
-		g := got[(j-j0)*numfmt.IndexerKeyDim : (j-j0+1)*numfmt.IndexerKeyDim]
-		for i := range want {
-			if math.Float32bits(g[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("slot %d value %d: DecodeKeys %v, Key %v", slots[j], i, g[i], want[i])
-			}
-		}
-	}
+	checkRangeDecode(t, "DecodeKeys vs Key", got, numfmt.IndexerKeyDim, slots[j0:j1], lc.Key)
 	f32, err := NewCache(1, 1, 4, KVBF16, IdxF32, numfmt.IndexerKeyDim)
 	if err != nil {
 		t.Fatal(err)
@@ -151,13 +143,20 @@ func TestDecodeRowsMatchesRow(t *testing.T) {
 		const j0, j1 = 3, 41
 		got := make([]float32, (j1-j0)*mla.RowDim)
 		lc.DecodeRows(got, slots, j0, j1)
-		for j := j0; j < j1; j++ {
-			want := lc.Row(slots[j], make([]float32, mla.RowDim))
-			g := got[(j-j0)*mla.RowDim : (j-j0+1)*mla.RowDim]
-			for i := range want {
-				if math.Float32bits(g[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("%s slot %d value %d: DecodeRows %v, Row %v", dt, slots[j], i, g[i], want[i])
-				}
+		checkRangeDecode(t, string(dt)+": DecodeRows vs Row", got, mla.RowDim, slots[j0:j1], lc.Row)
+	}
+}
+
+// checkRangeDecode fails t unless got holds, width values per slot, the
+// bits one(slot, scratch) returns for every slot in turn.
+func checkRangeDecode(t *testing.T, what string, got []float32, width int, slots []int32, one func(slot int32, scratch []float32) []float32) {
+	t.Helper()
+	for j, slot := range slots {
+		want := one(slot, make([]float32, width))
+		g := got[j*width : (j+1)*width]
+		for i := range want {
+			if math.Float32bits(g[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: slot %d value %d: %v, want %v", what, slot, i, g[i], want[i])
 			}
 		}
 	}
