@@ -14,6 +14,7 @@ import (
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/sampler"
+	"github.com/cpmla/cpmla/tokenizer"
 )
 
 func init() { register(newGenerateCmd) }
@@ -40,6 +41,10 @@ type generateOptions struct {
 type generateResult struct {
 	Tokens   []int     `json:"tokens"`
 	Logprobs []float64 `json:"logprobs"`
+	// Text is Tokens decoded by the model's tokenizer (its own tokenizer.json,
+	// else the embedded DeepSeek-V3 one); empty when an id is not one of the
+	// tokenizer's.
+	Text string `json:"text"`
 }
 
 // generate runs one request to completion through the engine, on one rank
@@ -131,38 +136,50 @@ func generate(o generateOptions) (*generateResult, error) {
 	return res, nil
 }
 
-func parseIDs(s string) ([]int, error) {
-	var ids []int
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
+// decodeText is ids as text in tk, or a note saying why there is none.
+func decodeText(tk *tokenizer.Tokenizer, ids []int) (text string, ok bool) {
+	for _, id := range ids {
+		if _, known := tk.Token(id); !known {
+			return fmt.Sprintf("(no text: id %d is not in the tokenizer's vocabulary of %d)", id, tk.VocabSize()), false
 		}
-		v, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("token id %q is not an integer", f)
-		}
-		ids = append(ids, v)
 	}
-	return ids, nil
+	return tk.Decode(ids, false), true
 }
 
 func newGenerateCmd() *cobra.Command {
 	var o generateOptions
-	var ids string
+	var ids, prompt, tokDir string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "generate",
-		Short: "Generate tokens for one prompt on a single rank",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var err error
-			if o.promptIDs, err = parseIDs(ids); err != nil {
-				return err
+		Short: "Generate tokens for one prompt through the engine and print their ids and text",
+		Long: "Generate --max-tokens tokens for one prompt (--prompt-ids, or --prompt text tokenized with\n" +
+			"the model's tokenizer) and print the new token ids and their text. The built-in presets\n" +
+			"have seeded random weights, so their text is noise.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tk, err := loadTokenizer(tokDir, o.model)
+			if err != nil {
+				return fmt.Errorf("load tokenizer: %w", err)
+			}
+			switch {
+			case cmd.Flags().Changed("prompt") && cmd.Flags().Changed("prompt-ids"):
+				return fmt.Errorf("give one of --prompt and --prompt-ids, not both")
+			case cmd.Flags().Changed("prompt"):
+				if prompt == "" {
+					return fmt.Errorf("--prompt is empty; give some text, e.g. --prompt \"Hello\"")
+				}
+				o.promptIDs = tk.Encode(prompt, true)
+			default:
+				if o.promptIDs, err = parseIDList("--prompt-ids", ids); err != nil {
+					return err
+				}
 			}
 			res, err := generate(o)
 			if err != nil {
 				return err
 			}
+			res.Text, _ = decodeText(tk, res.Tokens)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				return enc.Encode(res)
@@ -171,7 +188,7 @@ func newGenerateCmd() *cobra.Command {
 			for i, t := range res.Tokens {
 				parts[i] = strconv.Itoa(t)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), strings.Join(parts, ","))
+			fmt.Fprintf(cmd.OutOrStdout(), "ids:  %s\ntext: %q\n", strings.Join(parts, ","), res.Text)
 			return nil
 		},
 	}
@@ -179,6 +196,8 @@ func newGenerateCmd() *cobra.Command {
 	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
 	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
 	f.StringVar(&ids, "prompt-ids", "0,4,8,15,16,23,42", "comma-separated prompt token ids")
+	f.StringVar(&prompt, "prompt", "", "prompt text, tokenized with the model's tokenizer (BOS added); instead of --prompt-ids")
+	f.StringVar(&tokDir, "tokenizer", "", "directory with tokenizer.json (default: the checkpoint's, else the embedded DeepSeek-V3 tokenizer)")
 	f.IntVar(&o.maxTokens, "max-tokens", 16, "tokens to generate")
 	f.Float64Var(&o.params.Temperature, "temperature", 0, "sampling temperature (0 = greedy)")
 	f.Float64Var(&o.params.TopP, "top-p", 1, "nucleus sampling probability")

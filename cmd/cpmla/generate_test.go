@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 func runCLI(t *testing.T, args ...string) string {
@@ -43,6 +46,13 @@ func TestGenerateRefusesBadInput(t *testing.T) {
 		{"generate", "--kv-cache-dtype", "fp16"},
 		{"generate", "--model", "no-such-model"},
 		{"generate", "--top-p", "0"},
+		{"generate", "--prompt-ids", "1,,2"},
+		{"generate", "--prompt-ids", "1,2,"},
+		{"generate", "--prompt-ids", "1,-2"},
+		{"generate", "--prompt", "Hello", "--prompt-ids", "1,2"},
+		{"generate", "--prompt", ""},
+		{"generate", "--tokenizer", t.TempDir()},
+		{"generate", "1,2,3"},
 	} {
 		root := newRoot()
 		root.SetOut(&bytes.Buffer{})
@@ -51,5 +61,35 @@ func TestGenerateRefusesBadInput(t *testing.T) {
 		if err := root.Execute(); err == nil {
 			t.Errorf("cpmla %v succeeded", args)
 		}
+	}
+}
+
+// Every command refuses a positional argument it does not take, instead of
+// ignoring it; a command that groups subcommands refuses an unknown one.
+func TestEveryCommandRefusesStrayArguments(t *testing.T) {
+	var walk func(c *cobra.Command, path []string)
+	checked := 0
+	walk = func(c *cobra.Command, path []string) {
+		for _, sub := range c.Commands() {
+			if sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			p := append(append([]string(nil), path...), sub.Name())
+			root := newRoot()
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetErr(&out)
+			root.SetArgs(append(p, "stray-word"))
+			err := root.Execute()
+			if err == nil || !strings.Contains(err.Error(), "stray-word") {
+				t.Errorf("cpmla %s stray-word: got %v, want a refusal naming the argument", strings.Join(p, " "), err)
+			}
+			checked++
+			walk(sub, p)
+		}
+	}
+	walk(newRoot(), nil)
+	if checked < 10 {
+		t.Fatalf("checked only %d commands", checked)
 	}
 }

@@ -4,6 +4,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
@@ -18,13 +19,63 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "cpmla",
 		Short:         "Context-parallel inference engine for sparse-MLA models (DeepSeek-V3.2, GLM-5)",
+		Version:       version(),
+		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("cpmla {{.Version}}\n")
 	for _, c := range commands {
 		root.AddCommand(c())
 	}
+	refuseArguments(root)
 	return root
+}
+
+// refuseArguments makes every command that names no positional arguments of
+// its own refuse them, so that a stray word is an error instead of being
+// ignored.
+// A command that only groups subcommands prints its help when run alone.
+func refuseArguments(c *cobra.Command) {
+	if c.Args == nil {
+		c.Args = cobra.NoArgs
+	}
+	if !c.Runnable() {
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+	for _, sub := range c.Commands() {
+		refuseArguments(sub)
+	}
+}
+
+// version describes this build: the module version (or "devel"), the
+// commit it was built from when the build recorded one, and the Go version.
+func version() string {
+	v, commit, dirty, goVersion := "devel", "", false, "unknown Go"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVersion = bi.GoVersion
+		if m := bi.Main.Version; m != "" && m != "(devel)" {
+			v = m
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if commit != "" {
+		if len(commit) > 12 {
+			commit = commit[:12]
+		}
+		if dirty {
+			commit += "+modified"
+		}
+		return fmt.Sprintf("%s (commit %s, %s)", v, commit, goVersion)
+	}
+	return fmt.Sprintf("%s (%s)", v, goVersion)
 }
 
 func main() {

@@ -22,7 +22,6 @@ import (
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/server"
-	"github.com/cpmla/cpmla/tokenizer"
 )
 
 func init() { register(newServeCmd) }
@@ -117,7 +116,7 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	if o.port < 0 || o.port > 65535 {
 		return nil, fmt.Errorf("--port is %d; use 1..65535, or 0 for any free port", o.port)
 	}
-	tk, err := tokenizer.ForCheckpoint(o.tokenizer)
+	tk, err := loadTokenizer(o.tokenizer, o.model)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer: %w", err)
 	}

@@ -40,7 +40,7 @@ func newTokenizeCmd() *cobra.Command {
 				}
 				text = string(data)
 			}
-			tk, err := tokenizer.ForCheckpoint(dir)
+			tk, err := loadTokenizer(dir, "")
 			if err != nil {
 				return err
 			}
@@ -71,11 +71,11 @@ func newDetokenizeCmd() *cobra.Command {
 		Short: "Print the text of a comma-separated list of token ids",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ids, err := parseIDList(idList)
+			ids, err := parseIDList("--ids", idList)
 			if err != nil {
 				return err
 			}
-			tk, err := tokenizer.ForCheckpoint(dir)
+			tk, err := loadTokenizer(dir, "")
 			if err != nil {
 				return err
 			}
@@ -94,20 +94,39 @@ func newDetokenizeCmd() *cobra.Command {
 	return cmd
 }
 
-// parseIDList parses "1, 2,3" (a JSON list such as "[1,2,3]" is accepted too).
-func parseIDList(s string) ([]int, error) {
+// parseIDList parses the token ids of flag: "1, 2,3" (a JSON list such as
+// "[1,2,3]" is accepted too). Every item must be a non-negative integer: an
+// empty item ("1,,2") is refused, not skipped.
+func parseIDList(flag, s string) ([]int, error) {
 	s = strings.TrimSpace(s)
 	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
 	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("--ids is empty; give comma-separated token ids, e.g. --ids 0,19923,2058")
+		return nil, fmt.Errorf("%s is empty; give comma-separated token ids, e.g. %s 0,19923,2058", flag, flag)
 	}
 	var ids []int
 	for i, f := range strings.Split(s, ",") {
 		id, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || id < 0 {
-			return nil, fmt.Errorf("--ids item %d %q is not a non-negative integer; give e.g. --ids 0,19923,2058", i+1, f)
+			return nil, fmt.Errorf("%s item %d %q is not a non-negative integer; give e.g. %s 0,19923,2058", flag, i+1, f, flag)
 		}
 		ids = append(ids, id)
 	}
 	return ids, nil
+}
+
+// loadTokenizer is a command's tokenizer: the tokenizer.json in --tokenizer
+// DIR when set (a directory without one is refused), else the --model
+// checkpoint's own when it has one, else the embedded DeepSeek-V3 tokenizer.
+func loadTokenizer(flag, model string) (*tokenizer.Tokenizer, error) {
+	if flag != "" {
+		tk, err := tokenizer.Load(flag)
+		if err != nil {
+			return nil, fmt.Errorf("--tokenizer %s: %w", flag, err)
+		}
+		return tk, nil
+	}
+	if st, err := os.Stat(model); err == nil && st.IsDir() {
+		return tokenizer.ForCheckpoint(model)
+	}
+	return tokenizer.Default()
 }

@@ -23,7 +23,7 @@ func TestParseIDList(t *testing.T) {
 		{"1;2", nil, "not a non-negative integer"},
 	}
 	for _, c := range cases {
-		got, err := parseIDList(c.in)
+		got, err := parseIDList("--ids", c.in)
 		if c.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Errorf("parseIDList(%q) error %v, want one containing %q", c.in, err, c.wantErr)
@@ -43,7 +43,7 @@ func FuzzParseIDList(f *testing.F) {
 	f.Add("1,2,3")
 	f.Add("[0, 7]")
 	f.Fuzz(func(t *testing.T, s string) {
-		ids, err := parseIDList(s)
+		ids, err := parseIDList("--ids", s)
 		if err != nil {
 			return
 		}
