@@ -16,6 +16,9 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	for i, v := range wf.F32 {
 		wb.BF16[i] = toBF16(v)
 	}
+	wq := randFP8(r, rows, cols, 64, 16)
+	x8 := randSlice(r, 8*cols, 1)
+	dst8 := make([]float32, 8*rows)
 	row := make([]float32, 64)
 	wrow := make([]float32, cols)
 	w := randSlice(r, 64, 1)
@@ -32,7 +35,11 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatMulT f32", func() { MatMulT(dst, x, n, wf) }},
 		{"MatMulT bf16", func() { MatMulT(dst, x, n, wb) }},
 		{"MatVecT bf16", func() { MatVecT(dst[:rows], x[:cols], wb) }},
+		{"MatMulT fp8", func() { MatMulT(dst, x, n, wq) }},
+		{"MatMulT fp8 n=8", func() { MatMulT(dst8, x8, 8, wq) }},
+		{"MatVecT fp8", func() { MatVecT(dst[:rows], x[:cols], wq) }},
 		{"Matrix.Row", func() { wrow = wb.Row(1, wrow) }},
+		{"Matrix.Row fp8", func() { wrow = wq.Row(1, wrow) }},
 		{"Dot", func() { _ = Dot(row, w) }},
 		{"Axpy", func() { Axpy(0.5, w, row) }},
 		{"RMSNorm", func() { RMSNorm(row, row, w, 1e-6) }},

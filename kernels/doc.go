@@ -1,5 +1,7 @@
 // Package kernels holds the numeric building blocks of the engine: the Linear
-// layer (MatMulT/MatVecT over f32 or bf16 weights), dot products, RMSNorm and
+// layer (MatMulT/MatVecT over f32, bf16 or fp8 block-scaled weights, a
+// Matrix cut into tensor-parallel shards by SliceRows and SliceCols), dot
+// products, RMSNorm and
 // LayerNorm, SiLU/SwiGLU, softmax and log-sum-exp, a deterministic top-k,
 // rotary position embeddings with DeepSeek-style YaRN, multi-query softmax
 // attention over gathered rows (AttendRows, AttendRowsBF16 and, for rows a
@@ -36,6 +38,11 @@
 //     a batched product has the same bits as MatVecT on row i alone: results
 //     never depend on how many other rows share the batch.
 //   - bf16 weights are widened exactly to float32 before they are multiplied.
+//   - An fp8 weight (an e4m3 code with one float32 scale per 128×128 block,
+//     as DeepSeek-V3 and GLM-5 checkpoints store them) is the float32
+//     product code·scale, rounded once. MatMulT and MatVecT on an fp8
+//     matrix give exactly the bits of the same implementation on its
+//     dequantized f32 copy, for any offsets into the block grid.
 //   - RoPE angles pos·inv_freq and their cos/sin are computed in float64 and
 //     rounded to float32 once; the rotation itself is float32 (Apply) or
 //     float64 (Apply64).
@@ -58,6 +65,11 @@
 //   - Every assembly call is bounded (a tile, a panel of heads or one row
 //     block), well under a millisecond, so the scheduler and GC are never
 //     starved.
+//   - They never write to a weight, and never copy or dequantize an fp8
+//     weight as a whole (its codes are usually a read-only view of the
+//     checkpoint file): the fast path dequantizes at most one block of rows
+//     of one reduction block at a time, into a pooled panel. Only SliceCols
+//     copies, and only the columns it is asked for.
 //   - They never silently truncate: a length mismatch is a programming error
 //     and panics with the lengths involved.
 //   - TopK never selects a −Inf or NaN score and breaks ties by the lowest

@@ -371,6 +371,7 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 	lse := make([]float32, heads)
 	logits := make([]float32, AttendScratchLen(heads, nr, vdim))
 	w := &Matrix{Rows: 64, Cols: 256, F32: randSlice(r, 64*256, 1)}
+	wq := randFP8(r, 64, 256, 64, 16)
 	x := randSlice(r, 8*256, 1)
 	y := make([]float32, 8*64)
 	iw := randSlice(r, 4, 1)
@@ -396,6 +397,8 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 			}{
 				{"AttendRows", func() { AttendRows(out, lse, nil, q, heads, vdim, rows, 0.0625, logits) }},
 				{"MatMulT", func() { MatMulT(y, x, 8, w) }},
+				{"MatMulT fp8", func() { MatMulT(y, x, 8, wq) }},
+				{"MatVecT fp8", func() { MatVecT(y[:64], x[:256], wq) }},
 				{"WeightedReLUScores", func() { WeightedReLUScores(scores, q[:4*128], iw, 4, rows) }},
 				{"TopK (split on two threads)", func() { TopK(picked, longScores) }},
 				{"AttendDecodedRows", func() {

@@ -68,13 +68,29 @@ func (t *gemmTask) runPart(p, parts int) {
 	gemmRange(t.dst, t.x, t.n, t.w, t.l, j0, j1)
 }
 
+// f32Rows is where a tile finds f32 weight rows: element (j, k) of the
+// weight is v[(j-j0)*ld + k-k0]. For an F32 matrix it is the matrix itself;
+// for an FP8 matrix it is a panel that rows [j0, …) and columns [k0, …) were
+// dequantized into, with the values Matrix.Row gives.
+type f32Rows struct {
+	v          []float32
+	j0, k0, ld int
+}
+
+// at is the address of element (j, k).
+func (p *f32Rows) at(j, k int) *float32 { return &p.v[(j-p.j0)*p.ld+k-p.k0] }
+
 // gemmRange computes output columns [j0, j1) of dst = x·wᵀ for all n rows.
 func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
+	if w.FP8 != nil {
+		gemmRangeFP8(dst, x, n, w, l, j0, j1)
+		return
+	}
 	in := w.Cols
 	mr := maxTileRows(l)
-	bpw := 4
-	if w.F32 == nil {
-		bpw = 2
+	var p *f32Rows
+	if w.F32 != nil {
+		p = &f32Rows{v: w.F32, ld: in}
 	}
 	if n <= mr {
 		// One activation tile: walk each group of four weight rows through
@@ -85,13 +101,13 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 			// GEMV: eight weight rows per call keep eight streams in flight.
 			for ; jt+8 <= j1; jt += 8 {
 				for k0 := 0; k0 < in; k0 += gemmKC {
-					gemvTile8(dst, x, w, jt, k0)
+					gemvTile8(dst, x, w, p, jt, k0)
 				}
 			}
 		}
 		for ; jt < j1; jt += 4 {
 			for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
-				gemmTile(dst, x, n, w, l, 0, jt, min(4, j1-jt), k0)
+				gemmTile(dst, x, n, w, p, l, 0, jt, min(4, j1-jt), k0)
 				if in == 0 {
 					break
 				}
@@ -99,13 +115,13 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		}
 		return
 	}
-	jb := max(4, (gemmBlockBytes/(max(1, min(in, gemmKC))*bpw))&^3)
+	jb := max(4, (gemmBlockBytes/(max(1, min(in, gemmKC))*w.bytesPerWeight()))&^3)
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
 			for i0 := 0; i0 < n; i0 += mr {
 				for jt := b0; jt < b1; jt += 4 {
-					gemmTile(dst, x, n, w, l, i0, jt, min(4, b1-jt), k0)
+					gemmTile(dst, x, n, w, p, l, i0, jt, min(4, b1-jt), k0)
 				}
 			}
 			if in == 0 {
@@ -115,10 +131,96 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	}
 }
 
+// gemmRangeFP8 is gemmRange for an FP8 matrix: the tiles' weight rows are
+// dequantized, a reduction block at a time, into an f32 panel that the f32
+// tiles then read, so every output element has the bits of the f32 product
+// with the dequantized matrix. A product of more than one activation tile
+// dequantizes a block of rows once for all activation rows.
+func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
+	in := w.Cols
+	mr := maxTileRows(l)
+	buf := getPanel()
+	defer putPanel(buf)
+	if n <= mr {
+		jt := j0
+		if n == 1 && l == levelAVX512 && in > 0 {
+			for ; jt+8 <= j1; jt += 8 {
+				for k0 := 0; k0 < in; k0 += gemmKC {
+					p := dequantPanel(buf, w, jt, jt+8, k0)
+					gemvTile8(dst, x, w, &p, jt, k0)
+				}
+			}
+		}
+		for ; jt < j1; jt += 4 {
+			nj := min(4, j1-jt)
+			for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
+				p := dequantPanel(buf, w, jt, jt+nj, k0)
+				gemmTile(dst, x, n, w, &p, l, 0, jt, nj, k0)
+				if in == 0 {
+					break
+				}
+			}
+		}
+		return
+	}
+	// The panel of a block is sized as an f32 block is.
+	jb := max(4, (gemmBlockBytes/(max(1, min(in, gemmKC))*4))&^3)
+	for b0 := j0; b0 < j1; b0 += jb {
+		b1 := min(b0+jb, j1)
+		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
+			p := dequantPanel(buf, w, b0, b1, k0)
+			for i0 := 0; i0 < n; i0 += mr {
+				for jt := b0; jt < b1; jt += 4 {
+					gemmTile(dst, x, n, w, &p, l, i0, jt, min(4, b1-jt), k0)
+				}
+			}
+			if in == 0 {
+				break
+			}
+		}
+	}
+}
+
+// panelFloats is the size of an FP8 dequantization panel: a block of
+// gemmBlockBytes of f32 weights (which holds eight rows of gemmKC too).
+const panelFloats = gemmBlockBytes / 4
+
+// fp8Panels keeps the dequantization panels of finished calls for the next.
+var fp8Panels = make(chan *[panelFloats]float32, 64)
+
+func getPanel() *[panelFloats]float32 {
+	select {
+	case p := <-fp8Panels:
+		return p
+	default:
+		return new([panelFloats]float32)
+	}
+}
+
+func putPanel(p *[panelFloats]float32) {
+	select {
+	case fp8Panels <- p:
+	default:
+	}
+}
+
+// dequantPanel dequantizes rows [ja, jb) and columns [k0, k0+gemmKC) ∩
+// [0, Cols) of the FP8 matrix w into buf and returns where they are.
+func dequantPanel(buf *[panelFloats]float32, w *Matrix, ja, jb, k0 int) f32Rows {
+	in := w.Cols
+	k1 := min(k0+gemmKC, in)
+	kc := k1 - k0
+	for j := ja; j < jb; j++ {
+		dequantizeRowFP8(buf[(j-ja)*kc:(j-ja+1)*kc], w.FP8[j*in+k0:j*in+k1], w.Scales.scaleRow(j), w.Scales.ColOff+k0)
+	}
+	return f32Rows{v: buf[:], j0: ja, k0: k0, ld: kc}
+}
+
 // gemmTile computes the contribution of reduction block [k0, k0+gemmKC) to
 // the tile of activation rows [i0, i0+maxTileRows) and weight rows
-// [jt, jt+nj): it writes dst for the first block and adds to it after.
-func gemmTile(dst, x []float32, n int, w *Matrix, l level, i0, jt, nj, k0 int) {
+// [jt, jt+nj): it writes dst for the first block and adds to it after. The
+// weights are f32 rows at p or, when p is nil, w's bf16 rows.
+func gemmTile(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, nj, k0 int) {
 	in, out := w.Cols, w.Rows
 	m := min(maxTileRows(l), n-i0)
 	k1 := min(k0+gemmKC, in)
@@ -126,8 +228,8 @@ func gemmTile(dst, x []float32, n int, w *Matrix, l level, i0, jt, nj, k0 int) {
 	var tile [24]float32
 	switch {
 	case in == 0:
-	case w.F32 != nil:
-		r := func(c int) *float32 { return &w.F32[(jt+min(c, nj-1))*in+k0] }
+	case p != nil:
+		r := func(c int) *float32 { return p.at(jt+min(c, nj-1), k0) }
 		dotTileF32(l, m, &x[i0*in+k0], in, r(0), r(1), r(2), r(3), kv, &tile)
 	default:
 		r := func(c int) *uint16 { return &w.BF16[(jt+min(c, nj-1))*in+k0] }
@@ -139,7 +241,7 @@ func gemmTile(dst, x []float32, n int, w *Matrix, l level, i0, jt, nj, k0 int) {
 		for c := range nj {
 			s := tile[i*4+c]
 			if len(xi) > 0 {
-				s += tailDot(xi, w, jt+c, k0+kv)
+				s += tailDot(xi, w, p, jt+c, k0+kv)
 			}
 			if k0 == 0 {
 				di[c] = s
@@ -152,13 +254,13 @@ func gemmTile(dst, x []float32, n int, w *Matrix, l level, i0, jt, nj, k0 int) {
 
 // gemvTile8 is gemmTile for one activation row and eight weight rows
 // [jt, jt+8) on AVX-512, with the same per-element arithmetic.
-func gemvTile8(dst, x []float32, w *Matrix, jt, k0 int) {
+func gemvTile8(dst, x []float32, w *Matrix, p *f32Rows, jt, k0 int) {
 	in := w.Cols
 	k1 := min(k0+gemmKC, in)
 	kv := (k1 - k0) &^ 15
 	var tile [8]float32
-	if w.F32 != nil {
-		dotTile1x8F32(&x[k0], &w.F32[jt*in+k0], in, kv, &tile)
+	if p != nil {
+		dotTile1x8F32(&x[k0], p.at(jt, k0), p.ld, kv, &tile)
 	} else {
 		dotTile1x8BF16(&x[k0], &w.BF16[jt*in+k0], in, kv, &tile)
 	}
@@ -167,7 +269,7 @@ func gemvTile8(dst, x []float32, w *Matrix, jt, k0 int) {
 	for c := range di {
 		s := tile[c]
 		if len(xi) > 0 {
-			s += tailDot(xi, w, jt+c, k0+kv)
+			s += tailDot(xi, w, p, jt+c, k0+kv)
 		}
 		if k0 == 0 {
 			di[c] = s
@@ -177,17 +279,19 @@ func gemvTile8(dst, x []float32, w *Matrix, jt, k0 int) {
 	}
 }
 
-// tailDot is Σ xi[k]·w[j, off+k] in order, products rounded before the add.
-func tailDot(xi []float32, w *Matrix, j, off int) float32 {
+// tailDot is Σ xi[k]·w[j, off+k] in order, products rounded before the add,
+// with the weights from p (or w's bf16 rows when p is nil).
+func tailDot(xi []float32, w *Matrix, p *f32Rows, j, off int) float32 {
 	var s float32
-	in := w.Cols
-	if w.F32 != nil {
-		wr := w.F32[j*in+off : j*in+off+len(xi)]
+	if p != nil {
+		base := (j-p.j0)*p.ld + off - p.k0
+		wr := p.v[base : base+len(xi)]
 		for k, v := range xi {
 			s += float32(v * wr[k])
 		}
 		return s
 	}
+	in := w.Cols
 	wr := w.BF16[j*in+off : j*in+off+len(xi)]
 	for k, v := range xi {
 		s += float32(v * bf16ToF32(wr[k]))

@@ -4,19 +4,83 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
+
+	"github.com/cpmla/cpmla/numfmt"
 )
 
 // Matrix is a row-major weight [Rows, Cols] = [out, in], the layout HF
-// checkpoints store Linear weights in. Exactly one of F32 and BF16 is set
-// (non-nil) and holds Rows·Cols elements; BF16 elements are raw bfloat16 bits.
+// checkpoints store Linear weights in. Exactly one storage is set (non-nil)
+// and holds Rows·Cols elements: F32 values, BF16 raw bfloat16 bits, or FP8
+// float8_e4m3fn codes with their block scales in Scales. An FP8 element's
+// value is float32(numfmt.F32FromE4M3(code) · scale), one float32 rounding
+// of the product, where scale is the Scales entry of the element's block; a
+// NaN code is NaN whatever its scale. The codes are usually a read-only view
+// of a checkpoint file and are never copied or dequantized as a whole by the
+// kernels.
 type Matrix struct {
 	Rows, Cols int
 	F32        []float32
 	BF16       []uint16
+	FP8        []uint8
+	// Scales holds the block scales of FP8 (nil for the other storages).
+	Scales *BlockScales
 }
 
+// FP8Block is the side of the square blocks of an FP8 matrix that share one
+// scale: 128, the weight_block_size of DeepSeek-V3 and GLM-5 checkpoints.
+const FP8Block = 128
+
+// BlockScales holds one float32 per FP8Block×FP8Block block of the tensor a
+// matrix was cut from (the checkpoint's weight_scale_inv, row-major with
+// Stride blocks per row; despite the name its entries are multiplied, not
+// divided): element (i, j) of the matrix uses
+//
+//	S[((i+RowOff)/FP8Block)*Stride + (j+ColOff)/FP8Block].
+//
+// RowOff and ColOff place the matrix in that tensor, so a slice that cuts
+// through a block (an expert of width 128 split over two ranks) keeps the
+// scales of the block it came from. SliceRows and SliceCols keep both
+// offsets below FP8Block by advancing S instead.
+type BlockScales struct {
+	S                      []float32
+	Stride, RowOff, ColOff int
+}
+
+// NewFP8Matrix returns the FP8 matrix [rows, cols] of a checkpoint tensor:
+// its e4m3 codes (row-major, rows·cols of them, not copied) and its
+// weight_scale_inv, exactly ⌈rows/128⌉·⌈cols/128⌉ float32 block scales,
+// row-major (not copied). It returns an error naming the sizes if they do
+// not fit.
+func NewFP8Matrix(rows, cols int, codes []uint8, scaleInv []float32) (*Matrix, error) {
+	if rows < 0 || cols < 0 {
+		return nil, fmt.Errorf("kernels: fp8 matrix shape [%d, %d] has a negative dimension", rows, cols)
+	}
+	br, bc := ceilDiv(rows, FP8Block), ceilDiv(cols, FP8Block)
+	if br > 0 && bc > math.MaxInt/br {
+		return nil, fmt.Errorf("kernels: fp8 matrix shape [%d, %d] overflows int", rows, cols)
+	}
+	if len(scaleInv) != br*bc {
+		return nil, fmt.Errorf("kernels: fp8 matrix [%d, %d] needs [%d, %d] = %d block scales of %d×%d, has %d",
+			rows, cols, br, bc, br*bc, FP8Block, FP8Block, len(scaleInv))
+	}
+	if codes == nil {
+		codes = []uint8{}
+	}
+	m := &Matrix{Rows: rows, Cols: cols, FP8: codes, Scales: &BlockScales{S: scaleInv, Stride: bc}}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
 // Validate reports whether m is a well-formed weight: non-negative shape,
-// exactly one storage slice set, and that slice holding Rows·Cols elements.
+// exactly one storage slice set, that slice holding Rows·Cols elements and,
+// for FP8, Scales set with non-negative offsets, a stride that holds every
+// block column the matrix touches, and a scale for every block it touches
+// (Scales must be nil for the other storages).
 func (m *Matrix) Validate() error {
 	if m == nil {
 		return errors.New("kernels: nil matrix")
@@ -28,26 +92,87 @@ func (m *Matrix) Validate() error {
 		return fmt.Errorf("kernels: matrix shape [%d, %d] overflows int", m.Rows, m.Cols)
 	}
 	want := m.Rows * m.Cols
+	nset, have := 0, 0
+	for _, st := range [...]struct {
+		set bool
+		n   int
+	}{{m.F32 != nil, len(m.F32)}, {m.BF16 != nil, len(m.BF16)}, {m.FP8 != nil, len(m.FP8)}} {
+		if st.set {
+			nset++
+			have = st.n
+		}
+	}
 	switch {
-	case m.F32 != nil && m.BF16 != nil:
-		return fmt.Errorf("kernels: matrix [%d, %d] has both F32 (%d) and BF16 (%d) storage set; set exactly one", m.Rows, m.Cols, len(m.F32), len(m.BF16))
-	case m.F32 != nil:
-		if len(m.F32) != want {
-			return fmt.Errorf("kernels: matrix [%d, %d] needs %d f32 elements, has %d", m.Rows, m.Cols, want, len(m.F32))
+	case nset > 1:
+		var set []string
+		for _, st := range []struct {
+			name string
+			set  bool
+			n    int
+		}{{"F32", m.F32 != nil, len(m.F32)}, {"BF16", m.BF16 != nil, len(m.BF16)}, {"FP8", m.FP8 != nil, len(m.FP8)}} {
+			if st.set {
+				set = append(set, fmt.Sprintf("%s (%d)", st.name, st.n))
+			}
 		}
-	case m.BF16 != nil:
-		if len(m.BF16) != want {
-			return fmt.Errorf("kernels: matrix [%d, %d] needs %d bf16 elements, has %d", m.Rows, m.Cols, want, len(m.BF16))
-		}
-	default:
-		return fmt.Errorf("kernels: matrix [%d, %d] has no storage; set F32 or BF16", m.Rows, m.Cols)
+		return fmt.Errorf("kernels: matrix [%d, %d] has %s storage set; set exactly one", m.Rows, m.Cols, strings.Join(set, " and "))
+	case nset == 0:
+		return fmt.Errorf("kernels: matrix [%d, %d] has no storage; set F32, BF16 or FP8 (with Scales)", m.Rows, m.Cols)
+	case have != want:
+		return fmt.Errorf("kernels: matrix [%d, %d] needs %d %s elements, has %d", m.Rows, m.Cols, want, strings.ToLower(m.dtype()), have)
+	case m.FP8 == nil && m.Scales != nil:
+		return fmt.Errorf("kernels: %s matrix [%d, %d] has block scales; Scales is for FP8 storage only", strings.ToLower(m.dtype()), m.Rows, m.Cols)
+	case m.FP8 != nil:
+		return m.Scales.validate(m.Rows, m.Cols)
 	}
 	return nil
 }
 
-// Row returns row i of m as float32 (bf16 widened exactly). It writes into
-// dst when cap(dst) ≥ Cols and allocates otherwise. It panics if i is out of
-// range.
+// validate checks that the scales cover every block of a [rows, cols] FP8
+// matrix.
+func (s *BlockScales) validate(rows, cols int) error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("kernels: fp8 matrix [%d, %d] has no block scales; set Scales", rows, cols)
+	case s.RowOff < 0 || s.ColOff < 0 || s.Stride < 0:
+		return fmt.Errorf("kernels: fp8 matrix [%d, %d]: block scales with stride %d and offsets (%d, %d): need them all ≥ 0",
+			rows, cols, s.Stride, s.RowOff, s.ColOff)
+	case rows == 0 || cols == 0:
+		return nil
+	case s.RowOff > math.MaxInt-rows || s.ColOff > math.MaxInt-cols:
+		return fmt.Errorf("kernels: fp8 matrix [%d, %d]: block scale offsets (%d, %d) overflow int", rows, cols, s.RowOff, s.ColOff)
+	}
+	lastRow, lastCol := (s.RowOff+rows-1)/FP8Block, (s.ColOff+cols-1)/FP8Block
+	if lastCol >= s.Stride {
+		return fmt.Errorf("kernels: fp8 matrix [%d, %d] at column offset %d reaches block column %d, beyond a stride of %d blocks",
+			rows, cols, s.ColOff, lastCol, s.Stride)
+	}
+	if lastRow > (math.MaxInt-lastCol)/s.Stride || lastRow*s.Stride+lastCol >= len(s.S) {
+		return fmt.Errorf("kernels: fp8 matrix [%d, %d] at offsets (%d, %d) reaches block (%d, %d) of stride %d, needs more than the %d block scales given",
+			rows, cols, s.RowOff, s.ColOff, lastRow, lastCol, s.Stride, len(s.S))
+	}
+	return nil
+}
+
+// dtype names the storage of a matrix with exactly one storage set.
+func (m *Matrix) dtype() string {
+	switch {
+	case m.F32 != nil:
+		return "F32"
+	case m.BF16 != nil:
+		return "BF16"
+	}
+	return "FP8"
+}
+
+// scaleRow returns the block scales of matrix row i: column j uses
+// entry (j+ColOff)/FP8Block of the result.
+func (s *BlockScales) scaleRow(i int) []float32 {
+	return s.S[(i+s.RowOff)/FP8Block*s.Stride:]
+}
+
+// Row returns row i of m as float32 (bf16 widened exactly, fp8 codes times
+// their block scales). It writes into dst when cap(dst) ≥ Cols and
+// allocates otherwise. It panics if i is out of range.
 func (m *Matrix) Row(i int, dst []float32) []float32 {
 	if i < 0 || i >= m.Rows {
 		panic(fmt.Sprintf("kernels: Matrix.Row(%d) out of range [0, %d)", i, m.Rows))
@@ -57,15 +182,114 @@ func (m *Matrix) Row(i int, dst []float32) []float32 {
 	} else {
 		dst = make([]float32, m.Cols)
 	}
-	if m.F32 != nil {
+	switch {
+	case m.F32 != nil:
 		copy(dst, m.F32[i*m.Cols:(i+1)*m.Cols])
-		return dst
-	}
-	src := m.BF16[i*m.Cols : (i+1)*m.Cols]
-	for k, h := range src {
-		dst[k] = bf16ToF32(h)
+	case m.BF16 != nil:
+		src := m.BF16[i*m.Cols : (i+1)*m.Cols]
+		for k, h := range src {
+			dst[k] = bf16ToF32(h)
+		}
+	default:
+		dequantizeRowFP8(dst, m.FP8[i*m.Cols:(i+1)*m.Cols], m.Scales.scaleRow(i), m.Scales.ColOff)
 	}
 	return dst
+}
+
+// dequantizeRowFP8 writes codes[k]·srow[(k+colOff)/FP8Block] to dst[k].
+func dequantizeRowFP8(dst []float32, codes []uint8, srow []float32, colOff int) {
+	dst = dst[:len(codes)]
+	for k := 0; k < len(codes); {
+		b := (k + colOff) / FP8Block
+		end := min(len(codes), (b+1)*FP8Block-colOff)
+		s := srow[b]
+		for ; k < end; k++ {
+			dst[k] = numfmt.F32FromE4M3(codes[k]) * s
+		}
+	}
+}
+
+// Dequantize returns an F32 copy of m holding the values Row gives (an F32
+// matrix is copied too). It is for oracles and tests: the kernels never
+// dequantize a weight as a whole.
+func (m *Matrix) Dequantize() *Matrix {
+	d := &Matrix{Rows: m.Rows, Cols: m.Cols, F32: make([]float32, m.Rows*m.Cols)}
+	for i := range m.Rows {
+		m.Row(i, d.F32[i*m.Cols:(i+1)*m.Cols])
+	}
+	return d
+}
+
+// SliceRows returns rows [lo, lo+n) of m as a view sharing its storage (and
+// its block scales, with the row offset moved), or m itself when that is all
+// of it. It panics if the range is outside [0, Rows).
+func (m *Matrix) SliceRows(lo, n int) *Matrix {
+	if lo < 0 || n < 0 || lo > m.Rows-n {
+		panic(fmt.Sprintf("kernels: Matrix.SliceRows(%d, %d) of a [%d, %d] matrix is out of range", lo, n, m.Rows, m.Cols))
+	}
+	if lo == 0 && n == m.Rows {
+		return m
+	}
+	s := &Matrix{Rows: n, Cols: m.Cols}
+	a, b := lo*m.Cols, (lo+n)*m.Cols
+	switch {
+	case m.F32 != nil:
+		s.F32 = m.F32[a:b]
+	case m.BF16 != nil:
+		s.BF16 = m.BF16[a:b]
+	default:
+		s.FP8 = m.FP8[a:b]
+		s.Scales = m.Scales.shifted(lo, 0)
+	}
+	return s
+}
+
+// SliceCols returns a copy of columns [lo, lo+n) of m in its own storage
+// type (fp8 codes copied; the block scales shared, with the column offset
+// moved), or m itself when that is all of it. It panics if the range is
+// outside [0, Cols).
+func (m *Matrix) SliceCols(lo, n int) *Matrix {
+	if lo < 0 || n < 0 || lo > m.Cols-n {
+		panic(fmt.Sprintf("kernels: Matrix.SliceCols(%d, %d) of a [%d, %d] matrix is out of range", lo, n, m.Rows, m.Cols))
+	}
+	if lo == 0 && n == m.Cols {
+		return m
+	}
+	s := &Matrix{Rows: m.Rows, Cols: n}
+	switch {
+	case m.F32 != nil:
+		s.F32 = copyCols(m.F32, m.Rows, m.Cols, lo, n)
+	case m.BF16 != nil:
+		s.BF16 = copyCols(m.BF16, m.Rows, m.Cols, lo, n)
+	default:
+		s.FP8 = copyCols(m.FP8, m.Rows, m.Cols, lo, n)
+		s.Scales = m.Scales.shifted(0, lo)
+	}
+	return s
+}
+
+// copyCols copies columns [lo, lo+n) of a row-major [rows, cols] slice.
+func copyCols[T any](src []T, rows, cols, lo, n int) []T {
+	dst := make([]T, rows*n)
+	for r := range rows {
+		copy(dst[r*n:(r+1)*n], src[r*cols+lo:r*cols+lo+n])
+	}
+	return dst
+}
+
+// shifted returns the scales of the part of a matrix that starts dr rows and
+// dc columns into it, with both offsets reduced below FP8Block by advancing
+// S to the first block the part uses.
+func (s *BlockScales) shifted(dr, dc int) *BlockScales {
+	r, c := s.RowOff+dr, s.ColOff+dc
+	first := (r/FP8Block)*s.Stride + c/FP8Block
+	t := &BlockScales{Stride: s.Stride, RowOff: r % FP8Block, ColOff: c % FP8Block}
+	if first < len(s.S) {
+		t.S = s.S[first:]
+	} else {
+		t.S = s.S[len(s.S):]
+	}
+	return t
 }
 
 // bf16ToF32 widens raw bfloat16 bits to float32; the conversion is exact.
@@ -74,7 +298,7 @@ func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) 
 // MatMulT computes dst[n, w.Rows] = x[n, w.Cols] · wᵀ, the Linear layer
 // y = x Wᵀ. x and dst are row-major; dst must not overlap x. Under the
 // reference implementation element (i, j) is exactly Dot(x row i, w row j)
-// (bf16 rows widened); under an assembly implementation it is a fused,
+// (bf16 rows widened, fp8 rows dequantized as Row gives them); under an assembly implementation it is a fused,
 // vectorized dot product in an order fixed by w.Cols alone (see gemm.go).
 // Either way a row's result never depends on n or on SetThreads.
 // It panics if w is malformed, n < 0, len(x) != n·w.Cols or
@@ -97,27 +321,41 @@ func MatMulT(dst, x []float32, n int, w *Matrix) {
 	// Blocks of weight rows small enough to stay in the L2 cache are reused by
 	// every activation row; within a block each activation row stays in L1
 	// while it meets every weight row of the block.
-	bytesPerWeight := 4
-	if w.F32 == nil {
-		bytesPerWeight = 2
-	}
-	jb := max(1, matMulBlockBytes/max(1, in*bytesPerWeight))
+	jb := max(1, matMulBlockBytes/max(1, in*w.bytesPerWeight()))
 	for j0 := 0; j0 < out; j0 += jb {
 		j1 := min(j0+jb, out)
 		for i := range n {
 			xi := x[i*in : (i+1)*in]
 			di := dst[i*out : (i+1)*out]
-			if w.F32 != nil {
-				for j := j0; j < j1; j++ {
-					di[j] = Dot(xi, w.F32[j*in:(j+1)*in])
-				}
-				continue
-			}
 			for j := j0; j < j1; j++ {
-				di[j] = dotBF16(xi, w.BF16[j*in:(j+1)*in])
+				di[j] = w.dotRow(xi, j)
 			}
 		}
 	}
+}
+
+// bytesPerWeight is the storage size of one element of m.
+func (m *Matrix) bytesPerWeight() int {
+	switch {
+	case m.F32 != nil:
+		return 4
+	case m.BF16 != nil:
+		return 2
+	}
+	return 1
+}
+
+// dotRow is Dot(x, row j of m) (the row widened or dequantized), the
+// reference's output element.
+func (m *Matrix) dotRow(x []float32, j int) float32 {
+	in := m.Cols
+	switch {
+	case m.F32 != nil:
+		return Dot(x, m.F32[j*in:(j+1)*in])
+	case m.BF16 != nil:
+		return dotBF16(x, m.BF16[j*in:(j+1)*in])
+	}
+	return dotFP8(x, m.FP8[j*in:(j+1)*in], m.Scales.scaleRow(j), m.Scales.ColOff)
 }
 
 // matMulBlockBytes is the size of the weight block MatMulT keeps hot while
@@ -137,15 +375,8 @@ func MatVecT(dst, x []float32, w *Matrix) {
 	if matMulTFast(dst, x, 1, w) {
 		return
 	}
-	in := w.Cols
-	if w.F32 != nil {
-		for j := range dst {
-			dst[j] = Dot(x, w.F32[j*in:(j+1)*in])
-		}
-		return
-	}
 	for j := range dst {
-		dst[j] = dotBF16(x, w.BF16[j*in:(j+1)*in])
+		dst[j] = w.dotRow(x, j)
 	}
 }
 
@@ -187,6 +418,27 @@ func dotBF16(x []float32, w []uint16) float32 {
 	}
 	for ; k < len(w); k++ {
 		s0 += float32(x[k] * bf16ToF32(w[k]))
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dotFP8 is Dot(x, dequantized q) with the same summation order: element k
+// is numfmt.F32FromE4M3(q[k])·srow[(k+colOff)/FP8Block], rounded once.
+// Callers guarantee equal lengths and scales for every block.
+func dotFP8(x []float32, q []uint8, srow []float32, colOff int) float32 {
+	x = x[:len(q)]
+	w := func(k int) float32 { return numfmt.F32FromE4M3(q[k]) * srow[(k+colOff)/FP8Block] }
+	var s0, s1, s2, s3 float32
+	k := 0
+	for ; k+4 <= len(q); k += 4 {
+		p := x[k : k+4 : k+4]
+		s0 += float32(p[0] * w(k))
+		s1 += float32(p[1] * w(k+1))
+		s2 += float32(p[2] * w(k+2))
+		s3 += float32(p[3] * w(k+3))
+	}
+	for ; k < len(q); k++ {
+		s0 += float32(x[k] * w(k))
 	}
 	return (s0 + s1) + (s2 + s3)
 }

@@ -1,0 +1,105 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// fp8GEMMCases are shapes and block offsets of fp8 products: row and column
+// tails of every tile width, reductions across several gemmKC blocks and
+// partial edge blocks, offsets that cut blocks (aligned to 16 and 8, and
+// not), and rows not a multiple of 4 or 8.
+var fp8GEMMCases = []struct{ n, rows, cols, rowOff, colOff int }{
+	{1, 1, 1, 0, 0}, {1, 8, 16, 0, 0}, {1, 9, 17, 0, 0}, {1, 16, 128, 0, 0}, {1, 13, 129, 0, 0},
+	{1, 24, 300, 64, 64}, {1, 17, 2*gemmKC + 40, 0, 0}, {1, 64, 128, 64, 0}, {1, 8, 64, 0, 64},
+	{1, 11, 1000, 16, 16}, {1, 7, 333, 3, 8}, {1, 10, 250, 127, 1}, {1, 30, 140, 200, 250},
+	{2, 5, 130, 0, 0}, {3, 7, 257, 1, 16}, {5, 9, 1100, 120, 112}, {6, 4, 16, 0, 0},
+	{7, 13, 129, 0, 8}, {9, 31, 300, 64, 64}, {13, 6, 2100, 5, 100}, {16, 33, 64, 0, 0},
+	{3, 5, 0, 0, 0}, {0, 4, 16, 0, 0}, {2, 0, 8, 0, 0},
+}
+
+// TestMatMulTFP8: under every implementation, an fp8 product has exactly the
+// bits of the same implementation's product with the dequantized f32
+// matrix, for every n and thread count; MatVecT gives the rows' bits.
+func TestMatMulTFP8(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(60)
+		for _, c := range fp8GEMMCases {
+			name := fmt.Sprintf("n=%d [%d,%d] at (%d,%d)", c.n, c.rows, c.cols, c.rowOff, c.colOff)
+			w := randFP8(r, c.rows, c.cols, c.rowOff, c.colOff)
+			checkFP8Product(t, name, w, randSlice(r, c.n*c.cols, 1), c.n)
+		}
+	})
+}
+
+// checkFP8Product compares MatMulT and MatVecT with w to MatMulT with its
+// dequantized copy on 1 and 3 threads.
+func checkFP8Product(t *testing.T, name string, w *Matrix, x []float32, n int) {
+	t.Helper()
+	d := w.Dequantize()
+	want := make([]float32, n*w.Rows)
+	MatMulT(want, x, n, d)
+	for _, threads := range []int{1, 3} {
+		SetThreads(threads)
+		got := make([]float32, len(want))
+		MatMulT(got, x, n, w)
+		if diff := cmp.Diff(bitsOf(want), bitsOf(got)); diff != "" {
+			t.Errorf("%s, %d threads: fp8 vs dequantized f32 (-f32 +fp8):\n%s", name, threads, diff)
+		}
+		for i := range n {
+			row := make([]float32, w.Rows)
+			MatVecT(row, x[i*w.Cols:(i+1)*w.Cols], w)
+			if diff := cmp.Diff(bitsOf(want[i*w.Rows:(i+1)*w.Rows]), bitsOf(row)); diff != "" {
+				t.Errorf("%s, %d threads, MatVecT row %d (-f32 +fp8):\n%s", name, threads, i, diff)
+			}
+		}
+	}
+	SetThreads(1)
+}
+
+// TestMatMulTFP8Specials: NaN codes make their rows' outputs NaN (and only
+// those); negative, zero, subnormal and huge scales are applied as their
+// definition says.
+func TestMatMulTFP8Specials(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(61)
+		for _, c := range []struct{ n, rows, cols, rowOff, colOff int }{{1, 16, 300, 0, 0}, {4, 9, 200, 64, 64}, {1, 8, 1100, 0, 16}} {
+			w := randFP8(r, c.rows, c.cols, c.rowOff, c.colOff)
+			w.FP8[2*c.cols+5] = 0x7F        // row 2
+			w.FP8[5*c.cols+c.cols-1] = 0xFF // row 5, in the tail
+			specials := []float32{-0.75, 0, math.Float32frombits(1), 1e30, -math.MaxFloat32, 300, float32(math.Inf(1))}
+			for k, s := range specials {
+				w.Scales.S[k%len(w.Scales.S)] = s
+			}
+			name := fmt.Sprintf("specials n=%d [%d,%d] at (%d,%d)", c.n, c.rows, c.cols, c.rowOff, c.colOff)
+			x := randSlice(r, c.n*c.cols, 1)
+			checkFP8Product(t, name, w, x, c.n)
+			dst := make([]float32, c.n*c.rows)
+			MatMulT(dst, x, c.n, w)
+			for i := range c.n {
+				for _, j := range []int{2, 5} {
+					if v := dst[i*c.rows+j]; v == v {
+						t.Errorf("%s: row %d output %d = %v with a NaN code, want NaN", name, i, j, v)
+					}
+				}
+			}
+		}
+	})
+}
+
+// FuzzMatMulTFP8: any shape, offset and batch gives the dequantized f32
+// product's bits under the active implementation.
+func FuzzMatMulTFP8(f *testing.F) {
+	f.Add(uint8(1), uint16(9), uint16(300), uint8(64), uint8(64), uint64(1))
+	f.Add(uint8(7), uint16(5), uint16(1040), uint8(3), uint8(17), uint64(2))
+	f.Add(uint8(1), uint16(40), uint16(129), uint8(127), uint8(0), uint64(3))
+	f.Fuzz(func(t *testing.T, n uint8, rows, cols uint16, rowOff, colOff uint8, seed uint64) {
+		nn, rr, cc := int(n%9), int(rows%70), int(cols%1200)
+		r := newRand(seed)
+		w := randFP8(r, rr, cc, int(rowOff), int(colOff))
+		checkFP8Product(t, fmt.Sprintf("n=%d [%d,%d] at (%d,%d)", nn, rr, cc, rowOff, colOff), w, randSlice(r, nn*cc, 1), nn)
+	})
+}
