@@ -4,9 +4,9 @@ import (
 	"errors"
 	"math"
 	"math/big"
-	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/cpmla/cpmla/internal/pyfmt"
 )
 
 // A value is an argument value as Python holds it after json.loads or
@@ -81,105 +81,14 @@ func appendJSON(b []byte, v value) []byte {
 }
 
 // appendJSONString appends s as a JSON string the way Python's json.dumps
-// with ensure_ascii=False does: only '"', '\\' and control characters are
-// escaped. Bytes that are not UTF-8 become U+FFFD, so the result is always
-// valid JSON.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	b = appendJSONStringBody(b, s)
-	return append(b, '"')
-}
+// with ensure_ascii=False does.
+func appendJSONString(b []byte, s string) []byte { return pyfmt.AppendJSONString(b, s, false) }
 
-// appendJSONStringBody is appendJSONString without the quotes. Escaping is
-// per character, so the body of a prefix is a prefix of the body.
-func appendJSONStringBody(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch c {
-			case '"':
-				b = append(b, '\\', '"')
-			case '\\':
-				b = append(b, '\\', '\\')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				if c < 0x20 {
-					b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-				} else {
-					b = append(b, c)
-				}
-			}
-			i++
-			continue
-		}
-		r, w := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && w == 1 {
-			b = append(b, "\uFFFD"...)
-		} else {
-			b = append(b, s[i:i+w]...)
-		}
-		i += w
-	}
-	return b
-}
+// appendJSONStringBody is appendJSONString without the quotes.
+func appendJSONStringBody(b []byte, s string) []byte { return pyfmt.AppendJSONStringBody(b, s, false) }
 
-// pyFloatRepr formats f as Python's repr(float): the shortest digits that
-// round-trip, positional notation for exponents -4..15 (with ".0" when the
-// value is integral), scientific notation with a two-digit exponent
-// otherwise.
-func pyFloatRepr(f float64) string {
-	if f == 0 {
-		if math.Signbit(f) {
-			return "-0.0"
-		}
-		return "0.0"
-	}
-	e := strconv.FormatFloat(f, 'e', -1, 64) // e.g. "-1.2345e+06"
-	neg := e[0] == '-'
-	if neg {
-		e = e[1:]
-	}
-	mant, expStr, _ := strings.Cut(e, "e")
-	exp, _ := strconv.Atoi(expStr)
-	digits := strings.Replace(mant, ".", "", 1)
-	var s string
-	switch {
-	case exp < -4 || exp >= 16:
-		m := digits[:1]
-		if len(digits) > 1 {
-			m += "." + digits[1:]
-		}
-		sign := "+"
-		if exp < 0 {
-			sign, exp = "-", -exp
-		}
-		es := strconv.Itoa(exp)
-		if len(es) < 2 {
-			es = "0" + es
-		}
-		s = m + "e" + sign + es
-	case exp < 0:
-		s = "0." + strings.Repeat("0", -exp-1) + digits
-	case exp+1 >= len(digits):
-		s = digits + strings.Repeat("0", exp+1-len(digits)) + ".0"
-	default:
-		s = digits[:exp+1] + "." + digits[exp+1:]
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
-}
+// pyFloatRepr formats f as Python's repr(float).
+func pyFloatRepr(f float64) string { return pyfmt.FloatRepr(f) }
 
 // pyWhitespace reports what Python's str.isspace() accepts.
 func pyWhitespace(r rune) bool {

@@ -1,8 +1,12 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/cpmla/cpmla/tokenizer/jinja"
 )
 
 // Message is one turn of a conversation.
@@ -14,13 +18,41 @@ type Message struct {
 	// with content none, which is how the DeepSeek-V3 template tells a
 	// tool-call turn from a reply.
 	ToolCalls []ToolCall
+	// ContentNull gives the template content none (an assistant turn
+	// whose "content" was null).
+	ContentNull bool
+	// Name and ToolCallID are a tool result's "name" and
+	// "tool_call_id"; Reasoning is an assistant turn's
+	// "reasoning_content". Empty (nil) ones are not given to the template.
+	Name       string
+	ToolCallID string
+	Reasoning  *string
 }
 
 // ToolCall is a function call made by the assistant.
 type ToolCall struct {
+	ID        string // optional
 	Type      string // "function"
 	Name      string
 	Arguments string // JSON text
+}
+
+// ChatInput is everything a chat template is rendered with, as vLLM hands
+// it to Hugging Face's apply_chat_template.
+type ChatInput struct {
+	Messages []Message
+	// Tools and Documents are the request's "tools" and "documents", each
+	// element as the request sent it (key order is kept, so tojson writes
+	// what the client wrote). Nil means the template sees none.
+	Tools     []json.RawMessage
+	Documents []json.RawMessage
+	// AddGenerationPrompt ends the prompt with the assistant's opening.
+	AddGenerationPrompt bool
+	// Kwargs are chat_template_kwargs (e.g. "enable_thinking": false),
+	// JSON values by name. They cannot replace the variables above.
+	Kwargs map[string]json.RawMessage
+	// Limits bound the render; zero fields mean jinja.DefaultLimits.
+	Limits jinja.Limits
 }
 
 // ErrNoChatTemplate is returned by ApplyChatTemplate when the tokenizer's
@@ -67,6 +99,126 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bo
 		return "", fmt.Errorf("apply chat template: %w", err)
 	}
 	return out, nil
+}
+
+// reservedChatVars are the variables RenderChat sets itself.
+var reservedChatVars = []string{"messages", "tools", "documents", "add_generation_prompt"}
+
+// RenderChat renders a conversation with the chat template as vLLM does:
+// assistant tool-call arguments are given to the template as JSON values
+// (parsed from their text; empty means {}), tools and documents as the
+// request sent them, and the chat_template_kwargs as extra variables. The
+// render runs under in.Limits.
+func (t *Tokenizer) RenderChat(in ChatInput) (string, error) {
+	if t.chat == nil {
+		return "", ErrNoChatTemplate
+	}
+	vars := make(map[string]any, len(t.chatVars)+len(in.Kwargs)+4)
+	for k, v := range t.chatVars {
+		vars[k] = v
+	}
+	for k, raw := range in.Kwargs {
+		for _, r := range reservedChatVars {
+			if k == r {
+				return "", fmt.Errorf("chat_template_kwargs may not set %q (it is set from the request)", k)
+			}
+		}
+		v, err := jinja.FromJSON(raw)
+		if err != nil {
+			return "", fmt.Errorf("chat_template_kwargs[%q]: %w", k, err)
+		}
+		vars[k] = v
+	}
+	msgs := make([]any, len(in.Messages))
+	for i, m := range in.Messages {
+		d, err := templateMessage(m)
+		if err != nil {
+			return "", fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		msgs[i] = d
+	}
+	vars["messages"] = msgs
+	vars["add_generation_prompt"] = in.AddGenerationPrompt
+	for name, list := range map[string][]json.RawMessage{"tools": in.Tools, "documents": in.Documents} {
+		if list == nil {
+			vars[name] = nil
+			continue
+		}
+		vals := make([]any, len(list))
+		for i, raw := range list {
+			v, err := jinja.FromJSON(raw)
+			if err != nil {
+				return "", fmt.Errorf("%s[%d]: %w", name, i, err)
+			}
+			vals[i] = v
+		}
+		vars[name] = vals
+	}
+	out, err := t.chat.RenderLimited(vars, in.Limits)
+	if err != nil {
+		return "", fmt.Errorf("apply chat template: %w", err)
+	}
+	return out, nil
+}
+
+// templateMessage builds the dict a template sees for one message, keys in
+// the order of the OpenAI message object.
+func templateMessage(m Message) (*jinja.Dict, error) {
+	d := jinja.NewDict()
+	d.Set("role", m.Role)
+	if m.ContentNull || (len(m.ToolCalls) > 0 && m.Content == "") {
+		d.Set("content", nil)
+	} else {
+		d.Set("content", m.Content)
+	}
+	if m.Name != "" {
+		d.Set("name", m.Name)
+	}
+	if m.ToolCallID != "" {
+		d.Set("tool_call_id", m.ToolCallID)
+	}
+	if m.Reasoning != nil {
+		d.Set("reasoning_content", *m.Reasoning)
+	}
+	if len(m.ToolCalls) > 0 {
+		calls := make([]any, len(m.ToolCalls))
+		for j, c := range m.ToolCalls {
+			var args any = jinja.NewDict()
+			if strings.TrimSpace(c.Arguments) != "" {
+				v, err := jinja.FromJSON([]byte(c.Arguments))
+				if err != nil {
+					return nil, fmt.Errorf("tool_calls[%d].function.arguments is not JSON: %w", j, err)
+				}
+				args = v
+			}
+			fn := jinja.NewDict()
+			fn.Set("name", c.Name)
+			fn.Set("arguments", args)
+			call := jinja.NewDict()
+			if c.ID != "" {
+				call.Set("id", c.ID)
+			}
+			typ := c.Type
+			if typ == "" {
+				typ = "function"
+			}
+			call.Set("type", typ)
+			call.Set("function", fn)
+			calls[j] = call
+		}
+		d.Set("tool_calls", calls)
+	}
+	return d, nil
+}
+
+// EncodeChatInput renders with RenderChat and tokenizes the result as
+// EncodeChat does.
+func (t *Tokenizer) EncodeChatInput(in ChatInput) ([]int, error) {
+	text, err := t.RenderChat(in)
+	if err != nil {
+		return nil, err
+	}
+	return t.EncodeWith(text, EncodeOptions{ParseSpecial: true}), nil
 }
 
 // EncodeChat renders messages with the chat template and tokenizes the

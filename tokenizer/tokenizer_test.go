@@ -356,7 +356,7 @@ func TestLoadRefusals(t *testing.T) {
 		{"bos not a token", `{"bos_token": "<nope>"}`, `bos_token "<nope>" is not a token`},
 		{"add_bos without bos", `{"add_bos_token": true}`, "add_bos_token is true but bos_token is not set"},
 		{"bad chat template", `{"chat_template": "{% for x in y %}"}`, "chat_template"},
-		{"unsupported statement", `{"chat_template": "{% macro m() %}{% endmacro %}"}`, "unsupported statement"},
+		{"unsupported statement", `{"chat_template": "{% call m() %}{% endcall %}"}`, "unsupported statement"},
 		{"token object without content", `{"bos_token": {"lstrip": false}}`, `no "content"`},
 	}
 	for _, c := range configCases {

@@ -2,6 +2,7 @@ package jinja
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -79,23 +80,7 @@ func init() {
 		},
 		"default": defaultFilter,
 		"d":       defaultFilter,
-		"tojson": func(x any, args []any, kwargs map[string]any) (any, error) {
-			indent := any(nil)
-			if len(args) > 0 {
-				indent = args[0]
-			}
-			if v, ok := kwargs["indent"]; ok {
-				indent = v
-			}
-			n := int64(0)
-			if indent != nil {
-				var ok bool
-				if n, ok = indent.(int64); !ok {
-					return nil, fmt.Errorf("indent must be an integer, got a %s", typeName(indent))
-				}
-			}
-			return toJSON(x, int(n))
-		},
+		"tojson":  tojsonFilter,
 		"replace": func(x any, args []any, _ map[string]any) (any, error) {
 			if len(args) < 2 {
 				return nil, fmt.Errorf("needs the old and the new string")
@@ -122,7 +107,7 @@ func init() {
 			return items, err
 		},
 		"items": func(x any, _ []any, _ map[string]any) (any, error) {
-			m, ok := x.(map[string]any)
+			m, ok := x.(*Dict)
 			if !ok {
 				return nil, fmt.Errorf("items of a %s", typeName(x))
 			}
@@ -145,7 +130,7 @@ func init() {
 		"boolean":  func(x any, _ []any) (bool, error) { _, ok := x.(bool); return ok, nil },
 		"true":     func(x any, _ []any) (bool, error) { return x == true, nil },
 		"false":    func(x any, _ []any) (bool, error) { return x == false, nil },
-		"mapping":  func(x any, _ []any) (bool, error) { _, ok := x.(map[string]any); return ok, nil },
+		"mapping":  func(x any, _ []any) (bool, error) { _, ok := x.(*Dict); return ok, nil },
 		"sequence": isSequence,
 		"iterable": isSequence,
 		"equalto": func(x any, args []any) (bool, error) {
@@ -200,8 +185,8 @@ func init() {
 			}
 			out := []any{}
 			for i := lo; (step > 0 && i < hi) || (step < 0 && i > hi); i += step {
-				if len(out) >= maxLoopIterations {
-					return nil, fmt.Errorf("range longer than %d elements", maxLoopIterations)
+				if len(out) >= DefaultLimits.MaxIterations {
+					return nil, fmt.Errorf("%w: range longer than %d elements", ErrIterationLimit, DefaultLimits.MaxIterations)
 				}
 				out = append(out, i)
 			}
@@ -226,8 +211,8 @@ func lengthFilter(x any, _ []any, _ map[string]any) (any, error) {
 		return int64(utf8.RuneCountInString(v)), nil
 	case []any:
 		return int64(len(v)), nil
-	case map[string]any:
-		return int64(len(v)), nil
+	case *Dict:
+		return int64(v.Len()), nil
 	case undefined:
 		return int64(0), nil
 	}
@@ -248,17 +233,16 @@ func defaultFilter(x any, args []any, _ map[string]any) (any, error) {
 
 func isSequence(x any, _ []any) (bool, error) {
 	switch x.(type) {
-	case []any, string, map[string]any:
+	case []any, string, *Dict:
 		return true, nil
 	}
 	return false, nil
 }
 
-func dictItems(m map[string]any) []any {
-	keys := sortedKeys(m)
-	out := make([]any, len(keys))
-	for i, k := range keys {
-		out[i] = []any{k, m[k]}
+func dictItems(m *Dict) []any {
+	out := make([]any, len(m.keys))
+	for i, k := range m.keys {
+		out[i] = []any{k, m.vals[k]}
 	}
 	return out
 }
@@ -350,25 +334,23 @@ func stringMethod(s, name string) (callable, bool) {
 }
 
 // dictMethod returns the bound method name of m, if it is supported.
-func dictMethod(m map[string]any, name string) (callable, bool) {
+func dictMethod(m *Dict, name string) (callable, bool) {
 	switch name {
 	case "items":
 		return func([]any, map[string]any) (any, error) { return dictItems(m), nil }, true
 	case "keys":
 		return func([]any, map[string]any) (any, error) {
-			keys := sortedKeys(m)
-			out := make([]any, len(keys))
-			for i, k := range keys {
+			out := make([]any, len(m.keys))
+			for i, k := range m.keys {
 				out[i] = k
 			}
 			return out, nil
 		}, true
 	case "values":
 		return func([]any, map[string]any) (any, error) {
-			keys := sortedKeys(m)
-			out := make([]any, len(keys))
-			for i, k := range keys {
-				out[i] = m[k]
+			out := make([]any, len(m.keys))
+			for i, k := range m.keys {
+				out[i] = m.vals[k]
 			}
 			return out, nil
 		}, true
@@ -379,7 +361,7 @@ func dictMethod(m map[string]any, name string) (callable, bool) {
 			}
 			k, ok := args[0].(string)
 			if ok {
-				if v, found := m[k]; found {
+				if v, found := m.vals[k]; found {
 					return v, nil
 				}
 			}
@@ -390,4 +372,46 @@ func dictMethod(m map[string]any, name string) (callable, bool) {
 		}, true
 	}
 	return nil, false
+}
+
+// tojsonFilter is Hugging Face's tojson: json.dumps(x, ensure_ascii=False,
+// indent=None, separators=None, sort_keys=False), arguments in that order.
+func tojsonFilter(x any, args []any, kwargs map[string]any) (any, error) {
+	names := []string{"ensure_ascii", "indent", "separators", "sort_keys"}
+	if len(args) > len(names) {
+		return nil, fmt.Errorf("takes at most %d arguments", len(names))
+	}
+	vals := map[string]any{}
+	for i, a := range args {
+		vals[names[i]] = a
+	}
+	for k, v := range kwargs {
+		if !slices.Contains(names, k) {
+			return nil, fmt.Errorf("unexpected argument %q (accepted: %s)", k, strings.Join(names, ", "))
+		}
+		vals[k] = v
+	}
+	o := jsonOptions{ensureASCII: truthy(vals["ensure_ascii"]), sortKeys: truthy(vals["sort_keys"]), itemSep: ", ", keySep: ": "}
+	if ind, ok := vals["indent"]; ok && ind != nil {
+		if _, u := ind.(undefined); !u {
+			n, ok := ind.(int64)
+			if !ok || n < 0 || n > 64 {
+				return nil, fmt.Errorf("indent must be an integer from 0 to 64, got %s", repr(ind))
+			}
+			o.indent, o.hasIndent, o.itemSep = int(n), true, ","
+		}
+	}
+	if sep, ok := vals["separators"]; ok && sep != nil {
+		l, ok := sep.([]any)
+		if !ok || len(l) != 2 {
+			return nil, fmt.Errorf("separators must be a pair of strings")
+		}
+		a, aok := l[0].(string)
+		b, bok := l[1].(string)
+		if !aok || !bok {
+			return nil, fmt.Errorf("separators must be a pair of strings")
+		}
+		o.itemSep, o.keySep = a, b
+	}
+	return toJSON(x, o)
 }

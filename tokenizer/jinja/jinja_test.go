@@ -39,9 +39,9 @@ func TestRender(t *testing.T) {
 		{"in and not in", "{{ 'b' in 'abc' }} {{ 3 not in [1, 2] }} {{ 'k' in {'k': 1} }}", "True True True", nil},
 		{"slices", "{{ [1, 2, 3, 4][1:3] }} {{ 'hello'[::-1] }} {{ messages[-1].role }}", "[2, 3] olleh assistant", map[string]any{"messages": msgs}},
 		{"filters", "{{ '  x  ' | trim }} {{ [1, 2] | length }} {{ ['a', 'b'] | join('-') }} {{ missing | default('d') }} {{ 'Ab' | upper }}", "x 2 a-b d AB", nil},
-		{"tojson", "{{ {'b': [1, 'x'], 'a': none} | tojson }}", `{"a": null, "b": [1, "x"]}`, nil},
+		{"tojson", "{{ {'b': [1, 'x'], 'a': none} | tojson }}", `{"b": [1, "x"], "a": null}`, nil},
 		{"string methods", "{{ ' x '.strip() }} {{ 'a,b'.split(',') }} {{ 'abc'.startswith('ab') }}", "x ['a', 'b'] True", nil},
-		{"dict items", "{% for k, v in {'b': 2, 'a': 1}.items() %}{{ k }}={{ v }} {% endfor %}", "a=1 b=2 ", nil},
+		{"dict items", "{% for k, v in {'b': 2, 'a': 1}.items() %}{{ k }}={{ v }} {% endfor %}", "b=2 a=1 ", nil},
 		{"escapes in literals", `{{ 'a\nb' }}{{ "\u00e9" }}`, "a\nbé", nil},
 		{"whitespace control", "a  {%- if true -%}  b  {%- endif -%}  c", "abc", nil},
 		{"trim_blocks drops the newline after a block tag", "{% if true %}\nx\n{% endif %}\ny", "x\ny", nil},
@@ -140,4 +140,83 @@ func FuzzParse(f *testing.F) {
 			"add_generation_prompt": true,
 		})
 	})
+}
+
+func TestMacrosAndOrder(t *testing.T) {
+	cases := []struct{ name, src, want string }{
+		{"macro with defaults and keywords", "{% macro m(a, b='B', c=a ~ '!') %}[{{ a }}{{ b }}{{ c }}]{% endmacro %}{{ m(1) }}{{ m('x', c='C') }}", "[1B1!][xBC]"},
+		{"macro sees the template's variables", "{% set g = 'G' %}{% macro m() %}{{ g }}{% endmacro %}{{ m() }}", "G"},
+		{"macro output is a string", "{% macro m(x) %} {{ x }} {% endmacro %}{{ m(2).strip() ~ '|' }}", "2|"},
+		{"recursive macro", "{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}", "321"},
+		{"dict literals keep their order", "{{ {'z': 1, 'a': 2} | tojson }} {% for k in {'z': 1, 'a': 2} %}{{ k }}{% endfor %}", `{"z": 1, "a": 2} za`},
+		{"tojson options", "{{ {'é': [1, 2.5e-7]} | tojson(ensure_ascii=True, indent=2) }}", "{\n  \"\\u00e9\": [\n    1,\n    2.5e-07\n  ]\n}"},
+		{"tojson sort_keys", "{{ {'b': 1, 'a': 2} | tojson(sort_keys=True) }}", `{"a": 2, "b": 1}`},
+	}
+	for _, c := range cases {
+		tpl, err := Parse(c.src)
+		if err != nil {
+			t.Errorf("%s: Parse: %v", c.name, err)
+			continue
+		}
+		got, err := tpl.Render(nil)
+		if err != nil {
+			t.Errorf("%s: Render: %v", c.name, err)
+			continue
+		}
+		if diff := cmp.Diff(c.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+	v, err := FromJSON([]byte(`{"b": {"y": 1, "x": [true, null, 2.0, 3]}, "a": "s", "b2": 1e400}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, _ := Parse("{{ v | tojson }}|{% for k, x in v.items() %}{{ k }}{% endfor %}")
+	got, err := tpl.Render(map[string]any{"v": v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"b": {"y": 1, "x": [true, null, 2.0, 3]}, "a": "s", "b2": Infinity}|bab2`; got != want {
+		t.Errorf("FromJSON order: got %s, want %s", got, want)
+	}
+}
+
+// TestLimits checks that runaway templates stop with the named errors.
+func TestLimits(t *testing.T) {
+	lim := Limits{MaxOutputBytes: 1 << 16, MaxIterations: 1000, MaxDepth: 8}
+	cases := []struct {
+		name, src string
+		want      error
+	}{
+		{"output", "{% for i in range(900) %}{{ 'x' * 100 }}{% endfor %}", ErrOutputLimit},
+		{"string doubling", "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", ErrOutputLimit},
+		{"string repetition", "{{ 'x' * 100000000000 }}", ErrOutputLimit},
+		{"list doubling", "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", ErrOutputLimit},
+		{"iterations", "{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}", ErrIterationLimit},
+		{"range length", "{% for i in range(10000000000) %}{% endfor %}", ErrIterationLimit},
+		{"recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ErrDepthLimit},
+		{"macro calls", "{% macro f() %}{% endmacro %}{% for i in range(600) %}{{ f() }}{{ f() }}{% endfor %}", ErrIterationLimit},
+	}
+	for _, c := range cases {
+		tpl, err := Parse(c.src)
+		if err != nil {
+			t.Errorf("%s: Parse: %v", c.name, err)
+			continue
+		}
+		if _, err := tpl.RenderLimited(nil, lim); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	for _, src := range []string{strings.Repeat("(", 500) + "1" + strings.Repeat(")", 500), strings.Repeat("{% if x %}", 200) + strings.Repeat("{% endif %}", 200), "{{ " + strings.Repeat("not ", 500) + "x }}", "{{ " + strings.Repeat("-", 500) + "1 }}"} {
+		src = "{{ " + src + " }}"
+		if strings.HasPrefix(src, "{{ {%") || strings.HasPrefix(src, "{{ {{") {
+			src = src[3 : len(src)-3]
+		}
+		if _, err := Parse(src); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+			t.Errorf("Parse of deep nesting %.30q…: %v, want a nesting error", src, err)
+		}
+	}
+	if _, err := Parse(strings.Repeat("x", MaxTemplateBytes+1)); err == nil {
+		t.Error("Parse accepted a template over MaxTemplateBytes")
+	}
 }

@@ -14,6 +14,9 @@ type Template struct {
 // Parse parses a template. Everything the renderer needs is resolved here,
 // so rendering does no parsing.
 func Parse(src string) (*Template, error) {
+	if len(src) > MaxTemplateBytes {
+		return nil, fmt.Errorf("parse template: %d bytes is more than the %d a template may have", len(src), MaxTemplateBytes)
+	}
 	chunks, err := chunkSource(src)
 	if err != nil {
 		return nil, fmt.Errorf("parse template: %w", err)
@@ -46,6 +49,12 @@ type forNode struct {
 	body     []node
 	elseBody []node
 }
+type macroNode struct {
+	name     string
+	params   []string
+	defaults []expr // per parameter; nil when it has none
+	body     []node
+}
 type setNode struct {
 	target string
 	attr   string // set target.attr = … when non-empty
@@ -60,6 +69,7 @@ type blockParser struct {
 	// body: its offset and the parser positioned after its keyword.
 	endPos      int
 	pendingTail *exprParser
+	depth       int
 }
 
 // parseBody parses nodes until a statement it does not own (endif, else, …)
@@ -115,12 +125,18 @@ func (p *blockParser) parseBody() ([]node, string, error) {
 					return nil, "", err
 				}
 				body = append(body, n)
-			case "elif", "else", "endif", "endfor":
+			case "macro":
+				n, err := p.parseMacro(ep)
+				if err != nil {
+					return nil, "", err
+				}
+				body = append(body, n)
+			case "elif", "else", "endif", "endfor", "endmacro":
 				p.pendingTail = ep
 				p.endPos = c.pos
 				return body, kw, nil
 			default:
-				return nil, "", fmt.Errorf("offset %d: unsupported statement {%% %s %%} (supported: if, elif, else, endif, for, endfor, set)", c.pos, kw)
+				return nil, "", fmt.Errorf("offset %d: unsupported statement {%% %s %%} (supported: if, elif, else, endif, for, endfor, set, macro, endmacro)", c.pos, kw)
 			}
 		}
 	}
@@ -128,6 +144,10 @@ func (p *blockParser) parseBody() ([]node, string, error) {
 }
 
 func (p *blockParser) parseIf(ep *exprParser) (node, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	var n ifNode
 	cond, err := ep.parseExpr()
 	if err != nil {
@@ -175,6 +195,10 @@ func (p *blockParser) parseIf(ep *exprParser) (node, error) {
 }
 
 func (p *blockParser) parseFor(ep *exprParser) (node, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	var n forNode
 	for {
 		t := ep.next()
@@ -223,6 +247,74 @@ func (p *blockParser) parseFor(ep *exprParser) (node, error) {
 	}
 	return n, p.pendingTail.expectEOF()
 }
+
+// parseMacro parses {% macro name(a, b=default) %}…{% endmacro %}.
+func (p *blockParser) parseMacro(ep *exprParser) (node, error) {
+	t := ep.next()
+	if t.kind != tokName {
+		return nil, fmt.Errorf("offset %d: macro needs a name", t.pos)
+	}
+	n := macroNode{name: t.text}
+	if err := ep.expectOp("("); err != nil {
+		return nil, err
+	}
+	for !ep.acceptOp(")") {
+		if len(n.params) > 0 {
+			if err := ep.expectOp(","); err != nil {
+				return nil, err
+			}
+			if ep.acceptOp(")") {
+				break
+			}
+		}
+		a := ep.next()
+		if a.kind != tokName {
+			return nil, fmt.Errorf("offset %d: macro %s: expected an argument name", a.pos, n.name)
+		}
+		var def expr
+		if ep.acceptOp("=") {
+			var err error
+			if def, err = ep.parseExpr(); err != nil {
+				return nil, err
+			}
+		}
+		n.params = append(n.params, a.text)
+		n.defaults = append(n.defaults, def)
+	}
+	if err := ep.expectEOF(); err != nil {
+		return nil, err
+	}
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
+	body, end, err := p.parseBody()
+	if err != nil {
+		return nil, err
+	}
+	if end != "endmacro" {
+		return nil, fmt.Errorf("macro %s is not closed by {%% endmacro %%} (found %q at offset %d)", n.name, end, p.endPos)
+	}
+	n.body = body
+	return n, p.pendingTail.expectEOF()
+}
+
+// maxNesting bounds nested blocks and expressions, so that parsing a
+// hostile template cannot exhaust the stack.
+const maxNesting = 100
+
+// MaxTemplateBytes bounds the size of a template Parse accepts.
+const MaxTemplateBytes = 1 << 20
+
+func (p *blockParser) enter() error {
+	p.depth++
+	if p.depth > maxNesting {
+		return fmt.Errorf("blocks nested deeper than %d", maxNesting)
+	}
+	return nil
+}
+
+func (p *blockParser) leave() { p.depth-- }
 
 func parseSet(ep *exprParser) (node, error) {
 	t := ep.next()
@@ -297,8 +389,9 @@ type dictLit struct{ keys, values []expr }
 // and, not, comparisons and in, + and -, ~, * / // %, **, unary minus and
 // plus, then primaries with member access, calls, filters and tests.
 type exprParser struct {
-	toks []token
-	i    int
+	toks  []token
+	i     int
+	depth int
 }
 
 func (ep *exprParser) peek() token { return ep.toks[ep.i] }
@@ -350,6 +443,11 @@ func describe(t token) string {
 }
 
 func (ep *exprParser) parseExpr() (expr, error) {
+	ep.depth++
+	defer func() { ep.depth-- }()
+	if ep.depth > maxNesting {
+		return nil, fmt.Errorf("offset %d: expression nested deeper than %d", ep.peek().pos, maxNesting)
+	}
 	x, err := ep.parseOr()
 	if err != nil {
 		return nil, err
@@ -402,6 +500,11 @@ func (ep *exprParser) parseAnd() (expr, error) {
 
 func (ep *exprParser) parseNot() (expr, error) {
 	if ep.acceptName("not") {
+		ep.depth++
+		defer func() { ep.depth-- }()
+		if ep.depth > maxNesting {
+			return nil, fmt.Errorf("offset %d: expression nested deeper than %d", ep.peek().pos, maxNesting)
+		}
 		x, err := ep.parseNot()
 		if err != nil {
 			return nil, err
@@ -511,6 +614,11 @@ func (ep *exprParser) parsePow() (expr, error) {
 func (ep *exprParser) parseUnary() (expr, error) {
 	if t := ep.peek(); t.kind == tokOp && (t.text == "-" || t.text == "+") {
 		ep.i++
+		ep.depth++
+		defer func() { ep.depth-- }()
+		if ep.depth > maxNesting {
+			return nil, fmt.Errorf("offset %d: expression nested deeper than %d", t.pos, maxNesting)
+		}
 		x, err := ep.parseUnary()
 		if err != nil {
 			return nil, err

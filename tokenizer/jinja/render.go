@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -13,15 +14,53 @@ type Exception struct{ Message string }
 
 func (e *Exception) Error() string { return "template raised: " + e.Message }
 
-// maxLoopIterations bounds the total work of one render so that a template
-// cannot run away (range with a huge argument).
-const maxLoopIterations = 1 << 20
+// Limits bound one render, so that a template from an untrusted checkpoint
+// cannot take the host down. Exceeding one is an error that wraps
+// ErrOutputLimit, ErrIterationLimit or ErrDepthLimit.
+type Limits struct {
+	// MaxOutputBytes bounds the rendered text and every string or list a
+	// render builds on the way.
+	MaxOutputBytes int
+	// MaxIterations bounds loop iterations plus macro calls, summed over
+	// the render (and the length of range()).
+	MaxIterations int
+	// MaxDepth bounds nested macro calls.
+	MaxDepth int
+}
 
-// Render renders the template with the given variables. Go ints, []string,
-// []map[string]any and map[string]string are accepted besides the value
-// types listed in values.go.
+// DefaultLimits are generous for real chat templates (which render a few
+// kilobytes in a few hundred iterations) and small enough to be safe.
+var DefaultLimits = Limits{MaxOutputBytes: 8 << 20, MaxIterations: 1 << 20, MaxDepth: 64}
+
+// The limit errors; the returned errors wrap one of these and say the
+// value reached.
+var (
+	ErrOutputLimit    = errors.New("template output limit exceeded")
+	ErrIterationLimit = errors.New("template iteration limit exceeded")
+	ErrDepthLimit     = errors.New("template recursion depth limit exceeded")
+)
+
+// Render renders the template with the given variables under
+// DefaultLimits. Go ints, []string, []map[string]any, map[string]any and
+// map[string]string are accepted besides the value types listed in
+// values.go (Go maps have no order: their keys are sorted).
 func (t *Template) Render(vars map[string]any) (string, error) {
-	r := &renderer{}
+	return t.RenderLimited(vars, DefaultLimits)
+}
+
+// RenderLimited renders under the given limits (a zero field means the
+// default).
+func (t *Template) RenderLimited(vars map[string]any, lim Limits) (string, error) {
+	if lim.MaxOutputBytes <= 0 {
+		lim.MaxOutputBytes = DefaultLimits.MaxOutputBytes
+	}
+	if lim.MaxIterations <= 0 {
+		lim.MaxIterations = DefaultLimits.MaxIterations
+	}
+	if lim.MaxDepth <= 0 {
+		lim.MaxDepth = DefaultLimits.MaxDepth
+	}
+	r := &renderer{out: &strings.Builder{}, lim: lim}
 	sc := &scope{vars: map[string]any{}}
 	for k, v := range vars {
 		sc.vars[k] = normalize(v)
@@ -33,8 +72,45 @@ func (t *Template) Render(vars map[string]any) (string, error) {
 }
 
 type renderer struct {
-	out        strings.Builder
+	out        *strings.Builder
+	written    int // bytes written to every output buffer (macros render into their own)
 	iterations int
+	depth      int
+	lim        Limits
+}
+
+// write appends rendered text, within the output limit.
+func (r *renderer) write(s string) error {
+	r.written += len(s)
+	if r.written > r.lim.MaxOutputBytes {
+		return fmt.Errorf("%w: rendering wrote more than %d bytes", ErrOutputLimit, r.lim.MaxOutputBytes)
+	}
+	r.out.WriteString(s)
+	return nil
+}
+
+// tick counts one loop iteration or macro call.
+func (r *renderer) tick() error {
+	r.iterations++
+	if r.iterations > r.lim.MaxIterations {
+		return fmt.Errorf("%w: more than %d loop iterations and macro calls", ErrIterationLimit, r.lim.MaxIterations)
+	}
+	return nil
+}
+
+// checkSize refuses strings and lists larger than the output limit.
+func (r *renderer) checkSize(v any) error {
+	switch x := v.(type) {
+	case string:
+		if len(x) > r.lim.MaxOutputBytes {
+			return fmt.Errorf("%w: a string of %d bytes (limit %d)", ErrOutputLimit, len(x), r.lim.MaxOutputBytes)
+		}
+	case []any:
+		if len(x) > r.lim.MaxIterations || 16*len(x) > r.lim.MaxOutputBytes {
+			return fmt.Errorf("%w: a list of %d items", ErrOutputLimit, len(x))
+		}
+	}
+	return nil
 }
 
 // scope is a variable scope; for-loop bodies get their own, so that set
@@ -57,13 +133,19 @@ func (r *renderer) exec(body []node, sc *scope) error {
 	for _, n := range body {
 		switch n := n.(type) {
 		case textNode:
-			r.out.WriteString(n.text)
+			if err := r.write(n.text); err != nil {
+				return err
+			}
 		case outputNode:
 			v, err := r.eval(n.x, sc)
 			if err != nil {
 				return err
 			}
-			r.out.WriteString(toString(v))
+			if err := r.write(toString(v)); err != nil {
+				return err
+			}
+		case macroNode:
+			sc.vars[n.name] = r.macro(n, sc)
 		case ifNode:
 			done := false
 			for i, c := range n.conds {
@@ -138,30 +220,28 @@ func (r *renderer) execFor(n forNode, sc *scope) error {
 		return r.exec(n.elseBody, sc)
 	}
 	for i, item := range items {
-		r.iterations++
-		if r.iterations > maxLoopIterations {
-			return fmt.Errorf("template ran more than %d loop iterations", maxLoopIterations)
+		if err := r.tick(); err != nil {
+			return err
 		}
 		inner = &scope{vars: map[string]any{}, parent: sc}
 		if err := bindTargets(inner, n.targets, item); err != nil {
 			return err
 		}
-		loop := map[string]any{
-			"index":     int64(i + 1),
-			"index0":    int64(i),
-			"revindex":  int64(len(items) - i),
-			"revindex0": int64(len(items) - i - 1),
-			"first":     i == 0,
-			"last":      i == len(items)-1,
-			"length":    int64(len(items)),
-			"previtem":  undefined{"loop.previtem"},
-			"nextitem":  undefined{"loop.nextitem"},
-		}
+		loop := NewDict()
+		loop.Set("index", int64(i+1))
+		loop.Set("index0", int64(i))
+		loop.Set("revindex", int64(len(items)-i))
+		loop.Set("revindex0", int64(len(items)-i-1))
+		loop.Set("first", i == 0)
+		loop.Set("last", i == len(items)-1)
+		loop.Set("length", int64(len(items)))
+		loop.Set("previtem", undefined{"loop.previtem"})
+		loop.Set("nextitem", undefined{"loop.nextitem"})
 		if i > 0 {
-			loop["previtem"] = items[i-1]
+			loop.Set("previtem", items[i-1])
 		}
 		if i+1 < len(items) {
-			loop["nextitem"] = items[i+1]
+			loop.Set("nextitem", items[i+1])
 		}
 		inner.vars["loop"] = loop
 		if err := r.exec(n.body, inner); err != nil {
@@ -200,10 +280,9 @@ func iterate(v any) ([]any, error) {
 			out = append(out, string(r))
 		}
 		return out, nil
-	case map[string]any:
-		keys := sortedKeys(x)
-		out := make([]any, len(keys))
-		for i, k := range keys {
+	case *Dict:
+		out := make([]any, len(x.keys))
+		for i, k := range x.keys {
 			out[i] = k
 		}
 		return out, nil
@@ -212,6 +291,70 @@ func iterate(v any) ([]any, error) {
 }
 
 func (r *renderer) eval(e expr, sc *scope) (any, error) {
+	v, err := r.evalExpr(e, sc)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.checkSize(v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// macro makes the callable a {% macro %} defines: it renders the body in a
+// scope of its own (whose parent is the scope it was defined in) and
+// returns the text.
+func (r *renderer) macro(n macroNode, def *scope) callable {
+	return func(args []any, kwargs map[string]any) (any, error) {
+		if len(args) > len(n.params) {
+			return nil, fmt.Errorf("macro %s takes %d arguments, got %d", n.name, len(n.params), len(args))
+		}
+		if err := r.tick(); err != nil {
+			return nil, err
+		}
+		r.depth++
+		defer func() { r.depth-- }()
+		if r.depth > r.lim.MaxDepth {
+			return nil, fmt.Errorf("%w: macro %s called %d deep", ErrDepthLimit, n.name, r.depth)
+		}
+		sc := &scope{vars: make(map[string]any, len(n.params)), parent: def}
+		for k := range kwargs {
+			if !slices.Contains(n.params, k) {
+				return nil, fmt.Errorf("macro %s has no argument %q", n.name, k)
+			}
+		}
+		for i, p := range n.params {
+			switch v, kw := kwargs[p]; {
+			case i < len(args):
+				if kw {
+					return nil, fmt.Errorf("macro %s got argument %q twice", n.name, p)
+				}
+				sc.vars[p] = args[i]
+			case kw:
+				sc.vars[p] = v
+			case n.defaults[i] != nil:
+				d, err := r.eval(n.defaults[i], sc)
+				if err != nil {
+					return nil, err
+				}
+				sc.vars[p] = d
+			default:
+				sc.vars[p] = undefined{p}
+			}
+		}
+		saved := r.out
+		r.out = &strings.Builder{}
+		err := r.exec(n.body, sc)
+		text := r.out.String()
+		r.out = saved
+		if err != nil {
+			return nil, fmt.Errorf("macro %s: %w", n.name, err)
+		}
+		return text, nil
+	}
+}
+
+func (r *renderer) evalExpr(e expr, sc *scope) (any, error) {
 	switch e := e.(type) {
 	case literal:
 		return e.v, nil
@@ -328,7 +471,7 @@ func (r *renderer) eval(e expr, sc *scope) (any, error) {
 		}
 		return out, nil
 	case dictLit:
-		out := make(map[string]any, len(e.keys))
+		out := NewDict()
 		for i := range e.keys {
 			k, err := r.eval(e.keys[i], sc)
 			if err != nil {
@@ -342,7 +485,7 @@ func (r *renderer) eval(e expr, sc *scope) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			out[ks] = v
+			out.Set(ks, v)
 		}
 		return out, nil
 	}
@@ -525,7 +668,10 @@ func (r *renderer) evalBinary(e binaryExpr, sc *scope) (any, error) {
 	case "*":
 		if s, ok := l.(string); ok {
 			if n, ok := rv.(int64); ok {
-				return strings.Repeat(s, int(max(0, min(n, 1<<20)))), nil
+				if n > 0 && int64(len(s))*n > int64(r.lim.MaxOutputBytes) {
+					return nil, fmt.Errorf("%w: %d copies of a %d-byte string", ErrOutputLimit, n, len(s))
+				}
+				return strings.Repeat(s, int(max(0, n))), nil
 			}
 		}
 	}
@@ -649,12 +795,12 @@ func contains(container, x any) (bool, error) {
 			}
 		}
 		return false, nil
-	case map[string]any:
+	case *Dict:
 		s, ok := x.(string)
 		if !ok {
 			return false, nil
 		}
-		_, found := c[s]
+		_, found := c.vals[s]
 		return found, nil
 	case undefined, nil:
 		return false, fmt.Errorf("'in' on a %s", typeName(container))
@@ -666,8 +812,8 @@ func contains(container, x any) (bool, error) {
 // fields, and the string and dict methods.
 func attribute(x any, name string) (any, error) {
 	switch v := x.(type) {
-	case map[string]any:
-		if val, ok := v[name]; ok {
+	case *Dict:
+		if val, ok := v.vals[name]; ok {
 			return val, nil
 		}
 		if m, ok := dictMethod(v, name); ok {
@@ -695,9 +841,9 @@ func attribute(x any, name string) (any, error) {
 // item implements x[key].
 func item(x, key any) (any, error) {
 	switch v := x.(type) {
-	case map[string]any:
+	case *Dict:
 		if k, ok := key.(string); ok {
-			if val, ok := v[k]; ok {
+			if val, ok := v.vals[k]; ok {
 				return val, nil
 			}
 			return undefined{k}, nil

@@ -60,6 +60,18 @@ func lexExpr(s string, base int) ([]token, error) {
 					j++
 				}
 			}
+			if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
+				k := j + 1
+				if k < len(s) && (s[k] == '+' || s[k] == '-') {
+					k++
+				}
+				if k < len(s) && isDigit(s[k]) {
+					for k < len(s) && isDigit(s[k]) {
+						k++
+					}
+					isFloat, j = true, k
+				}
+			}
 			lit := strings.ReplaceAll(s[i:j], "_", "")
 			if isFloat {
 				f, err := strconv.ParseFloat(lit, 64)

@@ -1,12 +1,17 @@
 package jinja
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cpmla/cpmla/internal/pyfmt"
 )
 
 // Values handed to Render and produced while rendering are: nil (none),
@@ -23,7 +28,122 @@ type Namespace struct{ attrs map[string]any }
 // callable is a function or bound method.
 type callable func(args []any, kwargs map[string]any) (any, error)
 
-// normalize converts Go values a caller passes in to the value types above.
+// Dict is a Jinja (Python) dict: string keys in insertion order, as
+// Python dicts keep them, so items(), keys() and tojson follow the order of
+// the JSON a request sent.
+type Dict struct {
+	keys []string
+	vals map[string]any
+}
+
+// NewDict returns an empty dict.
+func NewDict() *Dict { return &Dict{vals: map[string]any{}} }
+
+// Set sets key k; a new key goes last, an existing one keeps its place.
+func (d *Dict) Set(k string, v any) {
+	if _, ok := d.vals[k]; !ok {
+		d.keys = append(d.keys, k)
+	}
+	d.vals[k] = v
+}
+
+// Get returns the value of key k.
+func (d *Dict) Get(k string) (any, bool) {
+	v, ok := d.vals[k]
+	return v, ok
+}
+
+// Len is the number of keys.
+func (d *Dict) Len() int { return len(d.keys) }
+
+// dictFromMap converts a Go map, which has no order, with its keys sorted.
+func dictFromMap[V any](m map[string]V) *Dict {
+	d := &Dict{keys: sortedKeys(m), vals: make(map[string]any, len(m))}
+	for k, v := range m {
+		d.vals[k] = normalize(v)
+	}
+	return d
+}
+
+// FromJSON decodes JSON into template values, keeping the order of object
+// keys (Python's json.loads does): objects become *Dict, arrays []any,
+// integers int64 (float64 beyond its range), other numbers float64. A
+// repeated key keeps its first place and takes the last value.
+func FromJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeJSONValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("jinja: JSON value followed by more data")
+	}
+	return v, nil
+}
+
+// maxJSONDepth bounds the nesting FromJSON accepts.
+const maxJSONDepth = 512
+
+func decodeJSONValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("jinja: JSON nested deeper than %d", maxJSONDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			d := NewDict()
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := kt.(string)
+				v, err := decodeJSONValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				d.Set(k, v)
+			}
+			_, err := dec.Token() // '}'
+			return d, err
+		case '[':
+			list := []any{}
+			for dec.More() {
+				v, err := decodeJSONValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			_, err := dec.Token() // ']'
+			return list, err
+		}
+		return nil, fmt.Errorf("jinja: unexpected %v in JSON", t)
+	case json.Number:
+		if i, err := t.Int64(); err == nil && !strings.ContainsAny(string(t), ".eE") {
+			return i, nil
+		}
+		f, err := strconv.ParseFloat(string(t), 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return nil, err
+		}
+		return f, nil
+	case string, bool, nil:
+		return t, nil
+	}
+	return nil, fmt.Errorf("jinja: unexpected JSON token %v", tok)
+}
+
+// normalize converts Go values a caller passes in to the value types above,
+// recursively: Go integers become int64, slices []any, maps *Dict (with
+// sorted keys, since Go maps have none; pass *Dict or FromJSON values to
+// keep an order).
 func normalize(v any) any {
 	switch x := v.(type) {
 	case int:
@@ -32,6 +152,12 @@ func normalize(v any) any {
 		return int64(x)
 	case float32:
 		return float64(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = normalize(e)
+		}
+		return out
 	case []string:
 		out := make([]any, len(x))
 		for i, s := range x {
@@ -41,15 +167,13 @@ func normalize(v any) any {
 	case []map[string]any:
 		out := make([]any, len(x))
 		for i, m := range x {
-			out[i] = m
+			out[i] = dictFromMap(m)
 		}
 		return out
+	case map[string]any:
+		return dictFromMap(x)
 	case map[string]string:
-		out := make(map[string]any, len(x))
-		for k, s := range x {
-			out[k] = s
-		}
-		return out
+		return dictFromMap(x)
 	}
 	return v
 }
@@ -68,8 +192,8 @@ func truthy(v any) bool {
 		return x != ""
 	case []any:
 		return len(x) > 0
-	case map[string]any:
-		return len(x) > 0
+	case *Dict:
+		return x.Len() > 0
 	}
 	return true
 }
@@ -90,7 +214,7 @@ func typeName(v any) string {
 		return "string"
 	case []any:
 		return "list"
-	case map[string]any:
+	case *Dict:
 		return "dict"
 	case *Namespace:
 		return "namespace"
@@ -135,10 +259,7 @@ func repr(v any) string {
 		case math.IsInf(x, -1):
 			return "-inf"
 		}
-		if x == math.Trunc(x) && math.Abs(x) < 1e16 {
-			return strconv.FormatFloat(x, 'f', 1, 64)
-		}
-		return strconv.FormatFloat(x, 'g', -1, 64)
+		return pyfmt.FloatRepr(x)
 	case string:
 		return pyQuote(x)
 	case []any:
@@ -147,15 +268,14 @@ func repr(v any) string {
 			parts[i] = repr(e)
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
-	case map[string]any:
-		keys := sortedKeys(x)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = pyQuote(k) + ": " + repr(x[k])
+	case *Dict:
+		parts := make([]string, len(x.keys))
+		for i, k := range x.keys {
+			parts[i] = pyQuote(k) + ": " + repr(x.vals[k])
 		}
 		return "{" + strings.Join(parts, ", ") + "}"
 	case *Namespace:
-		return "<Namespace " + repr(x.attrs) + ">"
+		return "<Namespace " + repr(dictFromMap(x.attrs)) + ">"
 	}
 	return fmt.Sprint(v)
 }
@@ -199,86 +319,88 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// toJSON encodes a value as JSON with the separators of Python's
-// json.dumps (", " and ": "), keys sorted, and non-ASCII characters kept.
-func toJSON(v any, indent int) (string, error) {
-	var b strings.Builder
-	if err := writeJSON(&b, v, indent, 0); err != nil {
-		return "", err
-	}
-	return b.String(), nil
+// jsonOptions are the arguments of Python's json.dumps that tojson passes
+// on (Hugging Face's tojson: ensure_ascii=False, indent=None,
+// separators=None, sort_keys=False by default).
+type jsonOptions struct {
+	ensureASCII     bool
+	indent          int  // with hasIndent
+	hasIndent       bool // indent=None means one line
+	itemSep, keySep string
+	sortKeys        bool
 }
 
-func writeJSON(b *strings.Builder, v any, indent, depth int) error {
-	newline := func(d int) {
-		if indent > 0 {
-			b.WriteByte('\n')
-			b.WriteString(strings.Repeat(" ", indent*d))
+// toJSON encodes a value as json.dumps does.
+func toJSON(v any, o jsonOptions) (string, error) {
+	b, err := appendJSON(nil, v, o, 0)
+	return string(b), err
+}
+
+func appendJSON(b []byte, v any, o jsonOptions, depth int) ([]byte, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("tojson: nested deeper than %d", maxJSONDepth)
+	}
+	newline := func(b []byte, d int) []byte {
+		if o.hasIndent {
+			b = append(b, '\n')
+			b = append(b, strings.Repeat(" ", o.indent*d)...)
 		}
+		return b
 	}
-	itemSep := ", "
-	if indent > 0 {
-		itemSep = ","
-	}
+	var err error
 	switch x := v.(type) {
 	case nil:
-		b.WriteString("null")
+		b = append(b, "null"...)
 	case bool:
-		b.WriteString(strconv.FormatBool(x))
+		b = strconv.AppendBool(b, x)
 	case int64:
-		b.WriteString(strconv.FormatInt(x, 10))
+		b = strconv.AppendInt(b, x, 10)
 	case float64:
-		b.WriteString(repr(x))
+		b = append(b, pyfmt.JSONFloat(x)...)
 	case string:
-		enc, err := json.Marshal(x)
-		if err != nil {
-			return err
-		}
-		// encoding/json escapes <, > and & for HTML; Python does not.
-		s := strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&").Replace(string(enc))
-		b.WriteString(s)
+		b = pyfmt.AppendJSONString(b, x, o.ensureASCII)
 	case []any:
 		if len(x) == 0 {
-			b.WriteString("[]")
-			return nil
+			return append(b, "[]"...), nil
 		}
-		b.WriteByte('[')
+		b = append(b, '[')
 		for i, e := range x {
 			if i > 0 {
-				b.WriteString(itemSep)
+				b = append(b, o.itemSep...)
 			}
-			newline(depth + 1)
-			if err := writeJSON(b, e, indent, depth+1); err != nil {
-				return err
+			b = newline(b, depth+1)
+			if b, err = appendJSON(b, e, o, depth+1); err != nil {
+				return nil, err
 			}
 		}
-		newline(depth)
-		b.WriteByte(']')
-	case map[string]any:
-		if len(x) == 0 {
-			b.WriteString("{}")
-			return nil
+		b = newline(b, depth)
+		b = append(b, ']')
+	case *Dict:
+		if x.Len() == 0 {
+			return append(b, "{}"...), nil
 		}
-		b.WriteByte('{')
-		for i, k := range sortedKeys(x) {
+		keys := x.keys
+		if o.sortKeys {
+			keys = slices.Sorted(slices.Values(keys))
+		}
+		b = append(b, '{')
+		for i, k := range keys {
 			if i > 0 {
-				b.WriteString(itemSep)
+				b = append(b, o.itemSep...)
 			}
-			newline(depth + 1)
-			if err := writeJSON(b, k, indent, depth+1); err != nil {
-				return err
-			}
-			b.WriteString(": ")
-			if err := writeJSON(b, x[k], indent, depth+1); err != nil {
-				return err
+			b = newline(b, depth+1)
+			b = pyfmt.AppendJSONString(b, k, o.ensureASCII)
+			b = append(b, o.keySep...)
+			if b, err = appendJSON(b, x.vals[k], o, depth+1); err != nil {
+				return nil, err
 			}
 		}
-		newline(depth)
-		b.WriteByte('}')
+		b = newline(b, depth)
+		b = append(b, '}')
 	default:
-		return fmt.Errorf("tojson: cannot encode a %s", typeName(v))
+		return nil, fmt.Errorf("tojson: Object of type %s is not JSON serializable", typeName(v))
 	}
-	return nil
+	return b, nil
 }
 
 func equal(a, b any) bool {
@@ -312,13 +434,13 @@ func equal(a, b any) bool {
 			}
 		}
 		return true
-	case map[string]any:
-		y, ok := b.(map[string]any)
-		if !ok || len(x) != len(y) {
+	case *Dict:
+		y, ok := b.(*Dict)
+		if !ok || x.Len() != y.Len() {
 			return false
 		}
-		for k, v := range x {
-			w, ok := y[k]
+		for k, v := range x.vals {
+			w, ok := y.vals[k]
 			if !ok || !equal(v, w) {
 				return false
 			}
@@ -333,7 +455,7 @@ func equal(a, b any) bool {
 		return false
 	}
 	switch b.(type) {
-	case int64, float64, []any, map[string]any, undefined, *Namespace, callable:
+	case int64, float64, []any, *Dict, undefined, *Namespace, callable:
 		return equal(b, a)
 	}
 	return a == b
