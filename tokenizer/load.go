@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,11 +15,58 @@ import (
 	"github.com/cpmla/cpmla/tokenizer/jinja"
 )
 
-// File names inside a tokenizer directory.
+// File names inside a tokenizer directory. ChatTemplateFile, when present,
+// holds the chat template and takes precedence over tokenizer_config.json's
+// chat_template (as in Hugging Face transformers).
 const (
-	TokenizerFile = "tokenizer.json"
-	ConfigFile    = "tokenizer_config.json"
+	TokenizerFile    = "tokenizer.json"
+	ConfigFile       = "tokenizer_config.json"
+	ChatTemplateFile = "chat_template.jinja"
 )
+
+// Sizes a tokenizer is refused beyond, checked before anything of that
+// size is allocated. Real tokenizers are far below them (the largest
+// vocabularies have about 260,000 entries in files of about 30 MB).
+const (
+	MaxTokenizerFileBytes = 256 << 20
+	MaxConfigFileBytes    = 64 << 20
+	maxVocabEntries       = 1 << 22
+	maxMerges             = 1 << 22
+	maxAddedTokens        = 1 << 20
+	maxTokenBytes         = 1 << 16
+	maxPatternBytes       = 1 << 16
+	// maxIDGap bounds how far ids may run past the number of tokens: the
+	// id table is as long as the largest id.
+	maxIDGap = 1 << 16
+)
+
+// readBounded reads a file of at most limit bytes, refusing a larger one by
+// its size before reading it.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a file", path)
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s has %d bytes, more than the %d this file may have", path, st.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s grew past %d bytes while it was read", path, limit)
+	}
+	return data, nil
+}
 
 // hfTokenizer is the part of tokenizer.json this package reads.
 type hfTokenizer struct {
@@ -114,11 +162,11 @@ func (c *configToken) UnmarshalJSON(data []byte) error {
 // Load reads tokenizer.json (required) and tokenizer_config.json (optional)
 // from dir.
 func Load(dir string) (*Tokenizer, error) {
-	tokJSON, err := os.ReadFile(filepath.Join(dir, TokenizerFile))
+	tokJSON, err := readBounded(filepath.Join(dir, TokenizerFile), MaxTokenizerFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
 	}
-	cfgJSON, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	cfgJSON, err := readBounded(filepath.Join(dir, ConfigFile), MaxConfigFileBytes)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
 	}
@@ -126,7 +174,48 @@ func Load(dir string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
 	}
+	tpl, err := readBounded(filepath.Join(dir, ChatTemplateFile), jinja.MaxTemplateBytes)
+	switch {
+	case err == nil:
+		if t, err = t.WithChatTemplate(string(tpl)); err != nil {
+			return nil, fmt.Errorf("load tokenizer from %s: %s: %w", dir, ChatTemplateFile, err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
+	}
 	return t, nil
+}
+
+// WithChatTemplate returns a copy of the tokenizer that renders chats with
+// the given template source instead of its own (vLLM's --chat-template).
+func (t *Tokenizer) WithChatTemplate(src string) (*Tokenizer, error) {
+	tpl, err := jinja.Parse(src)
+	if err != nil {
+		return nil, err
+	}
+	c := *t
+	c.chat = tpl
+	if c.chatVars == nil {
+		c.chatVars = map[string]any{}
+	}
+	return &c, nil
+}
+
+// LoadChatTemplate reads a --chat-template argument as vLLM does: the path
+// of a file, or (when no such file exists and the argument contains one of
+// "{", "}" or a newline) the template itself.
+func LoadChatTemplate(arg string) (string, error) {
+	data, err := readBounded(arg, jinja.MaxTemplateBytes)
+	if err == nil {
+		return string(data), nil
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		if strings.ContainsAny(arg, "{}\n") {
+			return arg, nil
+		}
+		return "", fmt.Errorf("chat template %q is neither a file nor a template: %w", arg, err)
+	}
+	return "", fmt.Errorf("chat template: %w", err)
 }
 
 // ForCheckpoint returns the tokenizer of a checkpoint directory: the one in
@@ -153,6 +242,9 @@ func Parse(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 // parse is Parse; forceRegex makes every split pattern run on the general
 // regular-expression engine (the tests compare both paths).
 func parse(tokenizerJSON, configJSON []byte, forceRegex bool) (*Tokenizer, error) {
+	if len(tokenizerJSON) > MaxTokenizerFileBytes || len(configJSON) > MaxConfigFileBytes {
+		return nil, fmt.Errorf("%s of %d bytes or %s of %d bytes is larger than allowed (%d, %d)", TokenizerFile, len(tokenizerJSON), ConfigFile, len(configJSON), MaxTokenizerFileBytes, MaxConfigFileBytes)
+	}
 	var hf hfTokenizer
 	if err := json.Unmarshal(tokenizerJSON, &hf); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", TokenizerFile, err)
@@ -219,6 +311,9 @@ func buildModel(m *hfModel) (*bpeModel, error) {
 	if m.Vocab == nil {
 		return nil, errors.New("BPE model has no \"vocab\"")
 	}
+	if len(m.Vocab) > maxVocabEntries {
+		return nil, fmt.Errorf("vocabulary has %d entries, more than the %d supported", len(m.Vocab), maxVocabEntries)
+	}
 	if m.Dropout != nil && *m.Dropout != 0 {
 		return nil, fmt.Errorf("BPE dropout %g is not supported for inference (need null or 0)", *m.Dropout)
 	}
@@ -274,6 +369,9 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, fmt.Errorf("merges must be a list: %w", err)
 	}
+	if len(items) > maxMerges {
+		return nil, fmt.Errorf("%d merges, more than the %d supported", len(items), maxMerges)
+	}
 	out := make([][2]string, len(items))
 	for i, it := range items {
 		if len(it) > 0 && it[0] == '"' {
@@ -302,12 +400,27 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 
 // buildVocab sets up the id → token table and the added tokens.
 func (t *Tokenizer) buildVocab(vocab map[string]int, added []AddedToken) error {
+	if len(added) > maxAddedTokens {
+		return fmt.Errorf("%d added tokens, more than the %d supported", len(added), maxAddedTokens)
+	}
 	maxID := -1
 	for tok, id := range vocab {
 		if id < 0 {
 			return fmt.Errorf("vocabulary token %q has negative id %d", tok, id)
 		}
+		if len(tok) > maxTokenBytes {
+			return fmt.Errorf("vocabulary token of %d bytes (id %d) is longer than the %d supported", len(tok), id, maxTokenBytes)
+		}
 		maxID = max(maxID, id)
+	}
+	for _, a := range added {
+		if len(a.Content) > maxTokenBytes {
+			return fmt.Errorf("added token of %d bytes (id %d) is longer than the %d supported", len(a.Content), a.ID, maxTokenBytes)
+		}
+		maxID = max(maxID, a.ID)
+	}
+	if n := len(vocab) + len(added); maxID >= n+maxIDGap {
+		return fmt.Errorf("largest token id %d is far beyond the %d tokens (ids may run at most %d past the count)", maxID, n, maxIDGap)
 	}
 	for _, a := range added {
 		if a.ID < 0 {

@@ -147,6 +147,9 @@ func (m literalMatcher) appendMatches(dst []span, s string) []span {
 // compileSplitPattern returns the hand-written matcher for a known pattern
 // and the general engine otherwise (or always, when forceRegex is set).
 func compileSplitPattern(pattern string, forceRegex bool) (matcher, error) {
+	if len(pattern) > maxPatternBytes {
+		return nil, fmt.Errorf("split pattern of %d bytes is longer than the %d supported", len(pattern), maxPatternBytes)
+	}
 	if m, ok := handMatchers[pattern]; ok && !forceRegex {
 		return handMatcher(m), nil
 	}

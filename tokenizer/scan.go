@@ -17,6 +17,10 @@ const (
 	patternCJKRun    = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
 	patternDeepSeek  = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
 	patternByteLevel = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+	// The Llama 3 / cl100k split (also GLM-4's), and Qwen2's, which takes
+	// one digit at a time.
+	patternLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patternQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // handMatchers maps a pattern string to its hand-written matcher.
@@ -25,6 +29,79 @@ var handMatchers = map[string]func(s string, i int) int{
 	patternCJKRun:    matchCJKRun,
 	patternDeepSeek:  matchDeepSeek,
 	patternByteLevel: matchByteLevel,
+	patternLlama3:    func(s string, i int) int { return matchLlama3(s, i, 3) },
+	patternQwen2:     func(s string, i int) int { return matchLlama3(s, i, 1) },
+}
+
+// matchLlama3 matches
+//
+//	(?i:'s|'t|'re|'ve|'m|'ll|'d)
+//	|[^\r\n\p{L}\p{N}]?\p{L}+
+//	|\p{N}{1,digits}
+//	| ?[^\s\p{L}\p{N}]+[\r\n]*
+//	|\s*[\r\n]+
+//	|\s+(?!\S)
+//	|\s+
+func matchLlama3(s string, i, digits int) int {
+	if s[i] == '\'' && i+1 < len(s) {
+		switch s[i+1] | 0x20 {
+		case 's', 't', 'm', 'd':
+			return i + 2
+		case 'r', 'v':
+			if i+2 < len(s) && s[i+2]|0x20 == 'e' {
+				return i + 3
+			}
+		case 'l':
+			if i+2 < len(s) && s[i+2]|0x20 == 'l' {
+				return i + 3
+			}
+		}
+	}
+	r, c, w := runeAt(s, i)
+	// One optional character that is not a line break, letter or number,
+	// then letters.
+	if r != '\r' && r != '\n' && c&(classL|classN) == 0 && i+w < len(s) {
+		if end := spanWhile(s, i+w, classL); end > i+w {
+			return end
+		}
+	}
+	if c&classL != 0 {
+		return spanWhile(s, i, classL)
+	}
+	if c&classN != 0 {
+		end := i
+		for n := 0; n < digits && end < len(s); n++ {
+			_, c2, w2 := runeAt(s, end)
+			if c2&classN == 0 {
+				break
+			}
+			end += w2
+		}
+		return end
+	}
+	// An optional space, then characters that are neither whitespace,
+	// letters nor numbers, then line breaks.
+	start := i
+	if s[i] == ' ' && i+1 < len(s) {
+		if _, c2, _ := runeAt(s, i+1); c2&(classSpace|classL|classN) == 0 {
+			start = i + 1
+		}
+	}
+	if _, c2, _ := runeAt(s, start); c2&(classSpace|classL|classN) == 0 {
+		end := start
+		for end < len(s) {
+			_, c3, w3 := runeAt(s, end)
+			if c3&(classSpace|classL|classN) != 0 {
+				break
+			}
+			end += w3
+		}
+		for end < len(s) && (s[end] == '\r' || s[end] == '\n') {
+			end++
+		}
+		return end
+	}
+	return matchWhitespaceTail(s, i, true)
 }
 
 // matchDigits3 matches \p{N}{1,3}.

@@ -7,15 +7,17 @@ import "unicode/utf8"
 // an incomplete character back until the following tokens complete it, so
 // every piece it returns ends on a character boundary. Bytes that can never
 // become a valid character are passed through at once. Special tokens are
-// skipped, as Decode(ids, true) does; the concatenation of everything Add
-// and Flush return equals Decode(ids, true) (without
-// clean_up_tokenization_spaces, which needs the whole text).
+// skipped, as Decode(ids, true) does (a decoder made with
+// NewStreamDecoderKeepingSpecial keeps them, as Decode(ids, false)); the
+// concatenation of everything Add and Flush return equals that Decode
+// (without clean_up_tokenization_spaces, which needs the whole text).
 //
 // A StreamDecoder belongs to one sequence and is not safe for concurrent
 // use.
 type StreamDecoder struct {
-	t       *Tokenizer
-	pending []byte
+	t           *Tokenizer
+	pending     []byte
+	keepSpecial bool
 }
 
 // NewStreamDecoder returns a decoder for one generated sequence.
@@ -23,10 +25,17 @@ func (t *Tokenizer) NewStreamDecoder() *StreamDecoder {
 	return &StreamDecoder{t: t, pending: make([]byte, 0, 16)}
 }
 
+// NewStreamDecoderKeepingSpecial returns a decoder that also writes special
+// tokens (Decode(ids, false)), which is what a reasoning or tool-call parser
+// must see (vLLM sets skip_special_tokens=False for them).
+func (t *Tokenizer) NewStreamDecoderKeepingSpecial() *StreamDecoder {
+	return &StreamDecoder{t: t, pending: make([]byte, 0, 16), keepSpecial: true}
+}
+
 // Add decodes one id and returns the text that is now complete (possibly
 // "").
 func (d *StreamDecoder) Add(id int) string {
-	d.pending = d.t.appendToken(d.pending, id, true)
+	d.pending = d.t.appendToken(d.pending, id, !d.keepSpecial)
 	cut := completePrefix(d.pending)
 	if cut == 0 {
 		return ""

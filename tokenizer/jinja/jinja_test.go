@@ -191,7 +191,7 @@ func TestLimits(t *testing.T) {
 		{"output", "{% for i in range(900) %}{{ 'x' * 100 }}{% endfor %}", ErrOutputLimit},
 		{"string doubling", "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", ErrOutputLimit},
 		{"string repetition", "{{ 'x' * 100000000000 }}", ErrOutputLimit},
-		{"list doubling", "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", ErrOutputLimit},
+		{"list doubling", "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", ErrIterationLimit},
 		{"iterations", "{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}", ErrIterationLimit},
 		{"range length", "{% for i in range(10000000000) %}{% endfor %}", ErrIterationLimit},
 		{"recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ErrDepthLimit},

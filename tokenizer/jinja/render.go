@@ -106,7 +106,10 @@ func (r *renderer) checkSize(v any) error {
 			return fmt.Errorf("%w: a string of %d bytes (limit %d)", ErrOutputLimit, len(x), r.lim.MaxOutputBytes)
 		}
 	case []any:
-		if len(x) > r.lim.MaxIterations || 16*len(x) > r.lim.MaxOutputBytes {
+		if len(x) > r.lim.MaxIterations {
+			return fmt.Errorf("%w: a list of %d items (limit %d)", ErrIterationLimit, len(x), r.lim.MaxIterations)
+		}
+		if 16*len(x) > r.lim.MaxOutputBytes {
 			return fmt.Errorf("%w: a list of %d items", ErrOutputLimit, len(x))
 		}
 	}
