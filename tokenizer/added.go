@@ -88,6 +88,16 @@ type addedSegment struct {
 // split cuts s into text and added-token segments. Whitespace absorbed by
 // lstrip/rstrip tokens is removed from the neighbouring text.
 func (m *addedMatcher) split(dst []addedSegment, s string) []addedSegment {
+	m.each(s, func(seg addedSegment) bool {
+		dst = append(dst, seg)
+		return true
+	})
+	return dst
+}
+
+// each is split that hands the segments to yield one by one and stops when
+// yield returns false; it reports whether it went to the end.
+func (m *addedMatcher) each(s string, yield func(addedSegment) bool) bool {
 	textStart := 0
 	for i := 0; i < len(s); {
 		if !m.first[s[i]] {
@@ -108,10 +118,12 @@ func (m *addedMatcher) split(dst []addedSegment, s string) []addedSegment {
 		if tok.LStrip {
 			text = strings.TrimRightFunc(text, unicode.IsSpace)
 		}
-		if text != "" {
-			dst = append(dst, addedSegment{text: text, token: -1})
+		if text != "" && !yield(addedSegment{text: text, token: -1}) {
+			return false
 		}
-		dst = append(dst, addedSegment{text: tok.Content, token: t})
+		if !yield(addedSegment{text: tok.Content, token: t}) {
+			return false
+		}
 		i += n
 		if tok.RStrip {
 			rest := strings.TrimLeftFunc(s[i:], unicode.IsSpace)
@@ -120,9 +132,9 @@ func (m *addedMatcher) split(dst []addedSegment, s string) []addedSegment {
 		textStart = i
 	}
 	if textStart < len(s) {
-		dst = append(dst, addedSegment{text: s[textStart:], token: -1})
+		return yield(addedSegment{text: s[textStart:], token: -1})
 	}
-	return dst
+	return true
 }
 
 // isSingleWord reports whether s[start:end] is not glued to a word

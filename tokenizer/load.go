@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cpmla/cpmla/tokenizer/jinja"
 )
@@ -260,11 +261,11 @@ func parse(tokenizerJSON, configJSON []byte, forceRegex bool) (*Tokenizer, error
 	if t.model, err = buildModel(hf.Model); err != nil {
 		return nil, fmt.Errorf("%s model: %w", TokenizerFile, err)
 	}
+	if t.norm, err = buildNormalizer(hf.Normalizer, 0); err != nil {
+		return nil, fmt.Errorf("%s normalizer: %w", TokenizerFile, err)
+	}
 	if err := t.buildVocab(hf.Model.Vocab, hf.AddedTokens); err != nil {
 		return nil, fmt.Errorf("%s: %w", TokenizerFile, err)
-	}
-	if err := checkNormalizer(hf.Normalizer); err != nil {
-		return nil, fmt.Errorf("%s normalizer: %w", TokenizerFile, err)
 	}
 	if t.pre, t.model.byteLevel, err = buildPreTokenizer(hf.PreTokenizer, forceRegex); err != nil {
 		return nil, fmt.Errorf("%s pre_tokenizer: %w", TokenizerFile, err)
@@ -277,6 +278,7 @@ func parse(tokenizerJSON, configJSON []byte, forceRegex bool) (*Tokenizer, error
 			}
 		}
 	}
+	t.maxTokenBytes = t.tokenByteBound()
 	if t.byteLevelDecoder, err = checkDecoder(hf.Decoder); err != nil {
 		return nil, fmt.Errorf("%s decoder: %w", TokenizerFile, err)
 	}
@@ -458,28 +460,78 @@ func (t *Tokenizer) buildVocab(vocab map[string]int, added []AddedToken) error {
 		t.addedByID[a.ID] = len(matchable)
 		matchable = append(matchable, a)
 	}
-	t.added = newAddedMatcher(matchable)
 	t.addedTokens = matchable
+	if len(t.norm) == 0 {
+		t.added = newAddedMatcher(matchable)
+		return nil
+	}
+	// With a normalizer, tokens marked normalized are matched in the
+	// normalized text, the others in the raw text.
+	var raw, normed []AddedToken
+	for _, a := range matchable {
+		if a.Normalized {
+			normed = append(normed, a)
+		} else {
+			raw = append(raw, a)
+		}
+	}
+	t.added = newAddedMatcher(raw)
+	if len(normed) > 0 {
+		t.addedNorm = newAddedMatcher(normed)
+	}
 	return nil
 }
 
-func checkNormalizer(raw json.RawMessage) error {
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil
+// tokenByteBound is the most input bytes one token can stand for, or 0
+// when text can vanish or be absorbed, so that no bound holds.
+func (t *Tokenizer) tokenByteBound() int {
+	if removesText(t.pre) {
+		return 0
 	}
-	var c component
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return err
-	}
-	if c.Type != "Sequence" {
-		return fmt.Errorf("normalizer %q is not supported (supported: null or an empty Sequence)", c.Type)
-	}
-	for _, n := range c.Normalizers {
-		if err := checkNormalizer(n); err != nil {
-			return err
+	for _, a := range t.addedTokens {
+		if a.LStrip || a.RStrip {
+			return 0
 		}
 	}
-	return nil
+	n := 4 // an unknown character is one token
+	if t.model.byteLevel {
+		for _, id := range t.model.byteSymbols {
+			if id < 0 {
+				return 0
+			}
+		}
+	} else if t.model.unkID < 0 {
+		return 0
+	}
+	for id, tok := range t.tokens {
+		if !t.present[id] {
+			continue
+		}
+		if t.model.byteLevel {
+			if _, added := t.addedByID[id]; !added {
+				n = max(n, utf8.RuneCountInString(tok))
+				continue
+			}
+		}
+		n = max(n, len(tok))
+	}
+	return n
+}
+
+// removesText reports whether a pre-tokenizer drops input (a Removed
+// split).
+func removesText(p preTokenizer) bool {
+	switch x := p.(type) {
+	case preTokenizerSequence:
+		for _, s := range x {
+			if removesText(s) {
+				return true
+			}
+		}
+	case splitStage:
+		return x.behavior == splitRemoved
+	}
+	return false
 }
 
 // buildPreTokenizer returns the pre-tokenizer and whether it contains the

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
@@ -262,4 +263,190 @@ func (st byteLevelStage) appendPieces(dst []string, piece string) []string {
 		return append(dst, piece)
 	}
 	return splitStage{m: st.split}.appendPieces(dst, piece)
+}
+
+// The incremental pre-tokenizer: eachPiece hands the pieces to yield one at
+// a time and stops as soon as yield returns false, so a bounded encode
+// never splits more of a text than it tokenizes. It must give exactly the
+// pieces of appendPieces (the tests hold them equal); appendPieces is the
+// batch form, kept for the speed of the common path.
+
+type piecer interface {
+	eachPiece(piece string, yield func(string) bool) bool
+}
+
+func (seq preTokenizerSequence) eachPiece(piece string, yield func(string) bool) bool {
+	return seq.eachFrom(0, piece, yield)
+}
+
+func (seq preTokenizerSequence) eachFrom(k int, piece string, yield func(string) bool) bool {
+	if k == len(seq) {
+		return yield(piece)
+	}
+	return seq[k].(piecer).eachPiece(piece, func(p string) bool { return seq.eachFrom(k+1, p, yield) })
+}
+
+func (st byteLevelStage) eachPiece(piece string, yield func(string) bool) bool {
+	if st.addPrefixSpace && (len(piece) == 0 || piece[0] != ' ') {
+		piece = " " + piece
+	}
+	if st.split == nil {
+		return yield(piece)
+	}
+	return splitStage{m: st.split}.eachPiece(piece, yield)
+}
+
+// matchIter returns the matches of m in s one by one.
+func matchIter(m matcher, s string) func() (span, bool) {
+	switch mm := m.(type) {
+	case handMatcher:
+		i := 0
+		return func() (span, bool) {
+			for i < len(s) {
+				if end := mm(s, i); end > i {
+					sp := span{i, end}
+					i = end
+					return sp, true
+				}
+				_, _, w := runeAt(s, i)
+				i += w
+			}
+			return span{}, false
+		}
+	case literalMatcher:
+		i := 0
+		return func() (span, bool) {
+			if mm == "" {
+				return span{}, false
+			}
+			if j := strings.Index(s[i:], string(mm)); j >= 0 {
+				sp := span{i + j, i + j + len(mm)}
+				i = sp.end
+				return sp, true
+			}
+			return span{}, false
+		}
+	}
+	// The general engine works on the whole piece at once.
+	all := m.appendMatches(nil, s)
+	return func() (span, bool) {
+		if len(all) == 0 {
+			return span{}, false
+		}
+		sp := all[0]
+		all = all[1:]
+		return sp, true
+	}
+}
+
+func (st splitStage) eachPiece(piece string, yield func(string) bool) bool {
+	next := matchIter(st.m, piece)
+	type segment struct {
+		span
+		isMatch bool
+	}
+	// segs yields the alternating gap and match segments.
+	prev, pendingMatch, havePending, done := 0, span{}, false, false
+	nextSeg := func() (segment, bool) {
+		if havePending {
+			havePending = false
+			return segment{pendingMatch, !st.invert}, true
+		}
+		if done {
+			return segment{}, false
+		}
+		m, ok := next()
+		if !ok {
+			done = true
+			if prev < len(piece) {
+				s := segment{span{prev, len(piece)}, st.invert}
+				prev = len(piece)
+				return s, true
+			}
+			return segment{}, false
+		}
+		prev2 := prev
+		prev = m.end
+		if m.start > prev2 {
+			pendingMatch, havePending = m, true
+			return segment{span{prev2, m.start}, st.invert}, true
+		}
+		return segment{m, !st.invert}, true
+	}
+	switch st.behavior {
+	case splitIsolated:
+		for sg, ok := nextSeg(); ok; sg, ok = nextSeg() {
+			if !yield(piece[sg.start:sg.end]) {
+				return false
+			}
+		}
+	case splitRemoved:
+		for sg, ok := nextSeg(); ok; sg, ok = nextSeg() {
+			if !sg.isMatch && !yield(piece[sg.start:sg.end]) {
+				return false
+			}
+		}
+	case splitMergedWithPrevious:
+		// A match joins the segment before it, unless that one is a match.
+		var cur segment
+		have := false
+		for sg, ok := nextSeg(); ok; sg, ok = nextSeg() {
+			if sg.isMatch && have && !cur.isMatch {
+				cur.end, cur.isMatch = sg.end, true
+				continue
+			}
+			if have && !yield(piece[cur.start:cur.end]) {
+				return false
+			}
+			cur, have = sg, true
+		}
+		if have {
+			return yield(piece[cur.start:cur.end])
+		}
+	case splitMergedWithNext:
+		// A match joins the segment after it, unless that one is a match.
+		var held segment
+		holding := false
+		for sg, ok := nextSeg(); ok; sg, ok = nextSeg() {
+			if holding {
+				holding = false
+				if !sg.isMatch {
+					if !yield(piece[held.start:sg.end]) {
+						return false
+					}
+					continue
+				}
+				if !yield(piece[held.start:held.end]) {
+					return false
+				}
+			}
+			if sg.isMatch {
+				held, holding = sg, true
+				continue
+			}
+			if !yield(piece[sg.start:sg.end]) {
+				return false
+			}
+		}
+		if holding {
+			return yield(piece[held.start:held.end])
+		}
+	case splitContiguous:
+		var cur segment
+		have := false
+		for sg, ok := nextSeg(); ok; sg, ok = nextSeg() {
+			if have && cur.isMatch && sg.isMatch {
+				cur.end = sg.end
+				continue
+			}
+			if have && !yield(piece[cur.start:cur.end]) {
+				return false
+			}
+			cur, have = sg, true
+		}
+		if have {
+			return yield(piece[cur.start:cur.end])
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,7 +14,16 @@ import (
 // loading (apart from an internal word cache) and safe for concurrent use.
 type Tokenizer struct {
 	model *bpeModel
+	norm  normalizer
 	pre   preTokenizer
+	// addedNorm matches the added tokens marked normalized, in normalized
+	// text (nil when there is no normalizer: then added matches them all).
+	addedNorm *addedMatcher
+	// maxTokenBytes is the most input bytes one token can stand for; 0
+	// when text can vanish or be absorbed (a Removed split, bytes with no
+	// symbol, added tokens that strip whitespace), so that no such bound
+	// holds.
+	maxTokenBytes int
 
 	tokens      []string // id → token string ("" for unused ids)
 	present     []bool   // id is a token
@@ -74,39 +84,120 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 // without AddSpecial (see EncodeChat).
 func (t *Tokenizer) EncodeWith(text string, opts EncodeOptions) []int {
 	ids := make([]int, 0, len(text)/3+len(t.prefix)+len(t.suffix)+1)
+	ids, _ = t.encode(ids, text, opts, -1)
+	return ids
+}
+
+// ErrTooManyTokens is what EncodeLimited returns (wrapped, with the
+// numbers) for a text with more tokens than allowed.
+var ErrTooManyTokens = errors.New("text has more tokens than allowed")
+
+// EncodeLimited is EncodeWith for untrusted text: it stops as soon as the
+// text provably has more than maxTokens tokens (the added BOS/EOS
+// included) and returns ErrTooManyTokens, without tokenizing the rest.
+// A text longer than maxTokens times the most bytes one token stands for
+// is refused before any work; otherwise tokens are counted piece by piece
+// as the pre-tokenizer cuts them. Below the limit the ids are exactly
+// EncodeWith's.
+func (t *Tokenizer) EncodeLimited(text string, opts EncodeOptions, maxTokens int) ([]int, error) {
+	if maxTokens < 0 {
+		return nil, fmt.Errorf("EncodeLimited: maxTokens is %d; use 0 or more", maxTokens)
+	}
+	specials := 0
+	if opts.AddSpecial {
+		specials = len(t.prefix) + len(t.suffix)
+	}
+	span := t.maxTokenBytes * t.norm.shrink()
+	if lower := (len(text)+span-1)/max(span, 1) + specials; span > 0 && len(text) > 0 && lower > maxTokens {
+		return nil, fmt.Errorf("%w: %d bytes are at least %d tokens (no token stands for more than %d bytes), more than %d",
+			ErrTooManyTokens, len(text), lower, t.maxTokenBytes, maxTokens)
+	}
+	ids := make([]int, 0, min(len(text)/3+specials+1, maxTokens+1))
+	ids, ok := t.encode(ids, text, opts, maxTokens)
+	if !ok {
+		return nil, fmt.Errorf("%w: a text of %d bytes has more than %d tokens", ErrTooManyTokens, len(text), maxTokens)
+	}
+	return ids, nil
+}
+
+// encode appends the ids of text; with limit >= 0 it stops, reporting
+// false, once more than limit ids (with the suffix) are certain.
+func (t *Tokenizer) encode(ids []int, text string, opts EncodeOptions, limit int) ([]int, bool) {
+	reserve := 0
 	if opts.AddSpecial {
 		ids = append(ids, t.prefix...)
+		reserve = len(t.suffix)
 	}
+	over := func() bool { return limit >= 0 && len(ids)+reserve > limit }
+	if over() {
+		return ids, false
+	}
+	ok := true
 	if opts.ParseSpecial && len(t.addedTokens) > 0 {
-		var buf [16]addedSegment
-		for _, seg := range t.added.split(buf[:0], text) {
+		ok = t.added.each(text, func(seg addedSegment) bool {
 			if seg.token >= 0 {
-				ids = append(ids, t.addedTokens[seg.token].ID)
-				continue
+				ids = append(ids, t.added.tokens[seg.token].ID)
+				return !over()
 			}
-			ids = t.appendText(ids, seg.text)
-		}
+			var fine bool
+			ids, fine = t.encodeSegment(ids, seg.text, true, limit, reserve)
+			return fine
+		})
 	} else {
-		ids = t.appendText(ids, text)
+		ids, ok = t.encodeSegment(ids, text, false, limit, reserve)
+	}
+	if !ok {
+		return ids, false
 	}
 	if opts.AddSpecial {
 		ids = append(ids, t.suffix...)
 	}
-	return ids
+	return ids, !over()
 }
 
-// appendText encodes text that contains no added tokens.
-func (t *Tokenizer) appendText(ids []int, text string) []int {
-	if text == "" {
-		return ids
+// encodeSegment encodes text that contains no (raw-matched) added tokens:
+// normalization, then the normalized added tokens, then pre-tokenization
+// and BPE.
+func (t *Tokenizer) encodeSegment(ids []int, text string, parseSpecial bool, limit, reserve int) ([]int, bool) {
+	if len(t.norm) > 0 {
+		text = t.norm.apply(text)
+		if parseSpecial && t.addedNorm != nil {
+			ok := t.addedNorm.each(text, func(seg addedSegment) bool {
+				if seg.token >= 0 {
+					ids = append(ids, t.addedNorm.tokens[seg.token].ID)
+					return limit < 0 || len(ids)+reserve <= limit
+				}
+				var fine bool
+				ids, fine = t.encodeText(ids, seg.text, limit, reserve)
+				return fine
+			})
+			return ids, ok
+		}
 	}
-	var buf [64]string
-	for _, piece := range t.pre.appendPieces(buf[:0], text) {
+	return t.encodeText(ids, text, limit, reserve)
+}
+
+// encodeText pre-tokenizes and encodes normalized text.
+func (t *Tokenizer) encodeText(ids []int, text string, limit, reserve int) ([]int, bool) {
+	if text == "" {
+		return ids, true
+	}
+	if limit < 0 {
+		var buf [64]string
+		for _, piece := range t.pre.appendPieces(buf[:0], text) {
+			if piece != "" {
+				ids = t.model.appendWord(ids, piece)
+			}
+		}
+		return ids, true
+	}
+	ok := t.pre.(piecer).eachPiece(text, func(piece string) bool {
 		if piece != "" {
 			ids = t.model.appendWord(ids, piece)
 		}
-	}
-	return ids
+		return len(ids)+reserve <= limit
+	})
+	return ids, ok
 }
 
 // Decode turns ids back into text. Ids that are not tokens are skipped, as

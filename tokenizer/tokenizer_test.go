@@ -332,7 +332,7 @@ func TestLoadRefusals(t *testing.T) {
 		{"added token id clash", "already belongs to", edit(func(m map[string]any) {
 			m["added_tokens"] = []any{map[string]any{"id": 0, "content": "<x>", "special": true}}
 		})},
-		{"normalizer", `normalizer "NFC" is not supported`, edit(func(m map[string]any) { m["normalizer"] = map[string]any{"type": "NFC"} })},
+		{"normalizer", `normalizer "Lowercase" is not supported`, edit(func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Lowercase"} })},
 		{"pre-tokenizer", `pre-tokenizer "Whitespace" is not supported`, edit(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Whitespace"} })},
 		{"split behavior", `Split behavior "Sideways" is not supported`, edit(func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"String": "-"}, "behavior": "Sideways"}
