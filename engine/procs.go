@@ -22,14 +22,15 @@ import (
 //	header [op, a, b, c, d, e, f, g] int32
 //	  opBuild:    a..g = the runner options (max tokens, max model len, max logit rows,
 //	              max seqs, block size, block count, cache dtypes); builds an executor
-//	  opForward:  a = sequences, b = payload length; then the payload
+//	  opForward:  a = sequences, b = payload length, c = block copies; then the payload
 //	  opClose:    closes the current executor
 //	  opShutdown: ends the follower loop
 //	  opHeartbeat: nothing; rank 0 sends it while idle so that followers,
 //	              waiting inside a collective with a deadline, learn that it is alive
 //
-// The payload of a step holds, per sequence: start, logits-all, token count,
-// block count, the tokens, the block table.
+// The payload of a step holds the block copies (source, destination), then
+// per sequence: start, logits-all, token count, block count, the tokens, the
+// block table.
 const (
 	opBuild int32 = iota + 1
 	opForward
@@ -133,12 +134,13 @@ func (pr *Procs) build(opt model.RunnerOptions) error {
 	pr.runner = r
 	pr.payload = make([]int32, payloadCap(opt))
 	pr.batch.Seqs = make([]model.Seq, 0, opt.MaxSeqs)
+	pr.batch.Copies = make([]model.BlockCopy, 0, opt.MaxSeqs)
 	return nil
 }
 
 // payloadCap bounds the encoded batch of any step opt allows.
 func payloadCap(opt model.RunnerOptions) int {
-	return opt.MaxSeqs*4 + opt.MaxTokens + opt.MaxSeqs*(opt.MaxModelLen/opt.BlockSize+2)
+	return opt.MaxSeqs*4 + opt.MaxTokens + opt.MaxSeqs*(opt.MaxModelLen/opt.BlockSize+2) + 2*opt.MaxSeqs
 }
 
 // Follow is the loop of every process but world rank 0: it builds the runners
@@ -169,7 +171,7 @@ func (pr *Procs) Follow() error {
 			if err := comm.Broadcast(pr.ctx, pr.world, pr.payload[:n], 0); err != nil {
 				return err
 			}
-			if err := pr.decode(int(h[1])); err != nil {
+			if err := pr.decode(int(h[1]), int(h[3])); err != nil {
 				return err
 			}
 			if err := pr.runner.Forward(&pr.batch); err != nil {
@@ -207,6 +209,13 @@ func (pr *Procs) encode(b *model.Batch) (int, error) {
 		n++
 		return true
 	}
+	if 2*len(b.Copies) > len(p) {
+		return 0, fmt.Errorf("step has %d block copies, more than the %d-value payload holds", len(b.Copies), len(p))
+	}
+	for _, c := range b.Copies {
+		p[n], p[n+1] = c.Src, c.Dst
+		n += 2
+	}
 	for _, s := range b.Seqs {
 		la := int32(0)
 		if s.LogitsAll {
@@ -226,10 +235,17 @@ func (pr *Procs) encode(b *model.Batch) (int, error) {
 	return n, nil
 }
 
-func (pr *Procs) decode(nseq int) error {
+func (pr *Procs) decode(nseq, ncopies int) error {
 	p := pr.payload
 	pr.batch.Seqs = pr.batch.Seqs[:0]
-	i := 0
+	pr.batch.Copies = pr.batch.Copies[:0]
+	if ncopies < 0 || 2*ncopies > len(p) {
+		return errors.New("truncated step payload")
+	}
+	for k := range ncopies {
+		pr.batch.Copies = append(pr.batch.Copies, model.BlockCopy{Src: p[2*k], Dst: p[2*k+1]})
+	}
+	i := 2 * ncopies
 	for range nseq {
 		if i+4 > len(p) {
 			return errors.New("truncated step payload")
@@ -259,7 +275,7 @@ func (x *procExecutor) Forward(b *model.Batch) error {
 	}
 	h := pr.header
 	clear(h)
-	h[0], h[1], h[2] = opForward, int32(len(b.Seqs)), int32(n)
+	h[0], h[1], h[2], h[3] = opForward, int32(len(b.Seqs)), int32(n), int32(len(b.Copies))
 	if err := comm.Broadcast(pr.ctx, pr.world, h, 0); err != nil {
 		return err
 	}

@@ -263,3 +263,33 @@ func (lc *LayerCache) Key(slot int32, scratch []float32) []float32 {
 	numfmt.DecodeIndexerKeyTiles(scratch, lc.keysFP8[int(slot)*numfmt.IndexerKeyBytes:], kernels.DecodeE4M3Scaled)
 	return scratch[:lc.indexDim]
 }
+
+// CopyBlock copies every layer's rows and indexer keys of block src into
+// block dst (all BlockSize slots of this rank's block). It is the
+// copy-on-write step of a forked sequence: the blocks are distinct ids the
+// caller owns, and no step reads or writes either while it copies.
+func (c *Cache) CopyBlock(dst, src int32) error {
+	nb := int32(c.layers[0].slots / c.blockSize)
+	if src < 0 || src >= nb || dst < 0 || dst >= nb || src == dst {
+		return fmt.Errorf("copy KV block %d to %d: ids must be distinct and in [0, %d)", src, dst, nb)
+	}
+	B := c.blockSize
+	for i := range c.layers {
+		lc := &c.layers[i]
+		copyBlock(lc.rowsF32, int(dst), int(src), B*mla.RowDim)
+		copyBlock(lc.rowsBF16, int(dst), int(src), B*mla.RowDim)
+		copyBlock(lc.rowsFP8, int(dst), int(src), B*numfmt.DSMLARecordBytes)
+		copyBlock(lc.keysF32, int(dst), int(src), B*lc.indexDim)
+		copyBlock(lc.keysFP8, int(dst), int(src), B*numfmt.IndexerKeyBytes)
+	}
+	return nil
+}
+
+// copyBlock copies the n-element block src of store over block dst (a nil
+// store holds nothing).
+func copyBlock[T any](store []T, dst, src, n int) {
+	if store == nil || n == 0 {
+		return
+	}
+	copy(store[dst*n:(dst+1)*n], store[src*n:(src+1)*n])
+}

@@ -394,3 +394,66 @@ func FuzzParseIndexerDType(f *testing.F) {
 		}
 	})
 }
+
+// TestCopyBlock: after CopyBlock(dst, src) every layer's slots of dst read
+// back what was written to the same offsets of src, in every format, and
+// the other blocks are untouched.
+func TestCopyBlock(t *testing.T) {
+	const layers, blocks, bs, dim = 2, 4, 4, 128
+	for k, dt := range []struct {
+		kv  KVDType
+		idx IndexerDType
+	}{{KVF32, IdxF32}, {KVBF16, IdxFP8}, {KVFP8DSMLA, IdxFP8}} {
+		t.Run(string(dt.kv), func(t *testing.T) {
+			c, err := NewCache(layers, blocks, bs, dt.kv, dt.idx, dim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(11, uint64(k)))
+			for l := range layers {
+				for s := range blocks * bs {
+					c.Layer(l).WriteRow(int32(s), randRow(rng, mla.RowDim))
+					c.Layer(l).WriteKey(int32(s), randRow(rng, dim))
+				}
+			}
+			read := func(l, s int) ([]float32, []float32) {
+				return c.Layer(l).Row(int32(s), make([]float32, mla.RowDim)), c.Layer(l).Key(int32(s), make([]float32, dim))
+			}
+			untouched := map[[2]int][2][]float32{}
+			for l := range layers {
+				for s := range blocks * bs {
+					if s/bs != 3 {
+						r, kk := read(l, s)
+						untouched[[2]int{l, s}] = [2][]float32{r, kk}
+					}
+				}
+			}
+			if err := c.CopyBlock(3, 1); err != nil {
+				t.Fatal(err)
+			}
+			for l := range layers {
+				for off := range bs {
+					wr, wk := read(l, 1*bs+off)
+					gr, gk := read(l, 3*bs+off)
+					if d := cmp.Diff(wr, gr); d != "" {
+						t.Fatalf("layer %d offset %d row (-src +dst):\n%s", l, off, d)
+					}
+					if d := cmp.Diff(wk, gk); d != "" {
+						t.Fatalf("layer %d offset %d key (-src +dst):\n%s", l, off, d)
+					}
+				}
+			}
+			for ls, want := range untouched {
+				r, kk := read(ls[0], ls[1])
+				if !cmp.Equal(want[0], r) || !cmp.Equal(want[1], kk) {
+					t.Fatalf("layer %d slot %d changed by the copy", ls[0], ls[1])
+				}
+			}
+			for _, bad := range [][2]int32{{1, 1}, {-1, 0}, {0, blocks}} {
+				if err := c.CopyBlock(bad[0], bad[1]); err == nil {
+					t.Errorf("CopyBlock(%d, %d) accepted", bad[0], bad[1])
+				}
+			}
+		})
+	}
+}

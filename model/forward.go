@@ -26,7 +26,15 @@ type Seq struct {
 // (replicated) Batch; each derives its own rows, heads and KV shard from it.
 type Batch struct {
 	Seqs []Seq
+	// Copies are block copies (copy-on-write of a forked sequence's last,
+	// partial block) done on every rank before any of the step's KV is
+	// written.
+	Copies []BlockCopy
 }
+
+// BlockCopy copies the KV of cache block Src into block Dst (every layer,
+// each rank its own slots of the block).
+type BlockCopy struct{ Src, Dst int32 }
 
 // Parallel places a Runner in a TP × PCP world with DCP-sharded KV.
 type Parallel struct {
@@ -343,6 +351,11 @@ func (r *Runner) Forward(b *Batch) error {
 		T += len(s.Tokens)
 	}
 	r.logitRow = r.logitRow[:0]
+	for _, c := range b.Copies {
+		if err := r.Cache.CopyBlock(c.Dst, c.Src); err != nil {
+			return err
+		}
+	}
 	if T == 0 {
 		return nil
 	}
