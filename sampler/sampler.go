@@ -7,52 +7,386 @@ import (
 	"slices"
 )
 
-// Params are one request's sampling settings.
+// GreedyEpsilon is the temperature below which sampling is greedy (vLLM's
+// _SAMPLING_EPS).
+const GreedyEpsilon = 1e-5
+
+// Bounds of the settings, as vLLM and the OpenAI API define them.
+const (
+	MaxPenalty   = 2   // |frequency_penalty|, |presence_penalty| ≤ 2
+	MaxLogitBias = 100 // logit_bias values are clamped to [-100, 100]
+)
+
+// Params are one sequence's sampling settings. The zero value is greedy
+// decoding without penalties.
 type Params struct {
-	// Temperature 0 selects greedy decoding (argmax, lowest id on ties).
+	// Temperature below GreedyEpsilon selects greedy decoding (argmax of the
+	// processed logits, lowest id on ties).
 	Temperature float64
 	// TopP keeps the smallest set of most likely tokens whose probability
-	// reaches TopP (1 keeps all).
+	// reaches TopP; 1 keeps all (NewState reads 0 as 1).
 	TopP float64
-	// Seed seeds the request's generator.
+	// TopK keeps the TopK most likely tokens (and any tied with the last);
+	// 0 or -1 keeps all.
+	TopK int
+	// MinP drops tokens less likely than MinP times the most likely one.
+	MinP float64
+	// Seed seeds the sequence's generator.
 	Seed uint64
+
+	// FrequencyPenalty is subtracted once per occurrence of a token in the
+	// output, PresencePenalty once if it occurs at all.
+	FrequencyPenalty, PresencePenalty float64
+	// RepetitionPenalty divides positive and multiplies negative logits of
+	// every token seen in the prompt or the output; 0 and 1 mean none.
+	RepetitionPenalty float64
+
+	// LogitBias is added to the logits of its tokens (clamped to ±100).
+	LogitBias map[int]float64
+	// AllowedTokenIDs, when non-empty, are the only tokens that can be drawn.
+	AllowedTokenIDs []int
+	// MinTokens masks StopTokenIDs until that many tokens were generated.
+	MinTokens    int
+	StopTokenIDs []int
 }
 
-// Validate reports settings outside their domain.
-func (p Params) Validate() error {
-	if p.Temperature < 0 || math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0) {
+// Validate reports settings outside their domain for a vocabulary of vocab
+// tokens; each message names the field as the OpenAI API spells it.
+func (p Params) Validate(vocab int) error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case p.Temperature < 0 || !finite(p.Temperature):
 		return fmt.Errorf("temperature must be a finite number ≥ 0, got %v", p.Temperature)
-	}
-	if !(p.TopP > 0 && p.TopP <= 1) {
+	case !(p.TopP > 0 && p.TopP <= 1):
 		return fmt.Errorf("top_p must be in (0, 1], got %v", p.TopP)
+	case p.TopK < -1:
+		return fmt.Errorf("top_k must be -1 or 0 (all tokens) or ≥ 1, got %d", p.TopK)
+	case !(p.MinP >= 0 && p.MinP <= 1):
+		return fmt.Errorf("min_p must be in [0, 1], got %v", p.MinP)
+	case !(math.Abs(p.FrequencyPenalty) <= MaxPenalty):
+		return fmt.Errorf("frequency_penalty must be in [-2, 2], got %v", p.FrequencyPenalty)
+	case !(math.Abs(p.PresencePenalty) <= MaxPenalty):
+		return fmt.Errorf("presence_penalty must be in [-2, 2], got %v", p.PresencePenalty)
+	case p.RepetitionPenalty < 0 || !finite(p.RepetitionPenalty):
+		return fmt.Errorf("repetition_penalty must be a finite number > 0, got %v", p.RepetitionPenalty)
+	case p.MinTokens < 0:
+		return fmt.Errorf("min_tokens must be ≥ 0, got %d", p.MinTokens)
+	}
+	for id, b := range p.LogitBias {
+		if id < 0 || id >= vocab {
+			return fmt.Errorf("logit_bias names token %d, outside the vocabulary [0, %d)", id, vocab)
+		}
+		if math.IsNaN(b) {
+			return fmt.Errorf("logit_bias of token %d is NaN", id)
+		}
+	}
+	for _, id := range p.AllowedTokenIDs {
+		if id < 0 || id >= vocab {
+			return fmt.Errorf("allowed_token_ids holds %d, outside the vocabulary [0, %d)", id, vocab)
+		}
+	}
+	for _, id := range p.StopTokenIDs {
+		if id < 0 || id >= vocab {
+			return fmt.Errorf("stop_token_ids holds %d, outside the vocabulary [0, %d)", id, vocab)
+		}
 	}
 	return nil
 }
 
-// Sampler draws tokens for one request.
-type Sampler struct {
-	p     Params
-	rng   *rand.Rand
-	probs []float64
-	order []int32
+// Greedy reports whether p selects greedy decoding.
+func (p Params) Greedy() bool { return p.Temperature < GreedyEpsilon }
+
+// State is one sequence's sampler: its settings, its generator and the
+// token counts the penalties need.
+type State struct {
+	p         Params
+	pcg       rand.PCG
+	rng       *rand.Rand
+	biasIDs   []int32
+	biasVals  []float32
+	allowed   []int32
+	stops     []int32
+	hist      *history // nil without penalties
+	generated int
 }
 
-// New returns a sampler for a vocabulary of vocab tokens. A zero TopP means 1.
-func New(p Params, vocab int) (*Sampler, error) {
+// NewState validates p and returns the sampler of one sequence whose prompt
+// is prompt and which generates at most maxOut tokens. Everything it needs
+// while sampling is allocated here.
+func NewState(p Params, vocab int, prompt []int32, maxOut int) (*State, error) {
 	if p.TopP == 0 {
 		p.TopP = 1
 	}
-	if err := p.Validate(); err != nil {
+	if p.RepetitionPenalty == 0 {
+		p.RepetitionPenalty = 1
+	}
+	if err := p.Validate(vocab); err != nil {
 		return nil, err
 	}
-	s := &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15))}
-	if p.Temperature > 0 {
-		s.probs = make([]float64, vocab)
-		if p.TopP < 1 {
-			s.order = make([]int32, vocab)
+	if p.TopK < 0 {
+		p.TopK = 0
+	}
+	s := &State{p: p}
+	s.pcg.Seed(p.Seed, 0x9e3779b97f4a7c15)
+	s.rng = rand.New(&s.pcg)
+	for id := range p.LogitBias {
+		s.biasIDs = append(s.biasIDs, int32(id))
+	}
+	slices.Sort(s.biasIDs)
+	for _, id := range s.biasIDs {
+		s.biasVals = append(s.biasVals, float32(max(-MaxLogitBias, min(MaxLogitBias, p.LogitBias[int(id)]))))
+	}
+	for _, id := range p.AllowedTokenIDs {
+		s.allowed = append(s.allowed, int32(id))
+	}
+	slices.Sort(s.allowed)
+	s.allowed = slices.Compact(s.allowed)
+	for _, id := range p.StopTokenIDs {
+		s.stops = append(s.stops, int32(id))
+	}
+	if p.FrequencyPenalty != 0 || p.PresencePenalty != 0 || p.RepetitionPenalty != 1 {
+		s.hist = newHistory(len(prompt) + maxOut)
+		for _, t := range prompt {
+			s.hist.add(t, false)
 		}
 	}
 	return s, nil
+}
+
+// Params are the settings the state runs with, defaults filled.
+func (s *State) Params() Params { return s.p }
+
+// Generated is the number of tokens sampled so far.
+func (s *State) Generated() int { return s.generated }
+
+// processes reports whether the logits must be changed before sampling.
+func (s *State) processes() bool {
+	return len(s.allowed) > 0 || len(s.biasIDs) > 0 || s.hist != nil ||
+		(s.generated < s.p.MinTokens && len(s.stops) > 0)
+}
+
+// Scratch holds the vocabulary-sized buffers one goroutine samples with.
+type Scratch struct {
+	work  []float32
+	probs []float64
+	order []int32
+	sel   []float32
+}
+
+// NewScratch allocates the work buffers for a vocabulary of vocab tokens.
+func NewScratch(vocab int) *Scratch {
+	return &Scratch{work: make([]float32, vocab), probs: make([]float64, vocab),
+		order: make([]int32, vocab), sel: make([]float32, vocab)}
+}
+
+// Sample draws the next token from logits, records it in the state, and
+// returns it with its log-probability under the model's distribution
+// (log_softmax of the raw logits). logits is not modified.
+func (s *State) Sample(sc *Scratch, logits []float32) (token int, logprob float64) {
+	w := logits
+	if s.processes() {
+		w = sc.work[:len(logits)]
+		s.process(w, logits)
+	}
+	if s.p.Greedy() {
+		token = Argmax(w)
+	} else {
+		token = s.draw(sc, w)
+	}
+	s.accept(int32(token))
+	return token, float64(logits[token]) - LogSumExp(logits)
+}
+
+// process writes the processed logits into w.
+func (s *State) process(w, logits []float32) {
+	if len(s.allowed) > 0 {
+		for i := range w {
+			w[i] = float32(math.Inf(-1))
+		}
+		for _, id := range s.allowed {
+			w[id] = logits[id]
+		}
+	} else {
+		copy(w, logits)
+	}
+	if s.generated < s.p.MinTokens {
+		for _, id := range s.stops {
+			w[id] = float32(math.Inf(-1))
+		}
+	}
+	for i, id := range s.biasIDs {
+		w[id] += s.biasVals[i]
+	}
+	if h := s.hist; h != nil {
+		rep, freq, pres := float32(s.p.RepetitionPenalty), float32(s.p.FrequencyPenalty), float32(s.p.PresencePenalty)
+		for _, slot := range h.used {
+			id, n := h.keys[slot], h.out[slot]
+			v := w[id]
+			if rep != 1 {
+				if v > 0 {
+					v /= rep
+				} else {
+					v *= rep
+				}
+			}
+			if n > 0 {
+				v -= freq*float32(n) + pres
+			}
+			w[id] = v
+		}
+	}
+}
+
+// draw samples from the processed logits w with temperature, min_p, top_k
+// and top_p.
+func (s *State) draw(sc *Scratch, w []float32) int {
+	mx := float64(w[Argmax(w)])
+	inv := 1 / s.p.Temperature
+	floor := math.Inf(-1) // scaled logits below this are dropped (min_p)
+	if s.p.MinP > 0 {
+		floor = math.Log(s.p.MinP)
+	}
+	// Candidates in id order, with their unnormalised probabilities.
+	order := sc.order[:0]
+	for i, v := range w {
+		z := (float64(v) - mx) * inv
+		if math.IsInf(float64(v), -1) || z < floor {
+			continue
+		}
+		sc.probs[i] = math.Exp(z)
+		order = append(order, int32(i))
+	}
+	if k := s.p.TopK; k > 0 && k < len(order) {
+		sel := sc.sel[:len(order)]
+		for i, id := range order {
+			sel[i] = w[id]
+		}
+		th := kthLargest(sel, k)
+		kept := order[:0]
+		for _, id := range order {
+			if w[id] >= th {
+				kept = append(kept, id)
+			}
+		}
+		order = kept
+	}
+	if s.p.TopP < 1 {
+		probs := sc.probs
+		slices.SortFunc(order, func(a, b int32) int {
+			switch {
+			case probs[a] > probs[b]:
+				return -1
+			case probs[a] < probs[b]:
+				return 1
+			}
+			return int(a - b)
+		})
+		var sum float64
+		for _, id := range order {
+			sum += probs[id]
+		}
+		keep, acc := 0, 0.0
+		for keep < len(order) && acc < s.p.TopP*sum {
+			acc += probs[order[keep]]
+			keep++
+		}
+		order = order[:max(keep, 1)]
+	}
+	var total float64
+	for _, id := range order {
+		total += sc.probs[id]
+	}
+	target := s.rng.Float64() * total
+	acc := 0.0
+	for _, id := range order {
+		acc += sc.probs[id]
+		if acc > target {
+			return int(id)
+		}
+	}
+	return int(order[len(order)-1])
+}
+
+// accept records a generated token.
+func (s *State) accept(tok int32) {
+	s.generated++
+	if s.hist != nil {
+		s.hist.add(tok, true)
+	}
+}
+
+// kthLargest returns the k-th largest value of v (1-based), reordering v.
+func kthLargest(v []float32, k int) float32 {
+	lo, hi, want := 0, len(v)-1, k-1
+	for lo < hi {
+		// Median of three as the pivot; partition into > pivot | ≤ pivot.
+		mid := lo + (hi-lo)/2
+		a, b, c := v[lo], v[mid], v[hi]
+		pivot := max(min(a, b), min(max(a, b), c))
+		i, j := lo, hi
+		for i <= j {
+			for v[i] > pivot {
+				i++
+			}
+			for v[j] < pivot {
+				j--
+			}
+			if i <= j {
+				v[i], v[j] = v[j], v[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case want <= j:
+			hi = j
+		case want >= i:
+			lo = i
+		default:
+			return v[want]
+		}
+	}
+	return v[want]
+}
+
+// history counts the tokens of a sequence in an open-addressing table
+// sized for its longest possible length.
+type history struct {
+	keys   []int32 // -1: empty
+	out    []int32 // occurrences in the output
+	used   []int32 // occupied slots, in insertion order
+	mask   uint32
+	filled int
+}
+
+func newHistory(n int) *history {
+	size := 16
+	for size < 2*n {
+		size *= 2
+	}
+	h := &history{keys: make([]int32, size), out: make([]int32, size), used: make([]int32, 0, n), mask: uint32(size - 1)}
+	for i := range h.keys {
+		h.keys[i] = -1
+	}
+	return h
+}
+
+func (h *history) add(tok int32, output bool) {
+	i := (uint32(tok) * 0x9e3779b1) & h.mask
+	for h.keys[i] != tok {
+		if h.keys[i] == -1 {
+			if len(h.used) == cap(h.used) {
+				return // more tokens than the sequence can hold; cannot happen
+			}
+			h.keys[i] = tok
+			h.used = append(h.used, int32(i))
+			break
+		}
+		i = (i + 1) & h.mask
+	}
+	if output {
+		h.out[i]++
+	}
 }
 
 // LogSumExp is the natural-log normaliser of logits, accumulated in float64.
@@ -84,65 +418,51 @@ func Argmax(logits []float32) int {
 	return best
 }
 
-// Sample picks the next token and returns it with its log-probability under
-// the model's distribution (log_softmax of the raw logits).
-func (s *Sampler) Sample(logits []float32) (token int, logprob float64) {
-	lse := LogSumExp(logits)
-	if s.p.Temperature == 0 {
-		token = Argmax(logits)
-		return token, float64(logits[token]) - lse
+// TokenLogprob is one token with its log-probability under the model.
+type TokenLogprob struct {
+	Token   int32
+	Logprob float64
+}
+
+// TopLogprobs writes the len(dst) most likely tokens of logits into dst,
+// most likely first (lowest id on ties), with their log-probabilities given
+// the normaliser lse (LogSumExp of the same logits), and returns dst.
+func TopLogprobs(logits []float32, lse float64, dst []TokenLogprob) []TokenLogprob {
+	n := min(len(dst), len(logits))
+	dst = dst[:n]
+	if n == 0 {
+		return dst
 	}
-	inv := 1 / s.p.Temperature
-	mx := float64(logits[Argmax(logits)])
-	var sum float64
+	filled := 0
 	for i, v := range logits {
-		e := math.Exp((float64(v) - mx) * inv)
-		s.probs[i] = e
-		sum += e
-	}
-	u := s.rng.Float64()
-	if s.p.TopP >= 1 {
-		target := u * sum
-		acc := 0.0
-		token = len(logits) - 1
-		for i, pr := range s.probs {
-			acc += pr
-			if acc > target {
-				token = i
-				break
-			}
+		if filled == n && v <= logits[dst[n-1].Token] {
+			continue
 		}
-		return token, float64(logits[token]) - lse
-	}
-	for i := range s.order {
-		s.order[i] = int32(i)
-	}
-	slices.SortFunc(s.order, func(a, b int32) int {
-		if s.probs[a] != s.probs[b] {
-			if s.probs[a] > s.probs[b] {
-				return -1
-			}
-			return 1
+		// Insert i, keeping dst[:filled] sorted by logit desc, id asc.
+		j := min(filled, n-1)
+		for j > 0 && logits[dst[j-1].Token] < v {
+			dst[j] = dst[j-1]
+			j--
 		}
-		return int(a - b)
-	})
-	keep, acc := 0, 0.0
-	for keep < len(s.order) {
-		acc += s.probs[s.order[keep]]
-		keep++
-		if acc >= s.p.TopP*sum {
-			break
+		dst[j].Token = int32(i)
+		if filled < n {
+			filled++
 		}
 	}
-	target := u * acc
-	run := 0.0
-	token = int(s.order[keep-1])
-	for _, id := range s.order[:keep] {
-		run += s.probs[id]
-		if run > target {
-			token = int(id)
-			break
+	for k := range dst {
+		dst[k].Logprob = float64(logits[dst[k].Token]) - lse
+	}
+	return dst
+}
+
+// Rank is the number of tokens at least as likely as tok (1 for the most
+// likely token; ties count), as vLLM reports it.
+func Rank(logits []float32, tok int) int {
+	v, n := logits[tok], 0
+	for _, x := range logits {
+		if x >= v {
+			n++
 		}
 	}
-	return token, float64(logits[token]) - lse
+	return n
 }

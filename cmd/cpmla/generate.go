@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -56,7 +57,7 @@ func generate(o generateOptions) (*generateResult, error) {
 	if len(o.promptIDs) == 0 {
 		return nil, fmt.Errorf("--prompt-ids is empty: give at least one token id")
 	}
-	if err := o.params.Validate(); err != nil {
+	if err := o.params.Validate(math.MaxInt32); err != nil { // token ids are checked against the model's vocabulary once it loads
 		return nil, err
 	}
 	if o.maxTokens < 0 {
