@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/model"
@@ -25,9 +26,12 @@ var ErrClosed = errors.New("engine closed")
 type Stats struct {
 	Steps, DecodeSteps int64 // DecodeSteps: steps of decode rows only
 	ScheduledTokens    int64
-	OutputTokens       int64
-	Finished, Aborted  int64
-	Preemptions        int64
+	// PrefillTokens are the scheduled tokens of entries that are not
+	// one-token decodes (prompt chunks and recomputation).
+	PrefillTokens     int64
+	OutputTokens      int64
+	Finished, Aborted int64
+	Preemptions       int64
 	// PrefixQueryTokens are the tokens requests needed in the cache when
 	// admitted; PrefixHitTokens of them came from the prefix cache.
 	PrefixQueryTokens, PrefixHitTokens    int64
@@ -61,19 +65,40 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
+// request is one submitted request: its sequences share the prompt and the
+// event stream, which closes when the last of them ends.
 type request struct {
-	id      uint64
-	events  chan Event
-	sampler *sampler.Sampler
-	prompt  int
-	out     int
-	finish  string
-	stop    func() bool
+	id        uint64 // sequence k has scheduler id id+k
+	events    chan Event
+	seqs      []*sequence
+	open      int // sequences not ended
+	prompt    int
+	maxTokens int // 0: score the prompt, deliver no token
+	topN      int
+	stop      func() bool
+
+	// Prompt logprobs (promptN ≥ 0 alternatives; -1: none): filled as prompt chunks are computed,
+	// delivered with the first event.
+	promptN   int
+	promptLPs []PromptLogprob
+	sentFirst bool
+	scheduled time.Time // first admitted to a step
 
 	// Scheduler inputs, handed to the loop with the request.
 	promptIDs []int32
 	maxOut    int
 	stopIDs   []int32
+}
+
+// sequence is one of a request's N sequences.
+type sequence struct {
+	req     *request
+	index   int
+	sampler *sampler.State
+	out     int
+	finish  string
+	top     []sampler.TokenLogprob // maxOut × topN, one run per token
+	ended   bool
 }
 
 // Engine serves requests on one executor: a single goroutine runs the
@@ -98,9 +123,13 @@ type Engine struct {
 	stats   Stats
 	wake    chan struct{}
 	done    chan struct{}
-	live    map[uint64]*request // owned by the loop
+	live    map[uint64]*sequence // by scheduler id; owned by the loop
+	reqs    map[uint64]*request  // by request id; owned by the loop
+	scratch *sampler.Scratch
 	sampled []int32
 	logprob []float64
+	forked  []int32
+	forkLP  []float64
 	spare   []*request
 	spareID []uint64
 }
@@ -164,9 +193,13 @@ func New(cfg *config.Model, weightBytes int64, newExec ExecutorFactory, opt Opti
 	}
 	e.wake = make(chan struct{}, 1)
 	e.done = make(chan struct{})
-	e.live = make(map[uint64]*request, opt.MaxNumSeqs)
+	e.live = make(map[uint64]*sequence, opt.MaxNumSeqs)
+	e.reqs = make(map[uint64]*request, opt.MaxNumSeqs)
+	e.scratch = sampler.NewScratch(cfg.VocabSize)
 	e.sampled = make([]int32, opt.MaxNumSeqs)
 	e.logprob = make([]float64, opt.MaxNumSeqs)
+	e.forked = make([]int32, opt.MaxNumSeqs)
+	e.forkLP = make([]float64, opt.MaxNumSeqs)
 	e.stats.KVBlocks = mem.NumBlocks
 	go e.loop()
 	return e, nil
@@ -178,7 +211,7 @@ func New(cfg *config.Model, weightBytes int64, newExec ExecutorFactory, opt Opti
 func (o Options) runnerOptions(numBlocks int) model.RunnerOptions {
 	return model.RunnerOptions{
 		MaxTokens: o.MaxNumBatchedTokens, MaxModelLen: o.MaxModelLen,
-		MaxLogitRows: o.MaxNumSeqs, MaxSeqs: o.MaxNumSeqs, BlockSize: o.scheduler(numBlocks).LocalBlockSize(),
+		MaxLogitRows: o.scheduler(numBlocks).MaxLogitRows(), MaxSeqs: o.MaxNumSeqs, BlockSize: o.scheduler(numBlocks).LocalBlockSize(),
 		NumBlocks: numBlocks, KVDType: o.KVDType, IndexerDType: o.IndexerDType,
 	}
 }
@@ -196,25 +229,16 @@ func (e *Engine) Stats() Stats {
 	return e.stats
 }
 
-// Submit queues a request and returns its event stream, which ends with an
-// event carrying Finish (and Err when the request failed or was aborted).
+// Submit queues a request and returns its event stream, which carries the
+// tokens of every sequence and ends with an event carrying Finish per
+// sequence (and Err when the request failed or was aborted).
 // A prompt longer than --max-model-len is refused naming both numbers; a full
 // queue is refused with an error wrapping ErrOverloaded.
 func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) {
 	if err := e.validate(&req); err != nil {
 		return nil, err
 	}
-	if n := e.pending.Add(1); n > int64(e.opt.MaxQueue) {
-		e.pending.Add(-1)
-		return nil, fmt.Errorf("%d requests wait for admission, the queue holds %d; retry later: %w", n-1, e.opt.MaxQueue, ErrOverloaded)
-	}
-	s, err := sampler.New(req.Sampling, e.cfg.VocabSize)
-	if err != nil {
-		e.pending.Add(-1)
-		return nil, fmt.Errorf("request %s: %w", req.ID, err)
-	}
-	maxOut := min(req.MaxTokens, e.opt.MaxModelLen-len(req.PromptIDs)+1)
-	r := &request{id: e.nextID.Add(1), events: make(chan Event, maxOut+1), sampler: s, prompt: len(req.PromptIDs)}
+	n := max(req.N, 1)
 	prompt := make([]int32, len(req.PromptIDs))
 	for i, t := range req.PromptIDs {
 		prompt[i] = int32(t)
@@ -228,6 +252,45 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 			stop = append(stop, int32(t))
 		}
 	}
+	maxOut := min(max(req.MaxTokens, 1), e.opt.MaxModelLen-len(req.PromptIDs)+1)
+	r := &request{events: make(chan Event, n*(maxOut+1)), prompt: len(req.PromptIDs), maxTokens: req.MaxTokens,
+		topN: req.TopLogprobs, promptN: -1, open: n}
+	if req.ScorePrompt {
+		r.promptN = req.PromptTopLogprobs
+	}
+	sp := req.Sampling
+	sp.StopTokenIDs = make([]int, len(stop))
+	for i, t := range stop {
+		sp.StopTokenIDs[i] = int(t)
+	}
+	for k := range n {
+		p := sp
+		p.Seed = sp.Seed + uint64(k)
+		st, err := sampler.NewState(p, e.cfg.VocabSize, prompt, maxOut)
+		if err != nil {
+			return nil, fmt.Errorf("request %s: %w", req.ID, err)
+		}
+		sq := &sequence{req: r, index: k, sampler: st}
+		if r.topN > 0 {
+			sq.top = make([]sampler.TokenLogprob, maxOut*r.topN)
+		}
+		r.seqs = append(r.seqs, sq)
+	}
+	if r.promptN >= 0 {
+		r.promptLPs = make([]PromptLogprob, len(prompt))
+		if r.promptN > 0 {
+			top := make([]sampler.TokenLogprob, len(prompt)*r.promptN)
+			for i := range r.promptLPs {
+				r.promptLPs[i].Top = top[i*r.promptN : (i+1)*r.promptN]
+			}
+		}
+	}
+	if q := e.pending.Add(1); q > int64(e.opt.MaxQueue) {
+		e.pending.Add(-1)
+		return nil, fmt.Errorf("%d requests wait for admission, the queue holds %d; retry later: %w", q-1, e.opt.MaxQueue, ErrOverloaded)
+	}
+	r.id = e.nextID.Add(uint64(n)) - uint64(n) + 1
+	r.promptIDs, r.maxOut, r.stopIDs = prompt, maxOut, stop
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -235,7 +298,6 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 		return nil, ErrClosed
 	}
 	e.mu.Unlock()
-	r.promptIDs, r.maxOut, r.stopIDs = prompt, req.MaxTokens, stop
 	// The cancellation hook exists before the loop can see the request; an
 	// abort that overtakes the request is repeated once it is queued.
 	r.stop = context.AfterFunc(ctx, func() { e.abort(r.id) })
@@ -259,21 +321,36 @@ func (e *Engine) validate(req *Request) error {
 	if req.Sampling.TopP == 0 {
 		req.Sampling.TopP = 1 // the zero value keeps every token
 	}
-	switch {
+	minTokens := 1
+	if req.ScorePrompt {
+		minTokens = 0
+	}
+	switch n := max(req.N, 1); {
 	case len(req.PromptIDs) == 0:
 		return fmt.Errorf("request %s: empty prompt; give at least one token", req.ID)
 	case len(req.PromptIDs) > e.opt.MaxModelLen:
 		return fmt.Errorf("request %s: prompt of %d tokens is longer than --max-model-len %d; shorten the prompt to at most %d tokens",
 			req.ID, len(req.PromptIDs), e.opt.MaxModelLen, e.opt.MaxModelLen)
-	case req.MaxTokens < 1:
-		return fmt.Errorf("request %s: max tokens must be ≥ 1, got %d", req.ID, req.MaxTokens)
+	case req.MaxTokens < minTokens:
+		return fmt.Errorf("request %s: max tokens must be ≥ %d, got %d", req.ID, minTokens, req.MaxTokens)
+	case n > e.opt.MaxNumSeqs:
+		return fmt.Errorf("request %s: n is %d, more sequences than --max-num-seqs %d runs at once; ask for at most %d", req.ID, n, e.opt.MaxNumSeqs, e.opt.MaxNumSeqs)
+	case req.TopLogprobs < 0 || req.TopLogprobs > e.cfg.VocabSize || req.PromptTopLogprobs < 0 || req.PromptTopLogprobs > e.cfg.VocabSize:
+		return fmt.Errorf("request %s: top logprobs %d and prompt top logprobs %d must be in [0, %d], the vocabulary", req.ID, req.TopLogprobs, req.PromptTopLogprobs, e.cfg.VocabSize)
+	case req.ScorePrompt && e.opt.MaxPromptLogitRows == 0:
+		return fmt.Errorf("request %s: prompt logprobs need logit rows for the prompt, and the engine runs with --max-prompt-logit-rows 0; start it with --max-prompt-logit-rows %d", req.ID, DefaultMaxPromptLogitRows)
 	}
 	for i, t := range req.PromptIDs {
 		if t < 0 || t >= e.cfg.VocabSize {
 			return fmt.Errorf("request %s: prompt token %d is %d, outside the vocabulary [0, %d)", req.ID, i, t, e.cfg.VocabSize)
 		}
 	}
-	if err := req.Sampling.Validate(); err != nil {
+	for i, t := range req.StopTokenIDs {
+		if t < 0 || t >= e.cfg.VocabSize {
+			return fmt.Errorf("request %s: stop token %d is %d, outside the vocabulary [0, %d)", req.ID, i, t, e.cfg.VocabSize)
+		}
+	}
+	if err := req.Sampling.Validate(e.cfg.VocabSize); err != nil {
 		return fmt.Errorf("request %s: %w", req.ID, err)
 	}
 	return nil
@@ -307,19 +384,52 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// end sends r's last event and forgets it.
-func (e *Engine) end(r *request, ev Event) {
-	ev.PromptTokens, ev.OutputTokens = r.prompt, r.out
-	r.events <- ev
-	close(r.events)
-	r.stop()
-	delete(e.live, r.id)
-}
-
 // closeExecutor stops an executor that holds goroutines or other resources.
 func closeExecutor(x Executor) {
 	if c, ok := x.(io.Closer); ok {
 		c.Close()
+	}
+}
+
+// send delivers one event of sq, with the prompt logprobs if the stream has
+// not carried them yet.
+func (e *Engine) send(sq *sequence, ev Event) {
+	r := sq.req
+	ev.Index = sq.index
+	if !r.sentFirst && ev.Err == nil {
+		r.sentFirst, ev.Scheduled = true, r.scheduled
+		if r.promptN >= 0 {
+			ev.Prompt = r.promptLPs
+		}
+	}
+	r.events <- ev
+}
+
+// end sends sq's last event and forgets it; the stream closes with the
+// request's last sequence.
+func (e *Engine) end(sq *sequence, ev Event) {
+	if sq.ended {
+		return
+	}
+	r := sq.req
+	ev.PromptTokens, ev.OutputTokens = r.prompt, sq.out
+	e.send(sq, ev)
+	sq.ended = true
+	delete(e.live, r.id+uint64(sq.index))
+	if r.open--; r.open == 0 {
+		close(r.events)
+		r.stop()
+		delete(e.reqs, r.id)
+	}
+}
+
+// endRequest aborts every sequence of r still running.
+func (e *Engine) endRequest(r *request, ev Event) {
+	for _, sq := range r.seqs {
+		if !sq.ended {
+			e.sched.Abort(r.id + uint64(sq.index))
+			e.end(sq, ev)
+		}
 	}
 }
 
@@ -333,30 +443,32 @@ func (e *Engine) loop() {
 		e.mu.Unlock()
 		e.spare, e.spareID = inbox, aborts
 		for _, r := range inbox {
-			e.live[r.id] = r
-			if err := e.sched.Add(r.id, r.promptIDs, r.maxOut, r.stopIDs); err != nil {
+			e.reqs[r.id] = r
+			for _, sq := range r.seqs {
+				e.live[r.id+uint64(sq.index)] = sq
+			}
+			err := e.sched.AddWith(r.id, r.promptIDs, r.maxOut, r.stopIDs, SeqOptions{N: len(r.seqs), PromptLogits: r.promptN >= 0})
+			if err != nil {
 				e.pending.Add(-1)
-				e.end(r, Event{Finish: FinishAbort, Err: err})
+				e.endRequest(r, Event{Finish: FinishAbort, Err: err})
 			}
 		}
 		for _, id := range aborts {
-			r, ok := e.live[id]
+			r, ok := e.reqs[id]
 			if !ok {
 				continue
 			}
 			if e.sched.Queued(id) {
 				e.pending.Add(-1)
 			}
-			e.sched.Abort(id)
 			e.mu.Lock()
 			e.stats.Aborted++
 			e.mu.Unlock()
-			e.end(r, Event{Finish: FinishAbort, Err: fmt.Errorf("request cancelled: %w", context.Canceled)})
+			e.endRequest(r, Event{Finish: FinishAbort, Err: fmt.Errorf("request cancelled: %w", context.Canceled)})
 		}
 		if closed {
-			for id, r := range e.live {
-				e.sched.Abort(id)
-				e.end(r, Event{Finish: FinishAbort, Err: ErrClosed})
+			for _, r := range e.reqs {
+				e.endRequest(r, Event{Finish: FinishAbort, Err: ErrClosed})
 			}
 			return
 		}
@@ -367,6 +479,14 @@ func (e *Engine) loop() {
 			continue
 		}
 		e.pending.Add(-int64(len(p.Admitted)))
+		if len(p.Admitted) > 0 {
+			now := time.Now()
+			for _, id := range p.Admitted {
+				if r, ok := e.reqs[id]; ok {
+					r.scheduled = now
+				}
+			}
+		}
 		e.step(p)
 	}
 }
@@ -383,15 +503,25 @@ func (e *Engine) step(p *StepPlan) {
 		e.fail(p, fmt.Errorf("step of %d tokens, %d sequences: %w", p.NumTokens, len(p.Entries), err))
 		return
 	}
+	row, nf := 0, 0
 	for i, en := range p.Entries {
 		e.sampled[i] = -1
-		if en.Sample {
-			_, logits := e.exec.Logits(i)
-			tok, lp := e.live[en.ID].sampler.Sample(logits)
-			e.sampled[i], e.logprob[i] = int32(tok), lp
+		sq := e.live[en.ID]
+		if p.Batch.Seqs[i].LogitsAll {
+			e.scorePrompt(sq.req, en, row)
 		}
+		row += en.LogitRows
+		if !en.Sample {
+			continue
+		}
+		_, logits := e.exec.Logits(row - 1)
+		e.sampled[i], e.logprob[i] = e.sample(sq, logits)
+		for k := range en.Fork {
+			e.forked[nf+k], e.forkLP[nf+k] = e.sample(sq.req.seqs[k+1], logits)
+		}
+		nf += en.Fork
 	}
-	fin, err := e.sched.Complete(e.sampled)
+	fin, err := e.sched.Complete(e.sampled, e.forked[:nf])
 	if err != nil {
 		e.fail(p, err)
 		return
@@ -401,19 +531,17 @@ func (e *Engine) step(p *StepPlan) {
 	}
 	// Counters first, so that a reader who saw a stream end sees its step.
 	e.publish(p, decodeOnly, len(fin))
+	nf = 0
 	for i, en := range p.Entries {
 		if !en.Sample {
 			continue
 		}
-		r := e.live[en.ID]
-		r.out++
-		ev := Event{Token: int(e.sampled[i]), Logprob: e.logprob[i]}
-		if r.finish != "" {
-			ev.Finish = r.finish
-			e.end(r, ev)
-			continue
+		sq := e.live[en.ID]
+		e.deliver(sq, int(e.sampled[i]), e.logprob[i])
+		for k := range en.Fork {
+			e.deliver(sq.req.seqs[k+1], int(e.forked[nf+k]), e.forkLP[nf+k])
 		}
-		r.events <- ev
+		nf += en.Fork
 	}
 	if measure {
 		runtime.ReadMemStats(&after)
@@ -421,6 +549,58 @@ func (e *Engine) step(p *StepPlan) {
 		e.stats.MeasuredDecodeSteps++
 		e.stats.DecodeStepAllocs += after.Mallocs - before.Mallocs
 		e.mu.Unlock()
+	}
+}
+
+// sample draws sq's next token from logits and, when the request asks for
+// them, records the step's most likely tokens.
+func (e *Engine) sample(sq *sequence, logits []float32) (int32, float64) {
+	tok, lp := sq.sampler.Sample(e.scratch, logits)
+	if n := sq.req.topN; n > 0 && sq.out < sq.req.maxOut {
+		sampler.TopLogprobs(logits, sampler.LogSumExp(logits), sq.top[sq.out*n:(sq.out+1)*n])
+	}
+	return int32(tok), lp
+}
+
+// deliver sends sq's sampled token, ending sq when the scheduler finished
+// it. A request that only scores its prompt (max tokens 0) delivers no token.
+func (e *Engine) deliver(sq *sequence, tok int, lp float64) {
+	r := sq.req
+	if r.maxTokens == 0 {
+		e.end(sq, Event{Finish: FinishLength})
+		return
+	}
+	ev := Event{Token: tok, Logprob: lp}
+	if n := r.topN; n > 0 {
+		ev.Top = sq.top[sq.out*n : (sq.out+1)*n]
+	}
+	sq.out++
+	if sq.finish != "" {
+		ev.Finish = sq.finish
+		e.end(sq, ev)
+		return
+	}
+	e.send(sq, ev)
+}
+
+// scorePrompt records the logprobs of the prompt tokens that entry en's
+// logit rows (from row first on) predict: row j holds position en.Start+j,
+// which scores prompt token en.Start+j+1.
+func (e *Engine) scorePrompt(r *request, en Entry, first int) {
+	for j := range en.LogitRows {
+		pos := en.Start + j + 1
+		if pos >= r.prompt {
+			break
+		}
+		_, logits := e.exec.Logits(first + j)
+		lse := sampler.LogSumExp(logits)
+		tok := int(r.promptIDs[pos])
+		pl := &r.promptLPs[pos]
+		pl.Logprob = float64(logits[tok]) - lse
+		pl.Rank = sampler.Rank(logits, tok)
+		if r.promptN > 0 {
+			sampler.TopLogprobs(logits, lse, pl.Top)
+		}
 	}
 }
 
@@ -432,7 +612,7 @@ func (e *Engine) publish(p *StepPlan, decodeOnly bool, finished int) {
 	s.Finished += int64(finished)
 	for _, en := range p.Entries {
 		if en.Sample {
-			s.OutputTokens++
+			s.OutputTokens += int64(1 + en.Fork)
 		}
 	}
 	if len(p.Entries) > 0 {
@@ -440,6 +620,11 @@ func (e *Engine) publish(p *StepPlan, decodeOnly bool, finished int) {
 		s.ScheduledTokens += int64(p.NumTokens)
 		if decodeOnly {
 			s.DecodeSteps++
+		}
+		for _, en := range p.Entries {
+			if !en.Decode {
+				s.PrefillTokens += int64(en.NumTokens)
+			}
 		}
 	}
 	s.Preemptions = e.sched.Preemptions
@@ -453,16 +638,17 @@ func (e *Engine) publish(p *StepPlan, decodeOnly bool, finished int) {
 
 // fail ends every request of a failed step with the error.
 func (e *Engine) fail(p *StepPlan, err error) {
+	n := 0
 	for _, en := range p.Entries {
-		r, ok := e.live[en.ID]
-		if !ok {
+		sq, ok := e.live[en.ID]
+		if !ok || sq.ended {
 			continue
 		}
-		e.sched.Abort(en.ID)
-		e.end(r, Event{Finish: FinishAbort, Err: err})
+		n++
+		e.endRequest(sq.req, Event{Finish: FinishAbort, Err: err})
 	}
 	e.mu.Lock()
-	e.stats.Aborted += int64(len(p.Entries))
+	e.stats.Aborted += int64(n)
 	e.mu.Unlock()
 }
 

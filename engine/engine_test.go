@@ -340,7 +340,8 @@ func runAloneKV(t *testing.T, m *model.Model, prompt []int, maxOut, blockSize in
 	for _, id := range prompt {
 		seq.Tokens = append(seq.Tokens, int32(id))
 	}
-	s, _ := sampler.New(sampler.Params{}, m.Cfg.VocabSize)
+	s, _ := sampler.NewState(sampler.Params{}, m.Cfg.VocabSize, nil, maxOut)
+	sc := sampler.NewScratch(m.Cfg.VocabSize)
 	var toks []int32
 	var lps []float64
 	for len(toks) < maxOut {
@@ -348,7 +349,7 @@ func runAloneKV(t *testing.T, m *model.Model, prompt []int, maxOut, blockSize in
 			t.Fatal(err)
 		}
 		_, l := r.Logits(0)
-		tok, lp := s.Sample(l)
+		tok, lp := s.Sample(sc, l)
 		toks, lps = append(toks, int32(tok)), append(lps, lp)
 		seq.Start += len(seq.Tokens)
 		seq.Tokens = []int32{int32(tok)}

@@ -40,6 +40,12 @@ type Options struct {
 	// MaxQueue bounds the requests submitted but not yet admitted; Submit
 	// refuses more with ErrOverloaded. Default 1024.
 	MaxQueue int
+	// MaxPromptLogitRows bounds the logit rows per step spent on prompts
+	// that need every row's logits (prompt logprobs, echo); each row is
+	// vocab_size float32 values of the executor's logits buffer, allocated
+	// at start-up. Default DefaultMaxPromptLogitRows; negative means 0 (such
+	// requests are refused).
+	MaxPromptLogitRows int
 	// MeasureAllocs counts heap allocations of every decode-only step
 	// (runtime.ReadMemStats around the step).
 	MeasureAllocs bool
@@ -51,6 +57,7 @@ const (
 	DefaultMaxNumSeqs          = 16
 	DefaultBlockSize           = 16
 	DefaultMaxQueue            = 1024
+	DefaultMaxPromptLogitRows  = 64
 )
 
 // WithDefaults fills the zero fields for cfg.
@@ -85,6 +92,12 @@ func (o Options) WithDefaults(cfg *config.Model) Options {
 	if o.MaxQueue == 0 {
 		o.MaxQueue = DefaultMaxQueue
 	}
+	switch {
+	case o.MaxPromptLogitRows == 0:
+		o.MaxPromptLogitRows = DefaultMaxPromptLogitRows
+	case o.MaxPromptLogitRows < 0:
+		o.MaxPromptLogitRows = 0
+	}
 	return o
 }
 
@@ -93,6 +106,7 @@ func (o Options) scheduler(numBlocks int) SchedulerConfig {
 	return SchedulerConfig{
 		MaxNumBatchedTokens: o.MaxNumBatchedTokens, MaxNumSeqs: o.MaxNumSeqs, MaxModelLen: o.MaxModelLen,
 		BlockSize: o.BlockSize, Layout: o.Layout, NumBlocks: numBlocks, PrefixCaching: !o.DisablePrefixCaching,
+		MaxPromptLogitRows: o.MaxPromptLogitRows,
 	}
 }
 

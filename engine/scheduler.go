@@ -23,7 +23,15 @@ type SchedulerConfig struct {
 	// NumBlocks is the number of block ids each rank's cache holds.
 	NumBlocks     int
 	PrefixCaching bool
+	// MaxPromptLogitRows bounds the logit rows per step of prompts whose
+	// every row needs logits (prompt logprobs, echo); their prefill chunks
+	// shrink to fit it. 0 refuses such requests.
+	MaxPromptLogitRows int
 }
+
+// MaxLogitRows is the most logit rows one step can ask for: one per
+// sequence plus the prompt rows.
+func (c SchedulerConfig) MaxLogitRows() int { return c.MaxNumSeqs + c.MaxPromptLogitRows }
 
 // layout returns the DCP layout with the zero value read as one rank.
 func (c SchedulerConfig) layout() kvcache.Layout {
@@ -65,6 +73,8 @@ func (c SchedulerConfig) Validate() error {
 		return fmt.Errorf("--max-model-len must be ≥ 1 token, got %d", c.MaxModelLen)
 	case c.BlockSize < 1:
 		return fmt.Errorf("--block-size must be ≥ 1 token, got %d; 16 is the usual setting", c.BlockSize)
+	case c.MaxPromptLogitRows < 0:
+		return fmt.Errorf("--max-prompt-logit-rows must be ≥ 0, got %d; %d is the default", c.MaxPromptLogitRows, DefaultMaxPromptLogitRows)
 	case l.N < 1 || l.I < 1:
 		return fmt.Errorf("DCP layout needs N ≥ 1 and interleave ≥ 1, got N=%d I=%d", l.N, l.I)
 	case c.BlockSize%(l.N*l.I) != 0:
@@ -93,6 +103,13 @@ type Entry struct {
 	// Sample is set when this step computes the request's last known token,
 	// so its logit row yields the next token.
 	Sample bool
+	// LogitRows is the number of logit rows the entry produces: NumTokens
+	// for a prompt chunk that needs every row's logits (Seq.LogitsAll),
+	// else 1 (its last token). The sampled row is the last of them.
+	LogitRows int
+	// Fork is the number of further sequences that sample their first
+	// token from this entry's last row (n > 1): their ids follow ID.
+	Fork int
 }
 
 // StepPlan is one step: the replicated metadata every rank runs. Batch.Seqs
@@ -128,6 +145,13 @@ type seqState struct {
 	running  bool
 	queued   bool // never admitted yet (counts against the queue bound)
 	planned  bool // scheduled in the current step
+	// n is the number of sequences this one stands for until its first
+	// token forks the others off (1 afterwards); it reserves that many
+	// running slots.
+	n int
+	// promptLogits asks for the logits of every prompt row until the prompt
+	// has been computed once; such a prompt never takes prefix-cache hits.
+	promptLogits bool
 }
 
 // Scheduler is the deterministic core of the engine: continuous batching
@@ -144,6 +168,8 @@ type Scheduler struct {
 	waiting  []*seqState // FIFO; preempted requests go to the front
 	plan     StepPlan
 	finished []Finished
+	copies   []model.BlockCopy // copy-on-write of forked blocks, for the next step
+	reserved int               // running slots held: Σ n over running requests
 
 	// Counters since construction.
 	Preemptions     int64
@@ -168,16 +194,39 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	s.plan.Admitted = make([]uint64, 0, cfg.MaxNumSeqs)
 	s.plan.Preempted = make([]uint64, 0, cfg.MaxNumSeqs)
 	s.finished = make([]Finished, 0, cfg.MaxNumSeqs)
+	s.copies = make([]model.BlockCopy, 0, cfg.MaxNumSeqs)
+	s.plan.Batch.Copies = make([]model.BlockCopy, 0, cfg.MaxNumSeqs)
 	return s, nil
 }
 
 // Config returns the configuration the scheduler runs with.
 func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
 
+// SeqOptions are the optional parts of a request.
+type SeqOptions struct {
+	// N sequences sample from the prompt, which is computed once: when its
+	// first token is sampled, N-1 more sequences with ids id+1 … id+N-1 fork
+	// off, sharing its full KV blocks and a copy of its last partial block.
+	// 0 means 1.
+	N int
+	// PromptLogits asks for the logits of every prompt row.
+	PromptLogits bool
+}
+
 // Add queues a request. The prompt must be 1..MaxModelLen tokens; maxOut ≥ 1
 // bounds its generated tokens; generating any of stop ends it.
 func (s *Scheduler) Add(id uint64, prompt []int32, maxOut int, stop []int32) error {
+	return s.AddWith(id, prompt, maxOut, stop, SeqOptions{})
+}
+
+// AddWith is Add with options.
+func (s *Scheduler) AddWith(id uint64, prompt []int32, maxOut int, stop []int32, o SeqOptions) error {
+	n := max(o.N, 1)
 	switch {
+	case n > s.cfg.MaxNumSeqs:
+		return fmt.Errorf("request %d: n is %d, more sequences than --max-num-seqs %d runs at once; ask for at most %d", id, n, s.cfg.MaxNumSeqs, s.cfg.MaxNumSeqs)
+	case o.PromptLogits && s.cfg.MaxPromptLogitRows == 0:
+		return fmt.Errorf("request %d: prompt logprobs need logit rows for the prompt, and --max-prompt-logit-rows is 0; start the engine with --max-prompt-logit-rows %d", id, DefaultMaxPromptLogitRows)
 	case len(prompt) == 0:
 		return fmt.Errorf("request %d: empty prompt; give at least one token", id)
 	case len(prompt) > s.cfg.MaxModelLen:
@@ -186,8 +235,10 @@ func (s *Scheduler) Add(id uint64, prompt []int32, maxOut int, stop []int32) err
 	case maxOut < 1:
 		return fmt.Errorf("request %d: max tokens must be ≥ 1, got %d", id, maxOut)
 	}
-	if _, dup := s.seqs[id]; dup {
-		return fmt.Errorf("request %d is already scheduled", id)
+	for k := range uint64(n) {
+		if _, dup := s.seqs[id+k]; dup {
+			return fmt.Errorf("request %d is already scheduled", id+k)
+		}
 	}
 	maxBlocks := s.cfg.BlocksFor(s.cfg.MaxModelLen)
 	r := &seqState{
@@ -199,6 +250,9 @@ func (s *Scheduler) Add(id uint64, prompt []int32, maxOut int, stop []int32) err
 		blocks: make([]int32, 0, maxBlocks),
 		hashes: make([]uint64, 0, maxBlocks),
 		queued: true,
+		n:      n,
+
+		promptLogits: o.PromptLogits,
 	}
 	copy(r.tokens, prompt)
 	s.seqs[id] = r
@@ -224,6 +278,7 @@ func (s *Scheduler) drop(r *seqState) {
 		s.blocks.releaseAll(r.blocks)
 		r.blocks = r.blocks[:0]
 		r.running = false
+		s.reserved -= r.n
 	} else {
 		s.waiting = slices.DeleteFunc(s.waiting, func(x *seqState) bool { return x == r })
 	}
@@ -275,10 +330,12 @@ func (s *Scheduler) Schedule() *StepPlan {
 	p.Admitted = p.Admitted[:0]
 	p.Preempted = p.Preempted[:0]
 	p.NumTokens, p.NumDecodes = 0, 0
+	p.Batch.Copies = append(p.Batch.Copies[:0], s.copies...)
 	for _, r := range s.running {
 		r.planned = false
 	}
 	budget := s.cfg.MaxNumBatchedTokens
+	rows := s.cfg.MaxPromptLogitRows
 	for _, decodes := range []bool{true, false} {
 		for i := 0; i < len(s.running); i++ {
 			if budget == 0 || len(p.Entries) == s.cfg.MaxNumSeqs {
@@ -289,19 +346,34 @@ func (s *Scheduler) Schedule() *StepPlan {
 				continue
 			}
 			n := min(len(r.tokens)-r.computed, budget)
+			if r.needsRows() {
+				if n = min(n, rows); n == 0 {
+					continue
+				}
+			}
 			if !s.ensureBlocks(r, r.computed+n) {
 				i-- // r left the running list
 				continue
 			}
 			s.emit(r, n)
 			budget -= n
+			if r.needsRows() {
+				rows -= n
+			}
 		}
 	}
 	for len(p.Preempted) == 0 && len(s.waiting) > 0 && budget > 0 &&
-		len(s.running) < s.cfg.MaxNumSeqs && len(p.Entries) < s.cfg.MaxNumSeqs {
+		s.reserved+s.waiting[0].n <= s.cfg.MaxNumSeqs && len(p.Entries) < s.cfg.MaxNumSeqs {
 		r := s.waiting[0]
+		if r.needsRows() && rows == 0 {
+			break
+		}
 		hit := s.prefixHit(r)
 		n := min(len(r.tokens)-r.computed, budget)
+		if r.needsRows() {
+			n = min(n, rows)
+			rows -= n
+		}
 		need := s.cfg.BlocksFor(r.computed+n) - len(r.blocks)
 		if need > s.blocks.available() {
 			s.blocks.releaseAll(r.blocks)
@@ -314,6 +386,7 @@ func (s *Scheduler) Schedule() *StepPlan {
 		s.waiting = s.waiting[1:]
 		s.running = append(s.running, r)
 		r.running = true
+		s.reserved += r.n
 		s.PromptTokens += int64(len(r.tokens))
 		s.PrefixHitTokens += int64(hit)
 		if r.queued {
@@ -324,15 +397,27 @@ func (s *Scheduler) Schedule() *StepPlan {
 		budget -= n
 	}
 	s.PeakBlocks = max(s.PeakBlocks, s.blocks.held())
+	if len(p.Entries) > 0 {
+		s.copies = s.copies[:0] // they run with this plan
+	}
 	return p
 }
+
+// needsRows reports whether r's next chunk needs the logits of every row.
+func (r *seqState) needsRows() bool { return r.promptLogits && r.computed < r.prompt }
 
 // emit appends r's next n tokens to the plan.
 func (s *Scheduler) emit(r *seqState, n int) {
 	p := &s.plan
 	start := r.computed
-	e := Entry{ID: r.id, Start: start, NumTokens: n, Decode: r.isDecode(), Sample: start+n == len(r.tokens)}
+	e := Entry{ID: r.id, Start: start, NumTokens: n, Decode: r.isDecode(), Sample: start+n == len(r.tokens), LogitRows: 1}
 	seq := model.Seq{Tokens: r.tokens[start : start+n], Start: start, BlockTable: r.blocks}
+	if r.needsRows() {
+		seq.LogitsAll, e.LogitRows = true, n
+	}
+	if e.Sample && len(r.tokens) == r.prompt {
+		e.Fork = r.n - 1
+	}
 	if e.Decode { // decodes first: they are emitted before any prefill
 		p.NumDecodes++
 	}
@@ -385,6 +470,7 @@ func (s *Scheduler) preempt(v *seqState) {
 	s.running = slices.DeleteFunc(s.running, func(x *seqState) bool { return x == v })
 	s.blocks.releaseAll(v.blocks)
 	v.blocks, v.computed, v.running, v.reg = v.blocks[:0], 0, false, 0
+	s.reserved -= v.n
 	s.waiting = slices.Insert(s.waiting, 0, v)
 	s.plan.Preempted = append(s.plan.Preempted, v.id)
 	s.Preemptions++
@@ -410,7 +496,7 @@ func (s *Scheduler) hashOf(r *seqState, j int) uint64 {
 // covered. At least the last token is always left to compute, so that the
 // step yields its logits.
 func (s *Scheduler) prefixHit(r *seqState) int {
-	if !s.cfg.PrefixCaching || len(r.blocks) > 0 {
+	if !s.cfg.PrefixCaching || len(r.blocks) > 0 || r.promptLogits {
 		return 0
 	}
 	B := s.cfg.BlockSize
@@ -433,10 +519,11 @@ func (s *Scheduler) prefixHit(r *seqState) int {
 
 // Complete records the outcome of the last plan: every entry's tokens are
 // now in the cache, and sampled[i] is the token drawn from entry i's logit
-// row (ignored where Entry.Sample is false). It returns the requests that
-// finished; their blocks are released. The result is valid until the next
-// Complete.
-func (s *Scheduler) Complete(sampled []int32) ([]Finished, error) {
+// row (ignored where Entry.Sample is false). forked holds, entry after entry,
+// the first tokens of the sequences an entry forks off (Entry.Fork of them).
+// It returns the requests that finished; their blocks are released. The
+// result is valid until the next Complete.
+func (s *Scheduler) Complete(sampled, forked []int32) ([]Finished, error) {
 	p := &s.plan
 	if len(sampled) < len(p.Entries) {
 		return nil, fmt.Errorf("complete: %d sampled tokens for %d plan entries", len(sampled), len(p.Entries))
@@ -449,6 +536,9 @@ func (s *Scheduler) Complete(sampled []int32) ([]Finished, error) {
 			return nil, fmt.Errorf("complete: entry %d, request %d: %w", i, e.ID, errUnknownRequest)
 		}
 		r.computed = e.Start + e.NumTokens
+		if r.computed >= r.prompt {
+			r.promptLogits = false
+		}
 		if s.cfg.PrefixCaching {
 			for ; r.reg < r.computed/B; r.reg++ {
 				var parent uint64
@@ -461,21 +551,86 @@ func (s *Scheduler) Complete(sampled []int32) ([]Finished, error) {
 		if !e.Sample {
 			continue
 		}
-		tok := sampled[i]
-		r.tokens = append(r.tokens, tok)
-		reason := ""
-		switch {
-		case slices.Contains(r.stop, tok):
-			reason = FinishStop
-		case len(r.tokens)-r.prompt >= r.maxOut, len(r.tokens) >= s.cfg.MaxModelLen:
-			reason = FinishLength
+		if e.Fork > 0 {
+			if len(forked) < e.Fork {
+				return nil, fmt.Errorf("complete: entry %d forks %d sequences, %d forked tokens left", i, e.Fork, len(forked))
+			}
+			for k := range e.Fork {
+				s.fork(r, r.id+uint64(k+1), forked[k])
+			}
+			forked = forked[e.Fork:]
+			s.reserved -= r.n - 1 // the children now hold their own slots
+			r.n = 1
 		}
-		if reason != "" {
-			s.finished = append(s.finished, Finished{ID: r.id, Reason: reason})
-		}
+		s.accept(r, sampled[i])
 	}
 	for _, f := range s.finished {
 		s.drop(s.seqs[f.ID])
 	}
 	return s.finished, nil
+}
+
+// accept appends a sampled token to r and records r as finished when the
+// token ends it.
+func (s *Scheduler) accept(r *seqState, tok int32) {
+	r.tokens = append(r.tokens, tok)
+	reason := ""
+	switch {
+	case slices.Contains(r.stop, tok):
+		reason = FinishStop
+	case len(r.tokens)-r.prompt >= r.maxOut, len(r.tokens) >= s.cfg.MaxModelLen:
+		reason = FinishLength
+	}
+	if reason != "" {
+		s.finished = append(s.finished, Finished{ID: r.id, Reason: reason})
+	}
+}
+
+// fork starts sequence id from parent's computed prompt with first token
+// tok: it shares the parent's full blocks and gets a copy of the last,
+// partial one (copied at the start of the next step). Without a free block
+// for the copy it waits at the front of the queue and recomputes the
+// prompt (the prefix cache serves the full blocks).
+func (s *Scheduler) fork(parent *seqState, id uint64, tok int32) {
+	maxBlocks := s.cfg.BlocksFor(s.cfg.MaxModelLen)
+	c := &seqState{
+		id:     id,
+		tokens: make([]int32, parent.prompt, s.cfg.MaxModelLen+1),
+		prompt: parent.prompt,
+		maxOut: parent.maxOut,
+		stop:   parent.stop,
+		blocks: make([]int32, 0, maxBlocks),
+		hashes: make([]uint64, 0, maxBlocks),
+		n:      1,
+	}
+	copy(c.tokens, parent.tokens[:parent.prompt])
+	s.seqs[id] = c
+	s.accept(c, tok)
+	if n := len(s.finished); n > 0 && s.finished[n-1].ID == id {
+		return // finished at its first token: never runs
+	}
+	P, B := parent.prompt, s.cfg.BlockSize
+	full := P / B
+	partial := s.cfg.BlocksFor(P) > full
+	if partial && s.blocks.available() == 0 {
+		s.waiting = slices.Insert(s.waiting, 0, c)
+		return
+	}
+	for _, b := range parent.blocks[:full] {
+		s.blocks.acquire(b)
+		c.blocks = append(c.blocks, b)
+	}
+	if partial {
+		var err error
+		if c.blocks, err = s.blocks.alloc(1, c.blocks); err != nil {
+			panic(err) // available() was checked
+		}
+		s.copies = append(s.copies, model.BlockCopy{Src: parent.blocks[full], Dst: c.blocks[full]})
+	}
+	c.computed = P
+	c.reg = min(parent.reg, full)
+	c.hashes = append(c.hashes, parent.hashes[:min(len(parent.hashes), full)]...)
+	c.running = true
+	s.running = append(s.running, c)
+	s.reserved++
 }

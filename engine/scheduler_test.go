@@ -81,7 +81,7 @@ func stepAll(t testing.TB, s *Scheduler, ex Executor, vocab int) (*StepPlan, []F
 			sampled[i] = int32(sampler.Argmax(l[:vocab]))
 		}
 	}
-	fin, err := s.Complete(sampled)
+	fin, err := s.Complete(sampled, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +130,10 @@ func TestScheduleDecodesFirstChunkedPrefill(t *testing.T) {
 		}
 	}
 	want := [][]Entry{
-		{{ID: 1, NumTokens: 6, Sample: true}, {ID: 2, NumTokens: 4}},
-		{{ID: 1, Start: 6, NumTokens: 1, Decode: true, Sample: true}, {ID: 2, Start: 4, NumTokens: 9, Sample: true}},
-		{{ID: 1, Start: 7, NumTokens: 1, Decode: true, Sample: true}, {ID: 2, Start: 13, NumTokens: 1, Decode: true, Sample: true}, {ID: 3, NumTokens: 8}},
-		{{ID: 1, Start: 8, NumTokens: 1, Decode: true, Sample: true}, {ID: 2, Start: 14, NumTokens: 1, Decode: true, Sample: true}, {ID: 3, Start: 8, NumTokens: 1, Sample: true}},
+		{{ID: 1, NumTokens: 6, Sample: true, LogitRows: 1}, {ID: 2, NumTokens: 4, LogitRows: 1}},
+		{{ID: 1, Start: 6, NumTokens: 1, Decode: true, Sample: true, LogitRows: 1}, {ID: 2, Start: 4, NumTokens: 9, Sample: true, LogitRows: 1}},
+		{{ID: 1, Start: 7, NumTokens: 1, Decode: true, Sample: true, LogitRows: 1}, {ID: 2, Start: 13, NumTokens: 1, Decode: true, Sample: true, LogitRows: 1}, {ID: 3, NumTokens: 8, LogitRows: 1}},
+		{{ID: 1, Start: 8, NumTokens: 1, Decode: true, Sample: true, LogitRows: 1}, {ID: 2, Start: 14, NumTokens: 1, Decode: true, Sample: true, LogitRows: 1}, {ID: 3, Start: 8, NumTokens: 1, Sample: true, LogitRows: 1}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("plans (-want +got):\n%s", d)

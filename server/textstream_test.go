@@ -145,7 +145,7 @@ func FuzzRequestParsing(f *testing.F) {
 			if n == 0 || n+j.maxTokens > 64 || j.maxTokens < 1 || len(j.stops) > maxStops {
 				t.Fatalf("accepted a job outside the limits: %d prompt tokens, %d max tokens, %d stops", n, j.maxTokens, len(j.stops))
 			}
-			if err := j.params.Validate(); err != nil {
+			if err := j.params.Validate(testVocab); err != nil {
 				t.Fatalf("accepted invalid sampling: %v", err)
 			}
 		}
