@@ -104,6 +104,7 @@ type component struct {
 	AddPrefixSpace bool              `json:"add_prefix_space"`
 	UseRegex       *bool             `json:"use_regex"`
 	Single         []templatePiece   `json:"single"`
+	Processors     []json.RawMessage `json:"processors"`
 }
 
 type splitPattern struct {
@@ -648,6 +649,31 @@ func (t *Tokenizer) configureSpecials(post json.RawMessage, cfg hfConfig) error 
 			return fmt.Errorf("%s post_processor: %w", TokenizerFile, err)
 		}
 	}
+	if pc.Type == "Sequence" {
+		// Llama 3.1: ByteLevel (offsets only) then TemplateProcessing. At
+		// most one stage may add tokens.
+		var templ *component
+		for i, raw := range pc.Processors {
+			var sub component
+			if err := json.Unmarshal(raw, &sub); err != nil {
+				return fmt.Errorf("%s post_processor stage %d: %w", TokenizerFile, i, err)
+			}
+			switch sub.Type {
+			case "ByteLevel":
+			case "TemplateProcessing":
+				if templ != nil {
+					return fmt.Errorf("%s post_processor: two TemplateProcessing stages are not supported", TokenizerFile)
+				}
+				templ = &sub
+			default:
+				return fmt.Errorf("%s post_processor stage %d %q is not supported (supported in a Sequence: ByteLevel, TemplateProcessing)", TokenizerFile, i, sub.Type)
+			}
+		}
+		pc = component{}
+		if templ != nil {
+			pc = *templ
+		}
+	}
 	switch pc.Type {
 	case "", "ByteLevel":
 	case "TemplateProcessing":
@@ -669,7 +695,7 @@ func (t *Tokenizer) configureSpecials(post json.RawMessage, cfg hfConfig) error 
 			}
 		}
 	default:
-		return fmt.Errorf("%s post_processor %q is not supported (supported: ByteLevel, TemplateProcessing, null)", TokenizerFile, pc.Type)
+		return fmt.Errorf("%s post_processor %q is not supported (supported: ByteLevel, TemplateProcessing, a Sequence of them, null)", TokenizerFile, pc.Type)
 	}
 	if cfg.AddBOSToken != nil || cfg.AddEOSToken != nil {
 		t.prefix, t.suffix = nil, nil
