@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/cpmla/cpmla/tokenizer/jinja"
 )
@@ -18,12 +17,10 @@ type Message struct {
 	// with content none, which is how the DeepSeek-V3 template tells a
 	// tool-call turn from a reply.
 	ToolCalls []ToolCall
-	// ContentNull gives the template content none (an assistant turn
-	// whose "content" was null).
-	ContentNull bool
-	// Name and ToolCallID are a tool result's "name" and
-	// "tool_call_id"; Reasoning is an assistant turn's
-	// "reasoning_content". Empty (nil) ones are not given to the template.
+	// Name and ToolCallID are a message's "name" and a tool result's
+	// "tool_call_id"; Reasoning is an assistant turn's reasoning (the
+	// template sees it as both "reasoning" and "reasoning_content", as
+	// vLLM gives it). Empty (nil) ones are not given to the template.
 	Name       string
 	ToolCallID string
 	Reasoning  *string
@@ -105,10 +102,11 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bo
 var reservedChatVars = []string{"messages", "tools", "documents", "add_generation_prompt"}
 
 // RenderChat renders a conversation with the chat template as vLLM does:
-// assistant tool-call arguments are given to the template as JSON values
-// (parsed from their text; empty means {}), tools and documents as the
-// request sent them, and the chat_template_kwargs as extra variables. The
-// render runs under in.Limits.
+// content is always a string (a null content is ""), assistant tool-call
+// arguments are given to the template as JSON values (parsed from their
+// text; empty or invalid JSON means {}), tools and documents as the request sent them, and
+// the chat_template_kwargs as extra variables. The render runs under
+// in.Limits.
 func (t *Tokenizer) RenderChat(in ChatInput) (string, error) {
 	if t.chat == nil {
 		return "", ErrNoChatTemplate
@@ -166,29 +164,14 @@ func (t *Tokenizer) RenderChat(in ChatInput) (string, error) {
 func templateMessage(m Message) (*jinja.Dict, error) {
 	d := jinja.NewDict()
 	d.Set("role", m.Role)
-	if m.ContentNull || (len(m.ToolCalls) > 0 && m.Content == "") {
-		d.Set("content", nil)
-	} else {
-		d.Set("content", m.Content)
-	}
-	if m.Name != "" {
-		d.Set("name", m.Name)
-	}
-	if m.ToolCallID != "" {
-		d.Set("tool_call_id", m.ToolCallID)
-	}
-	if m.Reasoning != nil {
-		d.Set("reasoning_content", *m.Reasoning)
-	}
+	// vLLM gives the template a string always: a null content is "".
+	d.Set("content", m.Content)
 	if len(m.ToolCalls) > 0 {
 		calls := make([]any, len(m.ToolCalls))
 		for j, c := range m.ToolCalls {
+			// vLLM: arguments that are not JSON (or empty) become {}.
 			var args any = jinja.NewDict()
-			if strings.TrimSpace(c.Arguments) != "" {
-				v, err := jinja.FromJSON([]byte(c.Arguments))
-				if err != nil {
-					return nil, fmt.Errorf("tool_calls[%d].function.arguments is not JSON: %w", j, err)
-				}
+			if v, err := jinja.FromJSON([]byte(c.Arguments)); err == nil {
 				args = v
 			}
 			fn := jinja.NewDict()
@@ -207,6 +190,16 @@ func templateMessage(m Message) (*jinja.Dict, error) {
 			calls[j] = call
 		}
 		d.Set("tool_calls", calls)
+	}
+	if m.Reasoning != nil {
+		d.Set("reasoning", *m.Reasoning)
+		d.Set("reasoning_content", *m.Reasoning)
+	}
+	if m.ToolCallID != "" {
+		d.Set("tool_call_id", m.ToolCallID)
+	}
+	if m.Name != "" {
+		d.Set("name", m.Name)
 	}
 	return d, nil
 }
