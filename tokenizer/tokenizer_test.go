@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cpmla/cpmla/tokenizer/jinja"
 )
 
 func corpusForTest(t testing.TB) []string {
@@ -393,6 +396,11 @@ func FuzzLoad(f *testing.F) {
 			_ = tk.Decode(tk.Encode(s, false), true)
 		}
 		_, _ = tk.ApplyChatTemplate([]Message{{Role: "user", Content: "x"}}, true)
+		_, _ = tk.RenderChat(ChatInput{Messages: []Message{{Role: "user", Content: "x"}, {Role: "assistant", ToolCalls: []ToolCall{{Name: "f", Arguments: `{"a": 1}`}}}},
+			Limits: jinja.Limits{MaxOutputBytes: 1 << 16, MaxIterations: 1 << 12, MaxDepth: 16}})
+		if _, err := tk.EncodeLimited(" a<sep>b a<sep>b", EncodeOptions{AddSpecial: true, ParseSpecial: true}, 3); err != nil && !errors.Is(err, ErrTooManyTokens) {
+			t.Fatalf("EncodeLimited: %v", err)
+		}
 	})
 }
 

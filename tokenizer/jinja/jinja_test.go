@@ -126,19 +126,34 @@ func FuzzParse(f *testing.F) {
 		"{{ x | default('y') | trim }}{# c #}",
 		"{%- if not a is defined -%}{{ [1, 2][::-1] }}{% elif b %}x{% else %}y{% endif %}",
 		"{{ 'a\\n' ~ \"b\" }}",
+		"{% macro m(x, y=2) %}{{ x * y }}{{ m(x - 1) if x > 0 }}{% endmacro %}{{ m(3) }}{{ tools | tojson(indent=2) }}",
+		"{% for k, v in d.items() %}{{ k }}={{ v | tojson(ensure_ascii=True) }}{% endfor %}{{ 'x' * n }}",
 	} {
 		f.Add(s)
 	}
+	vars, err := FromJSON([]byte(`{"d": {"b": [1, 2.5, "é"], "a": {"n": null}}, "n": 3, "tools": [{"type": "function", "function": {"name": "f"}}]}`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	lim := Limits{MaxOutputBytes: 1 << 16, MaxIterations: 1 << 12, MaxDepth: 16}
 	f.Fuzz(func(t *testing.T, src string) {
 		tpl, err := Parse(src)
 		if err != nil {
 			return
 		}
-		// A template that parses must render or fail cleanly, never panic.
-		_, _ = tpl.Render(map[string]any{
+		// A template that parses must render or fail cleanly within its
+		// limits, never panic.
+		v := map[string]any{
 			"messages":              []any{map[string]any{"role": "user", "content": "hi"}},
 			"add_generation_prompt": true,
-		})
+		}
+		for _, k := range vars.(*Dict).keys {
+			v[k], _ = vars.(*Dict).Get(k)
+		}
+		out, err := tpl.RenderLimited(v, lim)
+		if err == nil && len(out) > lim.MaxOutputBytes {
+			t.Fatalf("rendered %d bytes past the %d limit", len(out), lim.MaxOutputBytes)
+		}
 	})
 }
 
