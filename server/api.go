@@ -3,51 +3,80 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
-// The request and response bodies of the OpenAI API, as far as cpmla
-// implements it. Fields the server does not know are ignored, as the
-// OpenAI API ignores them; fields it knows but cannot honour (n > 1,
-// top_logprobs > 0, echo, best_of > 1) are refused with 400.
+// The request and response bodies of the OpenAI API with vLLM's
+// extensions, as far as cpmla implements them. Every field of a request is
+// either honoured, accepted because it changes nothing by definition (see
+// fields.go), or refused with 400 naming it.
 
 // StreamOptions is the stream_options object of a request.
 type StreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
+	// ContinuousUsageStats adds the usage so far to every chunk (vLLM).
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
 }
 
-// samplingFields are the request fields shared by both endpoints.
+// ResponseFormat is the response_format object; only {"type":"text"} (the
+// default) is served.
+type ResponseFormat struct {
+	Type string `json:"type"`
+}
+
+// samplingFields are the request fields shared by both endpoints: OpenAI's
+// and vLLM's SamplingParams.
 type samplingFields struct {
-	Model               string         `json:"model"`
-	Stream              bool           `json:"stream"`
-	StreamOptions       *StreamOptions `json:"stream_options"`
-	MaxTokens           *int           `json:"max_tokens"`
-	MaxCompletionTokens *int           `json:"max_completion_tokens"`
-	Temperature         *float64       `json:"temperature"`
-	TopP                *float64       `json:"top_p"`
-	Seed                *int64         `json:"seed"`
-	Stop                StopList       `json:"stop"`
-	N                   *int           `json:"n"`
-	// IgnoreEOS keeps generating through end-of-sequence tokens (an
-	// extension also understood by vLLM, used by benchmarks).
-	IgnoreEOS bool `json:"ignore_eos"`
+	Model             string             `json:"model"`
+	Stream            bool               `json:"stream"`
+	StreamOptions     *StreamOptions     `json:"stream_options"`
+	MaxTokens         *int               `json:"max_tokens"`
+	Temperature       *float64           `json:"temperature"`
+	TopP              *float64           `json:"top_p"`
+	TopK              *int               `json:"top_k"`
+	MinP              *float64           `json:"min_p"`
+	Seed              *int64             `json:"seed"`
+	Stop              StopList           `json:"stop"`
+	StopTokenIDs      []int              `json:"stop_token_ids"`
+	N                 *int               `json:"n"`
+	FrequencyPenalty  *float64           `json:"frequency_penalty"`
+	PresencePenalty   *float64           `json:"presence_penalty"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	AllowedTokenIDs   []int              `json:"allowed_token_ids"`
+	MinTokens         *int               `json:"min_tokens"`
+	// IgnoreEOS keeps generating through end-of-sequence tokens.
+	IgnoreEOS              bool            `json:"ignore_eos"`
+	IncludeStopStrInOutput bool            `json:"include_stop_str_in_output"`
+	SkipSpecialTokens      *bool           `json:"skip_special_tokens"`
+	PromptLogprobs         *int            `json:"prompt_logprobs"`
+	TruncatePromptTokens   *int            `json:"truncate_prompt_tokens"`
+	ReturnTokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
+	RequestID              string          `json:"request_id"`
+	Priority               *int            `json:"priority"`
+	UseBeamSearch          bool            `json:"use_beam_search"`
+	BestOf                 *int            `json:"best_of"`
+	ResponseFormat         *ResponseFormat `json:"response_format"`
 }
 
 // ChatRequest is the body of POST /v1/chat/completions.
 type ChatRequest struct {
 	samplingFields
-	Messages    []ChatMessage `json:"messages"`
-	Logprobs    bool          `json:"logprobs"`
-	TopLogprobs *int          `json:"top_logprobs"`
+	Messages            []ChatMessage `json:"messages"`
+	Logprobs            bool          `json:"logprobs"`
+	TopLogprobs         *int          `json:"top_logprobs"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
 type CompletionRequest struct {
 	samplingFields
-	Prompt   Prompt `json:"prompt"`
-	Logprobs *int   `json:"logprobs"`
-	Echo     bool   `json:"echo"`
-	BestOf   *int   `json:"best_of"`
+	Prompt           Prompt `json:"prompt"`
+	Logprobs         *int   `json:"logprobs"`
+	Echo             bool   `json:"echo"`
+	AddSpecialTokens *bool  `json:"add_special_tokens"`
 }
 
 // ChatMessage is one message of a chat request.
@@ -95,15 +124,20 @@ func (c *ChatContent) UnmarshalJSON(b []byte) error {
 }
 
 // Prompt is the prompt of a completion request: a string, an array of
-// token ids, or a one-element array of either.
+// token ids, or an array of either (a batch of prompts).
 type Prompt struct {
-	Text  string
-	IDs   []int
-	IsIDs bool
+	Items []PromptItem
 	Set   bool
 }
 
-// UnmarshalJSON accepts "text", ["text"], [1,2,3] and [[1,2,3]].
+// PromptItem is one prompt of a batch: text, or token ids.
+type PromptItem struct {
+	Text  string
+	IDs   []int
+	IsIDs bool
+}
+
+// UnmarshalJSON accepts "text", ["a","b"], [1,2,3] and [[1,2],[3]].
 func (p *Prompt) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
 	if bytes.Equal(b, []byte("null")) {
@@ -111,29 +145,47 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if len(b) > 0 && b[0] == '"' {
-		*p = Prompt{Set: true}
-		return json.Unmarshal(b, &p.Text)
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*p = Prompt{Set: true, Items: []PromptItem{{Text: s}}}
+		return nil
 	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("prompt must be a string or an array of token ids: %w", err)
+		return fmt.Errorf("prompt must be a string, an array of token ids or an array of either: %w", err)
 	}
 	if len(raw) == 0 {
-		*p = Prompt{Set: true, IsIDs: true, IDs: []int{}}
-		return nil
+		return errors.New("prompt is an empty array; give a string or at least one token id")
 	}
 	first := bytes.TrimSpace(raw[0])
-	if len(first) > 0 && (first[0] == '"' || first[0] == '[') {
-		if len(raw) != 1 {
-			return fmt.Errorf("prompt holds %d prompts; this server takes one prompt per request (send them as separate requests)", len(raw))
+	if len(first) == 0 || (first[0] != '"' && first[0] != '[') {
+		var ids []int
+		if err := json.Unmarshal(b, &ids); err != nil {
+			return fmt.Errorf("prompt must be a string, an array of token ids or an array of either: %w", err)
 		}
-		return p.UnmarshalJSON(first)
+		*p = Prompt{Set: true, Items: []PromptItem{{IDs: ids, IsIDs: true}}}
+		return nil
 	}
-	var ids []int
-	if err := json.Unmarshal(b, &ids); err != nil {
-		return fmt.Errorf("prompt must be a string or an array of token ids: %w", err)
+	items := make([]PromptItem, len(raw))
+	for i, r := range raw {
+		r = bytes.TrimSpace(r)
+		switch {
+		case len(r) > 0 && r[0] == '"':
+			if err := json.Unmarshal(r, &items[i].Text); err != nil {
+				return fmt.Errorf("prompt[%d]: %w", i, err)
+			}
+		case len(r) > 0 && r[0] == '[':
+			items[i].IsIDs = true
+			if err := json.Unmarshal(r, &items[i].IDs); err != nil {
+				return fmt.Errorf("prompt[%d] must be an array of token ids: %w", i, err)
+			}
+		default:
+			return fmt.Errorf("prompt[%d] must be a string or an array of token ids, like prompt[0]", i)
+		}
 	}
-	*p = Prompt{Set: true, IsIDs: true, IDs: ids}
+	*p = Prompt{Set: true, Items: items}
 	return nil
 }
 
@@ -177,16 +229,34 @@ type ChatLogprobs struct {
 
 // ChatTokenLogprob is one generated token's entry in ChatLogprobs.
 type ChatTokenLogprob struct {
-	Token       string             `json:"token"`
-	Logprob     float64            `json:"logprob"`
-	Bytes       []int              `json:"bytes"`
-	TopLogprobs []ChatTokenLogprob `json:"top_logprobs"`
+	Token       string           `json:"token"`
+	Logprob     float64          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []ChatTopLogprob `json:"top_logprobs"`
+}
+
+// ChatTopLogprob is one of the most likely tokens of a step.
+type ChatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// PromptLogprob is vLLM's entry of prompt_logprobs: the logprob of a token
+// at a prompt position, its rank and its text. A position's entries are
+// keyed by token id.
+type PromptLogprob struct {
+	Logprob      float64 `json:"logprob"`
+	Rank         int     `json:"rank"`
+	DecodedToken string  `json:"decoded_token"`
 }
 
 // CompletionLogprobs is the logprobs object of a completion choice.
 type CompletionLogprobs struct {
-	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	Tokens []string `json:"tokens"`
+	// TokenLogprobs and TopLogprobs are null at an echoed prompt's first
+	// token, which has nothing to be predicted from.
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
@@ -199,6 +269,8 @@ type ChatResponse struct {
 	Model   string       `json:"model"`
 	Choices []ChatChoice `json:"choices"`
 	Usage   *Usage       `json:"usage"`
+	// PromptLogprobs answers vLLM's prompt_logprobs.
+	PromptLogprobs []map[string]PromptLogprob `json:"prompt_logprobs,omitempty"`
 }
 
 // ChatChoice is the single choice of a ChatResponse.
@@ -207,6 +279,9 @@ type ChatChoice struct {
 	Message      ChatOutput    `json:"message"`
 	Logprobs     *ChatLogprobs `json:"logprobs"`
 	FinishReason string        `json:"finish_reason"`
+	// StopReason is vLLM's: the stop string or stop token id that ended
+	// the choice, null otherwise.
+	StopReason any `json:"stop_reason"`
 }
 
 // ChatOutput is the assistant message of a ChatChoice.
@@ -256,6 +331,9 @@ type CompletionChoice struct {
 	Text         string              `json:"text"`
 	Logprobs     *CompletionLogprobs `json:"logprobs"`
 	FinishReason *string             `json:"finish_reason"`
+	StopReason   any                 `json:"stop_reason"`
+	// PromptLogprobs answers vLLM's prompt_logprobs (whole responses only).
+	PromptLogprobs []map[string]PromptLogprob `json:"prompt_logprobs,omitempty"`
 }
 
 // ModelList is the body of GET /v1/models.

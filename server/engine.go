@@ -35,3 +35,12 @@ func (s engineStats) PlanBuildsAfterWarmup() uint64 {
 // CollectiveSeconds is the time the engine's ranks have spent inside
 // collectives (cpmla:collective_seconds_total).
 func (s engineStats) CollectiveSeconds() float64 { return s.e.CollectiveSeconds() }
+
+// Preemptions counts the engine's preemptions (vllm:num_preemptions_total).
+func (s engineStats) Preemptions() int64 { return s.e.Stats().Preemptions }
+
+// PrefixCache is the engine's prefix-cache lookups and hits in tokens.
+func (s engineStats) PrefixCache() (queries, hits int64) {
+	st := s.e.Stats()
+	return st.PrefixQueryTokens, st.PrefixHitTokens
+}

@@ -21,6 +21,8 @@ import (
 
 // realEnv is the server in front of the real engine on glm5-mini.
 type realEnv struct {
+	url    string
+	hc     *http.Client
 	cfg    *config.Model
 	eng    *engine.Engine
 	srv    *Server
@@ -42,14 +44,15 @@ func newRealEnv(t *testing.T) *realEnv {
 	}
 	const maxModelLen = 96
 	eng, err := engine.New(cfg, engine.WeightBytes(m), engine.SingleRank(m), engine.Options{
-		MaxNumBatchedTokens: 16, MaxNumSeqs: 4, MaxModelLen: maxModelLen, MemoryLimit: 1 << 30, MaxQueue: 64,
+		MaxNumBatchedTokens: 16, MaxNumSeqs: 4, MaxModelLen: maxModelLen, MemoryLimit: 1 << 30, MaxQueue: 64, MaxPromptLogitRows: 5,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tk := testTokenizer(t)
 	srv, err := New(Config{Engine: eng, Tokenizer: tk, ModelName: config.DefaultPreset, MaxModelLen: maxModelLen,
-		VocabSize: cfg.VocabSize, StopTokenIDs: cfg.EOSTokenIDs, MaxInFlight: 4 + 64, Stats: EngineStats(eng, 1)})
+		VocabSize: cfg.VocabSize, StopTokenIDs: cfg.EOSTokenIDs, MaxInFlight: 4 + 64, Stats: EngineStats(eng, 1),
+		MaxN: 4, MaxLogprobs: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +64,7 @@ func newRealEnv(t *testing.T) *realEnv {
 		eng.Close()
 		m.Close()
 	})
-	return &realEnv{cfg: cfg, eng: eng, srv: srv,
+	return &realEnv{cfg: cfg, eng: eng, srv: srv, url: hs.URL, hc: hc,
 		client: openai.NewClient(option.WithBaseURL(hs.URL+"/v1"), option.WithAPIKey("unused"),
 			option.WithMaxRetries(0), option.WithHTTPClient(hc))}
 }

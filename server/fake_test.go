@@ -79,7 +79,7 @@ func (f *fakeEngine) run(ctx context.Context, req engine.Request, ch chan<- engi
 			break
 		}
 		toks = append(toks, id)
-		if !req.IgnoreEOS && slices.Contains(req.StopTokenIDs, id) {
+		if slices.Contains(req.StopTokenIDs, id) {
 			finish = engine.FinishStop
 			break
 		}

@@ -86,7 +86,7 @@ func TestLoadWithDisconnects(t *testing.T) {
 	t.Logf("completed %d, disconnected %d, refused with 429: %d", completed, disconnected, tooMany)
 	waitFor(t, "engine and server to drain", func() bool { return e.fake.liveRequests() == 0 && e.srv.InFlight() == 0 })
 	fams := e.scrape(t)
-	for _, name := range []string{"cpmla:num_requests_waiting", "cpmla:num_requests_running"} {
+	for _, name := range []string{"vllm:num_requests_waiting", "vllm:num_requests_running"} {
 		if v := fams[name].GetMetric()[0].GetGauge().GetValue(); v != 0 {
 			t.Errorf("%s = %v after the load, want 0", name, v)
 		}

@@ -48,7 +48,7 @@ func TestMetrics(t *testing.T) {
 		wantPrompt += 3
 		wantGen += float64(min(int(n), len(e.fake.script)))
 	}
-	e.post(t, "/v1/completions", `{"prompt":"x","n":3}`) // refused: counted as rejected
+	e.post(t, "/v1/completions", `{"prompt":"x","n":30}`) // refused: counted as rejected
 
 	fams := e.scrape(t)
 	value := func(name string) float64 {
@@ -70,31 +70,31 @@ func TestMetrics(t *testing.T) {
 	}
 	got := map[string]float64{}
 	for _, name := range []string{
-		"cpmla:prompt_tokens_total", "cpmla:generation_tokens_total",
-		"cpmla:num_requests_waiting", "cpmla:num_requests_running",
-		"cpmla:time_to_first_token_seconds", "cpmla:inter_token_latency_seconds", "cpmla:e2e_request_latency_seconds",
-		"cpmla:collective_seconds_total", "cpmla:kernel_plans_built_after_warmup_total", "cpmla:request_rejected_total",
+		"vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+		"vllm:num_requests_waiting", "vllm:num_requests_running",
+		"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
+		"vllm:collective_seconds_total", "vllm:kernel_plans_built_after_warmup_total", "vllm:request_rejected_total",
 	} {
 		got[name] = value(name)
 	}
 	want := map[string]float64{
-		"cpmla:prompt_tokens_total":     wantPrompt,
-		"cpmla:generation_tokens_total": wantGen,
-		"cpmla:num_requests_waiting":    0,
-		"cpmla:num_requests_running":    0,
+		"vllm:prompt_tokens_total":     wantPrompt,
+		"vllm:generation_tokens_total": wantGen,
+		"vllm:num_requests_waiting":    0,
+		"vllm:num_requests_running":    0,
 		// One first token per request, every other token one gap.
-		"cpmla:time_to_first_token_seconds":           float64(len(sizes)),
-		"cpmla:inter_token_latency_seconds":           wantGen - float64(len(sizes)),
-		"cpmla:e2e_request_latency_seconds":           float64(len(sizes)),
-		"cpmla:collective_seconds_total":              stats.collective,
-		"cpmla:kernel_plans_built_after_warmup_total": float64(stats.builds),
-		"cpmla:request_rejected_total":                1,
+		"vllm:time_to_first_token_seconds":           float64(len(sizes)),
+		"vllm:inter_token_latency_seconds":           wantGen - float64(len(sizes)),
+		"vllm:e2e_request_latency_seconds":           float64(len(sizes)),
+		"vllm:collective_seconds_total":              stats.collective,
+		"vllm:kernel_plans_built_after_warmup_total": float64(stats.builds),
+		"vllm:request_rejected_total":                1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
 	kv := map[string]float64{}
-	for _, m := range fams["cpmla:kv_cache_usage_perc"].GetMetric() {
+	for _, m := range fams["vllm:kv_cache_usage_perc"].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "rank" {
 				kv[l.GetValue()] = m.GetGauge().GetValue()
@@ -105,8 +105,15 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("KV usage per rank (-want +got):\n%s", diff)
 	}
 	reasons := map[string]float64{}
-	for _, m := range fams["cpmla:request_success_total"].GetMetric() {
-		reasons[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+	for _, m := range fams["vllm:request_success_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["model_name"] != testModel || labels["engine"] != "0" {
+			t.Errorf("request_success_total labels %v, want model_name %q and engine 0", labels, testModel)
+		}
+		reasons[labels["finished_reason"]] = m.GetCounter().GetValue()
 	}
 	if diff := cmp.Diff(map[string]float64{"length": 2, "stop": 1}, reasons); diff != "" {
 		t.Errorf("finished requests by reason (-want +got):\n%s", diff)
@@ -122,10 +129,10 @@ func (kvOnly) PlanBuildsAfterWarmup() uint64 { return 0 }
 func TestCollectiveMetricIsOptional(t *testing.T) {
 	e := newTestEnv(t, func(_ *fakeEngine, c *Config) { c.Stats = kvOnly{} })
 	fams := e.scrape(t)
-	if _, ok := fams["cpmla:collective_seconds_total"]; ok {
+	if _, ok := fams["vllm:collective_seconds_total"]; ok {
 		t.Error("collective time exported for a Stats that does not measure it")
 	}
-	if got := fams["cpmla:kv_cache_usage_perc"].GetMetric()[0].GetGauge().GetValue(); got != 1 {
+	if got := fams["vllm:kv_cache_usage_perc"].GetMetric()[0].GetGauge().GetValue(); got != 1 {
 		t.Errorf("KV usage %v, want 1", got)
 	}
 }

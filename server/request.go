@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 
 	"github.com/cpmla/cpmla/sampler"
 	"github.com/cpmla/cpmla/tokenizer"
@@ -16,42 +17,73 @@ import (
 // maxStops is the most stop strings a request may give (OpenAI's limit).
 const maxStops = 4
 
-// job is a validated request, ready for the engine.
+// job is a validated request, ready for the engine: one engine request per
+// prompt, each sampling n choices.
 type job struct {
-	chat         bool
-	promptIDs    []int
-	maxTokens    int
-	params       sampler.Params
-	stops        []string
-	stream       bool
-	includeUsage bool
-	logprobs     bool
-	ignoreEOS    bool
+	chat    bool
+	id      string
+	prompts []promptJob
+	n       int
+	params  sampler.Params
+	stops   []string
+	// stopIDs are the request's stop_token_ids (the model's EOS is added
+	// unless ignoreEOS).
+	stopIDs         []int
+	ignoreEOS       bool
+	includeStop     bool
+	stream          bool
+	includeUsage    bool
+	continuousUsage bool
+	// logprobs reports the sampled tokens' logprobs with topLogprobs
+	// alternatives each.
+	logprobs    bool
+	topLogprobs int
+	// promptLogprobs ≥ 0 returns vLLM's prompt_logprobs with that many
+	// alternatives; echo (completions) prefixes the prompt to the text and,
+	// with logprobs, its tokens to the logprobs.
+	promptLogprobs int
+	echo           bool
+	asTokenIDs     bool
+	// truncate > 0 keeps only the prompt's last truncate tokens.
+	truncate int
 }
 
-// decodeBody reads a JSON request body into v.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
+// promptJob is one prompt of a job.
+type promptJob struct {
+	ids       []int
+	text      string // the prompt as text, for echo
+	maxTokens int
+}
+
+// decodeBody reads a JSON request body into v and returns the body.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, *apiError) {
 	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(body); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
 				msg: fmt.Sprintf("request body is larger than %d bytes; send a shorter prompt", tooBig.Limit)}
 		}
-		return badRequest("", "read request body: %v", err)
+		return nil, badRequest("", "read request body: %v", err)
 	}
 	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
-		return badRequest("", "request body is not a valid request: %v", err)
+		return nil, badRequest("", "request body is not a valid request: %v", err)
 	}
-	return nil
+	return buf.Bytes(), nil
 }
 
 // parseChat validates a chat request and renders its prompt.
 func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 	j := &job{chat: true, logprobs: req.Logprobs}
-	if req.TopLogprobs != nil && *req.TopLogprobs != 0 {
-		return nil, badRequest("top_logprobs", "top_logprobs is %d; this server returns only the chosen token's logprob: use top_logprobs 0 (or leave it out) with logprobs true", *req.TopLogprobs)
+	if req.TopLogprobs != nil {
+		if !req.Logprobs && *req.TopLogprobs > 0 {
+			return nil, badRequest("top_logprobs", "top_logprobs is %d but logprobs is not true; set logprobs true to get them", *req.TopLogprobs)
+		}
+		if e := s.checkLogprobs("top_logprobs", *req.TopLogprobs); e != nil {
+			return nil, e
+		}
+		j.topLogprobs = *req.TopLogprobs
 	}
 	if len(req.Messages) == 0 {
 		return nil, badRequest("messages", "messages is empty; give at least one message, e.g. [{\"role\":\"user\",\"content\":\"Hello\"}]")
@@ -70,60 +102,148 @@ func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 		}
 		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content.Text}
 	}
-	ids, err := s.cfg.Tokenizer.EncodeChat(msgs, true)
+	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+	ids, err := s.cfg.Tokenizer.EncodeChat(msgs, addGen)
 	if err != nil {
 		return nil, badRequest("messages", "render chat template: %v", err)
 	}
-	j.promptIDs = ids
-	if e := s.parseSampling(&req.samplingFields, j, "messages"); e != nil {
+	limit, field := req.MaxTokens, "max_tokens"
+	if req.MaxCompletionTokens != nil {
+		limit, field = req.MaxCompletionTokens, "max_completion_tokens"
+	}
+	if e := s.parseSampling(&req.samplingFields, j); e != nil {
 		return nil, e
 	}
+	pj, e := s.promptJob(ids, "", "messages", field, limit, j)
+	if e != nil {
+		return nil, e
+	}
+	j.prompts = []promptJob{pj}
 	return j, nil
 }
 
-// parseCompletion validates a completion request and tokenizes its prompt.
+// parseCompletion validates a completion request and tokenizes its prompts.
 func (s *Server) parseCompletion(req *CompletionRequest) (*job, *apiError) {
-	j := &job{}
+	j := &job{echo: req.Echo}
 	if req.Logprobs != nil {
-		if *req.Logprobs != 0 {
-			return nil, badRequest("logprobs", "logprobs is %d; this server returns only the chosen token's logprob: use logprobs 0", *req.Logprobs)
+		if e := s.checkLogprobs("logprobs", *req.Logprobs); e != nil {
+			return nil, e
 		}
-		j.logprobs = true
-	}
-	if req.Echo {
-		return nil, badRequest("echo", "echo is not supported; leave it out or set it to false")
-	}
-	if req.BestOf != nil && *req.BestOf != 1 {
-		return nil, badRequest("best_of", "best_of is %d; this server generates one sequence per request: use best_of 1", *req.BestOf)
+		j.logprobs, j.topLogprobs = true, *req.Logprobs
 	}
 	if !req.Prompt.Set {
-		return nil, badRequest("prompt", "prompt is missing; give a string or an array of token ids")
+		return nil, badRequest("prompt", "prompt is missing; give a string, an array of token ids, or an array of either")
 	}
-	if req.Prompt.IsIDs {
-		for i, id := range req.Prompt.IDs {
-			if id < 0 || id >= s.cfg.VocabSize {
-				return nil, badRequest("prompt", "prompt[%d] = %d is not a token id; ids run from 0 to %d", i, id, s.cfg.VocabSize-1)
-			}
-		}
-		j.promptIDs = req.Prompt.IDs
-	} else {
-		j.promptIDs = s.cfg.Tokenizer.Encode(req.Prompt.Text, true)
-	}
-	if e := s.parseSampling(&req.samplingFields, j, "prompt"); e != nil {
+	if e := s.parseSampling(&req.samplingFields, j); e != nil {
 		return nil, e
+	}
+	// vLLM: echo with logprobs returns the prompt's logprobs too.
+	if j.echo && j.logprobs && j.promptLogprobs < 0 {
+		j.promptLogprobs = j.topLogprobs
+	}
+	if n := len(req.Prompt.Items) * j.n; n > s.cfg.MaxInFlight {
+		return nil, badRequest("prompt", "the request holds %d prompts × n %d = %d sequences, more than the server runs at once (%d); send fewer prompts per request",
+			len(req.Prompt.Items), j.n, n, s.cfg.MaxInFlight)
+	}
+	addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
+	for i, it := range req.Prompt.Items {
+		param := "prompt"
+		if len(req.Prompt.Items) > 1 {
+			param = fmt.Sprintf("prompt[%d]", i)
+		}
+		ids, text := it.IDs, it.Text
+		if it.IsIDs {
+			for k, id := range ids {
+				if id < 0 || id >= s.cfg.VocabSize {
+					return nil, badRequest(param, "%s[%d] = %d is not a token id; ids run from 0 to %d", param, k, id, s.cfg.VocabSize-1)
+				}
+			}
+			text = s.cfg.Tokenizer.Decode(ids, false)
+		} else {
+			ids = s.cfg.Tokenizer.EncodeWith(text, tokenizer.EncodeOptions{AddSpecial: addSpecial, ParseSpecial: true})
+		}
+		pj, e := s.promptJob(ids, text, param, "max_tokens", req.MaxTokens, j)
+		if e != nil {
+			return nil, e
+		}
+		j.prompts = append(j.prompts, pj)
 	}
 	return j, nil
 }
 
-// parseSampling validates the fields both endpoints share and the prompt
-// length; promptParam names the prompt field in errors.
-func (s *Server) parseSampling(f *samplingFields, j *job, promptParam string) *apiError {
+// checkLogprobs bounds a logprobs count by --max-logprobs.
+func (s *Server) checkLogprobs(field string, n int) *apiError {
+	if n < 0 || n > s.cfg.MaxLogprobs {
+		return badRequest(field, "%s is %d; this server returns from 0 to %d (--max-logprobs) most likely tokens", field, n, s.cfg.MaxLogprobs)
+	}
+	return nil
+}
+
+// promptJob truncates a prompt (truncate_prompt_tokens), checks its length
+// and sizes its output; promptParam names the prompt field in errors.
+func (s *Server) promptJob(ids []int, text, promptParam, field string, limit *int, j *job) (promptJob, *apiError) {
+	if j.truncate > 0 && len(ids) > j.truncate {
+		ids = ids[len(ids)-j.truncate:]
+		text = s.cfg.Tokenizer.Decode(ids, false)
+	}
+	pj := promptJob{ids: ids, text: text}
+	n := len(ids)
+	if n == 0 {
+		return pj, badRequest(promptParam, "the prompt is empty; give at least one token")
+	}
+	if n >= s.cfg.MaxModelLen && !(limit != nil && *limit == 0 && j.echo && n == s.cfg.MaxModelLen) {
+		return pj, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: promptParam, code: "context_length_exceeded",
+			msg: fmt.Sprintf("the prompt has %d tokens but the maximum model length (--max-model-len) is %d, which leaves no room to generate; shorten the prompt to at most %d tokens or start the server with --max-model-len %d or more",
+				n, s.cfg.MaxModelLen, s.cfg.MaxModelLen-1, n+1)}
+	}
+	room := s.cfg.MaxModelLen - n
+	switch {
+	case limit == nil:
+		pj.maxTokens = room
+	case *limit == 0 && j.echo:
+		pj.maxTokens = 0 // score the prompt only
+	case *limit < 1:
+		return pj, badRequest(field, "%s is %d; ask for at least 1 token (0 only with echo, to score the prompt)", field, *limit)
+	case *limit > room:
+		return pj, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: field, code: "context_length_exceeded",
+			msg: fmt.Sprintf("the prompt has %d tokens and %s is %d, %d in all, more than the maximum model length (--max-model-len) %d; ask for at most %d tokens or shorten the prompt",
+				n, field, *limit, n+*limit, s.cfg.MaxModelLen, room)}
+	default:
+		pj.maxTokens = *limit
+	}
+	if pj.maxTokens == 0 && j.promptLogprobs < 0 {
+		j.promptLogprobs = 0 // echo of the prompt alone still scores it
+	}
+	if j.params.MinTokens > pj.maxTokens && pj.maxTokens > 0 {
+		return pj, badRequest("min_tokens", "min_tokens %d is more than the %d tokens %s allows; lower min_tokens", j.params.MinTokens, pj.maxTokens, field)
+	}
+	return pj, nil
+}
+
+// parseSampling validates the fields both endpoints share.
+func (s *Server) parseSampling(f *samplingFields, j *job) *apiError {
 	if f.Model != "" && f.Model != s.cfg.ModelName {
 		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
 			msg: fmt.Sprintf("the model %q does not exist; this server serves %q", f.Model, s.cfg.ModelName)}
 	}
-	if f.N != nil && *f.N != 1 {
-		return badRequest("n", "n is %d; this server generates one choice per request: use n 1 and send more requests", *f.N)
+	j.n = 1
+	if f.N != nil {
+		if *f.N < 1 || *f.N > s.cfg.MaxN {
+			return badRequest("n", "n is %d; this server samples from 1 to %d choices per prompt (--max-num-seqs)", *f.N, s.cfg.MaxN)
+		}
+		j.n = *f.N
+	}
+	switch {
+	case f.BestOf != nil && *f.BestOf != j.n:
+		return badRequest("best_of", "best_of is %d; this server returns every sequence it samples: leave best_of out or set it to n (%d)", *f.BestOf, j.n)
+	case f.UseBeamSearch:
+		return badRequest("use_beam_search", "use_beam_search is true; this server samples without beam search: leave it out or set it to false")
+	case f.Priority != nil && *f.Priority != 0:
+		return badRequest("priority", "priority is %d; this server schedules first come, first served: leave priority out or set it to 0", *f.Priority)
+	case f.ResponseFormat != nil && f.ResponseFormat.Type != "text":
+		return badRequest("response_format", "response_format type %q is not supported (no structured output); use {\"type\":\"text\"} or leave it out", f.ResponseFormat.Type)
+	case f.SkipSpecialTokens != nil && !*f.SkipSpecialTokens:
+		return badRequest("skip_special_tokens", "skip_special_tokens false is not supported; generated text leaves special tokens out")
 	}
 	if len(f.Stop) > maxStops {
 		return badRequest("stop", "stop has %d strings; give at most %d", len(f.Stop), maxStops)
@@ -134,59 +254,122 @@ func (s *Server) parseSampling(f *samplingFields, j *job, promptParam string) *a
 		}
 	}
 	j.stops = f.Stop
+	j.includeStop = f.IncludeStopStrInOutput
 	j.stream = f.Stream
 	if f.StreamOptions != nil {
 		if !f.Stream {
 			return badRequest("stream_options", "stream_options is only allowed with stream true")
 		}
 		j.includeUsage = f.StreamOptions.IncludeUsage
+		j.continuousUsage = f.StreamOptions.ContinuousUsageStats
 	}
 	j.ignoreEOS = f.IgnoreEOS
+	j.asTokenIDs = f.ReturnTokensAsTokenIDs
+	j.id = f.RequestID
+	if len(j.id) > 128 {
+		return badRequest("request_id", "request_id has %d characters; use at most 128", len(j.id))
+	}
+	if f.TruncatePromptTokens != nil {
+		switch k := *f.TruncatePromptTokens; {
+		case k == -1:
+			j.truncate = s.cfg.MaxModelLen
+		case k < 1:
+			return badRequest("truncate_prompt_tokens", "truncate_prompt_tokens is %d; use -1 (the model length) or at least 1", k)
+		default:
+			j.truncate = k
+		}
+	}
+	j.promptLogprobs = -1
+	if f.PromptLogprobs != nil {
+		if f.Stream {
+			return badRequest("prompt_logprobs", "prompt_logprobs is not available with stream true (as in vLLM); leave one of them out")
+		}
+		if e := s.checkLogprobs("prompt_logprobs", *f.PromptLogprobs); e != nil {
+			return e
+		}
+		j.promptLogprobs = *f.PromptLogprobs
+	}
+	for i, id := range f.StopTokenIDs {
+		if id < 0 || id >= s.cfg.VocabSize {
+			return badRequest("stop_token_ids", "stop_token_ids[%d] = %d is not a token id; ids run from 0 to %d", i, id, s.cfg.VocabSize-1)
+		}
+	}
+	j.stopIDs = f.StopTokenIDs
 
-	j.params = sampler.Params{Temperature: 1, TopP: 1}
-	if f.Temperature != nil {
-		j.params.Temperature = *f.Temperature
+	p := sampler.Params{Temperature: 1, TopP: 1}
+	set := func(dst *float64, v *float64) {
+		if v != nil {
+			*dst = *v
+		}
 	}
-	if f.TopP != nil {
-		j.params.TopP = *f.TopP
+	set(&p.Temperature, f.Temperature)
+	set(&p.TopP, f.TopP)
+	set(&p.MinP, f.MinP)
+	set(&p.FrequencyPenalty, f.FrequencyPenalty)
+	set(&p.PresencePenalty, f.PresencePenalty)
+	p.RepetitionPenalty = 1
+	set(&p.RepetitionPenalty, f.RepetitionPenalty)
+	if f.TopK != nil {
+		p.TopK = *f.TopK
 	}
-	if t := j.params.Temperature; t < 0 || t > 2 || math.IsNaN(t) {
+	if f.MinTokens != nil {
+		p.MinTokens = *f.MinTokens
+	}
+	if t := p.Temperature; t < 0 || t > 2 || math.IsNaN(t) {
 		return badRequest("temperature", "temperature is %v; use a value from 0 (greedy) to 2", t)
 	}
-	if p := j.params.TopP; !(p > 0 && p <= 1) {
-		return badRequest("top_p", "top_p is %v; use a value in (0, 1], e.g. 1", p)
+	if v := p.TopP; !(v > 0 && v <= 1) {
+		return badRequest("top_p", "top_p is %v; use a value in (0, 1], e.g. 1", v)
+	}
+	if p.TopK < -1 {
+		return badRequest("top_k", "top_k is %d; use -1 or 0 (all tokens) or at least 1", p.TopK)
+	}
+	if v := p.MinP; !(v >= 0 && v <= 1) {
+		return badRequest("min_p", "min_p is %v; use a value in [0, 1]", v)
+	}
+	for _, pen := range []struct {
+		name string
+		v    float64
+	}{{"frequency_penalty", p.FrequencyPenalty}, {"presence_penalty", p.PresencePenalty}} {
+		if !(math.Abs(pen.v) <= sampler.MaxPenalty) {
+			return badRequest(pen.name, "%s is %v; use a value from -2 to 2", pen.name, pen.v)
+		}
+	}
+	if v := p.RepetitionPenalty; !(v > 0 && v <= 2) || math.IsInf(v, 0) {
+		return badRequest("repetition_penalty", "repetition_penalty is %v; use a value in (0, 2] (1: none)", v)
+	}
+	if p.MinTokens < 0 {
+		return badRequest("min_tokens", "min_tokens is %d; use 0 or more", p.MinTokens)
+	}
+	if len(f.LogitBias) > 0 {
+		p.LogitBias = make(map[int]float64, len(f.LogitBias))
+		for k, v := range f.LogitBias {
+			id, err := strconv.Atoi(k)
+			if err != nil || id < 0 || id >= s.cfg.VocabSize {
+				return badRequest("logit_bias", "logit_bias key %q is not a token id; keys are ids from 0 to %d", k, s.cfg.VocabSize-1)
+			}
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return badRequest("logit_bias", "logit_bias of token %d is %v; use a number from -100 to 100", id, v)
+			}
+			p.LogitBias[id] = v
+		}
+	}
+	if f.AllowedTokenIDs != nil {
+		if len(f.AllowedTokenIDs) == 0 {
+			return badRequest("allowed_token_ids", "allowed_token_ids is empty; give at least one token id or leave it out")
+		}
+		for i, id := range f.AllowedTokenIDs {
+			if id < 0 || id >= s.cfg.VocabSize {
+				return badRequest("allowed_token_ids", "allowed_token_ids[%d] = %d is not a token id; ids run from 0 to %d", i, id, s.cfg.VocabSize-1)
+			}
+		}
+		p.AllowedTokenIDs = f.AllowedTokenIDs
 	}
 	if f.Seed != nil {
-		j.params.Seed = uint64(*f.Seed)
+		p.Seed = uint64(*f.Seed)
 	} else {
-		j.params.Seed = rand.Uint64()
+		p.Seed = rand.Uint64()
 	}
-
-	n := len(j.promptIDs)
-	if n == 0 {
-		return badRequest(promptParam, "the prompt is empty; give at least one token")
-	}
-	if n >= s.cfg.MaxModelLen {
-		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: promptParam, code: "context_length_exceeded",
-			msg: fmt.Sprintf("the prompt has %d tokens but the maximum model length (--max-model-len) is %d, which leaves no room to generate; shorten the prompt to at most %d tokens or start the server with --max-model-len %d or more",
-				n, s.cfg.MaxModelLen, s.cfg.MaxModelLen-1, n+1)}
-	}
-	room := s.cfg.MaxModelLen - n
-	field, limit := "max_tokens", f.MaxTokens
-	if f.MaxCompletionTokens != nil {
-		field, limit = "max_completion_tokens", f.MaxCompletionTokens
-	}
-	switch {
-	case limit == nil:
-		j.maxTokens = room
-	case *limit < 1:
-		return badRequest(field, "%s is %d; ask for at least 1 token", field, *limit)
-	case *limit > room:
-		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: field, code: "context_length_exceeded",
-			msg: fmt.Sprintf("the prompt has %d tokens and %s is %d, %d in all, more than the maximum model length (--max-model-len) %d; ask for at most %d tokens or shorten the prompt",
-				n, field, *limit, n+*limit, s.cfg.MaxModelLen, room)}
-	default:
-		j.maxTokens = *limit
-	}
+	j.params = p
 	return nil
 }

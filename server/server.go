@@ -43,6 +43,21 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Logger receives one line per failed request; nil discards.
 	Logger *slog.Logger
+
+	// MaxN bounds a request's n (the engine's --max-num-seqs); 0 means 1.
+	MaxN int
+	// MaxLogprobs bounds logprobs, top_logprobs and prompt_logprobs
+	// (--max-logprobs); 0 allows only the chosen token's logprob.
+	MaxLogprobs int
+	// APIKey, when set, must be sent as "Authorization: Bearer KEY" on
+	// every /v1 route (compared in constant time).
+	APIKey string
+	// CORS is the cross-origin policy; the zero value sends no CORS headers.
+	CORS CORS
+	// MetricsPrefix prefixes every metric name; "" means "vllm:".
+	MetricsPrefix string
+	// Version is what GET /version reports.
+	Version string
 }
 
 // maxBodyBytes bounds a request body.
@@ -72,6 +87,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: vocab size %d must be positive (the model's vocab_size)", cfg.VocabSize)
 	case cfg.MaxInFlight < 1:
 		return nil, fmt.Errorf("server: max in-flight requests %d must be at least 1 (max-num-seqs plus --max-queue)", cfg.MaxInFlight)
+	case cfg.MaxLogprobs < 0:
+		return nil, fmt.Errorf("server: --max-logprobs %d must be ≥ 0; vLLM's default is 20", cfg.MaxLogprobs)
+	}
+	cfg.MaxN = max(cfg.MaxN, 1)
+	if cfg.MetricsPrefix == "" {
+		cfg.MetricsPrefix = "vllm:"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
 	}
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 30 * time.Second
@@ -82,7 +106,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		mux:     http.NewServeMux(),
-		metrics: newMetrics(cfg.Stats),
+		metrics: newMetrics(cfg.MetricsPrefix, cfg.ModelName, cfg.MaxModelLen, cfg.Stats),
 		slots:   make(chan struct{}, cfg.MaxInFlight),
 		created: time.Now().Unix(),
 	}
@@ -90,16 +114,31 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mux.HandleFunc("GET /version", s.handleVersion)
+	s.mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	s.mux.HandleFunc("POST /detokenize", s.handleDetokenize)
+	s.mux.HandleFunc("GET /tokenizer_info", s.handleTokenizerInfo)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error",
-			msg: fmt.Sprintf("no route %s %s; the server answers POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health and GET /metrics", r.Method, r.URL.Path)})
+			msg: fmt.Sprintf("no route %s %s; the server answers POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /tokenizer_info, GET /version, GET /health and GET /metrics", r.Method, r.URL.Path)})
 	})
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler: CORS, then the API key on /v1 routes,
+// then the routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.CORS.handle(w, r) {
+		return
+	}
+	if !s.authorized(r) {
+		writeError(w, &apiError{status: http.StatusUnauthorized, typ: "authentication_error", code: "invalid_api_key",
+			msg: "missing or wrong API key; send the server's key (--api-key or VLLM_API_KEY) as \"Authorization: Bearer KEY\""})
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // InFlight is the number of requests currently admitted.
 func (s *Server) InFlight() int { return len(s.slots) }
@@ -115,17 +154,24 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// admit takes an admission slot without waiting.
-func (s *Server) admit() bool {
-	select {
-	case s.slots <- struct{}{}:
-		return true
-	default:
-		return false
+// admit takes k admission slots without waiting, all or none.
+func (s *Server) admit(k int) bool {
+	for i := range k {
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.release(i)
+			return false
+		}
 	}
+	return true
 }
 
-func (s *Server) release() { <-s.slots }
+func (s *Server) release(k int) {
+	for range k {
+		<-s.slots
+	}
+}
 
 // apiError is a refusal with its HTTP status and OpenAI error fields.
 type apiError struct {

@@ -65,7 +65,7 @@ func newTestEnv(t *testing.T, configure func(*fakeEngine, *Config)) *testEnv {
 	fake := newFakeEngine(replyIDs(tk), tk.EOS())
 	cfg := Config{
 		Engine: fake, Tokenizer: tk, ModelName: testModel, MaxModelLen: testMaxModelLen,
-		VocabSize: testVocab, StopTokenIDs: []int{tk.EOS()}, MaxInFlight: 64,
+		VocabSize: testVocab, StopTokenIDs: []int{tk.EOS()}, MaxInFlight: 64, MaxN: 4, MaxLogprobs: 20,
 		Stats: fakeStats{kv: []float64{0.25, 0.5}, collective: 1.5, builds: 0},
 	}
 	if configure != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 
+	"github.com/cpmla/cpmla/sampler"
 	"github.com/cpmla/cpmla/tokenizer"
 )
 
@@ -13,6 +14,7 @@ import (
 type tokenRecord struct {
 	id      int
 	logprob float64
+	top     []sampler.TokenLogprob
 	offset  int
 	end     int
 }
@@ -29,6 +31,14 @@ type textStream struct {
 	tokens   []tokenRecord
 	tokOut   int // tokens handed out
 	stopped  bool
+	stopStr  string // the stop string that matched
+
+	// includeStop releases a matched stop string with the text before it.
+	includeStop bool
+	// minTokens: as vLLM, a stop string counts only if it ends in the text
+	// of token minTokens or later; minEnd is where that text starts.
+	minTokens int
+	minEnd    int
 }
 
 func newTextStream(tk *tokenizer.Tokenizer, stops []string) *textStream {
@@ -40,9 +50,21 @@ func newTextStream(tk *tokenizer.Tokenizer, stops []string) *textStream {
 // before it is released, the stop string and everything after it never are,
 // and add must not be called again.
 func (s *textStream) add(id int, logprob float64) (piece string, toks []tokenRecord, stopped bool) {
-	off := s.text.Len()
-	s.text.WriteString(s.dec.Add(id))
-	s.tokens = append(s.tokens, tokenRecord{id: id, logprob: logprob, offset: off, end: s.text.Len()})
+	return s.addToken(tokenRecord{id: id, logprob: logprob}, false)
+}
+
+// addToken is add for a token record; a hidden token (a stop token id)
+// contributes no text.
+func (s *textStream) addToken(t tokenRecord, hidden bool) (piece string, toks []tokenRecord, stopped bool) {
+	if len(s.tokens) < s.minTokens {
+		s.minEnd = s.text.Len()
+	}
+	t.offset = s.text.Len()
+	if !hidden {
+		s.text.WriteString(s.dec.Add(t.id))
+	}
+	t.end = s.text.Len()
+	s.tokens = append(s.tokens, t)
 	return s.release(false)
 }
 
@@ -69,9 +91,12 @@ func (s *textStream) release(final bool) (string, []tokenRecord, bool) {
 	all := s.text.String()
 	pending := all[s.released:]
 	cut := len(all) // release up to here
-	if at, ok := firstStop(pending, s.stops); ok {
+	if at, n, ok := s.firstStop(pending); ok {
 		cut = s.released + at
-		s.stopped = true
+		s.stopped, s.stopStr = true, all[cut:cut+n]
+		if s.includeStop {
+			cut += n
+		}
 	} else if !final {
 		cut -= heldBack(pending, s.stops)
 	}
@@ -89,15 +114,32 @@ func (s *textStream) release(final bool) (string, []tokenRecord, bool) {
 	return piece, s.tokens[first:s.tokOut], s.stopped
 }
 
-// firstStop returns the byte position of the earliest stop string in text.
-func firstStop(text string, stops []string) (int, bool) {
-	best, found := len(text), false
-	for _, stop := range stops {
-		if i := strings.Index(text, stop); i >= 0 && (i < best || !found) {
-			best, found = i, true
+// firstStop returns the byte position and length of the earliest stop
+// string in pending (the text after s.released) that ends past s.minEnd;
+// none counts before min_tokens tokens exist.
+func (s *textStream) firstStop(pending string) (int, int, bool) {
+	if len(s.tokens) < s.minTokens {
+		return 0, 0, false
+	}
+	best, length, found := len(pending), 0, false
+	for _, stop := range s.stops {
+		from := max(0, s.minEnd-s.released-len(stop)+1)
+		for from <= len(pending) {
+			i := strings.Index(pending[from:], stop)
+			if i < 0 {
+				break
+			}
+			i += from
+			if s.released+i+len(stop) > s.minEnd {
+				if i < best || !found {
+					best, length, found = i, len(stop), true
+				}
+				break
+			}
+			from = i + 1
 		}
 	}
-	return best, found
+	return best, length, found
 }
 
 // heldBack is the length of the longest suffix of text that is a proper

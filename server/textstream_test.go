@@ -133,6 +133,8 @@ func FuzzRequestParsing(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stream":true,"stream_options":{"include_usage":true}}`))
 	f.Add([]byte(`{"prompt":[[1,2,3]],"logprobs":0,"n":1}`))
 	f.Add([]byte(`{"prompt":"hello","stop":"x","temperature":0.5,"top_p":0.9,"seed":-3}`))
+	f.Add([]byte(`{"prompt":[1,2],"echo":true,"max_tokens":0,"logprobs":1,"top_k":3,"min_p":0.1,"logit_bias":{"5":100},"min_tokens":1}`))
+	f.Add([]byte(`{"prompt":["a","b"],"n":2,"repetition_penalty":1.1,"frequency_penalty":-1,"stop_token_ids":[3],"prompt_logprobs":2}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		check := func(j *job, e *apiError) {
 			if e != nil {
@@ -141,9 +143,14 @@ func FuzzRequestParsing(f *testing.F) {
 				}
 				return
 			}
-			n := len(j.promptIDs)
-			if n == 0 || n+j.maxTokens > 64 || j.maxTokens < 1 || len(j.stops) > maxStops {
-				t.Fatalf("accepted a job outside the limits: %d prompt tokens, %d max tokens, %d stops", n, j.maxTokens, len(j.stops))
+			for _, pj := range j.prompts {
+				n := len(pj.ids)
+				if n == 0 || n+pj.maxTokens > 64 || (pj.maxTokens < 1 && !j.echo) || len(j.stops) > maxStops || j.n < 1 || j.n > 1 {
+					t.Fatalf("accepted a job outside the limits: %d prompt tokens, %d max tokens, %d stops, n %d", n, pj.maxTokens, len(j.stops), j.n)
+				}
+			}
+			if len(j.prompts) == 0 || len(j.prompts)*j.n > 1 {
+				t.Fatalf("accepted %d prompts × n %d with room for 1 request", len(j.prompts), j.n)
 			}
 			if err := j.params.Validate(testVocab); err != nil {
 				t.Fatalf("accepted invalid sampling: %v", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,6 +45,12 @@ type serveOptions struct {
 	maxQueue                   int
 	comm                       string
 	threadsPerRank             int
+
+	maxLogprobs                             int
+	apiKey                                  string
+	allowedOrigins, allowedMethods, allowed []string
+	allowCredentials                        bool
+	metricsPrefix                           string
 
 	// procs, set for world rank 0 of a multi-process deployment, drives the
 	// other processes' ranks; procWeights is the most loaded rank's weights.
@@ -81,6 +89,7 @@ func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) 
 // startedServer is a running `cpmla serve`.
 type startedServer struct {
 	URL     string
+	name    string // the served model name
 	http    *http.Server
 	engine  *engine.Engine
 	closers []func()
@@ -165,10 +174,22 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	if name == "" {
 		name = o.model
 	}
+	for _, l := range []*[]string{&o.allowedOrigins, &o.allowedMethods, &o.allowed} {
+		if *l, err = jsonOrList(*l); err != nil {
+			e.Close()
+			return fail(err)
+		}
+	}
+	apiKey := o.apiKey
+	if apiKey == "" {
+		apiKey = os.Getenv("VLLM_API_KEY")
+	}
 	srv, err := server.New(server.Config{
 		Engine: e, Tokenizer: tk, ModelName: name, MaxModelLen: eo.MaxModelLen, VocabSize: cfg.VocabSize,
 		StopTokenIDs: cfg.EOSTokenIDs, MaxInFlight: eo.MaxNumSeqs + o.maxQueue, Stats: server.EngineStats(e, o.tp*o.pcp),
 		Logger: slog.New(slog.NewTextHandler(stderr, nil)),
+		MaxN:   eo.MaxNumSeqs, MaxLogprobs: o.maxLogprobs, APIKey: apiKey, MetricsPrefix: o.metricsPrefix, Version: version(),
+		CORS: server.CORS{Origins: o.allowedOrigins, Methods: o.allowedMethods, Headers: o.allowed, Credentials: o.allowCredentials},
 	})
 	if err != nil {
 		e.Close()
@@ -181,8 +202,35 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	}
 	s.http = &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
 	s.URL = "http://" + ln.Addr().String()
+	s.name = name
 	go s.http.Serve(ln)
 	return s, nil
+}
+
+// startupLine is what serve prints once it listens: the URL and the model
+// name clients send.
+func startupLine(s *startedServer, model string) string {
+	return fmt.Sprintf("cpmla serve: %s (model %q served as %q; try %s/v1/models)", s.URL, model, s.name, s.URL)
+}
+
+// jsonOrList reads a list flag given as vLLM writes it (a JSON list, such
+// as '["*"]') or as comma-separated words.
+func jsonOrList(v []string) ([]string, error) {
+	joined := strings.Join(v, ",")
+	if !strings.HasPrefix(strings.TrimSpace(joined), "[") {
+		var out []string
+		for _, w := range strings.Split(joined, ",") {
+			if w = strings.TrimSpace(w); w != "" {
+				out = append(out, w)
+			}
+		}
+		return out, nil
+	}
+	var out []string
+	if err := json.Unmarshal([]byte(joined), &out); err != nil {
+		return nil, fmt.Errorf("list flag %s is neither a JSON list of strings nor comma-separated words: %w", joined, err)
+	}
+	return out, nil
 }
 
 func newServeCmd() *cobra.Command {
@@ -204,7 +252,7 @@ func newServeCmd() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "cpmla serve: %s (model %q; try %s/v1/models)\n", s.URL, o.model, s.URL)
+					fmt.Fprintln(cmd.OutOrStdout(), startupLine(s, o.model))
 					<-ctx.Done()
 					fmt.Fprintln(cmd.ErrOrStderr(), "cpmla serve: shutting down")
 					return s.close(10 * time.Second)
@@ -244,4 +292,12 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.Float64Var(&o.engine.MemoryUtilization, "memory-utilization", plan.DefaultUtilization, "fraction of --memory-limit the engine may use")
 	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 512MiB (overrides the budget)")
 	f.StringArrayVar(&o.workspaces, "workspace-bytes", nil, "NAME=BYTES: size a workspace explicitly (refused if smaller than the worst step needs)")
+	f.IntVar(&o.engine.MaxPromptLogitRows, "max-prompt-logit-rows", engine.DefaultMaxPromptLogitRows, "logit rows per step for prompt logprobs and echo (each vocab_size × 4 bytes, allocated at start-up; -1: none, such requests are refused)")
+	f.IntVar(&o.maxLogprobs, "max-logprobs", 20, "most logprobs, top_logprobs and prompt_logprobs a request may ask for")
+	f.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on every /v1 route (default: $VLLM_API_KEY)")
+	f.StringArrayVar(&o.allowedOrigins, "allowed-origins", []string{"*"}, "CORS origins allowed (comma-separated or a JSON list; * allows any)")
+	f.StringArrayVar(&o.allowedMethods, "allowed-methods", []string{"*"}, "CORS methods allowed")
+	f.StringArrayVar(&o.allowed, "allowed-headers", []string{"*"}, "CORS request headers allowed")
+	f.BoolVar(&o.allowCredentials, "allow-credentials", false, "CORS: allow credentials")
+	f.StringVar(&o.metricsPrefix, "metrics-prefix", "vllm:", "prefix of every /metrics name (cpmla: for the names before vLLM's)")
 }

@@ -131,3 +131,50 @@ func TestBenchServeWritesResultFile(t *testing.T) {
 		t.Errorf("--request-rate 0: err %v, want a refusal naming the constraint", err)
 	}
 }
+
+// TestServeAccessFlags: the API key comes from VLLM_API_KEY when --api-key
+// is not given, CORS origins take vLLM's JSON-list form, and the start-up
+// line names the served model.
+func TestServeAccessFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs glm5-mini")
+	}
+	t.Setenv("VLLM_API_KEY", "env-key")
+	var o serveOptions
+	cmd := &cobra.Command{}
+	addServeFlags(cmd, &o)
+	if err := cmd.ParseFlags([]string{"--port", "0", "--max-model-len", "32", "--max-num-batched-tokens", "8",
+		"--max-num-seqs", "2", "--memory-limit", "1GiB", "--served-model-name", "glm-5", "--allowed-origins", `["https://ui.example"]`}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := startServe(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close(5 * time.Second)
+	if line := startupLine(s, o.model); !strings.Contains(line, `served as "glm-5"`) || !strings.Contains(line, s.URL) {
+		t.Errorf("start-up line %q", line)
+	}
+	do := func(method, path string, h map[string]string) *http.Response {
+		req, _ := http.NewRequest(method, s.URL+path, nil)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if r := do("GET", "/v1/models", nil); r.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no key: status %d, want 401", r.StatusCode)
+	}
+	if r := do("GET", "/v1/models", map[string]string{"Authorization": "Bearer env-key"}); r.StatusCode != http.StatusOK {
+		t.Errorf("VLLM_API_KEY: status %d, want 200", r.StatusCode)
+	}
+	r := do("OPTIONS", "/v1/completions", map[string]string{"Origin": "https://ui.example", "Access-Control-Request-Method": "POST"})
+	if r.StatusCode != http.StatusOK || r.Header.Get("Access-Control-Allow-Origin") != "https://ui.example" {
+		t.Errorf("preflight from the allowed origin: %d %v", r.StatusCode, r.Header)
+	}
+}
