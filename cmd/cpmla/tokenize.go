@@ -18,33 +18,75 @@ func init() {
 }
 
 func newTokenizeCmd() *cobra.Command {
-	var textFile, text, dir string
-	var noSpecial bool
+	var textFile, text, dir, model, messagesFile, chatTemplate, kwargs string
+	var noSpecial, noAddSpecial, render bool
 	cmd := &cobra.Command{
-		Use:   "tokenize [--text-file F | --text S]",
-		Short: "Print the token ids of a text as a JSON list",
-		Long: "Tokenize a text with the embedded DeepSeek-V3 tokenizer, or with the tokenizer.json " +
-			"in --tokenizer DIR. By default BOS is added and control-token strings such as " +
-			"<｜User｜> in the text become their ids; --no-special adds nothing and encodes " +
-			"those strings as plain text.",
+		Use:   "tokenize [--text-file F | --text S | --messages F]",
+		Short: "Print the token ids of a text (or of a rendered chat) as a JSON list",
+		Long: "Tokenize a text with the checkpoint's tokenizer (--model DIR, or --tokenizer DIR), else " +
+			"the embedded DeepSeek-V3 one. By default BOS is added and control-token strings such as " +
+			"<｜User｜> in the text become their ids (Hugging Face's add_special_tokens=True); " +
+			"--no-add-special adds nothing but still reads those strings as their ids " +
+			"(add_special_tokens=False); --no-special also encodes them as plain text. " +
+			"--messages FILE renders a JSON list of chat messages with the chat template " +
+			"(--chat-template overrides it, --chat-template-kwargs passes e.g. '{\"enable_thinking\": false}') " +
+			"and tokenizes the prompt as the server does; --render prints the prompt instead of ids.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fileSet, textSet := cmd.Flags().Changed("text-file"), cmd.Flags().Changed("text")
-			if fileSet == textSet {
-				return fmt.Errorf("give exactly one of --text-file and --text (got %s)", map[bool]string{true: "both", false: "neither"}[fileSet])
-			}
-			if fileSet {
-				data, err := os.ReadFile(textFile)
-				if err != nil {
-					return fmt.Errorf("read --text-file: %w", err)
+			sources := 0
+			for _, f := range []string{"text-file", "text", "messages"} {
+				if cmd.Flags().Changed(f) {
+					sources++
 				}
-				text = string(data)
 			}
-			tk, err := loadTokenizer(dir, "")
+			if sources != 1 {
+				return fmt.Errorf("give exactly one of --text-file, --text and --messages (got %d)", sources)
+			}
+			if noSpecial && noAddSpecial {
+				return fmt.Errorf("--no-special already adds nothing; give one of --no-special and --no-add-special")
+			}
+			if render && messagesFile == "" {
+				return fmt.Errorf("--render prints a rendered chat; it needs --messages")
+			}
+			tk, err := loadTokenizer(dir, model)
 			if err != nil {
 				return err
 			}
-			ids := tk.Encode(text, !noSpecial)
+			if chatTemplate != "" {
+				src, err := tokenizer.LoadChatTemplate(chatTemplate)
+				if err != nil {
+					return fmt.Errorf("--chat-template: %w", err)
+				}
+				if tk, err = tk.WithChatTemplate(src); err != nil {
+					return fmt.Errorf("--chat-template: %w", err)
+				}
+			}
+			var ids []int
+			switch {
+			case messagesFile != "":
+				in, err := readChatInput(messagesFile, kwargs)
+				if err != nil {
+					return err
+				}
+				prompt, err := tk.RenderChat(in)
+				if err != nil {
+					return err
+				}
+				if render {
+					_, err = fmt.Fprint(cmd.OutOrStdout(), prompt)
+					return err
+				}
+				ids = tk.EncodeWith(prompt, tokenizer.EncodeOptions{ParseSpecial: true})
+			default:
+				if cmd.Flags().Changed("text-file") {
+					data, err := os.ReadFile(textFile)
+					if err != nil {
+						return fmt.Errorf("read --text-file: %w", err)
+					}
+					text = string(data)
+				}
+				ids = tk.EncodeWith(text, tokenizer.EncodeOptions{AddSpecial: !noSpecial && !noAddSpecial, ParseSpecial: !noSpecial})
+			}
 			if ids == nil {
 				ids = []int{}
 			}
@@ -59,8 +101,72 @@ func newTokenizeCmd() *cobra.Command {
 	cmd.Flags().StringVar(&textFile, "text-file", "", "file whose contents are tokenized")
 	cmd.Flags().StringVar(&text, "text", "", "text to tokenize")
 	cmd.Flags().BoolVar(&noSpecial, "no-special", false, "add no BOS and encode control-token strings as plain text")
-	cmd.Flags().StringVar(&dir, "tokenizer", "", "directory with tokenizer.json (and tokenizer_config.json); default: embedded DeepSeek-V3")
+	cmd.Flags().BoolVar(&noAddSpecial, "no-add-special", false, "add no BOS but still read control-token strings as their ids (add_special_tokens=False)")
+	cmd.Flags().StringVar(&dir, "tokenizer", "", "directory with tokenizer.json (and tokenizer_config.json, chat_template.jinja)")
+	cmd.Flags().StringVar(&model, "model", "", "checkpoint directory whose tokenizer is used when it has one (default: the embedded DeepSeek-V3 tokenizer)")
+	cmd.Flags().StringVar(&messagesFile, "messages", "", "JSON file with a list of chat messages, or an object with \"messages\", \"tools\", \"documents\" and \"add_generation_prompt\"")
+	cmd.Flags().StringVar(&chatTemplate, "chat-template", "", "chat template file (or the template itself) instead of the tokenizer's")
+	cmd.Flags().StringVar(&kwargs, "chat-template-kwargs", "", "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'")
+	cmd.Flags().BoolVar(&render, "render", false, "with --messages: print the rendered prompt instead of its ids")
 	return cmd
+}
+
+// chatFile is what --messages reads: a list of messages, or an object with
+// them and the other request fields a chat template sees.
+type chatFile struct {
+	Messages []struct {
+		Role       string  `json:"role"`
+		Content    *string `json:"content"`
+		Name       string  `json:"name"`
+		ToolCallID string  `json:"tool_call_id"`
+		Reasoning  *string `json:"reasoning_content"`
+		ToolCalls  []struct {
+			ID       string `json:"id"`
+			Type     string `json:"type"`
+			Function struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	} `json:"messages"`
+	Tools               []json.RawMessage `json:"tools"`
+	Documents           []json.RawMessage `json:"documents"`
+	AddGenerationPrompt *bool             `json:"add_generation_prompt"`
+}
+
+func readChatInput(path, kwargs string) (tokenizer.ChatInput, error) {
+	var in tokenizer.ChatInput
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return in, fmt.Errorf("read --messages: %w", err)
+	}
+	var f chatFile
+	trimmed := strings.TrimSpace(string(data))
+	if strings.HasPrefix(trimmed, "[") {
+		err = json.Unmarshal(data, &f.Messages)
+	} else {
+		err = json.Unmarshal(data, &f)
+	}
+	if err != nil {
+		return in, fmt.Errorf("--messages %s: %w", path, err)
+	}
+	in.Tools, in.Documents, in.AddGenerationPrompt = f.Tools, f.Documents, f.AddGenerationPrompt == nil || *f.AddGenerationPrompt
+	for _, m := range f.Messages {
+		msg := tokenizer.Message{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.Reasoning}
+		if m.Content != nil {
+			msg.Content = *m.Content
+		}
+		for _, c := range m.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, tokenizer.ToolCall{ID: c.ID, Type: c.Type, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+		in.Messages = append(in.Messages, msg)
+	}
+	if kwargs != "" {
+		if err := json.Unmarshal([]byte(kwargs), &in.Kwargs); err != nil {
+			return in, fmt.Errorf("--chat-template-kwargs must be a JSON object: %w", err)
+		}
+	}
+	return in, nil
 }
 
 func newDetokenizeCmd() *cobra.Command {

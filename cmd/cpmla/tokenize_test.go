@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cpmla/cpmla/tokenizer"
 )
 
 func TestParseIDList(t *testing.T) {
@@ -80,5 +85,60 @@ func TestTokenizeRoundTripCommand(t *testing.T) {
 	plain := run("tokenize", "--no-special", "--text", text)
 	if got := run("detokenize", "--ids", plain); got != text {
 		t.Errorf("detokenize of --no-special ids gave %q, want %q", got, text)
+	}
+}
+
+// runCLIErr runs the command tree and returns its output and error.
+func runCLIErr(args ...string) (string, error) {
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&bytes.Buffer{})
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// TestTokenizeModes runs the three special-token modes and a rendered chat
+// through the command tree.
+func TestTokenizeModes(t *testing.T) {
+	tk, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "<｜User｜>Hi"
+	for _, c := range []struct {
+		flag string
+		opts tokenizer.EncodeOptions
+	}{
+		{"", tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true}},
+		{"--no-add-special", tokenizer.EncodeOptions{ParseSpecial: true}},
+		{"--no-special", tokenizer.EncodeOptions{}},
+	} {
+		args := []string{"tokenize", "--text", text}
+		if c.flag != "" {
+			args = append(args, c.flag)
+		}
+		out := runCLI(t, args...)
+		want, _ := json.Marshal(tk.EncodeWith(text, c.opts))
+		if strings.TrimSpace(out) != string(want) {
+			t.Errorf("%v printed %s, want %s", args, out, want)
+		}
+	}
+	msgs := filepath.Join(t.TempDir(), "m.json")
+	if err := os.WriteFile(msgs, []byte(`[{"role": "user", "content": "Hi"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runCLI(t, "tokenize", "--messages", msgs, "--render", "--chat-template", "{% for m in messages %}[{{ m.role }}:{{ m.content }}|{{ enable_thinking }}]{% endfor %}", "--chat-template-kwargs", `{"enable_thinking": false}`)
+	if out != "[user:Hi|False]" {
+		t.Errorf("rendered chat: %q", out)
+	}
+	ids := runCLI(t, "tokenize", "--messages", msgs)
+	want, _ := tk.EncodeChatInput(tokenizer.ChatInput{Messages: []tokenizer.Message{{Role: "user", Content: "Hi"}}, AddGenerationPrompt: true})
+	if w, _ := json.Marshal(want); strings.TrimSpace(ids) != string(w) {
+		t.Errorf("tokenize --messages printed %s, want %s", ids, w)
+	}
+	if _, err := runCLIErr("tokenize", "--text", "x", "--no-special", "--no-add-special"); err == nil {
+		t.Error("--no-special with --no-add-special accepted")
 	}
 }
