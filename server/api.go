@@ -68,6 +68,13 @@ type ChatRequest struct {
 	TopLogprobs         *int          `json:"top_logprobs"`
 	MaxCompletionTokens *int          `json:"max_completion_tokens"`
 	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
+	// Tools, rendered by the chat template and, with tool_choice "auto",
+	// parsed out of the output by --tool-call-parser.
+	Tools              []json.RawMessage          `json:"tools"`
+	ToolChoice         json.RawMessage            `json:"tool_choice"`
+	ParallelToolCalls  *bool                      `json:"parallel_tool_calls"`
+	Documents          []json.RawMessage          `json:"documents"`
+	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -83,6 +90,44 @@ type CompletionRequest struct {
 type ChatMessage struct {
 	Role    string      `json:"role"`
 	Content ChatContent `json:"content"`
+	// ToolCalls are an assistant turn's calls; ToolCallID answers one in a
+	// tool message; Name is the message's author name.
+	ToolCalls  []ChatToolCall `json:"tool_calls"`
+	ToolCallID string         `json:"tool_call_id"`
+	Name       string         `json:"name"`
+	// ReasoningContent (or Reasoning) is an assistant turn's reasoning.
+	ReasoningContent *string `json:"reasoning_content"`
+	Reasoning        *string `json:"reasoning"`
+}
+
+// ChatToolCall is a tool call of an assistant message, in a request or a
+// response.
+type ChatToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function ChatFunction `json:"function"`
+}
+
+// ChatFunction is the function of a ChatToolCall: its name and the
+// arguments as a JSON object text.
+type ChatFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// ChatToolCallDelta is a streamed piece of a tool call: the first of a call
+// has its id, type and name, later ones fragments of the arguments.
+type ChatToolCallDelta struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function ChatFunctionDelta `json:"function"`
+}
+
+// ChatFunctionDelta is the function part of a ChatToolCallDelta.
+type ChatFunctionDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // ChatContent is a message's content: a string, or an array of parts of
@@ -286,8 +331,11 @@ type ChatChoice struct {
 
 // ChatOutput is the assistant message of a ChatChoice.
 type ChatOutput struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role string `json:"role"`
+	// Content is null when the output is only reasoning or tool calls.
+	Content          *string        `json:"content"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []ChatToolCall `json:"tool_calls,omitempty"`
 }
 
 // ChatChunk is one server-sent event of a streamed chat completion.
@@ -310,8 +358,10 @@ type ChatChunkChoice struct {
 
 // ChatDelta is the new text of a ChatChunkChoice.
 type ChatDelta struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content,omitempty"`
+	Role             string              `json:"role,omitempty"`
+	Content          string              `json:"content,omitempty"`
+	ReasoningContent string              `json:"reasoning_content,omitempty"`
+	ToolCalls        []ChatToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // CompletionResponse is a completion, whole or one streamed chunk

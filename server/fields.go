@@ -21,7 +21,8 @@ var servedCommon = []string{
 }
 
 var (
-	servedChat       = append(slices.Clone(servedCommon), "messages", "logprobs", "top_logprobs", "max_completion_tokens", "add_generation_prompt")
+	servedChat = append(slices.Clone(servedCommon), "messages", "logprobs", "top_logprobs", "max_completion_tokens", "add_generation_prompt",
+		"tools", "tool_choice", "parallel_tool_calls", "documents", "chat_template_kwargs")
 	servedCompletion = append(slices.Clone(servedCommon), "prompt", "logprobs", "echo", "add_special_tokens")
 )
 

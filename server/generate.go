@@ -213,8 +213,11 @@ func (s *Server) follow(ctx context.Context, j *job, streams []*stream, merged <
 			c.received++
 			st.timer.token(time.Now())
 			rec := tokenRecord{id: ev.Token, logprob: ev.Logprob, top: ev.Top}
-			hidden := ev.Finish == engine.FinishStop && slices.Contains(j.stopIDs, ev.Token) && !j.includeStop
-			if ev.Finish == engine.FinishStop && slices.Contains(j.stopIDs, ev.Token) {
+			// A stop token's text is left out (vLLM); it only shows when
+			// special tokens are kept for a chat parser.
+			// Any active stop id ends the sequence, so it is its last token.
+			hidden := !j.includeStop && (slices.Contains(j.stopIDs, ev.Token) || (!j.ignoreEOS && slices.Contains(s.cfg.StopTokenIDs, ev.Token)))
+			if slices.Contains(j.stopIDs, ev.Token) {
 				c.stopReason = ev.Token
 			}
 			piece, toks, stopped = c.text.addToken(rec, hidden)

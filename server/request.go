@@ -9,7 +9,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 
+	"github.com/cpmla/cpmla/chatparse"
 	"github.com/cpmla/cpmla/sampler"
 	"github.com/cpmla/cpmla/tokenizer"
 )
@@ -46,6 +48,14 @@ type job struct {
 	asTokenIDs     bool
 	// truncate > 0 keeps only the prompt's last truncate tokens.
 	truncate int
+
+	// Chat output parsing: the parsers to run on each choice (none when
+	// both are empty), the tools whose schemas type arguments, the
+	// chat_template_kwargs, and whether more than one call may be returned.
+	toolParser, reasoningParser string
+	tools                       []chatparse.Tool
+	kwargs                      map[string]any
+	singleToolCall              bool
 }
 
 // promptJob is one prompt of a job.
@@ -100,10 +110,20 @@ func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 		if m.Content.Null && m.Role != "assistant" {
 			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content is null; only assistant messages may omit content", i)
 		}
-		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content.Text}
+		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content.Text, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.ReasoningContent}
+		if m.Reasoning != nil && m.ReasoningContent == nil {
+			msgs[i].Reasoning = m.Reasoning
+		}
+		for _, c := range m.ToolCalls {
+			msgs[i].ToolCalls = append(msgs[i].ToolCalls, tokenizer.ToolCall{ID: c.ID, Type: c.Type, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
 	}
-	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
-	ids, err := s.cfg.Tokenizer.EncodeChat(msgs, addGen)
+	if e := s.parseTools(req, j); e != nil {
+		return nil, e
+	}
+	in := tokenizer.ChatInput{Messages: msgs, Tools: req.Tools, Documents: req.Documents,
+		AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, Kwargs: req.ChatTemplateKwargs}
+	ids, err := s.cfg.Tokenizer.EncodeChatInput(in)
 	if err != nil {
 		return nil, badRequest("messages", "render chat template: %v", err)
 	}
@@ -121,6 +141,74 @@ func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 	j.prompts = []promptJob{pj}
 	return j, nil
 }
+
+// parseTools validates tools, tool_choice and chat_template_kwargs and
+// chooses the output parsers, as vLLM does: tool_choice "auto" (the default
+// when tools are given) parses tool calls and needs
+// --enable-auto-tool-choice; "none" renders the tools and parses none.
+func (s *Server) parseTools(req *ChatRequest, j *job) *apiError {
+	if len(req.ChatTemplateKwargs) > 0 {
+		j.kwargs = make(map[string]any, len(req.ChatTemplateKwargs))
+		for k, raw := range req.ChatTemplateKwargs {
+			var v any
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return badRequest("chat_template_kwargs", "chat_template_kwargs.%s is not JSON: %v", k, err)
+			}
+			j.kwargs[k] = v
+		}
+	}
+	j.reasoningParser = s.cfg.ReasoningParser
+	choice := "none"
+	if len(req.Tools) > 0 {
+		choice = "auto"
+	}
+	if t := bytes.TrimSpace(req.ToolChoice); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		if err := json.Unmarshal(t, &choice); err != nil {
+			return badRequest("tool_choice", "tool_choice %s names a function; this server does not force a call (no guided decoding, which the GLM and DeepSeek tool formats do not use): use \"auto\" or \"none\"", t)
+		}
+	}
+	switch choice {
+	case "none":
+	case "auto":
+		if len(req.Tools) == 0 {
+			return badRequest("tool_choice", "tool_choice is \"auto\" but the request has no tools")
+		}
+		if !s.cfg.AutoToolChoice {
+			return badRequest("tool_choice", "\"auto\" tool choice requires the server to run with --enable-auto-tool-choice and --tool-call-parser (one of %s)", strings.Join(chatparse.ToolParsers(), ", "))
+		}
+		j.toolParser = s.cfg.ToolCallParser
+	case "required":
+		return badRequest("tool_choice", "tool_choice \"required\" needs guided decoding, which this server does not do; use \"auto\"")
+	default:
+		return badRequest("tool_choice", "tool_choice is %q; use \"auto\" or \"none\"", choice)
+	}
+	for i, raw := range req.Tools {
+		var tool struct {
+			Type     string `json:"type"`
+			Function *struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(raw, &tool); err != nil || tool.Function == nil || tool.Function.Name == "" || (tool.Type != "" && tool.Type != "function") {
+			return badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d] must be {\"type\":\"function\",\"function\":{\"name\":...,\"parameters\":{...}}}", i)
+		}
+		j.tools = append(j.tools, chatparse.Tool{Name: tool.Function.Name, Parameters: tool.Function.Parameters})
+	}
+	j.singleToolCall = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
+	if _, err := chatparse.New(j.parserOptions()); err != nil {
+		return badRequest("tools", "%v", err)
+	}
+	return nil
+}
+
+// parserOptions are the chatparse options of one choice of j.
+func (j *job) parserOptions() chatparse.Options {
+	return chatparse.Options{ToolParser: j.toolParser, ReasoningParser: j.reasoningParser, Tools: j.tools, ChatTemplateKwargs: j.kwargs}
+}
+
+// parses reports whether j's choices go through chatparse.
+func (j *job) parses() bool { return j.chat && (j.toolParser != "" || j.reasoningParser != "") }
 
 // parseCompletion validates a completion request and tokenizes its prompts.
 func (s *Server) parseCompletion(req *CompletionRequest) (*job, *apiError) {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/cpmla/cpmla/chatparse"
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/sampler"
 )
@@ -26,6 +28,9 @@ type choice struct {
 	finished      bool
 	reason        string
 	stopReason    any // a stop string or stop token id, else nil
+
+	parser   *chatparse.Parser // nil unless the job parses chat output
+	sawCalls bool              // a tool call was streamed
 
 	out      []byte        // released text
 	tokens   []tokenRecord // released tokens
@@ -50,8 +55,14 @@ func newResponse(s *Server, j *job, id string, created int64, out responder) *re
 	for p := range j.prompts {
 		for k := range j.n {
 			ts := newTextStream(s.cfg.Tokenizer, j.stops)
+			c := &choice{index: p*j.n + k, prompt: p}
+			if j.parses() {
+				ts = newTextStreamKeepingSpecial(s.cfg.Tokenizer, j.stops)
+				c.parser, _ = chatparse.New(j.parserOptions()) // the options were checked when parsing the request
+			}
 			ts.includeStop, ts.minTokens = j.includeStop, j.params.MinTokens
-			r.choices = append(r.choices, &choice{index: p*j.n + k, prompt: p, text: ts})
+			c.text = ts
+			r.choices = append(r.choices, c)
 		}
 	}
 	return r
@@ -73,10 +84,22 @@ type responder interface {
 func (r *response) delta(c *choice, piece string, toks []tokenRecord) error {
 	c.out = append(c.out, piece...)
 	c.tokens = append(c.tokens, toks...)
+	var d chatparse.Delta
+	if c.parser != nil {
+		d = r.trimCalls(c.parser.Feed(piece))
+	}
 	if !r.j.stream {
 		return nil
 	}
 	c.pending = append(c.pending, toks...)
+	if c.parser != nil {
+		if d.Empty() {
+			return nil
+		}
+		err := r.out.event(r.chatChunk(c, d, c.pending, nil))
+		c.pending = c.pending[:0]
+		return err
+	}
 	if piece == "" && !(r.j.echo && !c.echoed) {
 		return nil
 	}
@@ -85,12 +108,31 @@ func (r *response) delta(c *choice, piece string, toks []tokenRecord) error {
 	return err
 }
 
+// trimCalls drops the calls after the first with parallel_tool_calls false.
+func (r *response) trimCalls(d chatparse.Delta) chatparse.Delta {
+	if r.j.singleToolCall {
+		d.ToolCalls = slices.DeleteFunc(d.ToolCalls, func(c chatparse.ToolCallDelta) bool { return c.Index > 0 })
+	}
+	return d
+}
+
 // finishChoice records c's last text and reason; the response is written
 // (whole) or ended (stream) once the last choice has finished.
 func (r *response) finishChoice(c *choice, piece string, toks []tokenRecord, reason string, last bool) error {
 	c.out = append(c.out, piece...)
 	c.tokens = append(c.tokens, toks...)
 	c.reason = reason
+	var d chatparse.Delta
+	if c.parser != nil {
+		d = r.trimCalls(c.parser.Feed(piece))
+		rest := r.trimCalls(c.parser.Close())
+		d.Reasoning += rest.Reasoning
+		d.Content += rest.Content
+		d.ToolCalls = append(d.ToolCalls, rest.ToolCalls...)
+		if len(c.parser.Result().ToolCalls) > 0 {
+			c.reason = "tool_calls"
+		}
+	}
 	if !r.j.stream {
 		if !last {
 			return nil
@@ -98,7 +140,13 @@ func (r *response) finishChoice(c *choice, piece string, toks []tokenRecord, rea
 		return r.out.whole(r.wholeBody())
 	}
 	c.pending = append(c.pending, toks...)
-	if err := r.out.event(r.chunk(c, piece, c.pending, &reason)); err != nil {
+	var ev any
+	if c.parser != nil {
+		ev = r.chatChunk(c, d, c.pending, &c.reason)
+	} else {
+		ev = r.chunk(c, piece, c.pending, &reason)
+	}
+	if err := r.out.event(ev); err != nil {
 		return err
 	}
 	c.pending = c.pending[:0]
@@ -145,13 +193,7 @@ func (r *response) chunk(c *choice, piece string, toks []tokenRecord, reason *st
 		stop = c.stopReason
 	}
 	if r.j.chat {
-		ch := ChatChunk{ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.s.cfg.ModelName, Usage: usage}
-		d := ChatDelta{Content: piece}
-		if !c.sentRole {
-			d.Role, c.sentRole = "assistant", true
-		}
-		ch.Choices = []ChatChunkChoice{{Index: c.index, Delta: d, Logprobs: r.chatLogprobs(toks), FinishReason: reason}}
-		return ch
+		return r.chatChunk(c, chatparse.Delta{Content: piece}, toks, reason)
 	}
 	echo := ""
 	var lp *CompletionLogprobs
@@ -170,13 +212,54 @@ func (r *response) chunk(c *choice, piece string, toks []tokenRecord, reason *st
 		Choices: []CompletionChoice{{Index: c.index, Text: echo + piece, Logprobs: lp, FinishReason: reason, StopReason: stop}}}
 }
 
+// chatChunk is one streamed chat event of choice c carrying d.
+func (r *response) chatChunk(c *choice, d chatparse.Delta, toks []tokenRecord, reason *string) any {
+	var usage *Usage
+	if r.j.continuousUsage {
+		u := r.usage()
+		usage = &u
+	}
+	ch := ChatChunk{ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.s.cfg.ModelName, Usage: usage}
+	delta := ChatDelta{Content: d.Content, ReasoningContent: d.Reasoning}
+	for _, tc := range d.ToolCalls {
+		out := ChatToolCallDelta{Index: tc.Index, ID: tc.ID, Function: ChatFunctionDelta{Name: tc.Name, Arguments: tc.Arguments}}
+		if tc.ID != "" {
+			out.Type = "function"
+		}
+		delta.ToolCalls = append(delta.ToolCalls, out)
+		c.sawCalls = true
+	}
+	if !c.sentRole {
+		delta.Role, c.sentRole = "assistant", true
+	}
+	ch.Choices = []ChatChunkChoice{{Index: c.index, Delta: delta, Logprobs: r.chatLogprobs(toks), FinishReason: reason}}
+	return ch
+}
+
+// chatMessage is the whole message of choice c.
+func (r *response) chatMessage(c *choice) ChatOutput {
+	if c.parser == nil {
+		text := string(c.out)
+		return ChatOutput{Role: "assistant", Content: &text}
+	}
+	m := c.parser.Result()
+	out := ChatOutput{Role: "assistant", Content: m.Content, ReasoningContent: m.Reasoning}
+	for i, tc := range m.ToolCalls {
+		if i > 0 && r.j.singleToolCall {
+			break
+		}
+		out.ToolCalls = append(out.ToolCalls, ChatToolCall{ID: tc.ID, Type: "function", Function: ChatFunction{Name: tc.Name, Arguments: tc.Arguments}})
+	}
+	return out
+}
+
 func (r *response) wholeBody() any {
 	u := r.usage()
 	if r.j.chat {
 		resp := ChatResponse{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.s.cfg.ModelName, Usage: &u,
 			PromptLogprobs: r.promptLogprobs(0)}
 		for _, c := range r.choices {
-			resp.Choices = append(resp.Choices, ChatChoice{Index: c.index, Message: ChatOutput{Role: "assistant", Content: string(c.out)},
+			resp.Choices = append(resp.Choices, ChatChoice{Index: c.index, Message: r.chatMessage(c),
 				Logprobs: r.chatLogprobs(c.tokens), FinishReason: c.reason, StopReason: c.stopReason})
 		}
 		return resp

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cpmla/cpmla/chatparse"
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/tokenizer"
 )
@@ -58,6 +60,11 @@ type Config struct {
 	MetricsPrefix string
 	// Version is what GET /version reports.
 	Version string
+	// ToolCallParser and ReasoningParser name chatparse's parsers (vLLM's
+	// --tool-call-parser and --reasoning-parser); AutoToolChoice is
+	// --enable-auto-tool-choice, without which tool_choice "auto" is refused.
+	ToolCallParser, ReasoningParser string
+	AutoToolChoice                  bool
 }
 
 // maxBodyBytes bounds a request body.
@@ -89,6 +96,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: max in-flight requests %d must be at least 1 (max-num-seqs plus --max-queue)", cfg.MaxInFlight)
 	case cfg.MaxLogprobs < 0:
 		return nil, fmt.Errorf("server: --max-logprobs %d must be ≥ 0; vLLM's default is 20", cfg.MaxLogprobs)
+	}
+	if err := chatparse.CheckToolParser(cfg.ToolCallParser); err != nil {
+		return nil, fmt.Errorf("server: --tool-call-parser: %w", err)
+	}
+	if err := chatparse.CheckReasoningParser(cfg.ReasoningParser); err != nil {
+		return nil, fmt.Errorf("server: --reasoning-parser: %w", err)
+	}
+	if cfg.AutoToolChoice && cfg.ToolCallParser == "" {
+		return nil, errors.New("server: --enable-auto-tool-choice needs --tool-call-parser; use one of " + strings.Join(chatparse.ToolParsers(), ", "))
 	}
 	cfg.MaxN = max(cfg.MaxN, 1)
 	if cfg.MetricsPrefix == "" {

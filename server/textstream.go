@@ -45,6 +45,12 @@ func newTextStream(tk *tokenizer.Tokenizer, stops []string) *textStream {
 	return &textStream{dec: tk.NewStreamDecoder(), stops: stops}
 }
 
+// newTextStreamKeepingSpecial is newTextStream for output that a chat
+// parser reads: special tokens (<think>, <tool_call>, …) stay in the text.
+func newTextStreamKeepingSpecial(tk *tokenizer.Tokenizer, stops []string) *textStream {
+	return &textStream{dec: tk.NewStreamDecoderKeepingSpecial(), stops: stops}
+}
+
 // add decodes one generated token and returns the text and tokens that are
 // now released. stopped reports that a stop string was found: the text
 // before it is released, the stop string and everything after it never are,

@@ -18,12 +18,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cpmla/cpmla/chatparse"
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/server"
+	"github.com/cpmla/cpmla/tokenizer"
 )
 
 func init() { register(newServeCmd) }
@@ -51,6 +53,9 @@ type serveOptions struct {
 	allowedOrigins, allowedMethods, allowed []string
 	allowCredentials                        bool
 	metricsPrefix                           string
+
+	chatTemplate, toolParser, reasoningParser string
+	autoToolChoice                            bool
 
 	// procs, set for world rank 0 of a multi-process deployment, drives the
 	// other processes' ranks; procWeights is the most loaded rank's weights.
@@ -125,9 +130,27 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	if o.port < 0 || o.port > 65535 {
 		return nil, fmt.Errorf("--port is %d; use 1..65535, or 0 for any free port", o.port)
 	}
+	if err := chatparse.CheckToolParser(o.toolParser); err != nil {
+		return nil, fmt.Errorf("--tool-call-parser: %w", err)
+	}
+	if err := chatparse.CheckReasoningParser(o.reasoningParser); err != nil {
+		return nil, fmt.Errorf("--reasoning-parser: %w", err)
+	}
+	if o.autoToolChoice && o.toolParser == "" {
+		return nil, fmt.Errorf("--enable-auto-tool-choice needs --tool-call-parser (one of %s)", strings.Join(chatparse.ToolParsers(), ", "))
+	}
 	tk, err := loadTokenizer(o.tokenizer, o.model)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer: %w", err)
+	}
+	if o.chatTemplate != "" {
+		src, err := tokenizer.LoadChatTemplate(o.chatTemplate)
+		if err != nil {
+			return nil, fmt.Errorf("--chat-template: %w", err)
+		}
+		if tk, err = tk.WithChatTemplate(src); err != nil {
+			return nil, fmt.Errorf("--chat-template: %w", err)
+		}
 	}
 	cfg, src, err := model.Source(o.model, o.weightSeed)
 	if err != nil {
@@ -189,7 +212,8 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 		StopTokenIDs: cfg.EOSTokenIDs, MaxInFlight: eo.MaxNumSeqs + o.maxQueue, Stats: server.EngineStats(e, o.tp*o.pcp),
 		Logger: slog.New(slog.NewTextHandler(stderr, nil)),
 		MaxN:   eo.MaxNumSeqs, MaxLogprobs: o.maxLogprobs, APIKey: apiKey, MetricsPrefix: o.metricsPrefix, Version: version(),
-		CORS: server.CORS{Origins: o.allowedOrigins, Methods: o.allowedMethods, Headers: o.allowed, Credentials: o.allowCredentials},
+		CORS:           server.CORS{Origins: o.allowedOrigins, Methods: o.allowedMethods, Headers: o.allowed, Credentials: o.allowCredentials},
+		ToolCallParser: o.toolParser, ReasoningParser: o.reasoningParser, AutoToolChoice: o.autoToolChoice,
 	})
 	if err != nil {
 		e.Close()
@@ -300,4 +324,8 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringArrayVar(&o.allowed, "allowed-headers", []string{"*"}, "CORS request headers allowed")
 	f.BoolVar(&o.allowCredentials, "allow-credentials", false, "CORS: allow credentials")
 	f.StringVar(&o.metricsPrefix, "metrics-prefix", "vllm:", "prefix of every /metrics name (cpmla: for the names before vLLM's)")
+	f.StringVar(&o.chatTemplate, "chat-template", "", "chat template file (or the template itself) replacing the tokenizer's")
+	f.BoolVar(&o.autoToolChoice, "enable-auto-tool-choice", false, "parse tool calls out of chat output for requests with tools (tool_choice auto); needs --tool-call-parser")
+	f.StringVar(&o.toolParser, "tool-call-parser", "", "tool-call format: "+strings.Join(chatparse.ToolParsers(), ", "))
+	f.StringVar(&o.reasoningParser, "reasoning-parser", "", "split reasoning_content out of chat output: "+strings.Join(chatparse.ReasoningParsers(), ", "))
 }
