@@ -67,6 +67,9 @@ func main() {
 	readSum512()
 	readSum256()
 	decodeE4M3512()
+	decodeE4M3256()
+	gemvFP8512()
+	gemvFP8256()
 	decodeRecords512()
 	widenBF16512()
 	Generate()
@@ -83,7 +86,7 @@ func broadcastConst(c float32, v VecPhysical) {
 func broadcastConst256(c float32, v, tmp VecPhysical) {
 	r := GP32()
 	MOVL(U32(math.Float32bits(c)), r)
-	MOVD(r, tmp)
+	VMOVD(r, tmp)
 	VBROADCASTSS(tmp, v)
 }
 
@@ -1416,9 +1419,10 @@ func widenBF16512() {
 // decodeE4M3512 emits decodeE4M3AVX512: dst[i] = e4m3(src[i])·scale for n (a
 // multiple of 16) bytes. The magnitude bits EEEEMMM shifted into float32
 // position and multiplied by 2^120 give the value (subnormals included: a
-// float32 denormal times 2^120 is exact), the sign bit is ORed back, and the
-// two NaN codes (0x7F, 0xFF) become a quiet NaN with their sign. Multiplying by
-// the scale rounds once, as value·scale does in float32.
+// float32 denormal times 2^120 is exact), the two NaN codes (0x7F, 0xFF)
+// become a quiet NaN, the sign bit is ORed back, and multiplying the signed
+// value by the scale rounds once, as value·scale does in float32 (for a
+// scale of either sign).
 func decodeE4M3512() {
 	TEXT("decodeE4M3AVX512", NOSPLIT, "func(dst *float32, src *byte, n int, scale float32)")
 	Pragma("noescape")
@@ -1465,7 +1469,255 @@ func e4m3Step(src, dst Register) {
 	VPSLLD(U8(20), Z1, Z3) // EEEEMMM into float32 exponent/mantissa
 	VMULPS(Z28, Z3, Z3)    // rebias: ×2^(127−7)
 	VMOVAPS(Z27, K1, Z3)   // NaN (merge-masked)
-	VMULPS(Z31, Z3, Z3)    // ×scale
 	VPORD(Z2, Z3, Z3)      // sign
+	VMULPS(Z31, Z3, Z3)    // ×scale: one rounding of the signed value's product
 	VMOVUPS(Z3, Mem{Base: dst})
+}
+
+// decodeE4M3256 emits decodeE4M3AVX2: decodeE4M3AVX512 for n (a multiple of
+// 8) bytes with AVX2, the same operations on eight lanes.
+func decodeE4M3256() {
+	TEXT("decodeE4M3AVX2", NOSPLIT, "func(dst *float32, src *byte, n int, scale float32)")
+	Pragma("noescape")
+	Doc("decodeE4M3AVX2 writes e4m3(src[i])·scale to dst[i] for n (a multiple of 8) bytes.")
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	VBROADCASTSS(NewParamAddr("scale", 24), Y11)
+	r := GP32()
+	MOVL(U32(0x7F), r)
+	VMOVD(r, X15)
+	VPBROADCASTD(X15, Y15) // magnitude mask and NaN magnitude
+	MOVL(U32(0x80), r)
+	VMOVD(r, X14)
+	VPBROADCASTD(X14, Y14) // sign mask
+	broadcastConst256(float32(math.Ldexp(1, 120)), Y13, X10)
+	MOVL(U32(0x7FC00000), r)
+	VMOVD(r, X12)
+	VPBROADCASTD(X12, Y12) // quiet NaN
+	SHRQ(U8(3), n)
+	JZ(LabelRef("decodeE4M3AVX2_done"))
+	Label("decodeE4M3AVX2_loop")
+	VPMOVZXBD(Mem{Base: src}, Y0)
+	VPAND(Y15, Y0, Y1)     // magnitude code
+	VPAND(Y14, Y0, Y2)     // sign byte
+	VPSLLD(U8(24), Y2, Y2) // sign bit
+	VPCMPEQD(Y15, Y1, Y4)  // NaN codes
+	VPSLLD(U8(20), Y1, Y3) // EEEEMMM into float32 exponent/mantissa
+	VMULPS(Y13, Y3, Y3)    // rebias: ×2^(127−7)
+	VBLENDVPS(Y4, Y12, Y3, Y3)
+	VPOR(Y2, Y3, Y3)    // sign
+	VMULPS(Y11, Y3, Y3) // ×scale
+	VMOVUPS(Y3, Mem{Base: dst})
+	ADDQ(U32(8), src)
+	ADDQ(U32(32), dst)
+	DECQ(n)
+	JNZ(LabelRef("decodeE4M3AVX2_loop"))
+	Label("decodeE4M3AVX2_done")
+	VZEROUPPER()
+	RET()
+}
+
+// fp8GEMV describes one fp8 GEMV tile: its lane count, weight rows and
+// register names. The tile computes out[j] = Σ_k x[k]·w_j[k] over kn (a
+// multiple of the lane count) elements for rows j < rows, the weight of
+// (j, k) being the e4m3 code at w + j·ldw + k times the scale of its block:
+// block b of the tile (b = 0, 1, …; the first holds first steps of lanes
+// elements, every later one 128/lanes) uses *sc[j] + b. Each code is
+// decoded in registers exactly: its sign and EEEEMMM bits shifted into
+// float32 position are the value times 2^-120 (a denormal for a subnormal
+// code, still exact), and one multiply by scale·2^120 (exact for |scale| <
+// 2^8, which the caller guarantees) gives float32(value·scale) rounded
+// once — the dequantized f32 weight. The products are then fused into one
+// accumulator per row exactly as dotTile1x8F32AVX512 (dotTile1x4F32AVX2)
+// fuses f32 weights, and reduced by the same tree, so the outputs have the
+// bits of that tile on the dequantized rows. A NaN code (0x7F, 0xFF) would
+// decode as 480·scale: the tile instead records whether any full chunk of
+// chunk bytes of a row's codes holds one (unsigned byte max 0xFF, signed
+// byte max 0x7F) and returns nonzero if so; the caller recomputes such a
+// tile another way and checks the codes past the last full chunk itself.
+type fp8GEMV struct {
+	name        string
+	lanes, rows int
+	chunk       int // bytes per NaN check and per prefetch (a multiple of lanes)
+	vec         []VecPhysical
+	evex        bool
+}
+
+func gemvFP8512() {
+	fp8GEMVTile(fp8GEMV{name: "dotTile1x8FP8AVX512", lanes: 16, rows: 8, chunk: 64, vec: zmm, evex: true})
+}
+
+func gemvFP8256() {
+	fp8GEMVTile(fp8GEMV{name: "dotTile1x4FP8AVX2", lanes: 8, rows: 4, chunk: 32, vec: ymm})
+}
+
+func fp8GEMVTile(g fp8GEMV) {
+	name := g.name
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w *uint8, ldw int, kn int, sc *[%d]*float32, first int, out *float32) int", g.rows))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes one activation row's dot products with %d fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of %d) elements and reports NaN codes.", name, g.rows, g.lanes))
+	R := g.rows
+	v := g.vec
+	acc := func(j int) VecPhysical { return v[j] }
+	sv := func(j int) VecPhysical { return v[R+j] }   // scale·2^120 of row j's block
+	tv := func(j int) VecPhysical { return v[2*R+j] } // decoded weights of row j
+	tx := func(j int) VecPhysical { return xmm[2*R+j] }
+	xv, mask, nanU, nanS := v[3*R], v[3*R+1], v[3*R+2], v[3*R+3]
+	// Rows: w + j·ldw through three bases on AVX-512 (rows 0,1,2,4 from
+	// row 0, 3,5,7 from row 3, 6 from row 6), four pointers on AVX2.
+	x := Load(Param("x"), GP64())
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	var bases []Register
+	var row func(j, disp int) Mem
+	if R == 8 {
+		b3, b6 := GP64(), GP64()
+		LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, b3)
+		ADDQ(ldw, b3)
+		LEAQ(Mem{Base: b3, Index: ldw, Scale: 2}, b6)
+		ADDQ(ldw, b6)
+		bases = []Register{w0, b3, b6}
+		row = func(j, disp int) Mem {
+			switch j {
+			case 0:
+				return Mem{Base: w0, Disp: disp}
+			case 1, 2, 4:
+				return Mem{Base: w0, Index: ldw, Scale: uint8(j), Disp: disp}
+			case 3:
+				return Mem{Base: b3, Disp: disp}
+			case 5, 7:
+				return Mem{Base: b3, Index: ldw, Scale: uint8(j - 3), Disp: disp}
+			}
+			return Mem{Base: b6, Disp: disp}
+		}
+	} else {
+		r := []Register{w0, GP64(), GP64(), GP64()}
+		for j := 1; j < 4; j++ {
+			LEAQ(Mem{Base: r[j-1], Index: ldw, Scale: 1}, r[j])
+		}
+		bases = r
+		row = func(j, disp int) Mem { return Mem{Base: r[j], Disp: disp} }
+	}
+	kn := Load(Param("kn"), GP64())
+	sc := Load(Param("sc"), GP64())
+	seg := Load(Param("first"), GP64())
+	zero := func(r VecPhysical) {
+		if g.evex {
+			VPXORD(r, r, r)
+		} else {
+			VXORPS(r, r, r)
+		}
+	}
+	for j := range R {
+		zero(acc(j))
+	}
+	zero(nanU)
+	zero(nanS)
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	if g.evex {
+		VPBROADCASTD(tmp.As32(), mask)
+	} else {
+		VMOVD(tmp.As32(), xmm[3*R+1])
+		VPBROADCASTD(xmm[3*R+1], mask)
+	}
+	// loadScales sets sv(j) = *sc[j]·2^120 and advances sc[j] by one block.
+	loadScales := func() {
+		c := tv(0) // free between steps
+		if g.evex {
+			broadcastConst(float32(math.Ldexp(1, 120)), c)
+		} else {
+			broadcastConst256(float32(math.Ldexp(1, 120)), c, tx(1))
+		}
+		for j := range R {
+			MOVQ(Mem{Base: sc, Disp: 8 * j}, tmp)
+			VBROADCASTSS(Mem{Base: tmp}, sv(j))
+			VMULPS(c, sv(j), sv(j))
+			ADDQ(U8(4), tmp)
+			MOVQ(tmp, Mem{Base: sc, Disp: 8 * j})
+		}
+	}
+	off := GP64() // code bytes consumed per row
+	XORQ(off, off)
+	steps := GP64()
+	MOVQ(kn, steps)
+	SHRQ(U8(bits(g.lanes)), steps)
+	JZ(LabelRef(name + "_nan"))
+	cnt := GP64()
+	Label(name + "_block")
+	loadScales()
+	MOVQ(seg, cnt)
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	Label(name + "_step")
+	VMOVUPS(Mem{Base: x}, xv)
+	for j := range R {
+		if g.evex {
+			VPMOVSXBD(row(j, 0), tv(j))
+			VPSLLD(U8(20), tv(j), tv(j))
+			VPANDD(mask, tv(j), tv(j))
+		} else {
+			VPMOVSXBD(row(j, 0), tv(j))
+			VPSLLD(U8(20), tv(j), tv(j))
+			VPAND(mask, tv(j), tv(j))
+		}
+		VMULPS(sv(j), tv(j), tv(j))
+		VFMADD231PS(tv(j), xv, acc(j))
+	}
+	ADDQ(U32(4*g.lanes), x)
+	for _, b := range bases {
+		ADDQ(U32(g.lanes), b)
+	}
+	ADDQ(U32(g.lanes), off)
+	// Every chunk bytes: check the chunk just decoded for NaN codes and
+	// prefetch the next lines of each row.
+	TESTQ(U32(g.chunk-1), off)
+	JNZ(LabelRef(name + "_next"))
+	for j := range R {
+		VPMAXUB(row(j, -g.chunk), nanU, nanU)
+		VPMAXSB(row(j, -g.chunk), nanS, nanS)
+		PREFETCHT0(row(j, gemvPrefetch))
+	}
+	Label(name + "_next")
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	MOVQ(U32(128/g.lanes), seg)
+	TESTQ(steps, steps)
+	JNZ(LabelRef(name + "_block"))
+	Label(name + "_nan")
+	// nonzero if a byte of nanU is 0xFF or a byte of nanS is 0x7F.
+	res := GP64()
+	if g.evex {
+		VPTERNLOGD(U8(0xFF), tv(0), tv(0), tv(0)) // all ones
+		VPCMPEQB(tv(0), nanU, K1)
+		MOVL(U32(0x7F7F7F7F), tmp.As32())
+		VPBROADCASTD(tmp.As32(), tv(1))
+		VPCMPEQB(tv(1), nanS, K2)
+		KORQ(K1, K2, K1)
+		KMOVQ(K1, res)
+	} else {
+		VPCMPEQB(tv(0), tv(0), tv(0))
+		VPCMPEQB(tv(0), nanU, nanU)
+		MOVL(U32(0x7F7F7F7F), tmp.As32())
+		VMOVD(tmp.As32(), tx(1))
+		VPBROADCASTD(tx(1), tv(1))
+		VPCMPEQB(tv(1), nanS, nanS)
+		VPOR(nanU, nanS, nanS)
+		VPMOVMSKB(nanS, res.As32())
+	}
+	Store(res, ReturnIndex(0))
+	out := Load(Param("out"), GP64())
+	if g.evex {
+		reduce4x512([4]int{0, 1, 2, 3})
+		VMOVUPS(X0, Mem{Base: out})
+		reduce4x512([4]int{4, 5, 6, 7})
+		VMOVUPS(X4, Mem{Base: out, Disp: 16})
+	} else {
+		reduce4x256([4]int{0, 1, 2, 3}, X15, false)
+		VMOVUPS(X0, Mem{Base: out})
+	}
+	VZEROUPPER()
+	RET()
 }

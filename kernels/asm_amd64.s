@@ -6480,43 +6480,43 @@ DATA expBias127<>+28(SB)/4, $0x0000007f
 GLOBL expBias127<>(SB), RODATA|NOPTR, $32
 
 // func expSumAVX2(x *float32, n int, m float32) float32
-// Requires: AVX, AVX2, FMA3, SSE, SSE2
+// Requires: AVX, AVX2, FMA3, SSE
 TEXT ·expSumAVX2(SB), NOSPLIT, $0-28
 	MOVQ         x+0(FP), AX
 	MOVQ         n+8(FP), CX
 	VBROADCASTSS m+16(FP), Y15
 	MOVL         $0x3fb8aa3b, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y14
 	MOVL         $0xc2ae0000, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y13
 	MOVL         $0x3f317200, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y12
 	MOVL         $0x35bfbe8e, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y11
 	MOVL         $0x39500d01, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y10
 	MOVL         $0x3ab60b61, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y9
 	MOVL         $0x3c088889, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y8
 	MOVL         $0x3d2aaaab, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y7
 	MOVL         $0x3e2aaaab, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y6
 	MOVL         $0x3f000000, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y5
 	MOVL         $0x3f800000, DX
-	MOVD         DX, X0
+	VMOVD        DX, X0
 	VBROADCASTSS X0, Y4
 	VXORPS       Y0, Y0, Y0
 	SHRQ         $0x03, CX
@@ -6983,14 +6983,14 @@ fmaPeak512_done:
 	RET
 
 // func fmaPeakAVX2(n int) float32
-// Requires: AVX, AVX2, FMA3, SSE, SSE2
+// Requires: AVX, AVX2, FMA3, SSE
 TEXT ·fmaPeakAVX2(SB), NOSPLIT, $0-12
 	MOVQ         n+0(FP), AX
 	MOVL         $0x3f000000, CX
-	MOVD         CX, X14
+	VMOVD        CX, X14
 	VBROADCASTSS X14, Y12
 	MOVL         $0x3e800000, CX
-	MOVD         CX, X14
+	VMOVD        CX, X14
 	VBROADCASTSS X14, Y13
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
@@ -7208,8 +7208,8 @@ decodeE4M3_loop:
 	VPSLLD    $0x14, Z1, Z3
 	VMULPS    Z28, Z3, Z3
 	VMOVAPS   Z27, K1, Z3
-	VMULPS    Z31, Z3, Z3
 	VPORD     Z2, Z3, Z3
+	VMULPS    Z31, Z3, Z3
 	VMOVUPS   Z3, (AX)
 	ADDQ      $0x00000010, CX
 	ADDQ      $0x00000040, AX
@@ -7217,6 +7217,370 @@ decodeE4M3_loop:
 	JNZ       decodeE4M3_loop
 
 decodeE4M3_done:
+	VZEROUPPER
+	RET
+
+// func decodeE4M3AVX2(dst *float32, src *byte, n int, scale float32)
+// Requires: AVX, AVX2
+TEXT ·decodeE4M3AVX2(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS scale+24(FP), Y11
+	MOVL         $0x0000007f, BX
+	VMOVD        BX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000080, BX
+	VMOVD        BX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x7b800000, BX
+	VMOVD        BX, X10
+	VBROADCASTSS X10, Y13
+	MOVL         $0x7fc00000, BX
+	VMOVD        BX, X12
+	VPBROADCASTD X12, Y12
+	SHRQ         $0x03, DX
+	JZ           decodeE4M3AVX2_done
+
+decodeE4M3AVX2_loop:
+	VPMOVZXBD (CX), Y0
+	VPAND     Y15, Y0, Y1
+	VPAND     Y14, Y0, Y2
+	VPSLLD    $0x18, Y2, Y2
+	VPCMPEQD  Y15, Y1, Y4
+	VPSLLD    $0x14, Y1, Y3
+	VMULPS    Y13, Y3, Y3
+	VBLENDVPS Y4, Y12, Y3, Y3
+	VPOR      Y2, Y3, Y3
+	VMULPS    Y11, Y3, Y3
+	VMOVUPS   Y3, (AX)
+	ADDQ      $0x00000008, CX
+	ADDQ      $0x00000020, AX
+	DECQ      DX
+	JNZ       decodeE4M3AVX2_loop
+
+decodeE4M3AVX2_done:
+	VZEROUPPER
+	RET
+
+// func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, out *float32) int
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-64
+	MOVQ         x+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ldw+16(FP), DX
+	LEAQ         (CX)(DX*2), BX
+	ADDQ         DX, BX
+	LEAQ         (BX)(DX*2), SI
+	ADDQ         DX, SI
+	MOVQ         kn+24(FP), DI
+	MOVQ         sc+32(FP), R8
+	MOVQ         first+40(FP), R9
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z26, Z26, Z26
+	VPXORD       Z27, Z27, Z27
+	MOVL         $0x87f00000, R10
+	VPBROADCASTD R10, Z25
+	XORQ         R11, R11
+	SHRQ         $0x04, DI
+	JZ           dotTile1x8FP8AVX512_nan
+
+dotTile1x8FP8AVX512_block:
+	MOVL         $0x7b800000, R10
+	VPBROADCASTD R10, Z16
+	MOVQ         (R8), R10
+	VBROADCASTSS (R10), Z8
+	VMULPS       Z16, Z8, Z8
+	ADDQ         $0x04, R10
+	MOVQ         R10, (R8)
+	MOVQ         8(R8), R10
+	VBROADCASTSS (R10), Z9
+	VMULPS       Z16, Z9, Z9
+	ADDQ         $0x04, R10
+	MOVQ         R10, 8(R8)
+	MOVQ         16(R8), R10
+	VBROADCASTSS (R10), Z10
+	VMULPS       Z16, Z10, Z10
+	ADDQ         $0x04, R10
+	MOVQ         R10, 16(R8)
+	MOVQ         24(R8), R10
+	VBROADCASTSS (R10), Z11
+	VMULPS       Z16, Z11, Z11
+	ADDQ         $0x04, R10
+	MOVQ         R10, 24(R8)
+	MOVQ         32(R8), R10
+	VBROADCASTSS (R10), Z12
+	VMULPS       Z16, Z12, Z12
+	ADDQ         $0x04, R10
+	MOVQ         R10, 32(R8)
+	MOVQ         40(R8), R10
+	VBROADCASTSS (R10), Z13
+	VMULPS       Z16, Z13, Z13
+	ADDQ         $0x04, R10
+	MOVQ         R10, 40(R8)
+	MOVQ         48(R8), R10
+	VBROADCASTSS (R10), Z14
+	VMULPS       Z16, Z14, Z14
+	ADDQ         $0x04, R10
+	MOVQ         R10, 48(R8)
+	MOVQ         56(R8), R10
+	VBROADCASTSS (R10), Z15
+	VMULPS       Z16, Z15, Z15
+	ADDQ         $0x04, R10
+	MOVQ         R10, 56(R8)
+	CMPQ         DI, R9
+	CMOVQLT      DI, R9
+	SUBQ         R9, DI
+
+dotTile1x8FP8AVX512_step:
+	VMOVUPS     (AX), Z24
+	VPMOVSXBD   (CX), Z16
+	VPSLLD      $0x14, Z16, Z16
+	VPANDD      Z25, Z16, Z16
+	VMULPS      Z8, Z16, Z16
+	VFMADD231PS Z16, Z24, Z0
+	VPMOVSXBD   (CX)(DX*1), Z17
+	VPSLLD      $0x14, Z17, Z17
+	VPANDD      Z25, Z17, Z17
+	VMULPS      Z9, Z17, Z17
+	VFMADD231PS Z17, Z24, Z1
+	VPMOVSXBD   (CX)(DX*2), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z25, Z18, Z18
+	VMULPS      Z10, Z18, Z18
+	VFMADD231PS Z18, Z24, Z2
+	VPMOVSXBD   (BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z25, Z19, Z19
+	VMULPS      Z11, Z19, Z19
+	VFMADD231PS Z19, Z24, Z3
+	VPMOVSXBD   (CX)(DX*4), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z25, Z20, Z20
+	VMULPS      Z12, Z20, Z20
+	VFMADD231PS Z20, Z24, Z4
+	VPMOVSXBD   (BX)(DX*2), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z25, Z21, Z21
+	VMULPS      Z13, Z21, Z21
+	VFMADD231PS Z21, Z24, Z5
+	VPMOVSXBD   (SI), Z22
+	VPSLLD      $0x14, Z22, Z22
+	VPANDD      Z25, Z22, Z22
+	VMULPS      Z14, Z22, Z22
+	VFMADD231PS Z22, Z24, Z6
+	VPMOVSXBD   (BX)(DX*4), Z23
+	VPSLLD      $0x14, Z23, Z23
+	VPANDD      Z25, Z23, Z23
+	VMULPS      Z15, Z23, Z23
+	VFMADD231PS Z23, Z24, Z7
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000010, BX
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x00000010, R11
+	TESTQ       $0x0000003f, R11
+	JNZ         dotTile1x8FP8AVX512_next
+	VPMAXUB     -64(CX), Z26, Z26
+	VPMAXSB     -64(CX), Z27, Z27
+	PREFETCHT0  1024(CX)
+	VPMAXUB     -64(CX)(DX*1), Z26, Z26
+	VPMAXSB     -64(CX)(DX*1), Z27, Z27
+	PREFETCHT0  1024(CX)(DX*1)
+	VPMAXUB     -64(CX)(DX*2), Z26, Z26
+	VPMAXSB     -64(CX)(DX*2), Z27, Z27
+	PREFETCHT0  1024(CX)(DX*2)
+	VPMAXUB     -64(BX), Z26, Z26
+	VPMAXSB     -64(BX), Z27, Z27
+	PREFETCHT0  1024(BX)
+	VPMAXUB     -64(CX)(DX*4), Z26, Z26
+	VPMAXSB     -64(CX)(DX*4), Z27, Z27
+	PREFETCHT0  1024(CX)(DX*4)
+	VPMAXUB     -64(BX)(DX*2), Z26, Z26
+	VPMAXSB     -64(BX)(DX*2), Z27, Z27
+	PREFETCHT0  1024(BX)(DX*2)
+	VPMAXUB     -64(SI), Z26, Z26
+	VPMAXSB     -64(SI), Z27, Z27
+	PREFETCHT0  1024(SI)
+	VPMAXUB     -64(BX)(DX*4), Z26, Z26
+	VPMAXSB     -64(BX)(DX*4), Z27, Z27
+	PREFETCHT0  1024(BX)(DX*4)
+
+dotTile1x8FP8AVX512_next:
+	DECQ  R9
+	JNZ   dotTile1x8FP8AVX512_step
+	MOVQ  $0x00000008, R9
+	TESTQ DI, DI
+	JNZ   dotTile1x8FP8AVX512_block
+
+dotTile1x8FP8AVX512_nan:
+	VPTERNLOGD    $0xff, Z16, Z16, Z16
+	VPCMPEQB      Z16, Z26, K1
+	MOVL          $0x7f7f7f7f, R10
+	VPBROADCASTD  R10, Z17
+	VPCMPEQB      Z17, Z27, K2
+	KORQ          K1, K2, K1
+	KMOVQ         K1, AX
+	MOVQ          AX, ret+56(FP)
+	MOVQ          out+48(FP), AX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VMOVUPS       X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VMOVUPS       X4, 16(AX)
+	VZEROUPPER
+	RET
+
+// func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·dotTile1x4FP8AVX2(SB), NOSPLIT, $0-64
+	MOVQ         x+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ldw+16(FP), DX
+	LEAQ         (CX)(DX*1), BX
+	LEAQ         (BX)(DX*1), SI
+	LEAQ         (SI)(DX*1), DX
+	MOVQ         kn+24(FP), DI
+	MOVQ         sc+32(FP), R8
+	MOVQ         first+40(FP), R9
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y14, Y14, Y14
+	VXORPS       Y15, Y15, Y15
+	MOVL         $0x87f00000, R10
+	VMOVD        R10, X13
+	VPBROADCASTD X13, Y13
+	XORQ         R11, R11
+	SHRQ         $0x03, DI
+	JZ           dotTile1x4FP8AVX2_nan
+
+dotTile1x4FP8AVX2_block:
+	MOVL         $0x7b800000, R10
+	VMOVD        R10, X9
+	VBROADCASTSS X9, Y8
+	MOVQ         (R8), R10
+	VBROADCASTSS (R10), Y4
+	VMULPS       Y8, Y4, Y4
+	ADDQ         $0x04, R10
+	MOVQ         R10, (R8)
+	MOVQ         8(R8), R10
+	VBROADCASTSS (R10), Y5
+	VMULPS       Y8, Y5, Y5
+	ADDQ         $0x04, R10
+	MOVQ         R10, 8(R8)
+	MOVQ         16(R8), R10
+	VBROADCASTSS (R10), Y6
+	VMULPS       Y8, Y6, Y6
+	ADDQ         $0x04, R10
+	MOVQ         R10, 16(R8)
+	MOVQ         24(R8), R10
+	VBROADCASTSS (R10), Y7
+	VMULPS       Y8, Y7, Y7
+	ADDQ         $0x04, R10
+	MOVQ         R10, 24(R8)
+	CMPQ         DI, R9
+	CMOVQLT      DI, R9
+	SUBQ         R9, DI
+
+dotTile1x4FP8AVX2_step:
+	VMOVUPS     (AX), Y12
+	VPMOVSXBD   (CX), Y8
+	VPSLLD      $0x14, Y8, Y8
+	VPAND       Y13, Y8, Y8
+	VMULPS      Y4, Y8, Y8
+	VFMADD231PS Y8, Y12, Y0
+	VPMOVSXBD   (BX), Y9
+	VPSLLD      $0x14, Y9, Y9
+	VPAND       Y13, Y9, Y9
+	VMULPS      Y5, Y9, Y9
+	VFMADD231PS Y9, Y12, Y1
+	VPMOVSXBD   (SI), Y10
+	VPSLLD      $0x14, Y10, Y10
+	VPAND       Y13, Y10, Y10
+	VMULPS      Y6, Y10, Y10
+	VFMADD231PS Y10, Y12, Y2
+	VPMOVSXBD   (DX), Y11
+	VPSLLD      $0x14, Y11, Y11
+	VPAND       Y13, Y11, Y11
+	VMULPS      Y7, Y11, Y11
+	VFMADD231PS Y11, Y12, Y3
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000008, CX
+	ADDQ        $0x00000008, BX
+	ADDQ        $0x00000008, SI
+	ADDQ        $0x00000008, DX
+	ADDQ        $0x00000008, R11
+	TESTQ       $0x0000001f, R11
+	JNZ         dotTile1x4FP8AVX2_next
+	VPMAXUB     -32(CX), Y14, Y14
+	VPMAXSB     -32(CX), Y15, Y15
+	PREFETCHT0  1024(CX)
+	VPMAXUB     -32(BX), Y14, Y14
+	VPMAXSB     -32(BX), Y15, Y15
+	PREFETCHT0  1024(BX)
+	VPMAXUB     -32(SI), Y14, Y14
+	VPMAXSB     -32(SI), Y15, Y15
+	PREFETCHT0  1024(SI)
+	VPMAXUB     -32(DX), Y14, Y14
+	VPMAXSB     -32(DX), Y15, Y15
+	PREFETCHT0  1024(DX)
+
+dotTile1x4FP8AVX2_next:
+	DECQ  R9
+	JNZ   dotTile1x4FP8AVX2_step
+	MOVQ  $0x00000010, R9
+	TESTQ DI, DI
+	JNZ   dotTile1x4FP8AVX2_block
+
+dotTile1x4FP8AVX2_nan:
+	VPCMPEQB     Y8, Y8, Y8
+	VPCMPEQB     Y8, Y14, Y14
+	MOVL         $0x7f7f7f7f, R10
+	VMOVD        R10, X9
+	VPBROADCASTD X9, Y9
+	VPCMPEQB     Y9, Y15, Y15
+	VPOR         Y14, Y15, Y15
+	VPMOVMSKB    Y15, AX
+	MOVQ         AX, ret+56(FP)
+	MOVQ         out+48(FP), AX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X15
+	VADDPS       X15, X0, X0
+	VMOVUPS      X0, (AX)
 	VZEROUPPER
 	RET
 
@@ -7285,8 +7649,8 @@ decodeRecordsAVX512_loop:
 	VPSLLD    $0x14, Z1, Z3
 	VMULPS    Z28, Z3, Z3
 	VMOVAPS   Z27, K1, Z3
-	VMULPS    Z31, Z3, Z3
 	VPORD     Z2, Z3, Z3
+	VMULPS    Z31, Z3, Z3
 	VMOVUPS   Z3, (AX)
 	ADDQ      $0x00000010, R8
 	ADDQ      $0x00000040, AX

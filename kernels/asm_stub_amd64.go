@@ -328,6 +328,21 @@ func readSumAVX2(x *float32, n int) float32
 //go:noescape
 func decodeE4M3AVX512(dst *float32, src *byte, n int, scale float32)
 
+// decodeE4M3AVX2 writes e4m3(src[i])·scale to dst[i] for n (a multiple of 8) bytes.
+//
+//go:noescape
+func decodeE4M3AVX2(dst *float32, src *byte, n int, scale float32)
+
+// dotTile1x8FP8AVX512 computes one activation row's dot products with 8 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.
+//
+//go:noescape
+func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, out *float32) int
+
+// dotTile1x4FP8AVX2 computes one activation row's dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 8) elements and reports NaN codes.
+//
+//go:noescape
+func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //
 //go:noescape

@@ -14,7 +14,8 @@ import (
 )
 
 // Every code, at scales across the range (powers of two as fp8_ds_mla uses,
-// and arbitrary ones), on every implementation, equals the scalar definition
+// arbitrary ones, and the negative and zero scales a weight block may
+// carry), on every implementation, equals the scalar definition
 // bit for bit (NaN codes give NaN).
 func TestDecodeE4M3ScaledMatchesDefinition(t *testing.T) {
 	src := make([]byte, 256+13) // all codes plus a tail that is not a multiple of 16
@@ -24,7 +25,7 @@ func TestDecodeE4M3ScaledMatchesDefinition(t *testing.T) {
 	dst := make([]float32, len(src))
 	forEachImpl(t, func(t *testing.T) {
 		impl := Impl()
-		for _, scale := range []float32{1, 0.5, float32(math.Ldexp(1, -13)), float32(math.Ldexp(1, 20)), 0.3, 3.7e-3} {
+		for _, scale := range []float32{1, 0.5, float32(math.Ldexp(1, -13)), float32(math.Ldexp(1, 20)), 0.3, 3.7e-3, -0.75, -2, 0, float32(math.Copysign(0, -1))} {
 			DecodeE4M3Scaled(dst, src, scale)
 			for i, b := range src {
 				want := numfmt.F32FromE4M3(b) * scale

@@ -105,6 +105,18 @@ func dotTile1x8BF16(x *float32, w *uint16, ldw, kn int, out *[8]float32) {
 	dotTile1x8BF16AVX512(x, w, ldw, kn, &out[0])
 }
 
+// dotTile1x8FP8 runs the AVX-512 one-row tile over eight fp8 weight rows
+// (see gemvTileFP8) and reports whether a full 64-byte chunk of codes held
+// a NaN code.
+func dotTile1x8FP8(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first int, out *[8]float32) bool {
+	return dotTile1x8FP8AVX512(x, w, ldw, kn, sc, first, &out[0]) != 0
+}
+
+// dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks.
+func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first int, out *[4]float32) bool {
+	return dotTile1x4FP8AVX2(x, w, ldw, kn, sc, first, &out[0]) != 0
+}
+
 // axpyFast runs Axpy with vectors on an assembly level (the caller checked
 // the lengths) and reports whether it did. Elements past the last multiple
 // of 64 (32 for AVX2) and calls shorter than that use the scalar loop; long
@@ -363,17 +375,24 @@ func qkTileT8BF16(qT *float32, ldq, dim int, k *[8]*uint16, out *float32, ldo, h
 // prefetchRows starts loading n bytes of four rows into L1.
 func prefetchRows(r0, r1, r2, r3 *float32, n int) { prefetchRows4(r0, r1, r2, r3, n) }
 
-// decodeE4M3Fast decodes the longest multiple of 16 of src with AVX-512 and
-// reports how many values it wrote (0 under any other implementation).
+// decodeE4M3Fast decodes the longest multiple of 16 (AVX-512) or 8 (AVX2)
+// of src and reports how many values it wrote (0 under the reference).
 func decodeE4M3Fast(dst []float32, src []byte, scale float32) int {
-	if activeLevel() != levelAVX512 {
-		return 0
+	switch activeLevel() {
+	case levelAVX512:
+		nv := len(src) &^ 15
+		if nv > 0 {
+			decodeE4M3AVX512(&dst[0], &src[0], nv, scale)
+		}
+		return nv
+	case levelAVX2:
+		nv := len(src) &^ 7
+		if nv > 0 {
+			decodeE4M3AVX2(&dst[0], &src[0], nv, scale)
+		}
+		return nv
 	}
-	nv := len(src) &^ 15
-	if nv > 0 {
-		decodeE4M3AVX512(&dst[0], &src[0], nv, scale)
-	}
-	return nv
+	return 0
 }
 
 // decodeRecordsFast decodes the records of slots[:n] with AVX-512

@@ -68,6 +68,14 @@ func dotTile1x8BF16(*float32, *uint16, int, int, *[8]float32) {
 
 func axpyFast(float32, []float32, []float32) bool { return false }
 
+func dotTile1x8FP8(*float32, *uint8, int, int, *[8]*float32, int, *[8]float32) bool {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func dotTile1x4FP8(*float32, *uint8, int, int, *[4]*float32, int, *[4]float32) bool {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func decodeE4M3Fast([]float32, []byte, float32) int { return 0 }
 
 func scoreTile8T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32) {

@@ -1,5 +1,11 @@
 package kernels
 
+import (
+	"math"
+
+	"github.com/cpmla/cpmla/numfmt"
+)
+
 // The fast Linear layer. Output element (i, j) is the dot product of
 // activation row i and weight row j computed by one assembly tile lane:
 // the reduction runs over blocks of gemmKC elements in ascending order; in a
@@ -141,6 +147,19 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	mr := maxTileRows(l)
 	buf := getPanel()
 	defer putPanel(buf)
+	if n == 1 && in > 0 && fp8InRegister(w, l, j0, j1) {
+		// GEMV: the codes are decoded in the tiles' registers, eight rows
+		// (four on AVX2) at a time; the rows left over go through the panel.
+		rows := 4
+		if l == levelAVX512 {
+			rows = 8
+		}
+		for ; j0+rows <= j1; j0 += rows {
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				gemvTileFP8(dst, x, w, l, buf, j0, rows, k0)
+			}
+		}
+	}
 	if n <= mr {
 		jt := j0
 		if n == 1 && l == levelAVX512 && in > 0 {
@@ -179,6 +198,96 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 			}
 		}
 	}
+}
+
+// fp8InRegister reports whether the fp8 GEMV tiles of level l can decode
+// the codes of rows [j0, j1) of w in registers: every vector of codes lies
+// in one block (the column offset is a multiple of the lane count), and
+// every scale s of the blocks those rows touch has |s| < 2^8 or is not
+// finite, so that the tiles' s·2^120 is exact.
+func fp8InRegister(w *Matrix, l level, j0, j1 int) bool {
+	s := w.Scales
+	if s.ColOff%vecWidth(l) != 0 {
+		return false
+	}
+	c0, c1 := s.ColOff/FP8Block, (s.ColOff+w.Cols-1)/FP8Block
+	for r := (s.RowOff + j0) / FP8Block; r <= (s.RowOff+j1-1)/FP8Block; r++ {
+		for _, v := range s.S[r*s.Stride+c0 : r*s.Stride+c1+1] {
+			if a := math.Float32bits(v) & 0x7FFFFFFF; a >= 0x43800000 && a < 0x7F800000 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// gemvTileFP8 is gemvTile8 (gemmTile for one activation row and four weight
+// rows on AVX2) for rows [jt, jt+rows) of an FP8 matrix, decoding the codes
+// in registers with the same per-element arithmetic as the f32 tile on the
+// dequantized rows. A tile whose codes hold a NaN code is recomputed through
+// the panel, whose f32 NaN weights give the f32 tile's results.
+func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32, jt, rows, k0 int) {
+	in := w.Cols
+	k1 := min(k0+gemmKC, in)
+	lanes := vecWidth(l)
+	kv := (k1 - k0) &^ (lanes - 1)
+	s := w.Scales
+	var sc [8]*float32
+	for c := range rows {
+		sc[c] = &s.scaleRow(jt + c)[(k0+s.ColOff)/FP8Block]
+	}
+	first := (FP8Block - (k0+s.ColOff)%FP8Block) / lanes
+	var tile [8]float32
+	codes := w.FP8[jt*in+k0:]
+	var nan bool
+	if l == levelAVX512 {
+		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, &tile)
+	} else {
+		nan = dotTile1x4FP8(&x[k0], &codes[0], in, kv, (*[4]*float32)(sc[:4]), first, (*[4]float32)(tile[:4]))
+	}
+	// The tile checks whole chunks of four vectors; the rest here.
+	if chunk := 4 * lanes; !nan && kv%chunk != 0 {
+		for c := range rows {
+			for _, q := range codes[c*in+kv&^(chunk-1) : c*in+kv] {
+				nan = nan || q&0x7F == 0x7F
+			}
+		}
+	}
+	if nan {
+		p := dequantPanel(buf, w, jt, jt+rows, k0)
+		if rows == 8 {
+			gemvTile8(dst, x, w, &p, jt, k0)
+		} else {
+			gemmTile(dst, x, 1, w, &p, l, 0, jt, rows, k0)
+		}
+		return
+	}
+	xi := x[k0+kv : k1]
+	di := dst[jt : jt+rows]
+	for c := range di {
+		v := tile[c]
+		if len(xi) > 0 {
+			v += tailDotFP8(xi, w, jt+c, k0+kv)
+		}
+		if k0 == 0 {
+			di[c] = v
+		} else {
+			di[c] += v
+		}
+	}
+}
+
+// tailDotFP8 is tailDot over the dequantized codes of row j of an FP8
+// matrix from column off on.
+func tailDotFP8(xi []float32, w *Matrix, j, off int) float32 {
+	srow := w.Scales.scaleRow(j)
+	q := w.FP8[j*w.Cols+off : j*w.Cols+off+len(xi)]
+	var s float32
+	for k, v := range xi {
+		wv := numfmt.F32FromE4M3(q[k]) * srow[(off+k+w.Scales.ColOff)/FP8Block]
+		s += float32(v * wv)
+	}
+	return s
 }
 
 // panelFloats is the size of an FP8 dequantization panel: a block of

@@ -103,3 +103,37 @@ func FuzzMatMulTFP8(f *testing.F) {
 		checkFP8Product(t, fmt.Sprintf("n=%d [%d,%d] at (%d,%d)", nn, rr, cc, rowOff, colOff), w, randSlice(r, nn*cc, 1), nn)
 	})
 }
+
+// TestFP8GEMVNaNCodes: the in-register GEMV tiles (which this test checks
+// are the ones taken) give NaN for exactly the rows holding a NaN code,
+// wherever the code lies: in a chunk the tile checks, in the partial chunk
+// the caller checks, or in the scalar tail; and the other rows keep the
+// dequantized product's bits.
+func TestFP8GEMVNaNCodes(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(62)
+		for _, c := range []struct{ rows, cols, colOff int }{{8, 16, 0}, {9, 40, 16}, {16, 80, 64}, {12, gemmKC + 24, 0}, {8, 2100, 112}} {
+			for _, col := range []int{0, c.cols / 2, c.cols - 17, c.cols - 1} {
+				if col < 0 {
+					continue
+				}
+				w := randFP8(r, c.rows, c.cols, 0, c.colOff)
+				if l := activeLevel(); l != levelRef && !fp8InRegister(w, l, 0, c.rows) {
+					t.Fatalf("[%d,%d] at column offset %d: the in-register tiles are not used", c.rows, c.cols, c.colOff)
+				}
+				bad := 5 % c.rows
+				w.FP8[bad*c.cols+col] = 0x7F | uint8(col&1)<<7
+				name := fmt.Sprintf("[%d,%d] at column offset %d, NaN code in row %d column %d", c.rows, c.cols, c.colOff, bad, col)
+				x := randSlice(r, c.cols, 1)
+				checkFP8Product(t, name, w, x, 1)
+				dst := make([]float32, c.rows)
+				MatVecT(dst, x, w)
+				for j, v := range dst {
+					if (v != v) != (j == bad) {
+						t.Errorf("%s: output %d = %v", name, j, v)
+					}
+				}
+			}
+		}
+	})
+}

@@ -196,16 +196,14 @@ func (m *Matrix) Row(i int, dst []float32) []float32 {
 	return dst
 }
 
-// dequantizeRowFP8 writes codes[k]·srow[(k+colOff)/FP8Block] to dst[k].
+// dequantizeRowFP8 writes codes[k]·srow[(k+colOff)/FP8Block] to dst[k], a
+// block segment at a time through DecodeE4M3Scaled (the same bits).
 func dequantizeRowFP8(dst []float32, codes []uint8, srow []float32, colOff int) {
-	dst = dst[:len(codes)]
 	for k := 0; k < len(codes); {
 		b := (k + colOff) / FP8Block
 		end := min(len(codes), (b+1)*FP8Block-colOff)
-		s := srow[b]
-		for ; k < end; k++ {
-			dst[k] = numfmt.F32FromE4M3(codes[k]) * s
-		}
+		DecodeE4M3Scaled(dst[k:end], codes[k:end], srow[b])
+		k = end
 	}
 }
 

@@ -366,12 +366,11 @@ func kernelBenchCases() []benchCase {
 			})
 		}
 	}
-	for _, dtype := range []string{"f32", "bf16"} {
-		bpw := 4.0
-		if dtype == "bf16" {
-			bpw = 2
-		}
-		for _, g := range []struct{ rows, out, in int }{{128, 2048, 6144}, {16, 2048, 6144}, {128, 576, 7168}} {
+	for _, dtype := range []string{"f32", "bf16", "fp8"} {
+		bpw := map[string]float64{"f32": 4, "bf16": 2, "fp8": 1}[dtype]
+		for _, g := range []struct{ rows, out, in int }{
+			{128, 2048, 6144}, {16, 2048, 6144}, {128, 576, 7168}, {8, 2048, 6144}, {64, 2048, 6144}, {512, 2048, 6144},
+		} {
 			cases = append(cases, benchCase{
 				kernel: "gemm_" + dtype,
 				shape:  fmt.Sprintf("rows=%d out=%d in=%d", g.rows, g.out, g.in),
@@ -380,15 +379,22 @@ func kernelBenchCases() []benchCase {
 				setup:  func() (func(), error) { return setupGEMM(g.rows, g.out, g.in, dtype) },
 			})
 		}
-		const out, in = 7168, 4096 // larger than the last-level cache in either format
-		cases = append(cases, benchCase{
-			kernel:      "gemv_" + dtype,
-			shape:       fmt.Sprintf("rows=1 out=%d in=%d", out, in),
-			flops:       2 * float64(out*in),
-			bytes:       bpw * float64(out*in),
-			memoryBound: true,
-			setup:       func() (func(), error) { return setupGEMM(1, out, in, dtype) },
-		})
+		// 7168×4096 is larger than the last-level cache in every format;
+		// the rest are GLM-5's projections and experts (gemvShapes).
+		for _, g := range append([]gemvShape{{"", 7168, 4096}}, gemvShapes...) {
+			shape := fmt.Sprintf("rows=1 out=%d in=%d", g.out, g.in)
+			if g.name != "" {
+				shape += " " + g.name
+			}
+			cases = append(cases, benchCase{
+				kernel:      "gemv_" + dtype,
+				shape:       shape,
+				flops:       2 * float64(g.out*g.in),
+				bytes:       bpw * float64(g.out*g.in),
+				memoryBound: true,
+				setup:       func() (func(), error) { return setupGEMM(1, g.out, g.in, dtype) },
+			})
+		}
 	}
 	return cases
 }
@@ -491,41 +497,75 @@ func setupIndexer(nkeys, heads, dim, topk int, idx kvcache.IndexerDType, paged b
 	}, nil
 }
 
-// setupGEMM builds the weights of a projection. A one-row product (GEMV,
-// memory-bound) cycles through gemvCopies weight matrices, so that every
-// call streams its weights from memory even when the machine's last-level
-// caches together hold one matrix (two cores on two core complexes hold
+// gemvShape is a GEMV benchmark shape [out, in], named after the weight.
+type gemvShape struct {
+	name    string
+	out, in int
+}
+
+// gemvShapes are GLM-5's projections and experts that a decode step
+// multiplies by one activation row.
+var gemvShapes = []gemvShape{
+	{"q_a", 2048, 6144}, {"q_b", 16384, 2048}, {"kv_a_proj_with_mqa", 576, 6144}, {"o_proj", 6144, 16384},
+	{"expert_gate_up", 2048, 6144}, {"expert_down", 6144, 2048}, {"indexer_wq_b", 4096, 2048},
+}
+
+// setupGEMM builds the weights of a projection in dtype (f32, bf16, or fp8
+// block-quantized by numfmt as checkpoints are). A one-row product (GEMV,
+// memory-bound) cycles through copies of the weights in distinct memory,
+// gemvStreamBytes in all (at least gemvCopies), so that every call streams
+// its weights from memory even when the machine's last-level caches
+// together hold several matrices (two cores on two core complexes hold
 // 64 MiB).
 func setupGEMM(rows, out, in int, dtype string) (func(), error) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	copies := 1
-	if rows == 1 {
-		copies = gemvCopies
-	}
-	ws := make([]*kernels.Matrix, copies)
-	for k := range ws {
-		w := &kernels.Matrix{Rows: out, Cols: in}
-		wf := benchRand(rng, out*in, 10)
-		if dtype == "f32" {
-			w.F32 = wf
-		} else {
-			w.BF16 = make([]uint16, len(wf))
-			numfmt.F32sToBF16(w.BF16, wf)
-		}
-		if err := w.Validate(); err != nil {
+	wf := benchRand(rng, out*in, 10)
+	w := &kernels.Matrix{Rows: out, Cols: in}
+	switch dtype {
+	case "f32":
+		w.F32 = wf
+	case "bf16":
+		w.BF16 = make([]uint16, len(wf))
+		numfmt.F32sToBF16(w.BF16, wf)
+	case "fp8":
+		br, bc := numfmt.WeightScaleBlocks(out, in)
+		codes, scales := make([]uint8, out*in), make([]float32, br*bc)
+		if err := numfmt.QuantizeE4M3Blocks(codes, scales, wf, out, in); err != nil {
 			return nil, err
 		}
-		ws[k] = w
+		var err error
+		if w, err = kernels.NewFP8Matrix(out, in, codes, scales); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("unknown weight dtype %q", dtype)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	ws := []*kernels.Matrix{w}
+	if rows == 1 {
+		size := len(w.F32)*4 + len(w.BF16)*2 + len(w.FP8)
+		for len(ws) < max(gemvCopies, gemvStreamBytes/max(1, size)) {
+			c := *w
+			c.F32, c.BF16, c.FP8 = slices.Clone(w.F32), slices.Clone(w.BF16), slices.Clone(w.FP8)
+			ws = append(ws, &c)
+		}
 	}
 	x := benchRand(rng, rows*in, 10)
 	dst := make([]float32, rows*out)
 	k := 0
 	return func() {
 		kernels.MatMulT(dst, x, rows, ws[k])
-		k = (k + 1) % copies
+		k = (k + 1) % len(ws)
 	}, nil
 }
 
-// gemvCopies is the number of weight matrices a GEMV benchmark cycles
-// through (3 × 59 MB in bf16).
-const gemvCopies = 3
+const (
+	// gemvCopies is the least number of weight matrices a GEMV benchmark
+	// cycles through (3 × 59 MB in bf16 at 7168×4096).
+	gemvCopies = 3
+	// gemvStreamBytes is how many bytes of weights, at least, a GEMV
+	// benchmark cycles through: more than the last-level caches hold.
+	gemvStreamBytes = 160 << 20
+)

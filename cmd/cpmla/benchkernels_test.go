@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,7 +60,7 @@ func TestBenchKernelsJSON(t *testing.T) {
 			t.Errorf("result %d: roofline_fraction is not the larger of the two peak fractions (-want +got):\n%s", i, d)
 		}
 	}
-	want := []string{"rows=128 out=2048 in=6144", "rows=16 out=2048 in=6144", "rows=128 out=576 in=7168"}
+	want := []string{"rows=128 out=2048 in=6144", "rows=16 out=2048 in=6144", "rows=128 out=576 in=7168", "rows=8 out=2048 in=6144", "rows=64 out=2048 in=6144", "rows=512 out=2048 in=6144"}
 	if d := cmp.Diff(want, shapes); d != "" {
 		t.Errorf("shapes (-want +got):\n%s", d)
 	}
@@ -95,5 +96,33 @@ func TestBenchKernelsRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("bench kernels %v: err %v (output %q), want an error mentioning %q", tc.args, err, out, tc.want)
 		}
+	}
+}
+
+// TestBenchKernelsFP8Cases: the fp8 GEMV and GEMM cases exist next to f32
+// (and bf16) at every shape, and their setup builds weights that run.
+func TestBenchKernelsFP8Cases(t *testing.T) {
+	shapes := map[string][]string{}
+	for _, c := range kernelBenchCases() {
+		shapes[c.kernel] = append(shapes[c.kernel], c.shape)
+	}
+	for _, group := range []string{"gemv", "gemm"} {
+		if d := cmp.Diff(shapes[group+"_f32"], shapes[group+"_fp8"]); d != "" || len(shapes[group+"_fp8"]) == 0 {
+			t.Errorf("%s_fp8 shapes differ from %s_f32 (-f32 +fp8):\n%s", group, group, d)
+		}
+	}
+	if !slices.Contains(shapes["gemv_fp8"], "rows=1 out=6144 in=16384 o_proj") {
+		t.Errorf("no fp8 GEMV at GLM-5's o_proj: %q", shapes["gemv_fp8"])
+	}
+	// A small fp8 GEMV and GEMM built the way the cases build them run.
+	for _, rows := range []int{1, 9} {
+		call, err := setupGEMM(rows, 136, 300, "fp8")
+		if err != nil {
+			t.Fatalf("fp8 setup, %d rows: %v", rows, err)
+		}
+		call()
+	}
+	if _, err := setupGEMM(1, 8, 8, "fp4"); err == nil || !strings.Contains(err.Error(), `unknown weight dtype "fp4"`) {
+		t.Errorf("setupGEMM with an unknown dtype: %v", err)
 	}
 }
