@@ -42,7 +42,13 @@
 //     as DeepSeek-V3 and GLM-5 checkpoints store them) is the float32
 //     product code·scale, rounded once. MatMulT and MatVecT on an fp8
 //     matrix give exactly the bits of the same implementation on its
-//     dequantized f32 copy, for any offsets into the block grid.
+//     dequantized f32 copy, for any offsets into the block grid: the
+//     one-row product decodes the codes in the GEMV tiles' registers (one
+//     exact multiply by scale·2^120 of the code's bits in float32
+//     position), other products and the cases the tiles cannot take (a
+//     column offset that splits a vector between blocks, a scale of
+//     magnitude 2^8 or more, a NaN code) decode a block of rows into an
+//     f32 panel that the f32 tiles read, once for all activation rows.
 //   - RoPE angles pos·inv_freq and their cos/sin are computed in float64 and
 //     rounded to float32 once; the rotation itself is float32 (Apply) or
 //     float64 (Apply64).
