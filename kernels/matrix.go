@@ -222,10 +222,7 @@ func (m *Matrix) Dequantize() *Matrix {
 // its block scales, with the row offset moved), or m itself when that is all
 // of it. It panics if the range is outside [0, Rows).
 func (m *Matrix) SliceRows(lo, n int) *Matrix {
-	if lo < 0 || n < 0 || lo > m.Rows-n {
-		panic(fmt.Sprintf("kernels: Matrix.SliceRows(%d, %d) of a [%d, %d] matrix is out of range", lo, n, m.Rows, m.Cols))
-	}
-	if lo == 0 && n == m.Rows {
+	if m.wholeSlice("SliceRows", lo, n, m.Rows) {
 		return m
 	}
 	s := &Matrix{Rows: n, Cols: m.Cols}
@@ -247,10 +244,7 @@ func (m *Matrix) SliceRows(lo, n int) *Matrix {
 // moved), or m itself when that is all of it. It panics if the range is
 // outside [0, Cols).
 func (m *Matrix) SliceCols(lo, n int) *Matrix {
-	if lo < 0 || n < 0 || lo > m.Cols-n {
-		panic(fmt.Sprintf("kernels: Matrix.SliceCols(%d, %d) of a [%d, %d] matrix is out of range", lo, n, m.Rows, m.Cols))
-	}
-	if lo == 0 && n == m.Cols {
+	if m.wholeSlice("SliceCols", lo, n, m.Cols) {
 		return m
 	}
 	s := &Matrix{Rows: m.Rows, Cols: n}
@@ -264,6 +258,15 @@ func (m *Matrix) SliceCols(lo, n int) *Matrix {
 		s.Scales = m.Scales.shifted(0, lo)
 	}
 	return s
+}
+
+// wholeSlice panics unless [lo, lo+n) lies in [0, size) and reports whether
+// it is all of it.
+func (m *Matrix) wholeSlice(method string, lo, n, size int) bool {
+	if lo < 0 || n < 0 || lo > size-n {
+		panic(fmt.Sprintf("kernels: Matrix.%s(%d, %d) of a [%d, %d] matrix is out of range", method, lo, n, m.Rows, m.Cols))
+	}
+	return lo == 0 && n == size
 }
 
 // copyCols copies columns [lo, lo+n) of a row-major [rows, cols] slice.

@@ -55,48 +55,6 @@ func fp8Value(m *Matrix, i, j int) float32 {
 	return numfmt.F32FromE4M3(m.FP8[i*m.Cols+j]) * scale
 }
 
-func TestMatrixValidateFP8(t *testing.T) {
-	okScales := func(n, stride int) *BlockScales { return &BlockScales{S: make([]float32, n), Stride: stride} }
-	tests := []struct {
-		name    string
-		m       *Matrix
-		wantErr string // substring; "" means valid
-	}{
-		{"fp8 one block", &Matrix{Rows: 3, Cols: 5, FP8: make([]uint8, 15), Scales: okScales(1, 1)}, ""},
-		{"fp8 edge blocks", &Matrix{Rows: 129, Cols: 257, FP8: make([]uint8, 129*257), Scales: okScales(6, 3)}, ""},
-		{"fp8 empty", &Matrix{Rows: 0, Cols: 7, FP8: []uint8{}, Scales: okScales(0, 0)}, ""},
-		{"fp8 offsets inside the grid", &Matrix{Rows: 64, Cols: 64, FP8: make([]uint8, 64*64),
-			Scales: &BlockScales{S: make([]float32, 4), Stride: 2, RowOff: 192, ColOff: 64}}, ""},
-		{"fp8 without scales", &Matrix{Rows: 2, Cols: 2, FP8: make([]uint8, 4)}, "has no block scales; set Scales"},
-		{"scales on f32", &Matrix{Rows: 1, Cols: 1, F32: []float32{1}, Scales: okScales(1, 1)}, "f32 matrix [1, 1] has block scales"},
-		{"fp8 and bf16", &Matrix{Rows: 1, Cols: 1, BF16: []uint16{1}, FP8: []uint8{1}, Scales: okScales(1, 1)}, "BF16 (1) and FP8 (1) storage set; set exactly one"},
-		{"short fp8", &Matrix{Rows: 2, Cols: 3, FP8: make([]uint8, 5), Scales: okScales(1, 1)}, "needs 6 fp8 elements, has 5"},
-		{"negative row offset", &Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: []float32{1}, Stride: 1, RowOff: -1}}, "offsets (-1, 0): need them all ≥ 0"},
-		{"negative column offset", &Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: []float32{1}, Stride: 1, ColOff: -3}}, "offsets (0, -3)"},
-		{"stride too small", &Matrix{Rows: 1, Cols: 129, FP8: make([]uint8, 129), Scales: okScales(4, 1)}, "reaches block column 1, beyond a stride of 1 blocks"},
-		{"offset past the stride", &Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: make([]float32, 4), Stride: 2, ColOff: 256}}, "at column offset 256 reaches block column 2"},
-		{"scales short of the last row block", &Matrix{Rows: 129, Cols: 1, FP8: make([]uint8, 129), Scales: okScales(1, 1)}, "reaches block (1, 0) of stride 1, needs more than the 1 block scales given"},
-		{"row offset past the scales", &Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: make([]float32, 2), Stride: 1, RowOff: 256}}, "reaches block (2, 0)"},
-		{"zero stride", &Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: okScales(1, 0)}, "beyond a stride of 0 blocks"},
-		{"offset overflow", &Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: []float32{1}, Stride: 1, RowOff: math.MaxInt}}, "overflow int"},
-		{"none", &Matrix{Rows: 1, Cols: 1}, "set F32, BF16 or FP8"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.m.Validate()
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.wantErr)
-			}
-		})
-	}
-}
-
 func TestNewFP8Matrix(t *testing.T) {
 	tests := []struct {
 		rows, cols, codes, scales int
