@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -297,20 +298,48 @@ func stringMethod(s, name string) (callable, bool) {
 			}
 			return strings.HasSuffix(s, a[0]), nil
 		}, true
-	case "split":
-		return func(args []any, _ map[string]any) (any, error) {
-			a, err := strArgs(args)
-			if err != nil {
-				return nil, err
+	case "split", "rsplit":
+		return func(args []any, kwargs map[string]any) (any, error) {
+			// Python: split(sep=None, maxsplit=-1).
+			var sep any
+			maxsplit := int64(-1)
+			if len(args) > 2 {
+				return nil, fmt.Errorf("%s takes at most 2 arguments", name)
+			}
+			if len(args) > 0 {
+				sep = args[0]
+			}
+			if v, ok := kwargs["sep"]; ok {
+				sep = v
+			}
+			if len(args) > 1 {
+				kwargs = map[string]any{"maxsplit": args[1]}
+			}
+			if v, ok := kwargs["maxsplit"]; ok {
+				n, ok := v.(int64)
+				if !ok {
+					return nil, fmt.Errorf("%s: maxsplit must be an integer", name)
+				}
+				maxsplit = n
 			}
 			var parts []string
-			if len(a) == 0 {
-				parts = strings.Fields(s)
-			} else {
-				if a[0] == "" {
-					return nil, fmt.Errorf("split: empty separator")
+			switch sv := sep.(type) {
+			case nil, undefined:
+				parts = splitWhitespace(s, int(maxsplit), name == "rsplit")
+			case string:
+				if sv == "" {
+					return nil, fmt.Errorf("%s: empty separator", name)
 				}
-				parts = strings.Split(s, a[0])
+				switch {
+				case maxsplit < 0:
+					parts = strings.Split(s, sv)
+				case name == "split":
+					parts = strings.SplitN(s, sv, int(maxsplit)+1)
+				default:
+					parts = rsplitN(s, sv, int(maxsplit))
+				}
+			default:
+				return nil, fmt.Errorf("%s: separator must be a string, got a %s", name, typeName(sep))
 			}
 			out := make([]any, len(parts))
 			for i, p := range parts {
@@ -414,4 +443,66 @@ func tojsonFilter(x any, args []any, kwargs map[string]any) (any, error) {
 		o.itemSep, o.keySep = a, b
 	}
 	return toJSON(x, o)
+}
+
+// rsplitN is Python's s.rsplit(sep, n) for n >= 0.
+func rsplitN(s, sep string, n int) []string {
+	var rev []string
+	for n > 0 {
+		i := strings.LastIndex(s, sep)
+		if i < 0 {
+			break
+		}
+		rev = append(rev, s[i+len(sep):])
+		s = s[:i]
+		n--
+	}
+	out := []string{s}
+	for i := len(rev) - 1; i >= 0; i-- {
+		out = append(out, rev[i])
+	}
+	return out
+}
+
+// splitWhitespace is Python's s.split() / s.rsplit() with no separator:
+// runs of whitespace separate, leading and trailing whitespace is dropped,
+// at most maxsplit splits (all when negative).
+func splitWhitespace(s string, maxsplit int, fromRight bool) []string {
+	if maxsplit < 0 {
+		return strings.Fields(s)
+	}
+	var out []string
+	if !fromRight {
+		for len(out) < maxsplit {
+			s = strings.TrimLeftFunc(s, unicode.IsSpace)
+			i := strings.IndexFunc(s, unicode.IsSpace)
+			if i < 0 {
+				break
+			}
+			out = append(out, s[:i])
+			s = s[i:]
+		}
+		if s = strings.TrimLeftFunc(s, unicode.IsSpace); s != "" {
+			out = append(out, s)
+		}
+		return out
+	}
+	var rev []string
+	for len(rev) < maxsplit {
+		s = strings.TrimRightFunc(s, unicode.IsSpace)
+		i := strings.LastIndexFunc(s, unicode.IsSpace)
+		if i < 0 {
+			break
+		}
+		_, w := utf8.DecodeRuneInString(s[i:])
+		rev = append(rev, s[i+w:])
+		s = s[:i+w]
+	}
+	if s = strings.TrimRightFunc(s, unicode.IsSpace); s != "" {
+		out = append(out, s)
+	}
+	for i := len(rev) - 1; i >= 0; i-- {
+		out = append(out, rev[i])
+	}
+	return out
 }

@@ -235,3 +235,25 @@ func TestLimits(t *testing.T) {
 		t.Error("Parse accepted a template over MaxTemplateBytes")
 	}
 }
+
+// TestSplit follows Python's str.split and str.rsplit.
+func TestSplit(t *testing.T) {
+	cases := map[string]string{
+		"{{ 'a</think>b</think>c'.split('</think>', 1) }}": "['a', 'b</think>c']",
+		"{{ 'a,b,c'.rsplit(',', 1) }}":                     "['a,b', 'c']",
+		"{{ '  a  b c '.split() }}":                        "['a', 'b', 'c']",
+		"{{ '  a  b c '.split(maxsplit=1) }}":              "['a', 'b c ']",
+		"{{ '  a  b c '.rsplit(None, 1) }}":                "['  a  b', 'c']",
+		"{{ 'a,b'.split(',', 0) }}":                        "['a,b']",
+		"{{ 'abc'.split('x') }}":                           "['abc']",
+	}
+	for src, want := range cases {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if got, err := tpl.Render(nil); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", src, got, err, want)
+		}
+	}
+}

@@ -89,7 +89,7 @@ for (const [name, t] of Object.entries(templates)) {
       const rendered = tpl.render(vars);
       // JavaScript concatenates a string and an object where Python raises
       // TypeError; record what Python does.
-      if (rendered.includes("[object Object]")) return { error: "can only concatenate str (not dict) to str" };
+      if (rendered.includes("[object Object]") || rendered.includes("[object Map]")) return { error: "can only concatenate str (not dict) to str" };
       return { rendered };
     } catch (e) {
       return { error: String(e.message || e) };
