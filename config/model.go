@@ -23,7 +23,10 @@ type YaRN struct {
 }
 
 // Model is the architecture of a DeepSeek-V3.2 / GLM-5 style sparse-MLA model,
-// read from an HF config.json or taken from a built-in preset.
+// read from an HF config.json or taken from a built-in preset. The attention
+// and embedding fields live here; the expert layout is MoE (embedded, so its
+// keys sit at the top level of config.json as they do in real checkpoints)
+// and the fp8 weight format is Quantization.
 type Model struct {
 	// Name is the preset name or the checkpoint directory it came from.
 	Name string `json:"-"`
@@ -34,7 +37,7 @@ type Model struct {
 	HiddenSize            int     `json:"hidden_size"`
 	NumLayers             int     `json:"num_hidden_layers"`
 	NumHeads              int     `json:"num_attention_heads"`
-	QLoraRank             int     `json:"q_lora_rank"` // 0 = plain q_proj
+	QLoraRank             int     `json:"-"` // 0 = plain q_proj (q_lora_rank null)
 	KVLoraRank            int     `json:"kv_lora_rank"`
 	QKNopeHeadDim         int     `json:"qk_nope_head_dim"`
 	QKRopeHeadDim         int     `json:"qk_rope_head_dim"`
@@ -46,27 +49,36 @@ type Model struct {
 	IntermediateSize      int     `json:"intermediate_size"`
 	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
 	RMSNormEps            float64 `json:"rms_norm_eps"`
-	RopeTheta             float64 `json:"rope_theta"`
-	RopeScaling           *YaRN   `json:"rope_scaling,omitempty"`
+	RopeTheta             float64 `json:"-"`
+	RopeScaling           *YaRN   `json:"-"`
 	// RopeInterleave selects the interleaved (GPT-J) layout for the main MLA RoPE.
 	RopeInterleave bool `json:"rope_interleave"`
 	// IndexerRopeInterleave selects the interleaved layout for the indexer RoPE
 	// (GLM-5: true; DeepSeek-V3.2: false = half-split).
 	IndexerRopeInterleave bool `json:"indexer_rope_interleave"`
+	// HiddenAct is the MLP activation; only "silu" (SwiGLU, also meant by
+	// "") is implemented.
+	HiddenAct string `json:"hidden_act"`
 
-	// MoE fields: read for the planner's weight estimate; the CPU engine runs
-	// dense SwiGLU layers only.
-	FirstKDenseReplace  int `json:"first_k_dense_replace"`
-	NRoutedExperts      int `json:"n_routed_experts"`
-	NSharedExperts      int `json:"n_shared_experts"`
-	NumExpertsPerTok    int `json:"num_experts_per_tok"`
-	MoEIntermediateSize int `json:"moe_intermediate_size"`
-	NumNextNPredict     int `json:"num_nextn_predict_layers"`
+	MoE
+
+	// NumNextNPredict is the number of multi-token-prediction layers stored
+	// after the decoder layers (model.layers.{num_hidden_layers}…).
+	NumNextNPredict int `json:"num_nextn_predict_layers"`
 
 	TieWordEmbeddings bool   `json:"tie_word_embeddings"`
-	TorchDtype        string `json:"torch_dtype"`
-	BOSTokenID        int    `json:"bos_token_id"`
+	TorchDtype        string `json:"-"`
+	BOSTokenID        *int   `json:"-"`
 	EOSTokenIDs       []int  `json:"-"`
+	PadTokenID        *int   `json:"-"`
+
+	// Quantization is the checkpoint's quantization_config (nil: weights are
+	// stored in their own dtype).
+	Quantization *Quantization `json:"-"`
+
+	// Source records how a parsed config.json spelled what it holds, so that
+	// MarshalHF writes the same keys back. It is nil for presets built in code.
+	Source *HFSource `json:"-"`
 }
 
 // QKHeadDim is the per-head query/key width of the MHA form (nope + rope).
@@ -77,6 +89,15 @@ func (m *Model) CacheRowDim() int { return m.KVLoraRank + m.QKRopeHeadDim }
 
 // Sparse reports whether the model has a DSA lightning indexer.
 func (m *Model) Sparse() bool { return m.IndexTopK > 0 && m.IndexNHeads > 0 }
+
+// QInputDim is the width the query up-projections read: q_lora_rank, or the
+// hidden size for a model without a q LoRA.
+func (m *Model) QInputDim() int {
+	if m.QLoraRank > 0 {
+		return m.QLoraRank
+	}
+	return m.HiddenSize
+}
 
 // YaRNMScale is DeepSeek's yarn_get_mscale: 0.1·m·ln(f) + 1, or 1 for f ≤ 1.
 func YaRNMScale(factor, m float64) float64 {
@@ -103,13 +124,13 @@ func (m *Model) IndexerWeightScale() float64 {
 	return 1 / math.Sqrt(float64(m.IndexNHeads)) / math.Sqrt(float64(m.IndexHeadDim))
 }
 
-// DenseLayer reports whether layer i uses a dense MLP (true for every layer
+// DenseLayer reports whether decoder layer i uses a dense MLP (every layer
 // of a model without routed experts).
-func (m *Model) DenseLayer(i int) bool {
-	return m.NRoutedExperts == 0 || i < m.FirstKDenseReplace
-}
+func (m *Model) DenseLayer(i int) bool { return !m.MoE.Routed(i) }
 
-// Validate checks the fields the engine relies on and reports every problem.
+// Validate checks the whole configuration and reports every problem at once:
+// sizes the engine relies on, the expert layout, the quantization format,
+// and the tokens the configuration names.
 func (m *Model) Validate() error {
 	var errs []error
 	pos := func(name string, v int) {
@@ -125,8 +146,14 @@ func (m *Model) Validate() error {
 	pos("v_head_dim", m.VHeadDim)
 	pos("vocab_size", m.VocabSize)
 	pos("max_position_embeddings", m.MaxPositionEmbeddings)
+	if m.QLoraRank < 0 {
+		errs = append(errs, fmt.Errorf("q_lora_rank must be ≥ 0 (or null), got %d", m.QLoraRank))
+	}
 	if m.QKRopeHeadDim <= 0 || m.QKRopeHeadDim%2 != 0 {
 		errs = append(errs, fmt.Errorf("qk_rope_head_dim must be even and > 0, got %d", m.QKRopeHeadDim))
+	}
+	if m.IndexTopK < 0 {
+		errs = append(errs, fmt.Errorf("index_topk must be ≥ 0 (0: dense MLA), got %d", m.IndexTopK))
 	}
 	if m.IndexTopK > 0 {
 		pos("index_n_heads", m.IndexNHeads)
@@ -134,16 +161,49 @@ func (m *Model) Validate() error {
 			errs = append(errs, fmt.Errorf("index_head_dim (%d) must be ≥ qk_rope_head_dim (%d)", m.IndexHeadDim, m.QKRopeHeadDim))
 		}
 	}
-	if m.RMSNormEps <= 0 {
-		errs = append(errs, fmt.Errorf("rms_norm_eps must be > 0, got %g", m.RMSNormEps))
+	if !(m.RMSNormEps > 0) || math.IsInf(m.RMSNormEps, 0) {
+		errs = append(errs, fmt.Errorf("rms_norm_eps must be a finite number > 0, got %g", m.RMSNormEps))
 	}
-	if m.RopeTheta <= 0 {
-		errs = append(errs, fmt.Errorf("rope_theta must be > 0, got %g", m.RopeTheta))
+	if !(m.RopeTheta > 0) || math.IsInf(m.RopeTheta, 0) {
+		errs = append(errs, fmt.Errorf("rope_theta must be a finite number > 0, got %g", m.RopeTheta))
 	}
 	if y := m.RopeScaling; y != nil {
-		if y.Factor <= 0 || y.OriginalMaxPositionEmbeddings <= 0 || y.BetaFast <= 0 || y.BetaSlow <= 0 {
+		if !(y.Factor > 0) || y.OriginalMaxPositionEmbeddings <= 0 || !(y.BetaFast > 0) || !(y.BetaSlow > 0) {
 			errs = append(errs, fmt.Errorf("rope_scaling (yarn) needs factor, original_max_position_embeddings, beta_fast and beta_slow > 0, got %+v", *y))
 		}
+	}
+	if m.HiddenAct != "silu" && m.HiddenAct != "" {
+		errs = append(errs, fmt.Errorf("hidden_act %q is not implemented; the engine runs SwiGLU MLPs (hidden_act \"silu\")", m.HiddenAct))
+	}
+	if m.NumNextNPredict < 0 {
+		errs = append(errs, fmt.Errorf("num_nextn_predict_layers must be ≥ 0, got %d", m.NumNextNPredict))
+	}
+	dense := false
+	for i := 0; i < m.NumLayers; i++ {
+		dense = dense || m.DenseLayer(i)
+	}
+	if dense {
+		pos("intermediate_size", m.IntermediateSize)
+	}
+	errs = append(errs, m.MoE.validate(m.NumLayers)...)
+	if m.Quantization != nil {
+		if err := m.Quantization.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	token := func(name string, id int) {
+		if m.VocabSize > 0 && (id < 0 || id >= m.VocabSize) {
+			errs = append(errs, fmt.Errorf("%s %d is outside the vocabulary [0, %d)", name, id, m.VocabSize))
+		}
+	}
+	for _, id := range m.EOSTokenIDs {
+		token("eos_token_id", id)
+	}
+	if m.BOSTokenID != nil {
+		token("bos_token_id", *m.BOSTokenID)
+	}
+	if m.PadTokenID != nil {
+		token("pad_token_id", *m.PadTokenID)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("model config %q: %w", m.Name, errors.Join(errs...))
@@ -151,205 +211,62 @@ func (m *Model) Validate() error {
 	return nil
 }
 
-// hfConfig mirrors the JSON keys that differ between DeepSeek-V3.2 and GLM-5.
-type hfConfig struct {
-	Model
-	RopeParameters json.RawMessage `json:"rope_parameters"`
-	RopeScalingRaw json.RawMessage `json:"rope_scaling"`
-	EOS            json.RawMessage `json:"eos_token_id"`
-	QLoraRankRaw   json.RawMessage `json:"q_lora_rank"`
-	BOSRaw         json.RawMessage `json:"bos_token_id"`
-}
-
-type ropeParams struct {
-	Type                          string   `json:"type"`
-	RopeType                      string   `json:"rope_type"`
-	RopeTheta                     *float64 `json:"rope_theta"`
-	Factor                        float64  `json:"factor"`
-	OriginalMaxPositionEmbeddings int      `json:"original_max_position_embeddings"`
-	BetaFast                      float64  `json:"beta_fast"`
-	BetaSlow                      float64  `json:"beta_slow"`
-	MScale                        float64  `json:"mscale"`
-	MScaleAllDim                  float64  `json:"mscale_all_dim"`
-}
-
-// ParseHF reads an HF config.json for DeepSeek-V3.2 (deepseek_v32) or GLM-5
-// (glm_moe_dsa). rope_scaling and the newer rope_parameters are both accepted.
-func ParseHF(data []byte) (*Model, error) {
-	var c hfConfig
-	c.Model.RopeInterleave = true
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("parse config.json: %w", err)
-	}
-	m := c.Model
-	m.RopeScaling = nil
-	// q_lora_rank may be null (V2-Lite: plain q_proj).
-	if len(c.QLoraRankRaw) > 0 && string(c.QLoraRankRaw) != "null" {
-		if err := json.Unmarshal(c.QLoraRankRaw, &m.QLoraRank); err != nil {
-			return nil, fmt.Errorf("config.json q_lora_rank: %w", err)
-		}
-	} else {
-		m.QLoraRank = 0
-	}
-	for _, raw := range []json.RawMessage{c.RopeScalingRaw, c.RopeParameters} {
-		if len(raw) == 0 || string(raw) == "null" {
-			continue
-		}
-		var rp ropeParams
-		if err := json.Unmarshal(raw, &rp); err != nil {
-			return nil, fmt.Errorf("config.json rope parameters: %w", err)
-		}
-		if rp.RopeTheta != nil && m.RopeTheta == 0 {
-			m.RopeTheta = *rp.RopeTheta
-		}
-		kind := rp.Type
-		if kind == "" {
-			kind = rp.RopeType
-		}
-		switch kind {
-		case "yarn", "deepseek_yarn":
-			m.RopeScaling = &YaRN{
-				Factor: rp.Factor, OriginalMaxPositionEmbeddings: rp.OriginalMaxPositionEmbeddings,
-				BetaFast: rp.BetaFast, BetaSlow: rp.BetaSlow, MScale: rp.MScale, MScaleAllDim: rp.MScaleAllDim,
-			}
-			if m.RopeScaling.BetaFast == 0 {
-				m.RopeScaling.BetaFast = 32
-			}
-			if m.RopeScaling.BetaSlow == 0 {
-				m.RopeScaling.BetaSlow = 1
-			}
-		case "", "default":
-		default:
-			return nil, fmt.Errorf("config.json: rope type %q is not supported (want yarn or default)", kind)
-		}
-	}
-	if len(c.EOS) > 0 && string(c.EOS) != "null" {
-		var one int
-		if err := json.Unmarshal(c.EOS, &one); err == nil {
-			m.EOSTokenIDs = []int{one}
-		} else if err := json.Unmarshal(c.EOS, &m.EOSTokenIDs); err != nil {
-			return nil, fmt.Errorf("config.json eos_token_id: %w", err)
-		}
-	}
-	if len(c.BOSRaw) > 0 && string(c.BOSRaw) != "null" {
-		if err := json.Unmarshal(c.BOSRaw, &m.BOSTokenID); err != nil {
-			return nil, fmt.Errorf("config.json bos_token_id: %w", err)
-		}
-	}
-	if m.Architecture == "" {
-		return nil, errors.New("config.json: model_type is missing")
-	}
-	if m.RopeTheta == 0 {
-		m.RopeTheta = 10000
-	}
-	if m.RMSNormEps == 0 {
-		m.RMSNormEps = 1e-6
-	}
-	return &m, nil
-}
-
-// MarshalHF writes the model as an HF config.json.
-func (m *Model) MarshalHF() ([]byte, error) {
-	out := map[string]any{
-		"architectures":            []string{archClass(m.Architecture)},
-		"model_type":               m.Architecture,
-		"hidden_size":              m.HiddenSize,
-		"num_hidden_layers":        m.NumLayers,
-		"num_attention_heads":      m.NumHeads,
-		"num_key_value_heads":      m.NumHeads,
-		"kv_lora_rank":             m.KVLoraRank,
-		"qk_nope_head_dim":         m.QKNopeHeadDim,
-		"qk_rope_head_dim":         m.QKRopeHeadDim,
-		"head_dim":                 m.QKRopeHeadDim,
-		"v_head_dim":               m.VHeadDim,
-		"vocab_size":               m.VocabSize,
-		"intermediate_size":        m.IntermediateSize,
-		"max_position_embeddings":  m.MaxPositionEmbeddings,
-		"rms_norm_eps":             m.RMSNormEps,
-		"rope_theta":               m.RopeTheta,
-		"rope_interleave":          m.RopeInterleave,
-		"indexer_rope_interleave":  m.IndexerRopeInterleave,
-		"first_k_dense_replace":    m.FirstKDenseReplace,
-		"n_routed_experts":         nilIfZero(m.NRoutedExperts),
-		"n_shared_experts":         nilIfZero(m.NSharedExperts),
-		"num_experts_per_tok":      nilIfZero(m.NumExpertsPerTok),
-		"moe_intermediate_size":    m.MoEIntermediateSize,
-		"num_nextn_predict_layers": m.NumNextNPredict,
-		"tie_word_embeddings":      m.TieWordEmbeddings,
-		"torch_dtype":              m.TorchDtype,
-		"bos_token_id":             m.BOSTokenID,
-	}
-	if m.QLoraRank > 0 {
-		out["q_lora_rank"] = m.QLoraRank
-	} else {
-		out["q_lora_rank"] = nil
-	}
-	if m.IndexTopK > 0 {
-		out["index_n_heads"] = m.IndexNHeads
-		out["index_head_dim"] = m.IndexHeadDim
-		out["index_topk"] = m.IndexTopK
-	}
-	if m.RopeScaling != nil {
-		y := m.RopeScaling
-		out["rope_scaling"] = map[string]any{
-			"type": "yarn", "factor": y.Factor, "original_max_position_embeddings": y.OriginalMaxPositionEmbeddings,
-			"beta_fast": y.BetaFast, "beta_slow": y.BetaSlow, "mscale": y.MScale, "mscale_all_dim": y.MScaleAllDim,
-		}
-	}
-	switch len(m.EOSTokenIDs) {
-	case 0:
-	case 1:
-		out["eos_token_id"] = m.EOSTokenIDs[0]
-	default:
-		out["eos_token_id"] = m.EOSTokenIDs
-	}
-	return json.MarshalIndent(out, "", "  ")
-}
-
-func nilIfZero(v int) any {
-	if v == 0 {
-		return nil
-	}
-	return v
-}
-
-func archClass(modelType string) string {
-	switch modelType {
-	case "glm_moe_dsa":
-		return "GlmMoeDsaForCausalLM"
-	case "deepseek_v32":
-		return "DeepseekV32ForCausalLM"
-	case "deepseek_v2":
-		return "DeepseekV2ForCausalLM"
-	default:
-		return "DeepseekV3ForCausalLM"
-	}
-}
-
-// Load resolves a model argument: a preset name, a checkpoint directory
-// holding config.json, or a path to a config.json file.
+// Load resolves a model argument: a preset name, or a checkpoint directory
+// holding config.json. The configuration is validated as a whole before it
+// is returned. A file where a directory is expected is refused by name.
 func Load(nameOrPath string) (*Model, error) {
 	if p, ok := presets[nameOrPath]; ok {
 		m := p()
 		m.Name = nameOrPath
+		if err := m.Validate(); err != nil {
+			return nil, err
+		}
 		return m, nil
 	}
-	path := nameOrPath
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "config.json")
-	} else if err != nil {
-		return nil, fmt.Errorf("model %q is neither a preset (%s) nor a readable path: %w", nameOrPath, strings.Join(PresetNames(), ", "), err)
-	}
-	data, err := os.ReadFile(path)
+	st, err := os.Stat(nameOrPath)
 	if err != nil {
-		return nil, fmt.Errorf("read model config: %w", err)
+		return nil, fmt.Errorf("model %q is neither a preset (%s) nor a checkpoint directory: %w", nameOrPath, strings.Join(PresetNames(), ", "), err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("model %q is a file, not a checkpoint directory: pass the directory that holds config.json (e.g. --model %s)", nameOrPath, filepath.Dir(nameOrPath))
+	}
+	path := filepath.Join(nameOrPath, "config.json")
+	data, err := readConfigFile(path)
+	if err != nil {
+		return nil, err
 	}
 	m, err := ParseHF(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	m.Name = nameOrPath
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return m, nil
+}
+
+// maxConfigBytes bounds config.json: real ones are a few KiB.
+const maxConfigBytes = 1 << 20
+
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read model config: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read model config: %w", err)
+	}
+	if st.Size() > maxConfigBytes {
+		return nil, fmt.Errorf("%s is %d bytes; a config.json holds at most %d", path, st.Size(), maxConfigBytes)
+	}
+	data := make([]byte, st.Size())
+	if _, err := f.ReadAt(data, 0); err != nil && st.Size() > 0 {
+		return nil, fmt.Errorf("read model config: %w", err)
+	}
+	return data, nil
 }
 
 // PresetNames lists the built-in presets in sorted order.
@@ -360,4 +277,40 @@ func PresetNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Clone returns a deep copy of m (slices and pointers copied), so that a
+// caller may change the copy without touching a shared preset.
+func (m *Model) Clone() *Model {
+	c := *m
+	c.EOSTokenIDs = append([]int(nil), m.EOSTokenIDs...)
+	c.MLPLayerTypes = append([]string(nil), m.MLPLayerTypes...)
+	if m.RopeScaling != nil {
+		y := *m.RopeScaling
+		c.RopeScaling = &y
+	}
+	for _, p := range []**int{&c.BOSTokenID, &c.PadTokenID} {
+		if *p != nil {
+			v := **p
+			*p = &v
+		}
+	}
+	if m.Quantization != nil {
+		q := *m.Quantization
+		q.ModulesToNotConvert = append([]string(nil), m.Quantization.ModulesToNotConvert...)
+		c.Quantization = &q
+	}
+	if m.Source != nil {
+		s := *m.Source
+		s.Extra = make(map[string]json.RawMessage, len(m.Source.Extra))
+		for k, v := range m.Source.Extra {
+			s.Extra[k] = v
+		}
+		s.Given = make(map[string]bool, len(m.Source.Given))
+		for k, v := range m.Source.Given {
+			s.Given[k] = v
+		}
+		c.Source = &s
+	}
+	return &c
 }

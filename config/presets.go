@@ -1,20 +1,69 @@
 package config
 
-// Built-in presets. The "-mini" presets keep the exact 576/512 MLA kernel
-// shapes and the 128-wide indexer of the real models at a size that runs on
-// a laptop; "glm5-shape" has GLM-5's exact attention dimensions for kernel
-// benchmarks; "glm-5" and "deepseek-v3.2" are the published configurations
-// (MoE included), used by the planner.
+import (
+	"embed"
+	"fmt"
+)
+
+// Built-in presets.
+//
+//   - "glm-5" and "deepseek-v3.2" are the published configurations, read
+//     from published/*.json at start-up (the planner and `model inspect`
+//     use them; their weights are far too large for this engine's hosts).
+//   - The dense "-mini" presets keep the exact 576/512 MLA kernel shapes and
+//     the 128-wide indexer of the real models at a size that runs on a
+//     laptop; "glm5-shape" has GLM-5's exact attention dimensions for kernel
+//     benchmarks.
+//   - The "-moe-mini" presets are faithful tiny checkpoints of the real
+//     architecture: the minis' attention, one dense and two MoE layers with
+//     16 routed experts of width 128 (4 per token, one shared expert), GLM-5's
+//     single routing group or DeepSeek-V3.2's grouped routing (4 groups, best
+//     2), and one MTP layer.
+//   - "glm5-moe-shape" has GLM-5's attention, hidden size 6144 and expert
+//     width 2048, with as many experts as fit in 8 GiB of fp8 weights, for
+//     benchmarks of MoE decode and prefill.
 var presets = map[string]func() *Model{
-	"glm5-mini":     glm5Mini,
-	"v32-mini":      v32Mini,
-	"glm5-shape":    glm5Shape,
-	"glm-5":         glm5,
-	"deepseek-v3.2": deepseekV32,
+	"glm5-mini":      glm5Mini,
+	"v32-mini":       v32Mini,
+	"glm5-shape":     glm5Shape,
+	"glm5-moe-mini":  glm5MoEMini,
+	"v32-moe-mini":   v32MoEMini,
+	"glm5-moe-shape": glm5MoEShape,
+	"glm-5":          published("glm-5"),
+	"deepseek-v3.2":  published("deepseek-v3.2"),
 }
 
 // DefaultPreset is the model every command uses when none is given.
 const DefaultPreset = "glm5-mini"
+
+//go:embed published/*.json
+var publishedFiles embed.FS
+
+// published returns the preset read from published/NAME.json. The file is
+// parsed once per call so that callers may change what they get.
+func published(name string) func() *Model {
+	return func() *Model {
+		data, err := publishedFiles.ReadFile("published/" + name + ".json")
+		if err != nil {
+			panic(fmt.Sprintf("config: embedded published/%s.json: %v", name, err))
+		}
+		m, err := ParseHF(data)
+		if err != nil {
+			panic(fmt.Sprintf("config: embedded published/%s.json: %v", name, err))
+		}
+		return m
+	}
+}
+
+// denseMoE is the routing block of a dense preset: every layer keeps its
+// MLP (first_k_dense_replace = num_hidden_layers, which transformers reads
+// as all-dense) and no experts.
+func denseMoE(layers int) MoE {
+	return MoE{FirstKDenseReplace: layers, MoELayerFreq: 1, NGroup: 1, TopKGroup: 1, RoutedScalingFactor: 1,
+		ScoringFunc: "sigmoid", TopKMethod: "noaux_tc", NormTopKProb: true}
+}
+
+func intp(v int) *int { return &v }
 
 func glm5Mini() *Model {
 	return &Model{
@@ -37,8 +86,10 @@ func glm5Mini() *Model {
 		RopeTheta:             1e6,
 		RopeInterleave:        true,
 		IndexerRopeInterleave: true,
+		HiddenAct:             "silu",
+		MoE:                   denseMoE(2),
 		TorchDtype:            "bfloat16",
-		BOSTokenID:            0,
+		BOSTokenID:            intp(0),
 		EOSTokenIDs:           []int{1},
 	}
 }
@@ -58,6 +109,7 @@ func glm5Shape() *Model {
 	m := glm5Mini()
 	m.HiddenSize = 6144
 	m.NumLayers = 1
+	m.MoE = denseMoE(1)
 	m.NumHeads = 64
 	m.QLoraRank = 2048
 	m.IndexNHeads = 32
@@ -68,68 +120,33 @@ func glm5Shape() *Model {
 	return m
 }
 
-func glm5() *Model {
-	return &Model{
-		Architecture:          "glm_moe_dsa",
-		HiddenSize:            6144,
-		NumLayers:             78,
-		NumHeads:              64,
-		QLoraRank:             2048,
-		KVLoraRank:            512,
-		QKNopeHeadDim:         192,
-		QKRopeHeadDim:         64,
-		VHeadDim:              256,
-		IndexNHeads:           32,
-		IndexHeadDim:          128,
-		IndexTopK:             2048,
-		VocabSize:             154880,
-		IntermediateSize:      12288,
-		MaxPositionEmbeddings: 202752,
-		RMSNormEps:            1e-5,
-		RopeTheta:             1e6,
-		RopeInterleave:        true,
-		IndexerRopeInterleave: true,
-		FirstKDenseReplace:    3,
-		NRoutedExperts:        256,
-		NSharedExperts:        1,
-		NumExpertsPerTok:      8,
-		MoEIntermediateSize:   2048,
-		NumNextNPredict:       1,
-		TorchDtype:            "bfloat16",
-		EOSTokenIDs:           []int{154820, 154827, 154829},
-	}
+// moeMini turns a dense mini into the faithful tiny MoE checkpoint: layer 0
+// dense, layers 1 and 2 routed, one MTP layer.
+func moeMini(m *Model, nGroup, topkGroup int) *Model {
+	m.NumLayers = 3
+	m.MoE = MoE{FirstKDenseReplace: 1, MoELayerFreq: 1, NRoutedExperts: 16, NSharedExperts: 1, NumExpertsPerTok: 4,
+		MoEIntermediateSize: 128, NGroup: nGroup, TopKGroup: topkGroup, RoutedScalingFactor: 2.5,
+		ScoringFunc: "sigmoid", TopKMethod: "noaux_tc", NormTopKProb: true}
+	m.NumNextNPredict = 1
+	return m
 }
 
-func deepseekV32() *Model {
-	return &Model{
-		Architecture:          "deepseek_v32",
-		HiddenSize:            7168,
-		NumLayers:             61,
-		NumHeads:              128,
-		QLoraRank:             1536,
-		KVLoraRank:            512,
-		QKNopeHeadDim:         128,
-		QKRopeHeadDim:         64,
-		VHeadDim:              128,
-		IndexNHeads:           64,
-		IndexHeadDim:          128,
-		IndexTopK:             2048,
-		VocabSize:             129280,
-		IntermediateSize:      18432,
-		MaxPositionEmbeddings: 163840,
-		RMSNormEps:            1e-6,
-		RopeTheta:             10000,
-		RopeScaling:           &YaRN{Factor: 40, OriginalMaxPositionEmbeddings: 4096, BetaFast: 32, BetaSlow: 1, MScale: 1, MScaleAllDim: 1},
-		RopeInterleave:        true,
-		IndexerRopeInterleave: false,
-		FirstKDenseReplace:    3,
-		NRoutedExperts:        256,
-		NSharedExperts:        1,
-		NumExpertsPerTok:      8,
-		MoEIntermediateSize:   2048,
-		NumNextNPredict:       1,
-		TorchDtype:            "bfloat16",
-		BOSTokenID:            0,
-		EOSTokenIDs:           []int{1},
-	}
+func glm5MoEMini() *Model { return moeMini(glm5Mini(), 1, 1) }
+
+func v32MoEMini() *Model { return moeMini(v32Mini(), 4, 2) }
+
+// glm5MoEShapeExperts is the routed expert count of glm5-moe-shape: the
+// largest multiple of 16 for which its fp8 weights (two routed layers, the
+// MTP layer included) fit in 8 GiB (config_test.go checks both sides).
+const glm5MoEShapeExperts = 96
+
+func glm5MoEShape() *Model {
+	m := glm5Shape()
+	m.NumLayers = 2
+	m.IntermediateSize = 12288
+	m.MoE = MoE{FirstKDenseReplace: 1, MoELayerFreq: 1, NRoutedExperts: glm5MoEShapeExperts, NSharedExperts: 1, NumExpertsPerTok: 8,
+		MoEIntermediateSize: 2048, NGroup: 1, TopKGroup: 1, RoutedScalingFactor: 2.5,
+		ScoringFunc: "sigmoid", TopKMethod: "noaux_tc", NormTopKProb: true}
+	m.NumNextNPredict = 1
+	return m
 }

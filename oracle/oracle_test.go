@@ -724,7 +724,7 @@ func TestNewRefusals(t *testing.T) {
 		{"unknown indexer dtype", sparse, good, Options{IndexerDType: "int8"}, []string{`"int8"`, `"fp8"`}},
 		{"fp8_ds_mla needs 512+64", smallLatent, randomWeights(smallLatent, 1), Options{KVDType: KVFP8DSMLA}, []string{"kv_lora_rank=24", "qk_rope_head_dim=8", `"bf16"`}},
 		{"fp8 indexer needs 128", smallIndex, randomWeights(smallIndex, 1), Options{IndexerDType: IndexerFP8}, []string{"index_head_dim=96", `"f32"`}},
-		{"moe layer", moe, good, Options{}, []string{"layer 1", "n_routed_experts=4", "glm5-mini"}},
+		{"incomplete moe config", moe, good, Options{}, []string{"scoring_func", "n_routed_experts = 4"}},
 		{"sparse without q latent", noQLora, good, Options{}, []string{"q_lora_rank", "index_topk=0"}},
 		{"nil source", sparse, nil, Options{}, []string{"nil weight source"}},
 	} {
