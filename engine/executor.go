@@ -2,9 +2,7 @@ package engine
 
 import (
 	"fmt"
-	"unsafe"
 
-	"github.com/cpmla/cpmla/kernels"
 	"github.com/cpmla/cpmla/model"
 )
 
@@ -47,49 +45,7 @@ func SingleRank(m *model.Model) ExecutorFactory {
 	}
 }
 
-// WeightBytes is the memory of a rank's weights: every matrix and vector the
-// model holds, counting storage shared by two fields (tied embeddings) once.
-func WeightBytes(m *model.Model) int64 {
-	seen := map[uintptr]bool{}
-	var n int64
-	add := func(p unsafe.Pointer, bytes int64) {
-		if bytes == 0 || seen[uintptr(p)] {
-			return
-		}
-		seen[uintptr(p)] = true
-		n += bytes
-	}
-	mat := func(w *kernels.Matrix) {
-		switch {
-		case w == nil:
-		case w.F32 != nil && len(w.F32) > 0:
-			add(unsafe.Pointer(&w.F32[0]), int64(len(w.F32))*4)
-		case len(w.BF16) > 0:
-			add(unsafe.Pointer(&w.BF16[0]), int64(len(w.BF16))*2)
-		}
-	}
-	vec := func(v []float32) {
-		if len(v) > 0 {
-			add(unsafe.Pointer(&v[0]), int64(len(v))*4)
-		}
-	}
-	mat(m.Embed)
-	mat(m.LMHead)
-	vec(m.Norm)
-	for i := range m.Layers {
-		L := &m.Layers[i]
-		for _, w := range []*kernels.Matrix{L.QA, L.QB, L.KVA, L.O, L.IdxWQB, L.IdxWK, L.IdxWProj, L.Gate, L.Up, L.Down} {
-			mat(w)
-		}
-		for h := range L.WUKT {
-			mat(&L.WUKT[h])
-		}
-		for h := range L.WUV {
-			mat(&L.WUV[h])
-		}
-		for _, v := range [][]float32{L.InputNorm, L.QANorm, L.KVANorm, L.IdxNormW, L.IdxNormB, L.PostNorm} {
-			vec(v)
-		}
-	}
-	return n
-}
+// WeightBytes is the memory of a rank's weights (model.Model.WeightBytes):
+// every matrix and vector the model holds, fp8 block scales included,
+// counting storage shared by two fields (tied embeddings) once.
+func WeightBytes(m *model.Model) int64 { return m.WeightBytes() }

@@ -3,39 +3,50 @@ package model
 import (
 	"fmt"
 	"io"
+	"unsafe"
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/kernels"
 )
 
-// Shard selects the tensor-parallel slice of the weights a rank holds.
+// Shard selects the slice of the weights a rank holds: its tensor-parallel
+// heads and MLP columns and, with expert parallelism (EPSize > 1), its
+// whole routed experts.
 type Shard struct {
 	TPRank, TPSize int
+	// EPRank and EPSize place the rank among the ranks sharing the routed
+	// experts (its world rank among TP × PCP). EPSize ≤ 1 means no expert
+	// parallelism: every rank holds every expert, TP-sliced along its width.
+	EPRank, EPSize int
 }
 
-// Layer holds one decoder layer's weights as this rank uses them: attention
-// heads [HeadLo, HeadLo+Heads) and an MLP slice of the intermediate dimension.
+// Layer holds one decoder layer's weights as this rank uses them: the
+// attention, and either a dense MLP or a MoE block.
 type Layer struct {
 	InputNorm []float32
-	QA        *kernels.Matrix // [dq, D]; nil when the model has no q LoRA
-	QANorm    []float32
-	QB        *kernels.Matrix // [heads·(dn+dr), dq or D]: this rank's heads
-	KVA       *kernels.Matrix // [dc+dr, D]
-	KVANorm   []float32
-	WUKT      []kernels.Matrix // per local head: W_UKᵀ [dc, dn] (f32)
-	WUV       []kernels.Matrix // per local head: W_UV [dv, dc]
-	O         *kernels.Matrix  // [D, heads·dv]: this rank's input columns
+	Attn      Attention
+	PostNorm  []float32
+	MLP       *MLP // dense layers
+	MoE       *MoE // routed layers
+}
 
-	IdxWQB, IdxWK, IdxWProj *kernels.Matrix // indexer (nil for dense MLA)
-	IdxNormW, IdxNormB      []float32
-
-	PostNorm         []float32
-	Gate, Up, Down   *kernels.Matrix // gate/up: [I/tp, D]; down: [D, I/tp]
-	IntermediateSize int             // local slice of the MLP width
+// MTPLayer is a multi-token-prediction layer: the glue that joins the
+// embedding of the next token with the previous hidden state, a full
+// decoder layer, and the shared head (its own, or the main LM head where the
+// checkpoint stores none, as GLM-5's). It is loaded and checked with the
+// model; speculative decoding runs it.
+type MTPLayer struct {
+	ENorm, HNorm []float32
+	EHProj       *kernels.Matrix // [D, 2D]
+	Block        Layer
+	HeadNorm     []float32
+	Head         *kernels.Matrix // [V, D]
 }
 
 // Model is one rank's view of a sparse-MLA model: replicated embedding,
-// norms, indexer and LM head; TP-sharded attention heads and MLP.
+// norms, indexer, routers and LM head; TP-sharded attention heads, MLPs and
+// shared experts; routed experts TP-sliced or, with expert parallelism,
+// spread whole over the ranks.
 type Model struct {
 	Cfg    *config.Model
 	Shard  Shard
@@ -45,10 +56,11 @@ type Model struct {
 	Embed   *kernels.Matrix // [V, D]
 	Layers  []Layer
 	Norm    []float32
-	LMHead  *kernels.Matrix // [V, D]
-	Rope    *kernels.Rope   // main and indexer RoPE share one frequency table
-	Scale   float32         // softmax scale
-	IdxScal float32         // indexer weight scale H_I^-0.5·d_I^-0.5
+	LMHead  *kernels.Matrix // [V, D] (the embedding when tied)
+	MTP     []MTPLayer
+	Rope    *kernels.Rope // main and indexer RoPE share one frequency table
+	Scale   float32       // softmax scale
+	IdxScal float32       // indexer weight scale H_I^-0.5·d_I^-0.5
 
 	closer io.Closer
 }
@@ -61,9 +73,31 @@ func (m *Model) Close() error {
 	return nil
 }
 
-// Build assembles a rank's model from a tensor source. It validates every
-// tensor's shape before use and slices the TP shard without copying where the
-// slice is contiguous.
+// checkShard refuses a shard the model cannot be split into, naming the
+// sizes and a setting that works.
+func checkShard(cfg *config.Model, shard Shard) error {
+	if cfg.NumHeads%shard.TPSize != 0 {
+		return fmt.Errorf("num_attention_heads %d is not divisible by tensor-parallel-size %d; use a TP size that divides it", cfg.NumHeads, shard.TPSize)
+	}
+	for i := 0; i < cfg.NumLayers; i++ {
+		if cfg.DenseLayer(i) && cfg.IntermediateSize%shard.TPSize != 0 {
+			return fmt.Errorf("intermediate_size %d is not divisible by tensor-parallel-size %d; use a TP size that divides it", cfg.IntermediateSize, shard.TPSize)
+		}
+	}
+	if shard.EPSize > 1 && !cfg.HasRouted(cfg.NumLayers) {
+		return fmt.Errorf("expert parallelism needs routed experts, but %q has none; leave --enable-expert-parallel off", cfg.Name)
+	}
+	if shard.EPSize > 1 && (shard.EPRank < 0 || shard.EPRank >= shard.EPSize) {
+		return fmt.Errorf("expert-parallel rank %d is outside [0, %d)", shard.EPRank, shard.EPSize)
+	}
+	return checkMoEShard(cfg, shard)
+}
+
+// Build assembles a rank's model from a tensor source. It validates the
+// config and every tensor's shape and dtype before use (fp8 weights with
+// their block scales), slices the rank's shard without copying where the
+// slice is contiguous, and refuses a checkpoint holding tensors the config
+// does not account for.
 func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -71,38 +105,13 @@ func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 	if shard.TPSize == 0 {
 		shard.TPSize = 1
 	}
-	if cfg.NumHeads%shard.TPSize != 0 {
-		return nil, fmt.Errorf("num_attention_heads %d is not divisible by tensor-parallel-size %d; use a TP size that divides it", cfg.NumHeads, shard.TPSize)
+	if shard.EPSize == 0 {
+		shard.EPSize = 1
 	}
-	if cfg.IntermediateSize%shard.TPSize != 0 {
-		return nil, fmt.Errorf("intermediate_size %d is not divisible by tensor-parallel-size %d", cfg.IntermediateSize, shard.TPSize)
+	if err := checkShard(cfg, shard); err != nil {
+		return nil, err
 	}
-	for i := 0; i < cfg.NumLayers; i++ {
-		if !cfg.DenseLayer(i) {
-			return nil, fmt.Errorf("layer %d is a MoE layer (n_routed_experts %d, first_k_dense_replace %d): the CPU engine runs dense SwiGLU layers only", i, cfg.NRoutedExperts, cfg.FirstKDenseReplace)
-		}
-	}
-	specs := map[string]TensorSpec{}
-	for _, s := range TensorSpecs(cfg) {
-		specs[s.Name] = s
-	}
-	get := func(name string) (*kernels.Matrix, error) {
-		t, err := checkTensor(src, specs[name])
-		if err != nil {
-			return nil, err
-		}
-		if len(t.Shape) == 1 {
-			return nil, fmt.Errorf("tensor %s is 1-D", name)
-		}
-		return matrixOf(t)
-	}
-	vec := func(name string) ([]float32, error) {
-		t, err := checkTensor(src, specs[name])
-		if err != nil {
-			return nil, err
-		}
-		return vectorOf(t)
-	}
+	l := newWeightLoader(cfg, src)
 	m := &Model{Cfg: cfg, Shard: shard, Heads: cfg.NumHeads / shard.TPSize}
 	m.HeadLo = shard.TPRank * m.Heads
 	m.Scale = float32(cfg.SoftmaxScale())
@@ -111,103 +120,32 @@ func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 	}
 	m.Rope = kernels.NewRope(cfg.QKRopeHeadDim, cfg.RopeTheta, cfg.RopeScaling)
 	var err error
-	if m.Embed, err = get("model.embed_tokens.weight"); err != nil {
+	if m.Embed, err = l.matrix("model.embed_tokens.weight"); err != nil {
 		return nil, err
 	}
-	if m.Norm, err = vec("model.norm.weight"); err != nil {
+	if m.Norm, err = l.vector("model.norm.weight"); err != nil {
 		return nil, err
 	}
-	if m.LMHead, err = get("lm_head.weight"); err != nil {
-		return nil, err
+	m.LMHead = m.Embed
+	if !cfg.TieWordEmbeddings {
+		if m.LMHead, err = l.matrix("lm_head.weight"); err != nil {
+			return nil, err
+		}
 	}
-	dn, dr, dv, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
 	m.Layers = make([]Layer, cfg.NumLayers)
 	for i := range m.Layers {
-		L := &m.Layers[i]
-		p := LayerPrefix(i)
-		a := p + "self_attn."
-		type matrixField struct {
-			dst  **kernels.Matrix
-			name string
-		}
-		steps := []matrixField{
-			{&L.KVA, a + "kv_a_proj_with_mqa.weight"},
-			{&L.Gate, p + "mlp.gate_proj.weight"},
-			{&L.Up, p + "mlp.up_proj.weight"},
-			{&L.Down, p + "mlp.down_proj.weight"},
-		}
-		if cfg.QLoraRank > 0 {
-			steps = append(steps, matrixField{&L.QA, a + "q_a_proj.weight"}, matrixField{&L.QB, a + "q_b_proj.weight"})
-		} else {
-			steps = append(steps, matrixField{&L.QB, a + "q_proj.weight"})
-		}
-		if cfg.Sparse() {
-			steps = append(steps,
-				matrixField{&L.IdxWQB, a + "indexer.wq_b.weight"},
-				matrixField{&L.IdxWK, a + "indexer.wk.weight"},
-				matrixField{&L.IdxWProj, a + "indexer.weights_proj.weight"})
-		}
-		for _, s := range steps {
-			if *s.dst, err = get(s.name); err != nil {
-				return nil, err
-			}
-		}
-		for _, v := range []struct {
-			dst  *[]float32
-			name string
-		}{
-			{&L.InputNorm, p + "input_layernorm.weight"},
-			{&L.KVANorm, a + "kv_a_layernorm.weight"},
-			{&L.PostNorm, p + "post_attention_layernorm.weight"},
-		} {
-			if *v.dst, err = vec(v.name); err != nil {
-				return nil, err
-			}
-		}
-		if cfg.QLoraRank > 0 {
-			if L.QANorm, err = vec(a + "q_a_layernorm.weight"); err != nil {
-				return nil, err
-			}
-		}
-		// TP slices: q_b rows of this rank's heads (contiguous).
-		L.QB = rowSlice(L.QB, m.HeadLo*(dn+dr), m.Heads*(dn+dr))
-		kvb, err := get(a + "kv_b_proj.weight")
-		if err != nil {
+		if m.Layers[i], err = m.loadLayer(l, LayerPrefix(i), cfg.DenseLayer(i)); err != nil {
 			return nil, err
 		}
-		L.WUKT = make([]kernels.Matrix, m.Heads)
-		L.WUV = make([]kernels.Matrix, m.Heads)
-		scratch := make([]float32, dc)
-		for h := 0; h < m.Heads; h++ {
-			base := (m.HeadLo + h) * (dn + dv)
-			t := make([]float32, dc*dn)
-			for j := 0; j < dn; j++ {
-				row := kvb.Row(base+j, scratch)
-				for c := 0; c < dc; c++ {
-					t[c*dn+j] = row[c]
-				}
-			}
-			L.WUKT[h] = kernels.Matrix{Rows: dc, Cols: dn, F32: t}
-			L.WUV[h] = *rowSlice(kvb, base+dn, dv)
-		}
-		o, err := get(a + "o_proj.weight")
-		if err != nil {
+	}
+	m.MTP = make([]MTPLayer, cfg.NumNextNPredict)
+	for k := range m.MTP {
+		if m.MTP[k], err = m.loadMTP(l, cfg.NumLayers+k); err != nil {
 			return nil, err
 		}
-		L.O = colSlice(o, m.HeadLo*dv, m.Heads*dv)
-		ilocal := cfg.IntermediateSize / shard.TPSize
-		L.IntermediateSize = ilocal
-		L.Gate = rowSlice(L.Gate, shard.TPRank*ilocal, ilocal)
-		L.Up = rowSlice(L.Up, shard.TPRank*ilocal, ilocal)
-		L.Down = colSlice(L.Down, shard.TPRank*ilocal, ilocal)
-		if cfg.Sparse() {
-			if L.IdxNormW, err = vec(a + "indexer.k_norm.weight"); err != nil {
-				return nil, err
-			}
-			if L.IdxNormB, err = vec(a + "indexer.k_norm.bias"); err != nil {
-				return nil, err
-			}
-		}
+	}
+	if err := l.checkAllUsed(); err != nil {
+		return nil, err
 	}
 	if c, ok := src.(io.Closer); ok {
 		m.closer = c
@@ -215,36 +153,131 @@ func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 	return m, nil
 }
 
-// rowSlice views rows [lo, lo+n) of a row-major matrix.
-func rowSlice(w *kernels.Matrix, lo, n int) *kernels.Matrix {
-	if lo == 0 && n == w.Rows {
-		return w
+// loadLayer reads the decoder layer at prefix p.
+func (m *Model) loadLayer(l *weightLoader, p string, dense bool) (Layer, error) {
+	cfg, shard := m.Cfg, m.Shard
+	var L Layer
+	var err error
+	if L.InputNorm, err = l.vector(p + "input_layernorm.weight"); err != nil {
+		return L, err
 	}
-	s := &kernels.Matrix{Rows: n, Cols: w.Cols}
-	if w.F32 != nil {
-		s.F32 = w.F32[lo*w.Cols : (lo+n)*w.Cols]
+	if L.Attn, err = loadAttention(l, cfg, p, m.HeadLo, m.Heads); err != nil {
+		return L, err
+	}
+	if L.PostNorm, err = l.vector(p + "post_attention_layernorm.weight"); err != nil {
+		return L, err
+	}
+	if dense {
+		w := cfg.IntermediateSize / shard.TPSize
+		L.MLP, err = loadMLP(l, p+"mlp.", shard.TPRank*w, w)
 	} else {
-		s.BF16 = w.BF16[lo*w.Cols : (lo+n)*w.Cols]
+		L.MoE, err = loadMoE(l, cfg, p, shard)
 	}
-	return s
+	return L, err
 }
 
-// colSlice copies columns [lo, lo+n) of a row-major matrix, keeping its dtype.
-func colSlice(w *kernels.Matrix, lo, n int) *kernels.Matrix {
-	if lo == 0 && n == w.Cols {
-		return w
-	}
-	s := &kernels.Matrix{Rows: w.Rows, Cols: n}
-	if w.F32 != nil {
-		s.F32 = make([]float32, w.Rows*n)
-		for r := 0; r < w.Rows; r++ {
-			copy(s.F32[r*n:(r+1)*n], w.F32[r*w.Cols+lo:r*w.Cols+lo+n])
-		}
-	} else {
-		s.BF16 = make([]uint16, w.Rows*n)
-		for r := 0; r < w.Rows; r++ {
-			copy(s.BF16[r*n:(r+1)*n], w.BF16[r*w.Cols+lo:r*w.Cols+lo+n])
+// loadMTP reads MTP layer i (stored at model.layers.{i}).
+func (m *Model) loadMTP(l *weightLoader, i int) (MTPLayer, error) {
+	cfg, p := m.Cfg, LayerPrefix(i)
+	var t MTPLayer
+	var err error
+	vec := func(dst *[]float32, name string) {
+		if err == nil {
+			*dst, err = l.vector(name)
 		}
 	}
-	return s
+	vec(&t.ENorm, p+"enorm.weight")
+	vec(&t.HNorm, p+"hnorm.weight")
+	vec(&t.HeadNorm, p+"shared_head.norm.weight")
+	if err != nil {
+		return t, err
+	}
+	if t.EHProj, err = l.matrix(p + "eh_proj.weight"); err != nil {
+		return t, err
+	}
+	t.Head = m.LMHead
+	if MTPHasOwnHead(cfg) {
+		// The MTP layer's copy of the embedding is the main one (checked
+		// for shape, read from model.embed_tokens as vLLM does).
+		if _, err = l.matrix(p + "embed_tokens.weight"); err != nil {
+			return t, err
+		}
+		if t.Head, err = l.matrix(p + "shared_head.head.weight"); err != nil {
+			return t, err
+		}
+	}
+	t.Block, err = m.loadLayer(l, p, !cfg.HasRouted(cfg.NumLayers))
+	return t, err
+}
+
+// WeightBytes is the memory of the rank's weights: every matrix (fp8 codes
+// and their block scales included) and vector it holds, counting storage
+// shared by two fields (tied embeddings, a head shared with the MTP layer)
+// once.
+func (m *Model) WeightBytes() int64 {
+	seen := map[uintptr]bool{}
+	var n int64
+	add := func(p unsafe.Pointer, bytes int64) {
+		if bytes == 0 || seen[uintptr(p)] {
+			return
+		}
+		seen[uintptr(p)] = true
+		n += bytes
+	}
+	mat := func(w *kernels.Matrix) {
+		switch {
+		case w == nil:
+		case len(w.F32) > 0:
+			add(unsafe.Pointer(&w.F32[0]), int64(len(w.F32))*4)
+		case len(w.BF16) > 0:
+			add(unsafe.Pointer(&w.BF16[0]), int64(len(w.BF16))*2)
+		case len(w.FP8) > 0:
+			add(unsafe.Pointer(&w.FP8[0]), int64(len(w.FP8)))
+			if s := w.Scales; s != nil && len(s.S) > 0 {
+				add(unsafe.Pointer(&s.S[0]), int64(len(s.S))*4)
+			}
+		}
+	}
+	vec := func(v []float32) {
+		if len(v) > 0 {
+			add(unsafe.Pointer(&v[0]), int64(len(v))*4)
+		}
+	}
+	layer := func(L *Layer) {
+		for _, w := range L.Attn.matrices() {
+			mat(w)
+		}
+		for _, v := range L.Attn.vectors() {
+			vec(v)
+		}
+		vec(L.InputNorm)
+		vec(L.PostNorm)
+		if L.MLP != nil {
+			for _, w := range L.MLP.matrices() {
+				mat(w)
+			}
+		}
+		if L.MoE != nil {
+			for _, w := range L.MoE.matrices() {
+				mat(w)
+			}
+			vec(L.MoE.Bias)
+		}
+	}
+	mat(m.Embed)
+	mat(m.LMHead)
+	vec(m.Norm)
+	for i := range m.Layers {
+		layer(&m.Layers[i])
+	}
+	for i := range m.MTP {
+		t := &m.MTP[i]
+		layer(&t.Block)
+		mat(t.EHProj)
+		mat(t.Head)
+		vec(t.ENorm)
+		vec(t.HNorm)
+		vec(t.HeadNorm)
+	}
+	return n
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cpmla/cpmla/config"
 )
@@ -12,7 +13,23 @@ type TensorSpec struct {
 	Shape []int
 	// Kind says how random initialisation fills it.
 	Kind InitKind
+	// Part is the part of the model it belongs to (model inspect's grouping).
+	Part Part
+	// Linear marks a Linear weight: the tensors an fp8 checkpoint stores as
+	// F8_E4M3 with a weight_scale_inv, unless they are kept in their own
+	// dtype (KeepDType).
+	Linear bool
+	// KeepDType marks the Linear weights real fp8 checkpoints keep in bf16:
+	// the router, the indexer's head-weight projection, the MTP glue.
+	KeepDType bool
+	// F32 marks the tensors real checkpoints store in float32 whatever the
+	// model dtype (the router's selection bias).
+	F32 bool
 }
+
+// Quantizable reports whether an fp8 checkpoint stores the tensor as
+// F8_E4M3 with a weight_scale_inv.
+func (s TensorSpec) Quantizable() bool { return s.Linear && !s.KeepDType }
 
 // InitKind selects the distribution of a randomly initialised tensor.
 type InitKind int
@@ -28,61 +45,162 @@ const (
 	InitBias
 )
 
+// Part is the part of a model a tensor belongs to.
+type Part string
+
+// The parts `model inspect` reports.
+const (
+	PartEmbedding Part = "embeddings"
+	PartAttention Part = "attention"
+	PartIndexer   Part = "indexer"
+	PartNorms     Part = "norms"
+	PartDenseMLP  Part = "dense mlp"
+	PartRouter    Part = "router"
+	PartExperts   Part = "routed experts"
+	PartShared    Part = "shared experts"
+	PartMTP       Part = "mtp"
+)
+
+// ScaleSuffix is the name suffix of an fp8 weight's block scales.
+const ScaleSuffix = "_scale_inv"
+
 // LayerPrefix is the HF prefix of decoder layer i.
 func LayerPrefix(i int) string { return fmt.Sprintf("model.layers.%d.", i) }
 
-// TensorSpecs lists every tensor the engine reads for cfg, in a fixed order.
-// MoE layers are not part of the CPU engine; cfg must describe dense layers.
+// ExpertPrefix is the HF prefix of routed expert j of the MoE block at prefix p.
+func ExpertPrefix(p string, j int) string { return fmt.Sprintf("%smlp.experts.%d.", p, j) }
+
+// TensorSpecs lists every tensor of a checkpoint of cfg, in a fixed order:
+// the embedding, every decoder layer (attention, indexer, dense MLP or MoE
+// block), the final norm, the LM head (absent with tied embeddings), then
+// the num_nextn_predict_layers MTP layers at model.layers.{num_hidden_layers}…
+// as DeepSeek-V3.2 and GLM-5 store them. fp8 block scales are not listed:
+// every Quantizable tensor of an fp8 checkpoint has one beside it.
 func TensorSpecs(cfg *config.Model) []TensorSpec {
-	d, h := cfg.HiddenSize, cfg.NumHeads
-	dn, dr, dv, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
-	specs := []TensorSpec{{"model.embed_tokens.weight", []int{cfg.VocabSize, d}, InitEmbedding}}
+	d := cfg.HiddenSize
+	specs := []TensorSpec{{Name: "model.embed_tokens.weight", Shape: []int{cfg.VocabSize, d}, Kind: InitEmbedding, Part: PartEmbedding}}
 	for i := 0; i < cfg.NumLayers; i++ {
-		p := LayerPrefix(i)
-		a := p + "self_attn."
-		specs = append(specs, TensorSpec{p + "input_layernorm.weight", []int{d}, InitNormWeight})
-		if cfg.QLoraRank > 0 {
-			specs = append(specs,
-				TensorSpec{a + "q_a_proj.weight", []int{cfg.QLoraRank, d}, InitLinear},
-				TensorSpec{a + "q_a_layernorm.weight", []int{cfg.QLoraRank}, InitNormWeight},
-				TensorSpec{a + "q_b_proj.weight", []int{h * (dn + dr), cfg.QLoraRank}, InitLinear},
-			)
-		} else {
-			specs = append(specs, TensorSpec{a + "q_proj.weight", []int{h * (dn + dr), d}, InitLinear})
-		}
-		specs = append(specs,
-			TensorSpec{a + "kv_a_proj_with_mqa.weight", []int{dc + dr, d}, InitLinear},
-			TensorSpec{a + "kv_a_layernorm.weight", []int{dc}, InitNormWeight},
-			TensorSpec{a + "kv_b_proj.weight", []int{h * (dn + dv), dc}, InitLinear},
-			TensorSpec{a + "o_proj.weight", []int{d, h * dv}, InitLinear},
-		)
-		if cfg.Sparse() {
-			qIn := cfg.QLoraRank
-			if qIn == 0 {
-				qIn = d
-			}
-			hi, di := cfg.IndexNHeads, cfg.IndexHeadDim
-			specs = append(specs,
-				TensorSpec{a + "indexer.wq_b.weight", []int{hi * di, qIn}, InitLinear},
-				TensorSpec{a + "indexer.wk.weight", []int{di, d}, InitLinear},
-				TensorSpec{a + "indexer.k_norm.weight", []int{di}, InitNormWeight},
-				TensorSpec{a + "indexer.k_norm.bias", []int{di}, InitBias},
-				TensorSpec{a + "indexer.weights_proj.weight", []int{hi, d}, InitLinear},
-			)
-		}
-		specs = append(specs,
-			TensorSpec{p + "post_attention_layernorm.weight", []int{d}, InitNormWeight},
-			TensorSpec{p + "mlp.gate_proj.weight", []int{cfg.IntermediateSize, d}, InitLinear},
-			TensorSpec{p + "mlp.up_proj.weight", []int{cfg.IntermediateSize, d}, InitLinear},
-			TensorSpec{p + "mlp.down_proj.weight", []int{d, cfg.IntermediateSize}, InitLinear},
-		)
+		specs = append(specs, decoderLayerSpecs(cfg, LayerPrefix(i), cfg.DenseLayer(i), "")...)
 	}
-	specs = append(specs,
-		TensorSpec{"model.norm.weight", []int{d}, InitNormWeight},
-		TensorSpec{"lm_head.weight", []int{cfg.VocabSize, d}, InitLinear},
-	)
+	specs = append(specs, TensorSpec{Name: "model.norm.weight", Shape: []int{d}, Kind: InitNormWeight, Part: PartNorms})
+	if !cfg.TieWordEmbeddings {
+		specs = append(specs, TensorSpec{Name: "lm_head.weight", Shape: []int{cfg.VocabSize, d}, Kind: InitLinear, Part: PartEmbedding, Linear: true, KeepDType: true})
+	}
+	for k := 0; k < cfg.NumNextNPredict; k++ {
+		specs = append(specs, mtpLayerSpecs(cfg, cfg.NumLayers+k)...)
+	}
 	return specs
 }
+
+// mtpLayerSpecs lists MTP layer i: the glue (enorm, hnorm, eh_proj, the
+// shared head's norm and, for DeepSeek-V3.2, its own head and a copy of the
+// embedding) and a full MoE decoder layer. GLM-5 stores neither the head
+// nor the embedding copy: its MTP layer uses the main LM head.
+func mtpLayerSpecs(cfg *config.Model, i int) []TensorSpec {
+	d, p := cfg.HiddenSize, LayerPrefix(i)
+	glue := func(s TensorSpec) TensorSpec { s.Part = PartMTP; return s }
+	specs := []TensorSpec{
+		glue(TensorSpec{Name: p + "enorm.weight", Shape: []int{d}, Kind: InitNormWeight}),
+		glue(TensorSpec{Name: p + "hnorm.weight", Shape: []int{d}, Kind: InitNormWeight}),
+		glue(TensorSpec{Name: p + "eh_proj.weight", Shape: []int{d, 2 * d}, Kind: InitLinear, Linear: true, KeepDType: true}),
+		glue(TensorSpec{Name: p + "shared_head.norm.weight", Shape: []int{d}, Kind: InitNormWeight}),
+	}
+	if MTPHasOwnHead(cfg) {
+		specs = append(specs,
+			glue(TensorSpec{Name: p + "embed_tokens.weight", Shape: []int{cfg.VocabSize, d}, Kind: InitEmbedding}),
+			glue(TensorSpec{Name: p + "shared_head.head.weight", Shape: []int{cfg.VocabSize, d}, Kind: InitLinear, Linear: true, KeepDType: true}))
+	}
+	// The MTP block is a MoE layer whenever the model routes at all.
+	return append(specs, decoderLayerSpecs(cfg, p, !cfg.HasRouted(cfg.NumLayers), PartMTP)...)
+}
+
+// MTPHasOwnHead reports whether the checkpoint's MTP layers store their own
+// shared_head.head (DeepSeek-V3.x) or use the main lm_head (GLM-5).
+func MTPHasOwnHead(cfg *config.Model) bool { return cfg.Architecture != "glm_moe_dsa" }
+
+// decoderLayerSpecs lists one decoder layer under prefix p; part overrides
+// the parts of its tensors when set (the MTP block).
+func decoderLayerSpecs(cfg *config.Model, p string, dense bool, part Part) []TensorSpec {
+	d, h := cfg.HiddenSize, cfg.NumHeads
+	dn, dr, dv, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
+	a := p + "self_attn."
+	lin := func(name string, out, in int, pt Part) TensorSpec {
+		return TensorSpec{Name: name, Shape: []int{out, in}, Kind: InitLinear, Part: pt, Linear: true}
+	}
+	norm := func(name string, n int, pt Part) TensorSpec {
+		return TensorSpec{Name: name, Shape: []int{n}, Kind: InitNormWeight, Part: pt}
+	}
+	specs := []TensorSpec{norm(p+"input_layernorm.weight", d, PartNorms)}
+	if cfg.QLoraRank > 0 {
+		specs = append(specs,
+			lin(a+"q_a_proj.weight", cfg.QLoraRank, d, PartAttention),
+			norm(a+"q_a_layernorm.weight", cfg.QLoraRank, PartNorms),
+			lin(a+"q_b_proj.weight", h*(dn+dr), cfg.QLoraRank, PartAttention),
+		)
+	} else {
+		specs = append(specs, lin(a+"q_proj.weight", h*(dn+dr), d, PartAttention))
+	}
+	specs = append(specs,
+		lin(a+"kv_a_proj_with_mqa.weight", dc+dr, d, PartAttention),
+		norm(a+"kv_a_layernorm.weight", dc, PartNorms),
+		lin(a+"kv_b_proj.weight", h*(dn+dv), dc, PartAttention),
+		lin(a+"o_proj.weight", d, h*dv, PartAttention),
+	)
+	if cfg.Sparse() {
+		hi, di := cfg.IndexNHeads, cfg.IndexHeadDim
+		proj := lin(a+"indexer.weights_proj.weight", hi, d, PartIndexer)
+		proj.KeepDType = true
+		specs = append(specs,
+			lin(a+"indexer.wq_b.weight", hi*di, cfg.QInputDim(), PartIndexer),
+			lin(a+"indexer.wk.weight", di, d, PartIndexer),
+			TensorSpec{Name: a + "indexer.k_norm.weight", Shape: []int{di}, Kind: InitNormWeight, Part: PartIndexer},
+			TensorSpec{Name: a + "indexer.k_norm.bias", Shape: []int{di}, Kind: InitBias, Part: PartIndexer},
+			proj,
+		)
+	}
+	specs = append(specs, norm(p+"post_attention_layernorm.weight", d, PartNorms))
+	if dense {
+		w := cfg.IntermediateSize
+		specs = append(specs,
+			lin(p+"mlp.gate_proj.weight", w, d, PartDenseMLP),
+			lin(p+"mlp.up_proj.weight", w, d, PartDenseMLP),
+			lin(p+"mlp.down_proj.weight", d, w, PartDenseMLP),
+		)
+	} else {
+		e, w := cfg.NRoutedExperts, cfg.MoEIntermediateSize
+		router := lin(p+"mlp.gate.weight", e, d, PartRouter)
+		router.KeepDType = true
+		specs = append(specs, router,
+			TensorSpec{Name: p + "mlp.gate.e_score_correction_bias", Shape: []int{e}, Kind: InitBias, Part: PartRouter, F32: true})
+		for j := 0; j < e; j++ {
+			x := ExpertPrefix(p, j)
+			specs = append(specs,
+				lin(x+"gate_proj.weight", w, d, PartExperts),
+				lin(x+"up_proj.weight", w, d, PartExperts),
+				lin(x+"down_proj.weight", d, w, PartExperts),
+			)
+		}
+		if ns := cfg.NSharedExperts; ns > 0 {
+			sw := ns * w
+			specs = append(specs,
+				lin(p+"mlp.shared_experts.gate_proj.weight", sw, d, PartShared),
+				lin(p+"mlp.shared_experts.up_proj.weight", sw, d, PartShared),
+				lin(p+"mlp.shared_experts.down_proj.weight", d, sw, PartShared),
+			)
+		}
+	}
+	if part != "" {
+		for i := range specs {
+			specs[i].Part = part
+		}
+	}
+	return specs
+}
+
+// ModuleOf is the module path of a weight tensor (its name without the
+// ".weight" suffix), the name quantization_config.modules_to_not_convert
+// lists.
+func ModuleOf(tensor string) string { return strings.TrimSuffix(tensor, ".weight") }
 
 // Elems is the element count of a shape.
 func Elems(shape []int) int {

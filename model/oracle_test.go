@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -20,10 +21,20 @@ const nearTieTol = 1e-5
 
 type selKey struct{ layer, pos int }
 
+// engineRun is what runEngine observed: the full log-softmax rows in
+// position order, the tokens, every row's selected positions and routed
+// experts (sorted ascending), and the cache's stored values.
+type engineRun struct {
+	rows   [][]float64
+	tokens []int32
+	sel    map[selKey][]int32
+	routes map[selKey][]int32
+	stored oracle.StoredValues
+}
+
 // runEngine runs a prefill of prompt (logits at every prompt position) and
-// then decode greedy steps, returning the full log-softmax rows in position
-// order, the generated tokens and every row's selected positions.
-func runEngine(t *testing.T, cfg *config.Model, src TensorSource, prompt []int32, decode int, kv kvcache.KVDType, idx kvcache.IndexerDType, blockSize int) ([][]float64, []int32, map[selKey][]int32, oracle.StoredValues) {
+// then decode greedy steps.
+func runEngine(t *testing.T, cfg *config.Model, src TensorSource, prompt []int32, decode int, kv kvcache.KVDType, idx kvcache.IndexerDType, blockSize int) engineRun {
 	t.Helper()
 	m, err := Build(cfg, src, Shard{TPSize: 1})
 	if err != nil {
@@ -41,11 +52,16 @@ func runEngine(t *testing.T, cfg *config.Model, src TensorSource, prompt []int32
 	for i := range table {
 		table[i] = int32(blocks + 2 - i)
 	}
-	sel := map[selKey][]int32{}
+	sel, routes := map[selKey][]int32{}, map[selKey][]int32{}
 	r.Trace = func(layer int, pos, seq int32, positions []int32) {
 		p := slices.Clone(positions)
 		slices.Sort(p)
 		sel[selKey{layer, int(pos)}] = p
+	}
+	r.RouteTrace = func(layer int, pos, seq int32, experts []int32) {
+		e := slices.Clone(experts)
+		slices.Sort(e)
+		routes[selKey{layer, int(pos)}] = e
 	}
 	var rows [][]float64
 	seq := Seq{Tokens: prompt, BlockTable: table, LogitsAll: true}
@@ -81,35 +97,47 @@ func runEngine(t *testing.T, cfg *config.Model, src TensorSource, prompt []int32
 			return slices.Clone(r.Cache.Layer(layer).Key(slot(pos), make([]float32, cfg.IndexHeadDim)))
 		},
 	}
-	return rows, tokens, sel, stored
+	return engineRun{rows, tokens, sel, routes, stored}
 }
 
 func TestEngineMatchesOracle(t *testing.T) {
 	tests := []struct {
-		preset string
-		kv     kvcache.KVDType
-		idx    kvcache.IndexerDType
+		preset  string
+		weights string // "" keeps the preset's dtype
+		kv      kvcache.KVDType
+		idx     kvcache.IndexerDType
 	}{
-		{"glm5-mini", "f32", "f32"},
-		{"glm5-mini", "bf16", "f32"},
-		{"glm5-mini", "fp8_ds_mla", "fp8"},
-		{"v32-mini", "f32", "f32"},
-		{"v32-mini", "fp8_ds_mla", "f32"},
-		{"dense-mla", "bf16", "f32"},
+		{"glm5-mini", "", "f32", "f32"},
+		{"glm5-mini", "", "bf16", "f32"},
+		{"glm5-mini", "", "fp8_ds_mla", "fp8"},
+		{"glm5-mini", WeightFP8, "bf16", "f32"},
+		{"v32-mini", "", "f32", "f32"},
+		{"v32-mini", "", "fp8_ds_mla", "f32"},
+		{"dense-mla", "", "bf16", "f32"},
+		{"glm5-moe-mini", WeightBF16, "f32", "f32"},
+		{"glm5-moe-mini", WeightFP8, "fp8_ds_mla", "fp8"},
+		{"v32-moe-mini", WeightFP8, "bf16", "f32"},
+		{"v32-moe-mini", WeightF32, "f32", "fp8"},
 	}
 	const promptLen, decode, blockSize = 24, 16, 16
 	for _, tc := range tests {
-		t.Run(fmt.Sprintf("%s/%s/%s", tc.preset, tc.kv, tc.idx), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/%s/%s", tc.preset, cmp.Or(tc.weights, "preset"), tc.kv, tc.idx), func(t *testing.T) {
 			cfg, err := loadTestModel(tc.preset)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.weights != "" {
+				if cfg, err = WithWeightDType(cfg, tc.weights); err != nil {
+					t.Fatal(err)
+				}
 			}
 			src := RandomTensors(cfg, 1)
 			prompt := make([]int32, promptLen)
 			for i := range prompt {
 				prompt[i] = int32((i*7919 + 13) % cfg.VocabSize)
 			}
-			rows, tokens, sel, stored := runEngine(t, cfg, src, prompt, decode, tc.kv, tc.idx, blockSize)
+			run := runEngine(t, cfg, src, prompt, decode, tc.kv, tc.idx, blockSize)
+			rows, tokens, sel, stored := run.rows, run.tokens, run.sel, run.stored
 			om, err := oracle.New(cfg, OracleWeights{src}, oracle.Options{KVDType: string(tc.kv), IndexerDType: string(tc.idx)})
 			if err != nil {
 				t.Fatal(err)
@@ -143,6 +171,7 @@ func TestEngineMatchesOracle(t *testing.T) {
 			if maxDiff > 1e-4 {
 				t.Errorf("max |Δ logprob| = %.3g, want ≤ 1e-4", maxDiff)
 			}
+			checkRoutes(t, cfg, tokens, run.routes, res)
 			ties := map[selKey]bool{}
 			for _, tie := range res.NearTies(nearTieTol) {
 				ties[selKey{tie.Layer, tie.Pos}] = true
@@ -181,15 +210,49 @@ func TestGenerateDeterministic(t *testing.T) {
 	}
 	src := RandomTensors(cfg, 0)
 	prompt := []int32{0, 4, 8, 15, 16, 23, 42}
-	_, a, _, _ := runEngine(t, cfg, src, prompt, 8, "f32", "f32", 4)
-	_, b, _, _ := runEngine(t, cfg, src, prompt, 8, "f32", "f32", 4)
+	a := runEngine(t, cfg, src, prompt, 8, "f32", "f32", 4).tokens
+	b := runEngine(t, cfg, src, prompt, 8, "f32", "f32", 4).tokens
 	if !slices.Equal(a, b) {
 		t.Fatalf("greedy generation differs between runs: %v vs %v", a, b)
 	}
 	// A different block size changes slots, never results.
-	_, c, _, _ := runEngine(t, cfg, src, prompt, 8, "f32", "f32", 16)
+	c := runEngine(t, cfg, src, prompt, 8, "f32", "f32", 16).tokens
 	if !slices.Equal(a, c) {
 		t.Fatalf("block size changed the result: %v vs %v", a, c)
+	}
+}
+
+// checkRoutes compares the engine's routed experts with the oracle's at
+// every position of every routed layer; a difference at an oracle near tie
+// is reported as such.
+func checkRoutes(t *testing.T, cfg *config.Model, tokens []int32, routes map[selKey][]int32, res *oracle.Result) {
+	t.Helper()
+	ties := map[selKey]bool{}
+	for _, tie := range res.RouteNearTies(nearTieTol) {
+		ties[selKey{tie.Layer, tie.Pos}] = true
+	}
+	checked := 0
+	for l := 0; l < cfg.NumLayers; l++ {
+		if cfg.DenseLayer(l) {
+			continue
+		}
+		for pos := range tokens {
+			got, want := routes[selKey{l, pos}], res.Experts[l][pos]
+			checked++
+			if !slices.Equal(got, want) {
+				kind := "differ"
+				if ties[selKey{l, pos}] {
+					kind = fmt.Sprintf("differ at a routing near tie (gap < %g)", nearTieTol)
+				}
+				t.Errorf("layer %d position %d: routed experts %s: engine %v, oracle %v", l, pos, kind, got, want)
+			}
+		}
+	}
+	if cfg.HasRouted(cfg.NumLayers) && checked == 0 {
+		t.Error("no routed row was compared")
+	}
+	if len(ties) > 0 {
+		t.Logf("%d routing near ties reported by the oracle", len(ties))
 	}
 }
 

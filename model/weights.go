@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"github.com/cpmla/cpmla/config"
-	"github.com/cpmla/cpmla/kernels"
 	"github.com/cpmla/cpmla/numfmt"
 	"github.com/cpmla/cpmla/safetensors"
 )
@@ -31,20 +30,78 @@ func (m TensorMap) Tensor(name string) (safetensors.Tensor, error) {
 	return t, nil
 }
 
-// RandomTensors returns deterministic random weights for cfg under HF names.
-// Each tensor draws from its own PCG stream keyed by (seed, name), so the
-// values do not depend on the order or the set of other tensors. Tensors are
-// stored as bf16 when cfg.TorchDtype is "bfloat16", else as f32.
+// Weight dtypes a checkpoint can be written in (cpmla model init
+// --weight-dtype).
+const (
+	WeightF32  = "f32"
+	WeightBF16 = "bf16"
+	WeightFP8  = "fp8"
+)
+
+// WithWeightDType returns a copy of cfg whose checkpoint stores its weights
+// as dtype: f32, bf16, or fp8 — Linear weights as F8_E4M3 with 128×128
+// block scales and the quantization_config the family publishes (DeepSeek:
+// power-of-two scales, scale_fmt ue8m0; GLM: float32 scales and the modules
+// kept in bf16 listed), everything else bf16.
+func WithWeightDType(cfg *config.Model, dtype string) (*config.Model, error) {
+	c := cfg.Clone()
+	c.Quantization = nil
+	switch dtype {
+	case WeightF32:
+		c.TorchDtype = "float32"
+	case WeightBF16:
+		c.TorchDtype = "bfloat16"
+	case WeightFP8:
+		c.TorchDtype = "bfloat16"
+		c.Quantization = FP8Quantization(c)
+	default:
+		return nil, fmt.Errorf("weight dtype %q is not one of %s, %s, %s", dtype, WeightF32, WeightBF16, WeightFP8)
+	}
+	return c, nil
+}
+
+// FP8Quantization is the quantization_config an fp8 checkpoint of cfg's
+// family publishes: DeepSeek-V3.2's (ue8m0 scales, no exclusion list: its
+// bf16 tensors are known by the model code) or GLM-5-FP8's (float32 scales,
+// the modules kept in bf16 listed under the names its config uses).
+func FP8Quantization(cfg *config.Model) *config.Quantization {
+	q := &config.Quantization{QuantMethod: "fp8", Fmt: "e4m3", ActivationScheme: "dynamic",
+		WeightBlockSize: []int{config.FP8BlockSize, config.FP8BlockSize}}
+	if cfg.Architecture == "glm_moe_dsa" {
+		q.ModulesToNotConvert = []string{"lm_head", "model.embed_tokens", "mlp.gate", "self_attn.indexers_proj", "eh_proj", "shared_head.head"}
+	} else {
+		q.ScaleFmt = "ue8m0"
+	}
+	return q
+}
+
+// RandomTensors returns deterministic random weights for cfg under HF names,
+// in the layout real checkpoints use. Each tensor draws from its own PCG
+// stream keyed by (seed, name), so the values do not depend on the order or
+// the set of other tensors. Tensors are stored as bf16 when cfg.TorchDtype
+// is "bfloat16", else as f32; with an fp8 cfg.Quantization the quantizable
+// Linear weights are F8_E4M3 with a weight_scale_inv beside them; tensors
+// real checkpoints keep in float32 (the router's bias) are F32 in every
+// case.
 func RandomTensors(cfg *config.Model, seed uint64) TensorMap {
 	out := make(TensorMap)
 	bf16 := cfg.TorchDtype == "bfloat16"
+	fp8 := cfg.Quantization != nil
 	for _, s := range TensorSpecs(cfg) {
 		vals := randomValues(s, seed)
-		if bf16 {
+		switch {
+		case s.F32:
+			out[s.Name] = safetensors.FromF32(s.Name, s.Shape, vals)
+		case fp8 && s.Quantizable() && !cfg.Quantization.NotConverted(ModuleOf(s.Name)):
+			codes, scales := quantizeBlocks(vals, s.Shape[0], s.Shape[1], cfg.Quantization.ScaleFmt == "ue8m0")
+			out[s.Name] = safetensors.FromF8E4M3(s.Name, s.Shape, codes)
+			sn := s.Name + ScaleSuffix
+			out[sn] = safetensors.FromF32(sn, []int{ceilDiv(s.Shape[0], config.FP8BlockSize), ceilDiv(s.Shape[1], config.FP8BlockSize)}, scales)
+		case bf16:
 			h := make([]uint16, len(vals))
 			numfmt.F32sToBF16(h, vals)
 			out[s.Name] = safetensors.FromBF16(s.Name, s.Shape, h)
-		} else {
+		default:
 			out[s.Name] = safetensors.FromF32(s.Name, s.Shape, vals)
 		}
 	}
@@ -75,7 +132,9 @@ func randomValues(s TensorSpec, seed uint64) []float32 {
 }
 
 // WriteCheckpoint writes cfg as config.json and the tensors as safetensors
-// (sharded at maxShardBytes, with model.safetensors.index.json) into dir.
+// (sharded at maxShardBytes, with model.safetensors.index.json) into dir:
+// every tensor of TensorSpecs(cfg) and, after each fp8 weight, its
+// weight_scale_inv.
 func WriteCheckpoint(dir string, cfg *config.Model, tensors TensorMap, maxShardBytes int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create checkpoint dir: %w", err)
@@ -94,6 +153,9 @@ func WriteCheckpoint(dir string, cfg *config.Model, tensors TensorMap, maxShardB
 			return err
 		}
 		list = append(list, t)
+		if sc, ok := tensors[s.Name+ScaleSuffix]; ok {
+			list = append(list, sc)
+		}
 	}
 	meta := map[string]string{"format": "pt"}
 	if err := safetensors.WriteSharded(dir, list, maxShardBytes, meta); err != nil {
@@ -102,57 +164,13 @@ func WriteCheckpoint(dir string, cfg *config.Model, tensors TensorMap, maxShardB
 	return nil
 }
 
-// checkTensor verifies a tensor's shape against its spec.
-func checkTensor(src TensorSource, s TensorSpec) (safetensors.Tensor, error) {
-	t, err := src.Tensor(s.Name)
-	if err != nil {
-		return t, err
-	}
-	if len(t.Shape) != len(s.Shape) {
-		return t, fmt.Errorf("tensor %s: shape %v, want %v", s.Name, t.Shape, s.Shape)
-	}
-	for i := range s.Shape {
-		if t.Shape[i] != s.Shape[i] {
-			return t, fmt.Errorf("tensor %s: shape %v, want %v", s.Name, t.Shape, s.Shape)
-		}
-	}
-	return t, nil
-}
-
-// matrixOf views a 2-D tensor as a kernels.Matrix without copying when its
-// dtype is F32 or BF16 and the data is aligned; anything else is widened to
-// f32 (an unaligned BF16 view is widened too rather than copied twice).
-func matrixOf(t safetensors.Tensor) (*kernels.Matrix, error) {
-	m := &kernels.Matrix{Rows: t.Shape[0], Cols: t.Shape[1]}
-	if v, err := t.BF16(); err == nil {
-		m.BF16 = v
-		return m, nil
-	}
-	if v, err := t.F32(); err == nil {
-		m.F32 = v
-		return m, nil
-	}
-	v, err := t.ToF32(nil)
-	if err != nil {
-		return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
-	}
-	m.F32 = v
-	return m, nil
-}
-
-// vectorOf copies a 1-D tensor to float32.
-func vectorOf(t safetensors.Tensor) ([]float32, error) {
-	v, err := t.ToF32(nil)
-	if err != nil {
-		return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
-	}
-	return v, nil
-}
-
-// OracleWeights adapts a TensorSource to the float32 view the oracle reads.
+// OracleWeights adapts a TensorSource to the views the oracle reads: float32
+// values of unquantized tensors, and the raw codes and block scales of fp8
+// weights (which the oracle dequantizes itself, from the formula).
 type OracleWeights struct{ Src TensorSource }
 
-// Tensor returns the named tensor widened to float32 with its shape.
+// Tensor returns the named tensor widened to float32 with its shape. It
+// refuses an fp8 tensor: its values need its block scales (see FP8).
 func (o OracleWeights) Tensor(name string) ([]float32, []int, error) {
 	t, err := o.Src.Tensor(name)
 	if err != nil {
@@ -163,4 +181,26 @@ func (o OracleWeights) Tensor(name string) ([]float32, []int, error) {
 		return nil, nil, fmt.Errorf("tensor %s: %w", name, err)
 	}
 	return v, t.Shape, nil
+}
+
+// FP8 returns the e4m3 codes of an F8_E4M3 weight and its weight_scale_inv
+// ([⌈rows/128⌉, ⌈cols/128⌉] float32), with ok false when the tensor is not
+// stored in fp8.
+func (o OracleWeights) FP8(name string) (codes []byte, scales []float32, shape []int, ok bool, err error) {
+	t, err := o.Src.Tensor(name)
+	if err != nil {
+		return nil, nil, nil, false, err
+	}
+	if t.DType != safetensors.F8E4M3 {
+		return nil, nil, nil, false, nil
+	}
+	st, err := o.Src.Tensor(name + ScaleSuffix)
+	if err != nil {
+		return nil, nil, nil, false, fmt.Errorf("tensor %s is F8_E4M3 without its block scales: %w", name, err)
+	}
+	s, err := st.ToF32(nil)
+	if err != nil {
+		return nil, nil, nil, false, fmt.Errorf("tensor %s: %w", st.Name, err)
+	}
+	return t.U8(), s, t.Shape, true, nil
 }

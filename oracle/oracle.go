@@ -6,12 +6,43 @@ import (
 	"slices"
 
 	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/numfmt"
 )
 
 // WeightSource hands out checkpoint tensors by their HF name, converted to
 // float32, with their shape ([out, in] for linear layers).
 type WeightSource interface {
 	Tensor(name string) (values []float32, shape []int, err error)
+}
+
+// FP8Source is implemented by weight sources whose checkpoints store Linear
+// weights as F8_E4M3 codes with 128×128 block scales (weight_scale_inv). FP8
+// returns a weight's codes, its [⌈rows/128⌉, ⌈cols/128⌉] scales and its
+// shape, with ok false when the tensor is not stored in fp8. The oracle
+// dequantizes them itself: W[i, j] = e4m3(q[i, j]) · scale[i/128, j/128],
+// the exact product rounded once to float32.
+type FP8Source interface {
+	FP8(name string) (codes []byte, scales []float32, shape []int, ok bool, err error)
+}
+
+// fp8Block is the side of an fp8 weight's scale blocks.
+const fp8Block = 128
+
+// dequantFP8 is W[i, j] = e4m3(q[i, j]) · s[i/128, j/128] for a [rows, cols]
+// weight, each product rounded once to float32.
+func dequantFP8(codes []byte, scales []float32, rows, cols int) ([]float32, error) {
+	bc := (cols + fp8Block - 1) / fp8Block
+	if len(codes) != rows*cols || len(scales) != ((rows+fp8Block-1)/fp8Block)*bc {
+		return nil, fmt.Errorf("fp8 weight [%d, %d] has %d codes and %d block scales; want %d and %d",
+			rows, cols, len(codes), len(scales), rows*cols, ((rows+fp8Block-1)/fp8Block)*bc)
+	}
+	out := make([]float32, rows*cols)
+	for i := range rows {
+		for j := range cols {
+			out[i*cols+j] = float32(float64(numfmt.F32FromE4M3(codes[i*cols+j])) * float64(scales[(i/fp8Block)*bc+j/fp8Block]))
+		}
+	}
+	return out, nil
 }
 
 // Options selects how the caches round what they store.
@@ -116,11 +147,27 @@ func TensorShapes(cfg *config.Model) map[string][]int {
 			out[p+"self_attn.indexer.weights_proj.weight"] = []int{hi, d}
 		}
 		out[p+"post_attention_layernorm.weight"] = []int{d}
-		out[p+"mlp.gate_proj.weight"] = []int{cfg.IntermediateSize, d}
-		out[p+"mlp.up_proj.weight"] = []int{cfg.IntermediateSize, d}
-		out[p+"mlp.down_proj.weight"] = []int{d, cfg.IntermediateSize}
+		if cfg.DenseLayer(i) {
+			addMLPShapes(out, p+"mlp.", cfg.IntermediateSize, d)
+			continue
+		}
+		e, w := cfg.NRoutedExperts, cfg.MoEIntermediateSize
+		out[p+"mlp.gate.weight"] = []int{e, d}
+		out[p+"mlp.gate.e_score_correction_bias"] = []int{e}
+		for j := range e {
+			addMLPShapes(out, fmt.Sprintf("%smlp.experts.%d.", p, j), w, d)
+		}
+		if cfg.NSharedExperts > 0 {
+			addMLPShapes(out, p+"mlp.shared_experts.", cfg.NSharedExperts*w, d)
+		}
 	}
 	return out
+}
+
+func addMLPShapes(out map[string][]int, p string, w, d int) {
+	out[p+"gate_proj.weight"] = []int{w, d}
+	out[p+"up_proj.weight"] = []int{w, d}
+	out[p+"down_proj.weight"] = []int{d, w}
 }
 
 // layerWeights holds one decoder layer's tensors (row-major [out, in]).
@@ -142,9 +189,8 @@ type layerWeights struct {
 	idxWeights []float32 // [HI, D]
 
 	postNorm []float32
-	gate     []float32 // [I, D]
-	up       []float32 // [I, D]
-	down     []float32 // [D, I]
+	dense    *mlpWeights // dense layers
+	moe      *moeWeights // routed layers
 }
 
 // Model is a loaded oracle model. It is safe for concurrent Runs.
@@ -169,15 +215,6 @@ func New(cfg *config.Model, w WeightSource, opt Options) (*Model, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("oracle: %w", err)
-	}
-	for i := range cfg.NumLayers {
-		if !cfg.DenseLayer(i) {
-			return nil, fmt.Errorf("oracle: layer %d is a MoE layer (n_routed_experts=%d, first_k_dense_replace=%d) but the oracle runs dense SwiGLU layers only; use a config with n_routed_experts=0 such as the glm5-mini or v32-mini preset",
-				i, cfg.NRoutedExperts, cfg.FirstKDenseReplace)
-		}
-	}
-	if cfg.IntermediateSize <= 0 {
-		return nil, fmt.Errorf("oracle: intermediate_size must be > 0 for the dense MLP, got %d", cfg.IntermediateSize)
 	}
 	if cfg.Sparse() {
 		if cfg.QLoraRank <= 0 {
@@ -206,9 +243,10 @@ func New(cfg *config.Model, w WeightSource, opt Options) (*Model, error) {
 	slices.Sort(names)
 	got := make(map[string][]float32, len(shapes))
 	var errs []error
+	fp8, _ := w.(FP8Source)
 	for _, name := range names {
 		want := shapes[name]
-		vals, shape, err := w.Tensor(name)
+		vals, shape, err := readWeight(w, fp8, name)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tensor %s (want shape %v): %w", name, want, err))
 			continue
@@ -251,12 +289,43 @@ func New(cfg *config.Model, w WeightSource, opt Options) (*Model, error) {
 			idxKNormB:  got[p+"self_attn.indexer.k_norm.bias"],
 			idxWeights: got[p+"self_attn.indexer.weights_proj.weight"],
 			postNorm:   got[p+"post_attention_layernorm.weight"],
-			gate:       got[p+"mlp.gate_proj.weight"],
-			up:         got[p+"mlp.up_proj.weight"],
-			down:       got[p+"mlp.down_proj.weight"],
 		}
+		mlp := func(p string, w int) *mlpWeights {
+			return &mlpWeights{gate: got[p+"gate_proj.weight"], up: got[p+"up_proj.weight"], down: got[p+"down_proj.weight"], width: w}
+		}
+		if cfg.DenseLayer(i) {
+			m.layers[i].dense = mlp(p+"mlp.", cfg.IntermediateSize)
+			continue
+		}
+		mw := &moeWeights{router: got[p+"mlp.gate.weight"], bias: got[p+"mlp.gate.e_score_correction_bias"]}
+		for j := range cfg.NRoutedExperts {
+			mw.experts = append(mw.experts, *mlp(fmt.Sprintf("%smlp.experts.%d.", p, j), cfg.MoEIntermediateSize))
+		}
+		if cfg.NSharedExperts > 0 {
+			mw.shared = mlp(p+"mlp.shared_experts.", cfg.NSharedExperts*cfg.MoEIntermediateSize)
+		}
+		m.layers[i].moe = mw
 	}
 	return m, nil
+}
+
+// readWeight returns a tensor's float32 values: an fp8 weight dequantized
+// from its codes and block scales, anything else as the source gives it.
+func readWeight(w WeightSource, fp8 FP8Source, name string) ([]float32, []int, error) {
+	if fp8 != nil {
+		codes, scales, shape, ok, err := fp8.FP8(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			if len(shape) != 2 {
+				return nil, nil, fmt.Errorf("fp8 tensor %s has shape %v; only [out, in] weights are stored in fp8", name, shape)
+			}
+			v, err := dequantFP8(codes, scales, shape[0], shape[1])
+			return v, shape, err
+		}
+	}
+	return w.Tensor(name)
 }
 
 // Config returns a copy of the model configuration the oracle runs.

@@ -29,6 +29,13 @@ type Result struct {
 	Margin [][]float64
 	// KthScore[l][t] is the k-th largest index score (nil for dense models).
 	KthScore [][]float64
+	// Experts[l][t] lists the routed experts token t selects in layer l,
+	// sorted ascending (nil for dense layers).
+	Experts [][][]int32
+	// RouteMargin[l][t] is the smallest score gap that decided token t's
+	// experts in layer l (+Inf when none was left out); RouteScale[l][t] is
+	// the magnitude of the scores it separates (see RouteNearTies).
+	RouteMargin, RouteScale [][]float64
 	// Rounding reports the check of stored values (zero without StoredValues).
 	Rounding RoundingReport
 }
@@ -72,6 +79,11 @@ func (m *Model) RunWith(tokens []int, ro RunOptions) (*Result, error) {
 		}
 	}
 	res := &Result{LogProbs: make([][]float64, n)}
+	if cfg.HasRouted(cfg.NumLayers) {
+		res.Experts = make([][][]int32, cfg.NumLayers)
+		res.RouteMargin = make([][]float64, cfg.NumLayers)
+		res.RouteScale = make([][]float64, cfg.NumLayers)
+	}
 	m.rounding = RoundingReport{}
 	if cfg.Sparse() {
 		res.TopK = make([][][]int32, cfg.NumLayers)
@@ -104,7 +116,11 @@ func (m *Model) RunWith(tokens []int, ro RunOptions) (*Result, error) {
 				h[t][i] += v
 			}
 		}
-		m.mlp(l, h)
+		if lw.moe != nil {
+			m.moe(l, h, res)
+		} else {
+			m.mlp(l, h)
+		}
 	}
 	m.logProbs(h, ro.LogitsFrom, res.LogProbs)
 	for t := ro.LogitsFrom; t < n; t++ {
@@ -217,18 +233,9 @@ func (m *Model) mlp(l int, h [][]float64) {
 	cfg := &m.cfg
 	lw := &m.layers[l]
 	y := make([]float64, cfg.HiddenSize)
-	g := make([]float64, cfg.IntermediateSize)
-	up := make([]float64, cfg.IntermediateSize)
-	down := make([]float64, cfg.HiddenSize)
 	for t := range h {
 		rmsNorm(y, h[t], lw.postNorm, cfg.RMSNormEps)
-		matVec(g, lw.gate, y)
-		matVec(up, lw.up, y)
-		for i := range g {
-			g[i] = silu(g[i]) * up[i]
-		}
-		matVec(down, lw.down, g)
-		for i, v := range down {
+		for i, v := range lw.dense.apply(y) {
 			h[t][i] += v
 		}
 	}

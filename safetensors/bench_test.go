@@ -49,16 +49,3 @@ func BenchmarkToF32BF16(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*(2+4))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
-
-// BenchmarkToF32F8 measures the e4m3 → float32 conversion of a 2 MiB tensor.
-func BenchmarkToF32F8(b *testing.B) {
-	const n = 2 << 20
-	t := Tensor{Name: "w", DType: F8E4M3, Shape: []int{n}, Data: make([]byte, n)}
-	dst := make([]float32, n)
-	for b.Loop() {
-		if _, err := t.ToF32(dst); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(n*(1+4))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-}

@@ -52,13 +52,12 @@ func everyDType() []Tensor {
 // wantF32 holds each convertible tensor's float32 values, from the format
 // definitions: f16 0x3C00=1, 0xC000=−2, 0x7BFF=65504, 0x0001=2^-24,
 // 0x0400=2^-14, 0x7C00=+Inf, 0x3555=1+341/1024·2^-2; bf16 0x3F80=1,
-// 0xC040=−3, 0x0001=2^-133; e4m3 0x38=1, 0x7E=448, 0x01=2^-9, 0xB8=−1,
-// 0x08=2^-6, 0x80=−0.
+// 0xC040=−3, 0x0001=2^-133. F8_E4M3 is not convertible on its own (see
+// TestToF32RefusesFP8).
 var wantF32 = map[string][]float32{
 	"a.f32":    {1, -2, 3.5, 0, float32(math.Inf(1)), 1e-40},
 	"b.f16":    {1, -2, 65504, float32(math.Ldexp(1, -24)), float32(math.Ldexp(1, -14)), float32(math.Inf(1)), float32(math.Ldexp(1+341.0/1024, -2))},
 	"c.bf16":   {1, -3, float32(math.Inf(1)), float32(math.Ldexp(1, -133))},
-	"g.f8":     {1, 448, float32(math.Ldexp(1, -9)), -1, float32(math.Ldexp(1, -6)), float32(math.Copysign(0, -1))},
 	"h.scalar": {42},
 	"i.empty":  {},
 }
@@ -234,6 +233,21 @@ func TestF16AllCodes(t *testing.T) {
 		if got != want || math.Signbit(got) != math.Signbit(want) {
 			t.Errorf("f16 %#04x: got %v, want %v", h, got, want)
 		}
+	}
+}
+
+// TestToF32RefusesFP8: the codes of an fp8 weight are not its values (they
+// need the block scales of its weight_scale_inv), so the conversion that
+// would run a model with every scale set to one is refused; U8 gives the
+// codes.
+func TestToF32RefusesFP8(t *testing.T) {
+	codes := []byte{0x38, 0x7E, 0x01, 0xB8, 0x08, 0x80}
+	w := FromF8E4M3("model.layers.0.mlp.down_proj.weight", []int{2, 3}, codes)
+	if _, err := w.ToF32(nil); err == nil || !strings.Contains(err.Error(), "weight_scale_inv") || !strings.Contains(err.Error(), w.Name) {
+		t.Errorf("ToF32 of an F8_E4M3 tensor = %v; want a refusal naming the tensor and its block scales", err)
+	}
+	if d := cmp.Diff(codes, w.U8()); d != "" {
+		t.Error(d)
 	}
 }
 

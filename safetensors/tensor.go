@@ -119,10 +119,13 @@ func (t Tensor) U8() []byte {
 	return nil
 }
 
-// ToF32 converts an F32, F16, BF16 or F8_E4M3 tensor to float32 values
-// (exactly; F8_E4M3 values are the raw codes, without any block scale). It
+// ToF32 converts an F32, F16 or BF16 tensor to float32 values (exactly). It
 // writes into dst when cap(dst) ≥ Elems() and allocates otherwise, and
-// returns the filled slice of length Elems().
+// returns the filled slice of length Elems(). It refuses F8_E4M3: an fp8
+// weight's values are its codes times block scales stored in another
+// tensor, so a conversion of the codes alone would silently run a model
+// with every scale set to one (read the codes with U8 and dequantize with
+// the weight's weight_scale_inv).
 func (t Tensor) ToF32(dst []float32) ([]float32, error) {
 	if err := t.check(); err != nil {
 		return nil, err
@@ -156,12 +159,9 @@ func (t Tensor) ToF32(dst []float32) ([]float32, error) {
 			dst[i] = f32FromF16(binary.LittleEndian.Uint16(b[2*i:]))
 		}
 	case F8E4M3:
-		dst := dst[:len(b)]
-		for i, c := range b {
-			dst[i] = numfmt.F32FromE4M3(c)
-		}
+		return nil, fmt.Errorf("tensor %q is F8_E4M3: its values need the block scales of its weight_scale_inv; read the codes with U8", t.Name)
 	default:
-		return nil, fmt.Errorf("tensor %q: cannot convert %s to float32 (convertible: F32, F16, BF16, F8_E4M3)", t.Name, t.DType)
+		return nil, fmt.Errorf("tensor %q: cannot convert %s to float32 (convertible: F32, F16, BF16)", t.Name, t.DType)
 	}
 	return dst, nil
 }
@@ -211,6 +211,14 @@ func FromBF16(name string, shape []int, v []uint16) Tensor {
 	for i, x := range v {
 		binary.LittleEndian.PutUint16(t.Data[2*i:], x)
 	}
+	return t
+}
+
+// FromF8E4M3 builds an F8_E4M3 tensor holding a copy of the e4m3 codes v.
+// It panics if len(v) differs from the product of shape.
+func FromF8E4M3(name string, shape []int, v []byte) Tensor {
+	t := newTensor(name, F8E4M3, shape, len(v))
+	copy(t.Data, v)
 	return t
 }
 

@@ -1,0 +1,493 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/kernels"
+	"github.com/cpmla/cpmla/kvcache"
+	"github.com/cpmla/cpmla/mla"
+)
+
+// attentionBlock runs MLA with the DSA indexer for a step's local rows over
+// one layer's paged cache: the projections, the cache write (after a PCP
+// gather of the step's rows), the indexer's exact global top-k (gathered
+// over the DCP group), sparse attention on the local KV shard, the LSE
+// combine, and the value and output projections. It owns every attention
+// buffer, sized once for the worst step.
+type attentionBlock struct {
+	m     *Model
+	steps *stepTables
+	par   *Parallel
+	trace *SelectionTrace
+
+	topk                int // indices per row: index_topk, or MaxModelLen for dense MLA
+	idxWidth, scoreCols int
+	compact             bool
+	blockDistinct       []int // DCP member → index of its PCP row block
+	distinctPCP         []int // PCP rank of each distinct row block of the DCP group
+	layer               int   // layer being run (for the trace)
+
+	cq, q, kva, qabs, attnOut, lse, o []float32
+	gather, gatherOut                 []float32
+	qI, kI, wI, scores                []float32
+	idxPos, idxCount, indices, valid  []int32
+	ends, rowReq                      []int32
+	ws                                *mla.Workspace
+	idxScratch                        *mla.IndexerScratch
+	// DCP exchange
+	qgather         *cp.QueryGather
+	comb            *cp.Combiner
+	tk              *cp.TopK
+	qG, attnG, lseG []float32
+	idxPack, idxG   []float32
+	// PCP exchange of the step's new cache rows and keys
+	kvPack, kvG []float32
+}
+
+// newAttentionBlock sizes every attention buffer for opt.
+func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *SelectionTrace, bufs *bufferList) (*attentionBlock, error) {
+	cfg := m.Cfg
+	a := &attentionBlock{m: m, steps: steps, par: opt.Parallel, trace: trace}
+	T, H := opt.MaxTokens, m.Heads
+	dn, dr, dv, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
+	N := steps.layout.N
+	a.topk = opt.MaxModelLen
+	if cfg.Sparse() {
+		a.topk = cfg.IndexTopK
+	}
+	if p := opt.Parallel; p != nil && p.Backend != nil {
+		a.compact = p.Backend.Route(cp.RowDecode).CompactIndices
+	}
+	f, i32 := bufs.f32, bufs.i32
+	a.cq, a.q = f("q latent", T*max(cfg.QLoraRank, 1)), f("q", T*H*(dn+dr))
+	a.kva = f("kv latent", T*(dc+dr))
+	a.qabs = f("absorbed q", T*H*mla.RowDim)
+	a.attnOut, a.lse = f("attention out", T*H*mla.LatentDim), f("attention lse", T*H)
+	a.o = f("value heads", T*H*dv)
+	a.gather, a.gatherOut = f("head gather", T*max(dn, dc)), f("head gather out", T*max(dc, dv))
+	localKeys := steps.layout.LocalLen(opt.MaxModelLen, 0) // rank 0 owns the most
+	if cfg.Sparse() {
+		a.idxWidth = cfg.IndexNHeads*cfg.IndexHeadDim + cfg.IndexNHeads
+		a.qI = f("indexer q", T*cfg.IndexNHeads*cfg.IndexHeadDim)
+		a.kI = f("indexer k", T*cfg.IndexHeadDim)
+		a.wI = f("indexer weights", T*cfg.IndexNHeads)
+		a.idxCount = make([]int32, 1)
+		a.ends = make([]int32, 1)
+		a.idxScratch = mla.NewIndexerScratch(cfg.IndexNHeads, cfg.IndexHeadDim)
+		bufs.add("indexer key scratch", mla.IndexerScratchBytes(cfg.IndexNHeads, cfg.IndexHeadDim))
+	}
+	// Rows whose top-k this rank computes: its own rows without DCP; every
+	// distinct PCP row block of its DCP group with DCP.
+	blocks := 1
+	if N > 1 {
+		l := a.par.Layout
+		members := l.DCPMembers(a.par.Groups.World.Rank())
+		seen := map[int]int{}
+		a.blockDistinct = make([]int, len(members))
+		for j, w := range members {
+			pr := l.PCPRank(w)
+			d, ok := seen[pr]
+			if !ok {
+				d = len(a.distinctPCP)
+				seen[pr] = d
+				a.distinctPCP = append(a.distinctPCP, pr)
+			}
+			a.blockDistinct[j] = d
+		}
+		blocks = len(a.distinctPCP)
+	}
+	sel := blocks * T
+	if cfg.Sparse() {
+		a.scoreCols = localKeys
+		a.scores = f("indexer scores", sel*localKeys)
+		a.idxPos = i32("top-k positions", sel*a.topk)
+	}
+	a.indices = i32("top-k slots", sel*a.topk)
+	a.valid = i32("top-k counts", sel)
+	a.rowReq = i32("top-k row requests", sel)
+	a.ws = mla.NewWorkspace(a.topk, N*H)
+	bufs.add("attention workspace", mla.WorkspaceBytes(a.topk, N*H))
+	var err error
+	if N > 1 {
+		backend := "ag_rs"
+		if a.par.Backend != nil {
+			backend = a.par.Backend.Comm
+		}
+		if a.qgather, err = cp.NewQueryGather(N, T, H, mla.RowDim); err != nil {
+			return nil, err
+		}
+		if a.comb, err = cp.NewCombiner(backend, N, T, H, mla.LatentDim); err != nil {
+			return nil, err
+		}
+		bufs.add("dcp combine", a.comb.Bytes())
+		a.qG = f("dcp query gather", T*N*H*mla.RowDim)
+		a.attnG, a.lseG = f("dcp partial out", T*N*H*mla.LatentDim), f("dcp partial lse", T*N*H)
+		if cfg.Sparse() {
+			if a.tk, err = cp.NewTopK(steps.layout, steps.dcpRank, sel, a.topk, opt.MaxModelLen); err != nil {
+				return nil, err
+			}
+			a.idxPack, a.idxG = f("indexer query pack", T*a.idxWidth), f("indexer query gather", N*T*a.idxWidth)
+		}
+	}
+	if P := steps.pcp(); P > 1 {
+		kvw := dc + dr
+		if cfg.Sparse() {
+			kvw += cfg.IndexHeadDim
+		}
+		a.kvPack, a.kvG = f("pcp kv pack", T*kvw), f("pcp kv gather", P*T*kvw)
+	}
+	return a, nil
+}
+
+// forward runs attention of layer li for the step's local rows: x [M, D] is
+// the normed input, u [M, D] receives this rank's o_proj partial (the caller
+// all-reduces it over TP).
+func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, x, u []float32) error {
+	m, cfg, s := a.m, a.m.Cfg, a.steps
+	a.layer = li
+	H := m.Heads
+	dn, dr, dv, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
+	eps := float32(cfg.RMSNormEps)
+	qw := dn + dr
+	M := s.nLocal
+	// Query path.
+	q := a.q[:M*H*qw]
+	var cq []float32
+	if at.QA != nil {
+		dq := cfg.QLoraRank
+		cq = a.cq[:M*dq]
+		kernels.MatMulT(cq, x, M, at.QA)
+		for t := 0; t < M; t++ {
+			kernels.RMSNorm(cq[t*dq:(t+1)*dq], cq[t*dq:(t+1)*dq], at.QANorm, eps)
+		}
+		kernels.MatMulT(q, cq, M, at.QB)
+	} else {
+		cq = x
+		kernels.MatMulT(q, x, M, at.QB)
+	}
+	for t := 0; t < M; t++ {
+		pos := s.localPos(t)
+		for h := 0; h < H; h++ {
+			base := (t*H+h)*qw + dn
+			m.Rope.Apply(q[base:base+dr], pos, cfg.RopeInterleave)
+		}
+	}
+	// Latent KV: normalize and rotate.
+	kva := a.kva[:M*(dc+dr)]
+	kernels.MatMulT(kva, x, M, at.KVA)
+	for t := 0; t < M; t++ {
+		rowv := kva[t*(dc+dr) : (t+1)*(dc+dr)]
+		kernels.RMSNorm(rowv[:dc], rowv[:dc], at.KVANorm, eps)
+		m.Rope.Apply(rowv[dc:], s.localPos(t), cfg.RopeInterleave)
+	}
+	if at.Indexer != nil {
+		a.indexerProject(at.Indexer, cq, x)
+	}
+	// The step's KV goes into the cache before any row attends.
+	if err := a.writeKV(lc); err != nil {
+		return err
+	}
+	// Absorb q_nope through W_UK per head: Q = [W_UKᵀ q_nope | q_pe].
+	for h := 0; h < H; h++ {
+		g := a.gather[:M*dn]
+		for t := 0; t < M; t++ {
+			copy(g[t*dn:(t+1)*dn], q[(t*H+h)*qw:(t*H+h)*qw+dn])
+		}
+		gout := a.gatherOut[:M*dc]
+		kernels.MatMulT(gout, g, M, &at.WUKT[h])
+		for t := 0; t < M; t++ {
+			dst := a.qabs[(t*H+h)*mla.RowDim : (t*H+h+1)*mla.RowDim]
+			copy(dst[:dc], gout[t*dc:(t+1)*dc])
+			copy(dst[dc:], q[(t*H+h)*qw+dn:(t*H+h+1)*qw])
+		}
+	}
+	out := a.attnOut[:M*H*mla.LatentDim]
+	if s.layout.N == 1 {
+		a.selectLocal(lc)
+		mla.SparseAttention(out, a.lse[:M*H], nil, a.qabs[:M*H*mla.RowDim], M, H, lc, a.indices[:M*a.topk], a.topk, nil, m.Scale, a.ws)
+	} else if err := a.attendDCP(lc, out); err != nil {
+		return err
+	}
+	// Up-project values per head and the output projection.
+	o := a.o[:M*H*dv]
+	for h := 0; h < H; h++ {
+		g := a.gather[:M*dc]
+		for t := 0; t < M; t++ {
+			copy(g[t*dc:(t+1)*dc], out[(t*H+h)*mla.LatentDim:(t*H+h+1)*mla.LatentDim])
+		}
+		gout := a.gatherOut[:M*dv]
+		kernels.MatMulT(gout, g, M, &at.WUV[h])
+		for t := 0; t < M; t++ {
+			copy(o[(t*H+h)*dv:(t*H+h+1)*dv], gout[t*dv:(t+1)*dv])
+		}
+	}
+	kernels.MatMulT(u, o, M, at.O)
+	return nil
+}
+
+// indexerProject computes the indexer queries, head weights and keys of the
+// local rows.
+func (a *attentionBlock) indexerProject(ix *Indexer, cq, x []float32) {
+	m, cfg, s := a.m, a.m.Cfg, a.steps
+	HI, dI, dr := cfg.IndexNHeads, cfg.IndexHeadDim, cfg.QKRopeHeadDim
+	M := s.nLocal
+	qI := a.qI[:M*HI*dI]
+	kernels.MatMulT(qI, cq, M, ix.WQB)
+	kI := a.kI[:M*dI]
+	kernels.MatMulT(kI, x, M, ix.WK)
+	wI := a.wI[:M*HI]
+	kernels.MatMulT(wI, x, M, ix.WProj)
+	for i := range wI {
+		wI[i] *= m.IdxScal
+	}
+	for t := 0; t < M; t++ {
+		pos := s.localPos(t)
+		for h := 0; h < HI; h++ {
+			m.Rope.Apply(qI[(t*HI+h)*dI:(t*HI+h)*dI+dr], pos, cfg.IndexerRopeInterleave)
+		}
+		k := kI[t*dI : (t+1)*dI]
+		kernels.LayerNorm(k, k, ix.NormW, ix.NormB, 1e-6)
+		m.Rope.Apply(k[:dr], pos, cfg.IndexerRopeInterleave)
+	}
+}
+
+// writeKV stores the step's cache rows and indexer keys at the positions this
+// rank owns. Under PCP the rows of every PCP rank are all-gathered first, so
+// each owner sees every new position.
+func (a *attentionBlock) writeKV(lc *kvcache.LayerCache) error {
+	cfg, s := a.m.Cfg, a.steps
+	rw := cfg.KVLoraRank + cfg.QKRopeHeadDim
+	kw := 0
+	if cfg.Sparse() {
+		kw = cfg.IndexHeadDim
+	}
+	M := s.nLocal
+	write := func(br int32, row, key []float32) {
+		if br < 0 {
+			return
+		}
+		slot := s.layout.Slot(s.tables[s.rowSeq[br]], s.blockSize, int(s.rowPos[br]), s.dcpRank)
+		if slot < 0 {
+			return
+		}
+		lc.WriteRow(slot, row)
+		if kw > 0 {
+			lc.WriteKey(slot, key)
+		}
+	}
+	if s.part == nil {
+		for t := 0; t < M; t++ {
+			write(s.lrow[t], a.kva[t*rw:(t+1)*rw], a.kI[t*kw:(t+1)*kw])
+		}
+		return nil
+	}
+	w := rw + kw
+	pack := a.kvPack[:M*w]
+	for t := 0; t < M; t++ {
+		copy(pack[t*w:t*w+rw], a.kva[t*rw:(t+1)*rw])
+		copy(pack[t*w+rw:(t+1)*w], a.kI[t*kw:(t+1)*kw])
+	}
+	P := s.pcp()
+	all := a.kvG[:P*M*w]
+	if err := comm.AllGather(a.par.ctx(), a.par.Groups.PCP, all, pack); err != nil {
+		return fmt.Errorf("pcp kv gather: %w", err)
+	}
+	for p := 0; p < P; p++ {
+		for t, br := range s.part.Tokens(p)[:M] {
+			row := all[(p*M+t)*w : (p*M+t+1)*w]
+			write(br, row[:rw], row[rw:])
+		}
+	}
+	return nil
+}
+
+// selectLocal fills indices [M, K] with the cache slots every local row
+// attends to when this rank holds every key (no DCP): the indexer's top-k,
+// or every causal key for dense MLA.
+func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) {
+	cfg, s := a.m.Cfg, a.steps
+	K := a.topk
+	HI, dI := cfg.IndexNHeads, cfg.IndexHeadDim
+	for t := 0; t < s.nLocal; t++ {
+		dst := a.indices[t*K : (t+1)*K]
+		br := s.lrow[t]
+		if br < 0 {
+			fillInvalid(dst)
+			continue
+		}
+		end := int(s.rowPos[br]) + 1
+		slots := s.keys(int(s.rowSeq[br]))
+		if !cfg.Sparse() {
+			for k := range dst {
+				dst[k] = -1
+				if k < end {
+					dst[k] = slots[k]
+				}
+			}
+			continue
+		}
+		a.ends[0] = int32(end)
+		scores := a.scores[:end]
+		mla.IndexerScoresScratch(a.idxScratch, scores, a.qI[t*HI*dI:(t+1)*HI*dI], a.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], a.ends)
+		pos := a.idxPos[:K]
+		mla.IndexerTopK(pos, a.idxCount, scores, 1, end, K)
+		if *a.trace != nil {
+			(*a.trace)(a.layer, s.rowPos[br], s.rowSeq[br], pos[:a.idxCount[0]])
+		}
+		for k := 0; k < K; k++ {
+			dst[k] = -1
+			if p := pos[k]; p >= 0 {
+				dst[k] = slots[p]
+			}
+		}
+	}
+}
+
+func fillInvalid(s []int32) {
+	for i := range s {
+		s[i] = -1
+	}
+}
+
+// attendDCP runs attention for this rank's rows with the KV sharded over the
+// DCP group: gather the group's absorbed queries (one block of M rows × H
+// heads per member), select every distinct row block's global top-k and
+// localize it, attend every block over the local shard, and combine the
+// partials so that this rank keeps its own block, out [M, H, 512].
+func (a *attentionBlock) attendDCP(lc *kvcache.LayerCache, out []float32) error {
+	m, cfg, s := a.m, a.m.Cfg, a.steps
+	ctx, g := a.par.ctx(), a.par.Groups.DCP
+	N, H, M, K := s.layout.N, m.Heads, s.nLocal, a.topk
+	NH := N * H
+	qG := a.qG[:M*NH*mla.RowDim]
+	if err := a.qgather.Gather(ctx, g, qG, a.qabs[:M*H*mla.RowDim], M); err != nil {
+		return fmt.Errorf("dcp query gather: %w", err)
+	}
+	nb := len(a.distinctPCP)
+	R := nb * M
+	if cfg.Sparse() {
+		if err := a.selectDCP(lc, R); err != nil {
+			return err
+		}
+	} else {
+		a.selectDenseDCP(R)
+	}
+	attn, lse := a.attnG[:M*NH*mla.LatentDim], a.lseG[:M*NH]
+	if nb == 1 {
+		// Every member holds the same rows: one call over all gathered heads.
+		mla.SparseAttention(attn, lse, nil, qG, M, NH, lc, a.indices[:M*K], K, nil, m.Scale, a.ws)
+	} else {
+		for j := 0; j < N; j++ {
+			d := a.blockDistinct[j]
+			for t := 0; t < M; t++ {
+				base := t*NH + j*H
+				mla.SparseAttention(attn[base*mla.LatentDim:(base+H)*mla.LatentDim], lse[base:base+H], nil,
+					qG[base*mla.RowDim:(base+H)*mla.RowDim], 1, H, lc, a.indices[(d*M+t)*K:(d*M+t+1)*K], K, nil, m.Scale, a.ws)
+			}
+		}
+	}
+	if err := a.comb.Combine(ctx, g, out, a.lse[:M*H], attn, lse, M); err != nil {
+		return fmt.Errorf("dcp combine: %w", err)
+	}
+	return nil
+}
+
+// blockRow returns the batch row of row t of distinct row block d (−1 for padding).
+func (a *attentionBlock) blockRow(d, t int) int32 {
+	s := a.steps
+	if s.part == nil {
+		return s.lrow[t]
+	}
+	return s.part.Tokens(a.distinctPCP[d])[t]
+}
+
+// selectDCP computes the exact global top-k of every row of the DCP group's
+// distinct row blocks from this rank's keys and turns it into local slots.
+func (a *attentionBlock) selectDCP(lc *kvcache.LayerCache, R int) error {
+	cfg, s := a.m.Cfg, a.steps
+	ctx, g := a.par.ctx(), a.par.Groups.DCP
+	HI, dI := cfg.IndexNHeads, cfg.IndexHeadDim
+	N, M, K, W := s.layout.N, s.nLocal, a.topk, a.idxWidth
+	// Gather the indexer queries and weights of the group's rows.
+	pack := a.idxPack[:M*W]
+	for t := 0; t < M; t++ {
+		copy(pack[t*W:t*W+HI*dI], a.qI[t*HI*dI:(t+1)*HI*dI])
+		copy(pack[t*W+HI*dI:(t+1)*W], a.wI[t*HI:(t+1)*HI])
+	}
+	all := a.idxG[:N*M*W]
+	if err := comm.AllGather(ctx, g, all, pack); err != nil {
+		return fmt.Errorf("dcp indexer query gather: %w", err)
+	}
+	width := 0
+	for si := range s.keyOff {
+		width = max(width, len(s.keys(si)))
+	}
+	width = max(width, 1)
+	scores := a.scores[:R*width]
+	for i := range R {
+		d, t := i/M, i%M
+		row := scores[i*width : (i+1)*width]
+		for k := range row {
+			row[k] = float32(math.Inf(-1))
+		}
+		a.rowReq[i] = 0
+		br := a.blockRow(d, t)
+		if br < 0 {
+			continue
+		}
+		a.rowReq[i] = s.rowSeq[br]
+		slots := s.keys(int(s.rowSeq[br]))
+		end := s.layout.LocalLen(int(s.rowPos[br])+1, s.dcpRank)
+		if end == 0 {
+			continue
+		}
+		// The member whose block this is: any member of distinct block d.
+		j := 0
+		for j = range a.blockDistinct {
+			if a.blockDistinct[j] == d {
+				break
+			}
+		}
+		src := all[(j*M+t)*W : (j*M+t+1)*W]
+		a.ends[0] = int32(end)
+		mla.IndexerScoresScratch(a.idxScratch, row[:end], src[:HI*dI], src[HI*dI:], 1, HI, dI, lc, slots[:end], a.ends)
+	}
+	pos := a.idxPos[:R*K]
+	if err := a.tk.Select(ctx, g, pos, a.valid[:R], scores, R, width); err != nil {
+		return fmt.Errorf("dcp top-k merge: %w", err)
+	}
+	if *a.trace != nil {
+		for i := range R {
+			if br := a.blockRow(i/M, i%M); br >= 0 {
+				(*a.trace)(a.layer, s.rowPos[br], s.rowSeq[br], pos[i*K:i*K+int(a.valid[i])])
+			}
+		}
+	}
+	return cp.LocalizeRows(s.layout, s.dcpRank, a.indices[:R*K], a.valid[:R], pos, R, K, s.tables, a.rowReq[:R], s.blockSize, a.compact)
+}
+
+// selectDenseDCP gives every row of the group's distinct row blocks all its
+// causal keys held by this rank (dense MLA: no indexer).
+func (a *attentionBlock) selectDenseDCP(R int) {
+	s := a.steps
+	M, K := s.nLocal, a.topk
+	for i := range R {
+		dst := a.indices[i*K : (i+1)*K]
+		fillInvalid(dst)
+		br := a.blockRow(i/M, i%M)
+		if br < 0 {
+			continue
+		}
+		slots := s.keys(int(s.rowSeq[br]))
+		end := s.layout.LocalLen(int(s.rowPos[br])+1, s.dcpRank)
+		copy(dst, slots[:end])
+	}
+}
+
+// SelectionTrace receives, when set on a Runner, the positions each row
+// selected in each layer (sorted as the indexer returned them). It exists for
+// verification; production steps leave it nil.
+type SelectionTrace func(layer int, pos int32, seq int32, positions []int32)

@@ -1,0 +1,196 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/kernels"
+	"github.com/cpmla/cpmla/safetensors"
+)
+
+// TensorNamer is implemented by tensor sources that can list what they hold
+// (checkpoints, in-memory maps); Build then refuses a checkpoint holding
+// tensors its config does not account for.
+type TensorNamer interface {
+	Names() []string
+}
+
+// Names lists the map's tensor names, sorted.
+func (m TensorMap) Names() []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// weightLoader reads the tensors of one model from a source, checking each
+// against its spec and the checkpoint's quantization_config.
+type weightLoader struct {
+	cfg   *config.Model
+	src   TensorSource
+	specs map[string]TensorSpec
+	// used collects every tensor read (weights and their scales), for the
+	// check that nothing in the checkpoint is left unexplained.
+	used map[string]bool
+}
+
+func newWeightLoader(cfg *config.Model, src TensorSource) *weightLoader {
+	l := &weightLoader{cfg: cfg, src: src, specs: map[string]TensorSpec{}, used: map[string]bool{}}
+	for _, s := range TensorSpecs(cfg) {
+		l.specs[s.Name] = s
+	}
+	return l
+}
+
+// tensor returns the named tensor after checking its shape against its spec.
+func (l *weightLoader) tensor(name string) (safetensors.Tensor, TensorSpec, error) {
+	s, ok := l.specs[name]
+	if !ok {
+		return safetensors.Tensor{}, s, fmt.Errorf("tensor %s is not part of a %s model with this config", name, l.cfg.Architecture)
+	}
+	t, err := l.src.Tensor(name)
+	if err != nil {
+		return t, s, err
+	}
+	l.used[name] = true
+	if !slices.Equal(t.Shape, s.Shape) {
+		return t, s, fmt.Errorf("tensor %s: shape %v, but config.json makes it %v", name, t.Shape, s.Shape)
+	}
+	return t, s, nil
+}
+
+// matrix reads a 2-D weight as a kernels.Matrix: F32 and BF16 as zero-copy
+// views where aligned, F16 widened, and F8_E4M3 as codes with the block
+// scales of its weight_scale_inv (never as raw codes).
+func (l *weightLoader) matrix(name string) (*kernels.Matrix, error) {
+	t, spec, err := l.tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Shape) != 2 {
+		return nil, fmt.Errorf("tensor %s is %d-D, want a [out, in] matrix", name, len(t.Shape))
+	}
+	scaleName := name + ScaleSuffix
+	scale, scaleErr := l.src.Tensor(scaleName)
+	if t.DType != safetensors.F8E4M3 {
+		if scaleErr == nil {
+			return nil, fmt.Errorf("tensor %s is %s but has a %s: block scales belong to F8_E4M3 weights", name, t.DType, scaleName)
+		}
+		return denseMatrix(t)
+	}
+	q := l.cfg.Quantization
+	switch {
+	case !spec.Linear:
+		return nil, fmt.Errorf("tensor %s is F8_E4M3, but only Linear weights are stored in fp8", name)
+	case q == nil:
+		return nil, fmt.Errorf("tensor %s is F8_E4M3, but config.json has no fp8 quantization_config; the engine never runs on raw e4m3 codes (re-export the checkpoint with its quantization_config, or dequantize it)", name)
+	case q.NotConverted(ModuleOf(name)):
+		return nil, fmt.Errorf("tensor %s is F8_E4M3, but quantization_config.modules_to_not_convert keeps %s in its own dtype", name, ModuleOf(name))
+	case scaleErr != nil:
+		return nil, fmt.Errorf("tensor %s is F8_E4M3 without its block scales %s: %w", name, scaleName, scaleErr)
+	}
+	l.used[scaleName] = true
+	rows, cols := t.Shape[0], t.Shape[1]
+	want := []int{ceilDiv(rows, config.FP8BlockSize), ceilDiv(cols, config.FP8BlockSize)}
+	if scale.DType != safetensors.F32 || !slices.Equal(scale.Shape, want) {
+		return nil, fmt.Errorf("tensor %s: %s %v, want F32 %v (one scale per %d×%d block of %v)", scaleName, scale.DType, scale.Shape, want, config.FP8BlockSize, config.FP8BlockSize, t.Shape)
+	}
+	s, err := scale.F32()
+	if err != nil {
+		if s, err = scale.ToF32(nil); err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", scaleName, err)
+		}
+	}
+	if err := checkScales(scaleName, s, q.ScaleFmt); err != nil {
+		return nil, err
+	}
+	m, err := kernels.NewFP8Matrix(rows, cols, t.U8(), s)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// checkScales refuses block scales that are not finite and ≥ 0, or, with
+// scale_fmt ue8m0, not powers of two.
+func checkScales(name string, s []float32, scaleFmt string) error {
+	for i, v := range s {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || v < 0 {
+			return fmt.Errorf("tensor %s: block scale %d is %g; scales must be finite and ≥ 0", name, i, v)
+		}
+		if scaleFmt == "ue8m0" {
+			if frac, _ := math.Frexp(float64(v)); frac != 0.5 {
+				return fmt.Errorf("tensor %s: block scale %d is %g, not a power of two, but quantization_config.scale_fmt is ue8m0", name, i, v)
+			}
+		}
+	}
+	return nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// denseMatrix views a 2-D F32 or BF16 tensor as a kernels.Matrix without
+// copying when its data is aligned; F16 (and an unaligned view) is widened
+// to f32.
+func denseMatrix(t safetensors.Tensor) (*kernels.Matrix, error) {
+	m := &kernels.Matrix{Rows: t.Shape[0], Cols: t.Shape[1]}
+	if v, err := t.BF16(); err == nil {
+		m.BF16 = v
+		return m, nil
+	}
+	if v, err := t.F32(); err == nil {
+		m.F32 = v
+		return m, nil
+	}
+	v, err := t.ToF32(nil)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+	}
+	m.F32 = v
+	return m, nil
+}
+
+// vector reads a 1-D tensor as float32 (copied).
+func (l *weightLoader) vector(name string) ([]float32, error) {
+	t, _, err := l.tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Shape) != 1 {
+		return nil, fmt.Errorf("tensor %s is %d-D, want a vector", name, len(t.Shape))
+	}
+	v, err := t.ToF32(nil)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// checkAllUsed refuses a checkpoint that holds tensors the config does not
+// account for (more experts or layers than config.json says, stray scales),
+// naming the first one.
+func (l *weightLoader) checkAllUsed() error {
+	n, ok := l.src.(TensorNamer)
+	if !ok {
+		return nil
+	}
+	var extra []string
+	for _, name := range n.Names() {
+		if !l.used[name] {
+			extra = append(extra, name)
+		}
+	}
+	if len(extra) == 0 {
+		return nil
+	}
+	more := ""
+	if len(extra) > 1 {
+		more = fmt.Sprintf(" (and %d more)", len(extra)-1)
+	}
+	return fmt.Errorf("checkpoint holds tensor %s%s that config.json does not account for (%d layers, %d routed experts, %d MTP layers); check num_hidden_layers, n_routed_experts and num_nextn_predict_layers",
+		extra[0], more, l.cfg.NumLayers, l.cfg.NRoutedExperts, l.cfg.NumNextNPredict)
+}

@@ -1,0 +1,346 @@
+package model
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/kernels"
+	"github.com/cpmla/cpmla/kvcache"
+)
+
+// Seq is one request's share of a step: the new tokens it runs and where they
+// sit in its sequence.
+type Seq struct {
+	Tokens     []int32 // new tokens of this step
+	Start      int     // position of Tokens[0] (= tokens already in the cache)
+	BlockTable []int32 // cache blocks of the request, in order (the same on every rank)
+	// LogitsAll asks for logits after every new token instead of only the last.
+	LogitsAll bool
+}
+
+// Batch is the work of one step. Under TP/DCP/PCP every rank runs the same
+// (replicated) Batch; each derives its own rows, heads and KV shard from it.
+type Batch struct {
+	Seqs []Seq
+	// Copies are block copies (copy-on-write of a forked sequence's last,
+	// partial block) done on every rank before any of the step's KV is
+	// written.
+	Copies []BlockCopy
+}
+
+// BlockCopy copies the KV of cache block Src into block Dst (every layer,
+// each rank its own slots of the block).
+type BlockCopy struct{ Src, Dst int32 }
+
+// Parallel places a Runner in a TP × PCP world with DCP-sharded KV.
+type Parallel struct {
+	Layout     comm.Layout
+	Groups     comm.Groups // this rank's groups (Layout.Split of its world group)
+	Interleave int         // --cp-kv-cache-interleave-size
+	Backend    *cp.BackendPlan
+	// Ctx bounds every collective of the runner's steps.
+	Ctx context.Context
+}
+
+func (p *Parallel) ctx() context.Context {
+	if p == nil || p.Ctx == nil {
+		return context.Background()
+	}
+	return p.Ctx
+}
+
+// RunnerOptions sizes a Runner once, at start-up.
+type RunnerOptions struct {
+	MaxTokens    int // tokens per step (the whole batch, before any PCP split)
+	MaxModelLen  int // longest sequence
+	MaxLogitRows int // rows per step that may ask for logits
+	MaxSeqs      int // sequences per step
+	BlockSize    int
+	NumBlocks    int
+	KVDType      kvcache.KVDType
+	IndexerDType kvcache.IndexerDType
+	// Parallel is nil for a single rank.
+	Parallel *Parallel
+}
+
+// Runner executes forward steps of one rank over its paged KV cache. It
+// composes the step's parts, each owning its weights' use and its buffers:
+// the step tables derived from the batch, the attention block (MLA + DSA
+// indexer over the paged cache, with the DCP exchange), the dense MLP and
+// the MoE block (with the expert-parallel exchange), and the PCP exchange of
+// the final hidden states. Every buffer is sized from RunnerOptions when the
+// runner is created and never grows.
+//
+// Every collective's count derives from the replicated Batch (and, for the
+// expert exchange, from the routing the ranks all-gather first), so all
+// ranks issue the same sequence.
+type Runner struct {
+	M      *Model
+	Cache  *kvcache.Cache
+	Layout kvcache.Layout // DCP ownership of KV positions
+	Opt    RunnerOptions
+	// Trace, when set, observes every row's selected positions.
+	Trace SelectionTrace
+	// RouteTrace, when set, observes every row's routed experts.
+	RouteTrace RouteTrace
+
+	par   *Parallel
+	steps *stepTables
+	attn  *attentionBlock
+	moe   *moeBlock
+	// residual stream and per-layer scratch
+	h, x, u, red []float32
+	gate, up     []float32 // dense MLP
+	hAll, hRest  []float32 // PCP gather of the final hidden states
+	logits       []float32
+	logitRow     []int32 // batch rows whose logits are computed
+	buffers      bufferList
+}
+
+// Buffer names one persistent step buffer and its size.
+type Buffer struct {
+	Name  string
+	Bytes int64
+}
+
+// bufferList allocates the step buffers and records them by name.
+type bufferList struct{ list []Buffer }
+
+func (b *bufferList) add(name string, bytes int64) {
+	for i := range b.list {
+		if b.list[i].Name == name {
+			b.list[i].Bytes += bytes
+			return
+		}
+	}
+	b.list = append(b.list, Buffer{name, bytes})
+}
+
+func (b *bufferList) f32(name string, n int) []float32 {
+	b.add(name, int64(n)*4)
+	return make([]float32, n)
+}
+
+func (b *bufferList) i32(name string, n int) []int32 {
+	b.add(name, int64(n)*4)
+	return make([]int32, n)
+}
+
+// Buffers lists every persistent step buffer the runner allocated at
+// construction, in allocation order. The KV cache is separate (Cache.Bytes).
+func (r *Runner) Buffers() []Buffer { return r.buffers.list }
+
+// BufferBytes is the total of Buffers.
+func (r *Runner) BufferBytes() int64 {
+	var n int64
+	for _, b := range r.buffers.list {
+		n += b.Bytes
+	}
+	return n
+}
+
+// ExpertLoad returns, per decoder layer, the rows routed to each of this
+// rank's experts since the runner was built (nil for dense layers).
+func (r *Runner) ExpertLoad() [][]int64 {
+	if r.moe == nil {
+		return nil
+	}
+	return r.moe.load
+}
+
+// NewRunner allocates the cache and every step buffer for opt.
+func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
+	cfg := m.Cfg
+	if opt.MaxTokens <= 0 || opt.MaxModelLen <= 0 || opt.BlockSize <= 0 || opt.NumBlocks <= 0 {
+		return nil, fmt.Errorf("runner options need positive max tokens, max model len, block size and block count, got %+v", opt)
+	}
+	if opt.MaxSeqs <= 0 {
+		opt.MaxSeqs = 1
+	}
+	if opt.MaxLogitRows <= 0 {
+		opt.MaxLogitRows = 1
+	}
+	if opt.MaxLogitRows > opt.MaxTokens {
+		opt.MaxLogitRows = opt.MaxTokens
+	}
+	if opt.KVDType == "" {
+		opt.KVDType = "f32"
+	}
+	if opt.IndexerDType == "" {
+		opt.IndexerDType = "f32"
+	}
+	indexDim := 0 // dense MLA keeps no indexer keys
+	if cfg.Sparse() {
+		indexDim = cfg.IndexHeadDim
+	}
+	cache, err := kvcache.NewCache(cfg.NumLayers, opt.NumBlocks, opt.BlockSize, opt.KVDType, opt.IndexerDType, indexDim)
+	if err != nil {
+		return nil, fmt.Errorf("allocate KV cache: %w", err)
+	}
+	r := &Runner{M: m, Cache: cache, Layout: kvcache.Layout{N: 1, I: 1}, Opt: opt, par: opt.Parallel}
+	if p := opt.Parallel; p != nil {
+		l := p.Layout
+		rank := p.Groups.World.Rank()
+		if l.TP != m.Shard.TPSize || l.TPRank(rank) != m.Shard.TPRank {
+			return nil, fmt.Errorf("model shard TP %d/%d does not match rank %d of layout TP=%d", m.Shard.TPRank, m.Shard.TPSize, rank, l.TP)
+		}
+		if m.Shard.EPSize > 1 && (m.Shard.EPSize != l.World() || m.Shard.EPRank != rank) {
+			return nil, fmt.Errorf("model shard holds experts of rank %d of %d, but this is rank %d of a TP × PCP world of %d", m.Shard.EPRank, m.Shard.EPSize, rank, l.World())
+		}
+		if p.Interleave < 1 {
+			p.Interleave = 1
+		}
+		r.Layout = kvcache.Layout{N: l.DCP, I: p.Interleave}
+		if err := r.Layout.Validate(opt.BlockSize); err != nil {
+			return nil, err
+		}
+	} else if m.Shard.TPSize > 1 || m.Shard.EPSize > 1 {
+		return nil, fmt.Errorf("model shard TP %d, EP %d needs a parallel layout", m.Shard.TPSize, m.Shard.EPSize)
+	}
+	if r.steps, err = newStepTables(r.Layout, opt, &r.buffers); err != nil {
+		return nil, err
+	}
+	T, D := opt.MaxTokens, cfg.HiddenSize
+	f := r.buffers.f32
+	r.logitRow = r.buffers.i32("logit rows", opt.MaxLogitRows)[:0]
+	r.h, r.x = f("hidden", T*D), f("normed hidden", T*D)
+	r.u = f("layer out", T*D)
+	if r.tp() > 1 {
+		r.red = f("tp all-reduce", T*D)
+	}
+	if r.attn, err = newAttentionBlock(m, r.steps, opt, &r.Trace, &r.buffers); err != nil {
+		return nil, err
+	}
+	width := 0
+	for i := range m.Layers {
+		if L := m.Layers[i].MLP; L != nil {
+			width = max(width, L.Width)
+		}
+	}
+	if width > 0 {
+		r.gate, r.up = f("mlp gate", T*width), f("mlp up", T*width)
+	}
+	r.moe = newMoEBlock(m, r.steps, opt, &r.RouteTrace, &r.buffers)
+	r.logits = f("logits", opt.MaxLogitRows*cfg.VocabSize)
+	if P := r.steps.pcp(); P > 1 {
+		r.hAll, r.hRest = f("pcp hidden gather", P*T*D), f("pcp hidden restore", T*D)
+	}
+	return r, nil
+}
+
+func (r *Runner) tp() int {
+	if r.par == nil {
+		return 1
+	}
+	return r.par.Layout.TP
+}
+
+// Logits returns the logits of the i-th logit row of the last step and the
+// batch row it belongs to.
+func (r *Runner) Logits(i int) (row int, logits []float32) {
+	V := r.M.Cfg.VocabSize
+	return int(r.logitRow[i]), r.logits[i*V : (i+1)*V]
+}
+
+// NumLogitRows is the number of logit rows the last step produced.
+func (r *Runner) NumLogitRows() int { return len(r.logitRow) }
+
+// Forward runs one step: it writes the step's KV into the cache (each rank
+// the positions it owns), runs every layer, and computes logits for the last
+// token of each sequence (or every token where LogitsAll is set).
+func (r *Runner) Forward(b *Batch) error {
+	cfg, m, s := r.M.Cfg, r.M, r.steps
+	r.logitRow = r.logitRow[:0]
+	for _, c := range b.Copies {
+		if err := r.Cache.CopyBlock(c.Dst, c.Src); err != nil {
+			return err
+		}
+	}
+	T, err := s.build(b, cfg.VocabSize, &r.logitRow)
+	if err != nil || T == 0 {
+		return err
+	}
+	D := cfg.HiddenSize
+	for i := 0; i < s.nLocal; i++ {
+		h := r.h[i*D : (i+1)*D]
+		if br := s.lrow[i]; br >= 0 {
+			m.Embed.Row(int(s.rowTok[br]), h)
+		} else {
+			clear(h)
+		}
+	}
+	for li := range m.Layers {
+		if err := r.layer(li, &m.Layers[li], r.Cache.Layer(li)); err != nil {
+			return fmt.Errorf("layer %d: %w", li, err)
+		}
+	}
+	hid := r.h
+	if s.part != nil {
+		M, P := s.nLocal, s.pcp()
+		if err := comm.AllGather(r.par.ctx(), r.par.Groups.PCP, r.hAll[:P*M*D], r.h[:M*D]); err != nil {
+			return fmt.Errorf("pcp hidden gather: %w", err)
+		}
+		if err := s.part.RestoreRows(r.hRest[:T*D], r.hAll[:P*M*D], D); err != nil {
+			return err
+		}
+		hid = r.hRest
+	}
+	V := cfg.VocabSize
+	for i, lr := range r.logitRow {
+		x := r.x[:D]
+		kernels.RMSNorm(x, hid[int(lr)*D:(int(lr)+1)*D], m.Norm, float32(cfg.RMSNormEps))
+		kernels.MatMulT(r.logits[i*V:(i+1)*V], x, 1, m.LMHead)
+	}
+	return nil
+}
+
+// layer runs decoder layer li over the local rows: attention, then the
+// dense MLP or the MoE block, each followed by the TP all-reduce of its
+// partial and the residual add.
+func (r *Runner) layer(li int, L *Layer, lc *kvcache.LayerCache) error {
+	cfg := r.M.Cfg
+	D, M := cfg.HiddenSize, r.steps.nLocal
+	eps := float32(cfg.RMSNormEps)
+	x, u := r.x[:M*D], r.u[:M*D]
+	for t := 0; t < M; t++ {
+		kernels.RMSNorm(x[t*D:(t+1)*D], r.h[t*D:(t+1)*D], L.InputNorm, eps)
+	}
+	if err := r.attn.forward(li, &L.Attn, lc, x, u); err != nil {
+		return err
+	}
+	if err := r.addReduced(u); err != nil {
+		return fmt.Errorf("o_proj all-reduce: %w", err)
+	}
+	for t := 0; t < M; t++ {
+		kernels.RMSNorm(x[t*D:(t+1)*D], r.h[t*D:(t+1)*D], L.PostNorm, eps)
+	}
+	if L.MoE != nil {
+		if err := r.moe.forward(li, L.MoE, x, u); err != nil {
+			return err
+		}
+		if err := r.addReduced(u); err != nil {
+			return fmt.Errorf("moe all-reduce: %w", err)
+		}
+		return nil
+	}
+	L.MLP.forward(u, x, M, r.gate, r.up)
+	if err := r.addReduced(u); err != nil {
+		return fmt.Errorf("mlp all-reduce: %w", err)
+	}
+	return nil
+}
+
+// addReduced adds the TP-sum of the row-parallel partial u to the residual.
+func (r *Runner) addReduced(u []float32) error {
+	if r.tp() > 1 {
+		red := r.red[:len(u)]
+		if err := comm.AllReduce(r.par.ctx(), r.par.Groups.TP, red, u); err != nil {
+			return err
+		}
+		u = red
+	}
+	kernels.Axpy(1, u, r.h[:len(u)])
+	return nil
+}
