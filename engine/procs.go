@@ -69,7 +69,7 @@ func NewProcs(ctx context.Context, cfg *config.Model, src model.TensorSource, wo
 		return nil, 0, err
 	}
 	rank := world.Rank()
-	m, err := model.Build(cfg, src, model.Shard{TPRank: l.TPRank(rank), TPSize: l.TP})
+	m, err := model.Build(cfg, src, p.Shard(rank))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -21,6 +21,20 @@ type Parallel struct {
 	Backend    *cp.BackendPlan
 	// CollectiveTimeout bounds every collective (inproc.DefaultTimeout if 0).
 	CollectiveTimeout time.Duration
+	// ExpertParallel spreads the routed experts whole over the TP × PCP
+	// ranks (vLLM's --enable-expert-parallel) instead of slicing every
+	// expert over TP.
+	ExpertParallel bool
+}
+
+// Shard is world rank's slice of the weights under p.
+func (p Parallel) Shard(rank int) model.Shard {
+	l := p.Layout
+	s := model.Shard{TPRank: l.TPRank(rank), TPSize: l.TP}
+	if p.ExpertParallel {
+		s.EPRank, s.EPSize = rank, l.World()
+	}
+	return s
 }
 
 // InProcess returns the factory of an executor that runs every rank of p as
@@ -37,7 +51,7 @@ func InProcess(cfg *config.Model, src model.TensorSource, p Parallel) (ExecutorF
 	models := make([]*model.Model, l.World())
 	var weights int64
 	for rank := range models {
-		m, err := model.Build(cfg, src, model.Shard{TPRank: l.TPRank(rank), TPSize: l.TP})
+		m, err := model.Build(cfg, src, p.Shard(rank))
 		if err != nil {
 			return nil, 0, err
 		}

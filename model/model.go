@@ -73,9 +73,13 @@ func (m *Model) Close() error {
 	return nil
 }
 
-// checkShard refuses a shard the model cannot be split into, naming the
-// sizes and a setting that works.
-func checkShard(cfg *config.Model, shard Shard) error {
+// CheckShard refuses a shard the model cannot be split into, naming the
+// sizes and a setting that works. Build calls it; commands call it before
+// any weight is read.
+func CheckShard(cfg *config.Model, shard Shard) error {
+	if shard.TPSize == 0 {
+		shard.TPSize = 1
+	}
 	if cfg.NumHeads%shard.TPSize != 0 {
 		return fmt.Errorf("num_attention_heads %d is not divisible by tensor-parallel-size %d; use a TP size that divides it", cfg.NumHeads, shard.TPSize)
 	}
@@ -108,7 +112,7 @@ func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 	if shard.EPSize == 0 {
 		shard.EPSize = 1
 	}
-	if err := checkShard(cfg, shard); err != nil {
+	if err := CheckShard(cfg, shard); err != nil {
 		return nil, err
 	}
 	l := newWeightLoader(cfg, src)

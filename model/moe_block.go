@@ -51,6 +51,10 @@ type moeBlock struct {
 	sendRows               []int32 // local rows sent, peer by peer
 	sendCounts, recvCounts []int   // floats per peer
 	send, recv, acc, back  []float32
+	// rows every PCP rank holds (decodes): computed where they are, summed
+	// over the PCP group
+	replIdx                    []int32
+	replAcc, replPack, replSum []float32
 
 	// load[layer][j] counts the rows routed to this rank's expert j.
 	load [][]int64
@@ -100,6 +104,8 @@ func newMoEBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *RouteTra
 		b.sendCounts, b.recvCounts = make([]int, P), make([]int, P)
 		b.send, b.recv = f("expert dispatch send", P*T*D), f("expert dispatch recv", P*T*D)
 		b.acc, b.back = f("expert partial sums", P*T*D), f("expert combine recv", P*T*D)
+		b.replIdx = i32("replicated row routing", T*b.K)
+		b.replAcc, b.replPack, b.replSum = f("replicated row experts", T*D), f("replicated row pack", T*D), f("replicated row sum", T*D)
 	}
 	b.load = make([][]int64, len(m.Layers))
 	for i := range m.Layers {
@@ -200,16 +206,21 @@ func (b *moeBlock) runExperts(li int, L *MoE, src []float32, R int, idx []int32,
 func (b *moeBlock) owner(e int32) int { return int(e) / b.perRank }
 
 // exchange runs the routed experts of the local rows when they live on other
-// PCP ranks: the routing is all-gathered over the PCP group; each rank sends
-// to every PCP peer (its TP peer index) the rows of its block that route to
-// that peer's experts, computes its experts over the rows it received, and
-// sends the partial sums back; a row's partials add in PCP rank order. The
-// TP all-reduce that follows adds the experts held by the other TP ranks.
+// PCP ranks. Rows of a split prefill are dispatched: the routing is
+// all-gathered over the PCP group; each rank sends to every PCP peer (its TP
+// peer index) the rows of its block that route to that peer's experts,
+// computes its experts over the rows it received, and sends the partial sums
+// back; a row's partials add in PCP rank order. Rows every PCP rank holds
+// (decodes) are not sent: each rank computes its own experts over them and
+// the partials are all-reduced over the PCP group, so every expert runs once
+// per row. The TP all-reduce that follows adds the experts held by the other
+// TP ranks.
 func (b *moeBlock) exchange(li int, L *MoE, x, out []float32) error {
 	s, ctx, g := b.steps, b.par.ctx(), b.par.Groups.PCP
 	M, K, D := s.nLocal, b.K, b.D
 	P, TP := s.pcp(), b.par.Layout.TP
 	tp, me := b.m.Shard.TPRank, b.par.Groups.World.Rank()
+	replicated := func(br int32) bool { return br >= 0 && !s.partPrefill[s.rowSeq[br]] }
 	allIdx, allW := b.allIdx[:P*M*K], b.allW[:P*M*K]
 	if err := comm.AllGather(ctx, g, allIdx, b.idx[:M*K]); err != nil {
 		return fmt.Errorf("expert routing gather: %w", err)
@@ -231,7 +242,7 @@ func (b *moeBlock) exchange(li int, L *MoE, x, out []float32) error {
 	for p := 0; p < P; p++ {
 		c := 0
 		for t := 0; t < M; t++ {
-			if routesTo(b.idx[t*K:(t+1)*K], p*TP+tp) {
+			if !replicated(s.lrow[t]) && routesTo(b.idx[t*K:(t+1)*K], p*TP+tp) {
 				copy(b.send[nsend*D:(nsend+1)*D], x[t*D:(t+1)*D])
 				b.sendRows[nsend] = int32(t)
 				nsend++
@@ -245,9 +256,9 @@ func (b *moeBlock) exchange(li int, L *MoE, x, out []float32) error {
 	nrecv := 0
 	for p := 0; p < P; p++ {
 		c := 0
-		for t := 0; t < M; t++ {
+		for t, br := range s.part.Tokens(p)[:M] {
 			ri := allIdx[(p*M+t)*K : (p*M+t+1)*K]
-			if routesTo(ri, me) {
+			if !replicated(br) && routesTo(ri, me) {
 				copy(b.recvIdx[nrecv*K:(nrecv+1)*K], ri)
 				copy(b.recvW[nrecv*K:(nrecv+1)*K], allW[(p*M+t)*K:(p*M+t+1)*K])
 				nrecv++
@@ -269,6 +280,52 @@ func (b *moeBlock) exchange(li int, L *MoE, x, out []float32) error {
 	}
 	for i, t := range b.sendRows[:nsend] {
 		kernels.Axpy(1, back[i*D:(i+1)*D], out[int(t)*D:(int(t)+1)*D])
+	}
+	return b.replicatedRows(li, L, x, out, replicated)
+}
+
+// replicatedRows adds to out the routed experts of the rows every PCP rank
+// holds: each rank computes its own experts over them, and the partials are
+// all-reduced over the PCP group (every rank holds the same such rows in the
+// same order, so the count agrees).
+func (b *moeBlock) replicatedRows(li int, L *MoE, x, out []float32, replicated func(int32) bool) error {
+	s, K, D := b.steps, b.K, b.D
+	M := s.nLocal
+	n := 0
+	for t := 0; t < M; t++ {
+		ri := b.replIdx[t*K : (t+1)*K]
+		if replicated(s.lrow[t]) {
+			copy(ri, b.idx[t*K:(t+1)*K])
+			n++
+		} else {
+			for k := range ri {
+				ri[k] = -1
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	acc := b.replAcc[:M*D]
+	clear(acc)
+	b.runExperts(li, L, x, M, b.replIdx, b.w, acc)
+	pack, sum := b.replPack[:n*D], b.replSum[:n*D]
+	i := 0
+	for t := 0; t < M; t++ {
+		if replicated(s.lrow[t]) {
+			copy(pack[i*D:(i+1)*D], acc[t*D:(t+1)*D])
+			i++
+		}
+	}
+	if err := comm.AllReduce(b.par.ctx(), b.par.Groups.PCP, sum, pack); err != nil {
+		return fmt.Errorf("replicated-row expert all-reduce: %w", err)
+	}
+	i = 0
+	for t := 0; t < M; t++ {
+		if replicated(s.lrow[t]) {
+			kernels.Axpy(1, sum[i*D:(i+1)*D], out[t*D:(t+1)*D])
+			i++
+		}
 	}
 	return nil
 }

@@ -56,6 +56,12 @@ type Config struct {
 	World comm.Group
 	// CollectiveTimeout bounds every collective (default 30 s).
 	CollectiveTimeout time.Duration
+	// ExpertParallel spreads the routed experts whole over the TP × PCP
+	// ranks instead of slicing every expert over TP.
+	ExpertParallel bool
+	// Quantization "fp8" block-quantizes an unquantized checkpoint's Linear
+	// weights at load (model.Quantize); "" keeps them as stored.
+	Quantization string
 }
 
 // Result is what a run found.
@@ -74,6 +80,18 @@ type Result struct {
 	Positions           int      `json:"positions_compared"`
 	OracleRoundingTies  int      `json:"oracle_rounding_ties"`
 	OracleNearIndexTies int      `json:"oracle_near_index_ties"`
+	// RoutesIdentical: every row's routed experts equal the single rank's
+	// and, with the oracle, the oracle's.
+	RoutesIdentical     bool `json:"routes_identical"`
+	OracleNearRouteTies int  `json:"oracle_near_route_ties"`
+	// ExpertLoadPerRank is, per rank of the parallel run, the rows its
+	// routed experts computed over every routed layer (with expert
+	// parallelism each rank's own experts; without, every rank computes a
+	// slice of every expert and sees every row).
+	ExpertLoadPerRank []int64 `json:"expert_load_per_rank,omitempty"`
+	// SingleRankExpertRows is the rows the single-rank engine's experts
+	// computed: with expert parallelism, ExpertLoadPerRank adds up to it.
+	SingleRankExpertRows int64 `json:"single_rank_expert_rows,omitempty"`
 	CollectivesPerRank  []uint64 `json:"collectives_per_rank"`
 	Problems            []string `json:"problems,omitempty"`
 	WallSeconds         float64  `json:"wall_seconds"`
@@ -115,7 +133,24 @@ func (c *Config) defaults() {
 }
 
 func (c *Config) String() string {
-	return fmt.Sprintf("TP%d/PCP%d/DCP%d I=%d %s kv=%s idx=%s", c.TP, c.PCP, c.DCP, c.Interleave, c.DCPComm, c.KVDType, c.IndexerDType)
+	s := fmt.Sprintf("TP%d/PCP%d/DCP%d I=%d %s kv=%s idx=%s", c.TP, c.PCP, c.DCP, c.Interleave, c.DCPComm, c.KVDType, c.IndexerDType)
+	if c.ExpertParallel {
+		s += " EP"
+	}
+	if c.Quantization != "" {
+		s += " quant=" + c.Quantization
+	}
+	return s
+}
+
+// shard is world rank's slice of the weights in the parallel run.
+func (c *Config) shard(rank int) model.Shard {
+	l := comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
+	s := model.Shard{TPRank: l.TPRank(rank), TPSize: l.TP}
+	if c.ExpertParallel {
+		s.EPRank, s.EPSize = rank, l.World()
+	}
+	return s
 }
 
 // Validate checks everything a run needs before any weight is loaded: the
@@ -136,6 +171,9 @@ func (c *Config) Validate(cfg *config.Model) (*cp.BackendPlan, error) {
 			}
 		}
 		return nil, fmt.Errorf("num_attention_heads %d is not divisible by --tensor-parallel-size %d; use one of %v", cfg.NumHeads, c.TP, ok)
+	}
+	if err := model.CheckShard(cfg, c.shard(0)); err != nil {
+		return nil, err
 	}
 	if _, err := kvcache.ParseKVDType(c.KVDType); err != nil {
 		return nil, err
@@ -173,6 +211,7 @@ type engineRun struct {
 	logprobs    [][][]float64 // [seq][position][vocab] log-softmax, positions ≥ prompt-1 … and all prompt rows
 	tokens      [][]int32     // [seq] prompt + generated
 	sel         map[selKey][]int32
+	routes      map[selKey][]int32 // routed experts, sorted, of the rows rank 0 saw
 	runners     []*model.Runner
 	tables      [][]int32
 	collectives []uint64 // per rank, over its TP, PCP and DCP groups
@@ -184,6 +223,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	c.defaults()
 	cfg, src, err := model.Source(c.Model, c.WeightSeed)
 	if err != nil {
+		return nil, err
+	}
+	if cfg, src, err = model.Quantize(cfg, src, c.Quantization); err != nil {
 		return nil, err
 	}
 	bp, err := c.Validate(cfg)
@@ -210,7 +252,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Config: c.String(), Backend: bp.Backend, DCPComm: bp.Comm, GreedyIdentical: true, RanksIdentical: true, SelectionsIdentical: true}
+	res := &Result{Config: c.String(), Backend: bp.Backend, DCPComm: bp.Comm, GreedyIdentical: true, RanksIdentical: true, SelectionsIdentical: true, RoutesIdentical: true}
 	// Greedy tokens: the parallel run chose its own tokens.
 	for s := range prompts {
 		if !slices.Equal(single.tokens[s], par.tokens[s]) {
@@ -236,6 +278,29 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			if len(res.Problems) < 10 {
 				res.Problems = append(res.Problems, fmt.Sprintf("sequence %d position %d layer %d: selection differs: single %v, parallel %v", k.seq, k.pos, k.layer, v, got))
 			}
+		}
+	}
+	// Routes: every row's experts must equal the single rank's.
+	for k, v := range single.routes {
+		if got, ok := par.routes[k]; ok && !slices.Equal(got, v) {
+			res.RoutesIdentical = false
+			if len(res.Problems) < 10 {
+				res.Problems = append(res.Problems, fmt.Sprintf("sequence %d position %d layer %d: routed experts differ: single %v, parallel %v", k.seq, k.pos, k.layer, v, got))
+			}
+		}
+	}
+	if res.ExpertLoadPerRank, err = expertLoad(ctx, c, par); err != nil {
+		return nil, err
+	}
+	if res.ExpertLoadPerRank != nil {
+		res.SingleRankExpertRows = expertRows(single.runners[0])
+		var total int64
+		for _, v := range res.ExpertLoadPerRank {
+			total += v
+		}
+		if c.ExpertParallel && c.World == nil && total != res.SingleRankExpertRows {
+			res.RoutesIdentical = false
+			res.Problems = append(res.Problems, fmt.Sprintf("expert parallel ranks computed %d expert rows %v, the single rank %d: a routed row was lost or computed twice", total, res.ExpertLoadPerRank, res.SingleRankExpertRows))
 		}
 	}
 	// KV tokens each rank holds.
@@ -271,7 +336,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		// against its own cache: this is the comparison that holds for
 		// quantized caches, where a value at a rounding boundary may land on
 		// different codes in the two engines.
-		single1, par1 := Result{SelectionsIdentical: true}, Result{SelectionsIdentical: true}
+		single1, par1 := Result{SelectionsIdentical: true, RoutesIdentical: true}, Result{SelectionsIdentical: true, RoutesIdentical: true}
 		if err := compareOracle(cfg, src, c, single, &single1); err != nil {
 			return nil, err
 		}
@@ -281,7 +346,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		res.MaxAbsOracleDiff = max(single1.MaxAbsOracleDiff, par1.MaxAbsOracleDiff)
 		res.OracleRoundingTies = single1.OracleRoundingTies + par1.OracleRoundingTies
 		res.OracleNearIndexTies = single1.OracleNearIndexTies
+		res.OracleNearRouteTies = single1.OracleNearRouteTies
 		res.SelectionsIdentical = res.SelectionsIdentical && single1.SelectionsIdentical && par1.SelectionsIdentical
+		res.RoutesIdentical = res.RoutesIdentical && single1.RoutesIdentical && par1.RoutesIdentical
 		res.Problems = append(res.Problems, single1.Problems...)
 		for _, p := range par1.Problems {
 			res.Problems = append(res.Problems, "parallel: "+p)
@@ -296,7 +363,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	// is held to the tolerance against the oracle (above) instead.
 	quantized := c.KVDType != "f32" || c.IndexerDType != "f32"
 	closeToSingle := quantized || res.MaxAbsLogprobDiff <= c.Tolerance
-	res.OK = res.GreedyIdentical && res.SelectionsIdentical && res.RanksIdentical &&
+	res.OK = res.GreedyIdentical && res.SelectionsIdentical && res.RoutesIdentical && res.RanksIdentical &&
 		closeToSingle && (c.SkipOracle || res.MaxAbsOracleDiff <= c.Tolerance)
 	if !closeToSingle {
 		res.Problems = append(res.Problems, fmt.Sprintf("max |Δ logprob| vs single rank %.3g > %.3g", res.MaxAbsLogprobDiff, c.Tolerance))
@@ -372,6 +439,28 @@ func compareOracle(cfg *config.Model, src model.TensorSource, c Config, single *
 			res.MaxAbsOracleDiff = math.Inf(1)
 		}
 		res.OracleNearIndexTies += len(or.NearTies(1e-5))
+		routeTies := map[[2]int]bool{}
+		for _, t := range or.RouteNearTies(1e-5) {
+			routeTies[[2]int{t.Layer, t.Pos}] = true
+		}
+		res.OracleNearRouteTies += len(routeTies)
+		for l := range or.Experts {
+			for p := range ids {
+				if or.Experts[l] == nil {
+					break
+				}
+				want := or.Experts[l][p]
+				got, traced := single.routes[selKey{int32(s), int32(p), int32(l)}]
+				if traced && !slices.Equal(got, want) {
+					res.RoutesIdentical = false
+					tie := ""
+					if routeTies[[2]int{l, p}] {
+						tie = ", an oracle routing near tie"
+					}
+					res.Problems = append(res.Problems, fmt.Sprintf("sequence %d position %d layer %d: engine routed to experts %v, oracle %v (margin %.3g%s)", s, p, l, got, want, or.RouteMargin[l][p], tie))
+				}
+			}
+		}
 		for p := range ids {
 			res.MaxAbsOracleDiff = math.Max(res.MaxAbsOracleDiff, maxAbsDiff(or.LogProbs[p], single.logprobs[s][p]))
 		}
@@ -440,7 +529,7 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 		total += max(chunk, 1+c.SpecTokens)
 	}
 	blocksPerSeq := (kl.LocalLen(maxLen, 0) + B - 1) / B
-	run := &engineRun{sel: map[selKey][]int32{}}
+	run := &engineRun{sel: map[selKey][]int32{}, routes: map[selKey][]int32{}}
 	for s := range prompts {
 		t := make([]int32, blocksPerSeq)
 		for i := range t {
@@ -489,7 +578,7 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 			if c.InjectMismatch && rank == layout.World()-1 {
 				gs = injectMismatch(gs)
 			}
-			m, err := model.Build(cfg, src, model.Shard{TPRank: layout.TPRank(rank), TPSize: layout.TP})
+			m, err := model.Build(cfg, src, c.shard(rank))
 			if err != nil {
 				return err
 			}
@@ -512,6 +601,11 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 		p := slices.Clone(positions)
 		slices.Sort(p)
 		run.sel[selKey{int32(batchSeq[seq]), pos, int32(layer)}] = p
+	}
+	r0.RouteTrace = func(layer int, pos, seq int32, experts []int32) {
+		e := slices.Clone(experts)
+		slices.Sort(e)
+		run.routes[selKey{int32(batchSeq[seq]), pos, int32(layer)}] = e
 	}
 	run.tokens = make([][]int32, len(prompts))
 	run.logprobs = make([][][]float64, len(prompts))
@@ -720,7 +814,8 @@ func sameCollectives(runners []*model.Runner) error {
 			}
 			for i := range tr {
 				a, b := tr[i], first.trace[i]
-				if a.Op != b.Op || a.DType != b.DType || a.Count != b.Count {
+				// AllToAllV counts differ by member; the ledger checks them pairwise.
+				if a.Op != b.Op || a.DType != b.DType || (a.Count != b.Count && a.Op != comm.OpAllToAllV) {
 					return fmt.Errorf("group %s collective %d: rank %d issued %v %v %d, rank %d issued %v %v %d", grp.Name(), i, rank, a.Op, a.DType, a.Count, first.rank, b.Op, b.DType, b.Count)
 				}
 			}
@@ -732,4 +827,41 @@ func sameCollectives(runners []*model.Runner) error {
 // draftTokens are the fixed draft tokens of multi-token decode rows.
 func draftTokens(cfg *config.Model, seed uint64) []int32 {
 	return makePrompts(cfg, []int{97}, seed+1)[0]
+}
+
+// expertLoad is, per rank of the parallel run, the rows its routed experts
+// computed (all-gathered across processes).
+func expertLoad(ctx context.Context, c Config, par *engineRun) ([]int64, error) {
+	sum := expertRows
+	if par.runners[0].ExpertLoad() == nil {
+		return nil, nil
+	}
+	if c.World == nil {
+		out := make([]int64, len(par.runners))
+		for i, r := range par.runners {
+			out[i] = sum(r)
+		}
+		return out, nil
+	}
+	all := make([]float64, c.World.Size())
+	if err := comm.AllGather(ctx, c.World, all, []float64{float64(sum(par.runners[0]))}); err != nil {
+		return nil, fmt.Errorf("expert load gather: %w", err)
+	}
+	out := make([]int64, len(all))
+	for i, v := range all {
+		out[i] = int64(v)
+	}
+	return out, nil
+}
+
+// expertRows is the rows a runner's routed experts computed, over every
+// routed layer.
+func expertRows(r *model.Runner) int64 {
+	var n int64
+	for _, layer := range r.ExpertLoad() {
+		for _, v := range layer {
+			n += v
+		}
+	}
+	return n
 }

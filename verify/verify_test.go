@@ -164,3 +164,51 @@ func TestInjectedMismatchFailsFast(t *testing.T) {
 		}
 	}
 }
+
+// TestMoEMatrix runs the MoE presets (GLM-5's single routing group and
+// DeepSeek-V3.2's grouped routing) over TP, PCP and DCP with expert
+// parallelism on and off, both DCP combines, fp8 weights quantized at load
+// and bf16 weights, against the single-rank engine and — for the fp8 and
+// quantized-cache cases — the float64 oracle, which checks every row's
+// routed experts too. With expert parallelism the per-rank expert load must
+// add up to every routed row computed once per selected expert.
+func TestMoEMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the MoE verification matrix takes a minute or two")
+	}
+	cases := []Config{
+		{Model: "glm5-moe-mini", TP: 2},
+		{Model: "glm5-moe-mini", TP: 2, ExpertParallel: true, Quantization: "fp8"},
+		{Model: "glm5-moe-mini", PCP: 2, ExpertParallel: true, SpecTokens: 1},
+		{Model: "glm5-moe-mini", PCP: 2, DCP: 2, PrefillChunk: 8},
+		{Model: "glm5-moe-mini", TP: 2, PCP: 2, DCP: 2, ExpertParallel: true, DCPComm: "a2a", Quantization: "fp8"},
+		{Model: "glm5-moe-mini", TP: 4, DCP: 4, ExpertParallel: true, KVDType: "fp8_ds_mla", IndexerDType: "fp8"},
+		{Model: "glm5-moe-mini", PCP: 4, DCP: 4, ExpertParallel: true, DCPComm: "a2a", PrefillChunk: 8},
+		{Model: "v32-moe-mini", TP: 2, PCP: 2, DCP: 4, Interleave: 4, Quantization: "fp8"},
+		{Model: "v32-moe-mini", TP: 2, PCP: 2, DCP: 2, ExpertParallel: true, KVDType: "bf16", SpecTokens: 2},
+		{Model: "v32-moe-mini", PCP: 2, DCP: 2, ExpertParallel: true, Quantization: "fp8", DCPComm: "a2a"},
+	}
+	for _, c := range cases {
+		c = workload(c)
+		c.defaults()
+		c.SkipOracle = c.KVDType == "f32" && c.IndexerDType == "f32" && c.Quantization == ""
+		t.Run(strings.ReplaceAll(fmt.Sprintf("%s/%s/chunk%d/spec%d", c.Model, c.String(), c.PrefillChunk, c.SpecTokens), " ", "_"), func(t *testing.T) {
+			res, err := Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("max |Δ logprob| %.3g (oracle %.3g) over %d positions, expert rows per rank %v, %.1f s",
+				res.MaxAbsLogprobDiff, res.MaxAbsOracleDiff, res.Positions, res.ExpertLoadPerRank, res.WallSeconds)
+			if !res.OK || !res.RoutesIdentical {
+				t.Errorf("verification failed: %v", res.Problems)
+			}
+			if len(res.ExpertLoadPerRank) != c.TP*c.PCP {
+				t.Fatalf("expert load for %d ranks, want %d", len(res.ExpertLoadPerRank), c.TP*c.PCP)
+			}
+			// Every routed row selects num_experts_per_tok = 4 experts.
+			if res.SingleRankExpertRows == 0 || res.SingleRankExpertRows%4 != 0 {
+				t.Errorf("single rank computed %d expert rows, not a positive multiple of num_experts_per_tok 4", res.SingleRankExpertRows)
+			}
+		})
+	}
+}

@@ -76,6 +76,10 @@ It exits 0 only when everything agrees.`,
 				fmt.Fprintf(out, "max |Δ logprob|      %.3g vs single rank, %.3g vs oracle (%d positions)\n", res.MaxAbsLogprobDiff, res.MaxAbsOracleDiff, res.Positions)
 				fmt.Fprintf(out, "greedy identical     %v\n", res.GreedyIdentical)
 				fmt.Fprintf(out, "selections identical %v\n", res.SelectionsIdentical)
+				if res.ExpertLoadPerRank != nil {
+					fmt.Fprintf(out, "routes identical     %v (%d oracle near ties)\n", res.RoutesIdentical, res.OracleNearRouteTies)
+					fmt.Fprintf(out, "expert rows per rank %v\n", res.ExpertLoadPerRank)
+				}
 				fmt.Fprintf(out, "kv tokens per rank   %v (single rank %d)\n", res.KVTokensPerRank, res.SingleRankKVTokens)
 				fmt.Fprintf(out, "collectives per rank %v\n", res.CollectivesPerRank)
 				for _, p := range res.Problems {
@@ -108,6 +112,8 @@ It exits 0 only when everything agrees.`,
 	f.Uint64Var(&c.Seed, "seed", 0, "prompt token seed")
 	f.Float64Var(&c.Tolerance, "tolerance", 1e-4, "max |Δ logprob| allowed against the single rank and the oracle")
 	f.BoolVar(&c.SkipOracle, "skip-oracle", false, "compare with the single-rank engine only")
+	f.BoolVar(&c.ExpertParallel, "enable-expert-parallel", false, "spread the routed experts whole over the TP × PCP ranks (vLLM's flag) instead of slicing each over TP")
+	f.StringVar(&c.Quantization, "quantization", "", "fp8: block-quantize an unquantized checkpoint's Linear weights at load (vLLM's flag)")
 	f.BoolVar(&c.InjectMismatch, "inject-collective-mismatch", false, "make one rank enter one collective with a wrong count (the run must fail with the ledger's error)")
 	f.DurationVar(&c.CollectiveTimeout, "collective-timeout", 30*time.Second, "deadline of every collective")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
