@@ -66,20 +66,20 @@ type Config struct {
 
 // Result is what a run found.
 type Result struct {
-	OK                  bool     `json:"ok"`
-	Config              string   `json:"config"`
-	Backend             string   `json:"attention_backend"`
-	DCPComm             string   `json:"dcp_comm_backend"`
-	MaxAbsLogprobDiff   float64  `json:"max_abs_logprob_diff"`
-	MaxAbsOracleDiff    float64  `json:"max_abs_oracle_logprob_diff"`
-	GreedyIdentical     bool     `json:"greedy_identical"`
-	RanksIdentical      bool     `json:"ranks_identical"`
-	SelectionsIdentical bool     `json:"selections_identical"`
-	KVTokensPerRank     []int    `json:"kv_tokens_per_rank"`
-	SingleRankKVTokens  int      `json:"single_rank_kv_tokens"`
-	Positions           int      `json:"positions_compared"`
-	OracleRoundingTies  int      `json:"oracle_rounding_ties"`
-	OracleNearIndexTies int      `json:"oracle_near_index_ties"`
+	OK                  bool    `json:"ok"`
+	Config              string  `json:"config"`
+	Backend             string  `json:"attention_backend"`
+	DCPComm             string  `json:"dcp_comm_backend"`
+	MaxAbsLogprobDiff   float64 `json:"max_abs_logprob_diff"`
+	MaxAbsOracleDiff    float64 `json:"max_abs_oracle_logprob_diff"`
+	GreedyIdentical     bool    `json:"greedy_identical"`
+	RanksIdentical      bool    `json:"ranks_identical"`
+	SelectionsIdentical bool    `json:"selections_identical"`
+	KVTokensPerRank     []int   `json:"kv_tokens_per_rank"`
+	SingleRankKVTokens  int     `json:"single_rank_kv_tokens"`
+	Positions           int     `json:"positions_compared"`
+	OracleRoundingTies  int     `json:"oracle_rounding_ties"`
+	OracleNearIndexTies int     `json:"oracle_near_index_ties"`
 	// RoutesIdentical: every row's routed experts equal the single rank's
 	// and, with the oracle, the oracle's.
 	RoutesIdentical     bool `json:"routes_identical"`
@@ -91,10 +91,10 @@ type Result struct {
 	ExpertLoadPerRank []int64 `json:"expert_load_per_rank,omitempty"`
 	// SingleRankExpertRows is the rows the single-rank engine's experts
 	// computed: with expert parallelism, ExpertLoadPerRank adds up to it.
-	SingleRankExpertRows int64 `json:"single_rank_expert_rows,omitempty"`
-	CollectivesPerRank  []uint64 `json:"collectives_per_rank"`
-	Problems            []string `json:"problems,omitempty"`
-	WallSeconds         float64  `json:"wall_seconds"`
+	SingleRankExpertRows int64    `json:"single_rank_expert_rows,omitempty"`
+	CollectivesPerRank   []uint64 `json:"collectives_per_rank"`
+	Problems             []string `json:"problems,omitempty"`
+	WallSeconds          float64  `json:"wall_seconds"`
 }
 
 func (c *Config) defaults() {
