@@ -99,6 +99,11 @@ func (m *Model) QInputDim() int {
 	return m.HiddenSize
 }
 
+// MTPOwnHead reports whether the checkpoint's MTP layers store their own
+// shared_head.head and a copy of the embedding (DeepSeek-V3.x) or use the
+// main model's (GLM-5 checkpoints store neither).
+func (m *Model) MTPOwnHead() bool { return m.Architecture != "glm_moe_dsa" }
+
 // YaRNMScale is DeepSeek's yarn_get_mscale: 0.1·m·ln(f) + 1, or 1 for f ≤ 1.
 func YaRNMScale(factor, m float64) float64 {
 	if factor <= 1 {

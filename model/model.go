@@ -200,7 +200,7 @@ func (m *Model) loadMTP(l *weightLoader, i int) (MTPLayer, error) {
 		return t, err
 	}
 	t.Head = m.LMHead
-	if MTPHasOwnHead(cfg) {
+	if cfg.MTPOwnHead() {
 		// The MTP layer's copy of the embedding is the main one (checked
 		// for shape, read from model.embed_tokens as vLLM does).
 		if _, err = l.matrix(p + "embed_tokens.weight"); err != nil {

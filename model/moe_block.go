@@ -56,8 +56,11 @@ type moeBlock struct {
 	replIdx                    []int32
 	replAcc, replPack, replSum []float32
 
-	// load[layer][j] counts the rows routed to this rank's expert j.
-	load [][]int64
+	// load[layer][j] counts the rows routed to this rank's expert j;
+	// expertCalls counts expert computations (one per active expert per
+	// routed layer and step).
+	load        [][]int64
+	expertCalls int64
 }
 
 // newMoEBlock sizes the routed layers' buffers for opt (nil when the model
@@ -191,6 +194,7 @@ func (b *moeBlock) runExperts(li int, L *MoE, src []float32, R int, idx []int32,
 			continue
 		}
 		b.load[li][j] += int64(c)
+		b.expertCalls++
 		xg, yg := b.xg[:c*D], b.yg[:c*D]
 		for i, r := range b.pairRow[lo:hi] {
 			copy(xg[i*D:(i+1)*D], src[int(r)*D:(int(r)+1)*D])

@@ -105,7 +105,7 @@ func mtpLayerSpecs(cfg *config.Model, i int) []TensorSpec {
 		glue(TensorSpec{Name: p + "eh_proj.weight", Shape: []int{d, 2 * d}, Kind: InitLinear, Linear: true, KeepDType: true}),
 		glue(TensorSpec{Name: p + "shared_head.norm.weight", Shape: []int{d}, Kind: InitNormWeight}),
 	}
-	if MTPHasOwnHead(cfg) {
+	if cfg.MTPOwnHead() {
 		specs = append(specs,
 			glue(TensorSpec{Name: p + "embed_tokens.weight", Shape: []int{cfg.VocabSize, d}, Kind: InitEmbedding}),
 			glue(TensorSpec{Name: p + "shared_head.head.weight", Shape: []int{cfg.VocabSize, d}, Kind: InitLinear, Linear: true, KeepDType: true}))
@@ -114,9 +114,6 @@ func mtpLayerSpecs(cfg *config.Model, i int) []TensorSpec {
 	return append(specs, decoderLayerSpecs(cfg, p, !cfg.HasRouted(cfg.NumLayers), PartMTP)...)
 }
 
-// MTPHasOwnHead reports whether the checkpoint's MTP layers store their own
-// shared_head.head (DeepSeek-V3.x) or use the main lm_head (GLM-5).
-func MTPHasOwnHead(cfg *config.Model) bool { return cfg.Architecture != "glm_moe_dsa" }
 
 // decoderLayerSpecs lists one decoder layer under prefix p; part overrides
 // the parts of its tensors when set (the MTP block).

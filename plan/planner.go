@@ -191,6 +191,9 @@ func (c Config) withDefaults() Config {
 	c.IndexerDtype = NormalizeKVDtype(c.IndexerDtype)
 	if c.WeightDtype == "" && c.Model != nil {
 		c.WeightDtype = c.Model.TorchDtype
+		if q := c.Model.Quantization; q != nil && q.QuantMethod == "fp8" {
+			c.WeightDtype = WeightFP8
+		}
 	}
 	if c.WeightDtype == "" || c.WeightDtype == "bfloat16" {
 		c.WeightDtype = WeightBF16

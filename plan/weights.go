@@ -55,8 +55,9 @@ type ParamGroup struct {
 
 // ParamGroups counts the parameters of a DeepSeek-V3.2 / GLM-5 style model
 // from its config, by sharding. With mtp, the next-n predict modules (a
-// full MoE decoder layer each, with their own embedding and head copies)
-// are included.
+// full MoE decoder layer each, with their own embedding and head copies
+// where the checkpoint stores them: DeepSeek does, GLM-5 does not) are
+// included.
 func ParamGroups(m *config.Model, mtp bool) []ParamGroup {
 	h, heads := int64(m.HiddenSize), int64(m.NumHeads)
 	// The indexer's query projection reads the q latent, or the hidden
@@ -126,8 +127,12 @@ func ParamGroups(m *config.Model, mtp bool) []ParamGroup {
 		if e == 0 {
 			mlpTP, mlpExp, mlpRouter = denseMLP, 0, 0
 		}
+		var ownHead int64
+		if m.MTPOwnHead() {
+			ownHead = 2 * vocab * h
+		}
 		groups = append(groups,
-			ParamGroup{"mtp embedding and head", n * 2 * vocab * h, ShardTP, false},
+			ParamGroup{"mtp embedding and head", n * ownHead, ShardTP, false},
 			ParamGroup{"mtp projections", n * (attnTP + mlpTP), ShardTP, true},
 			ParamGroup{"mtp replicated projections", n * (attnRep + idxLinear + 2*h*h), ShardReplicated, true},
 			ParamGroup{"mtp norms, router, indexer heads", n * (attnNorm + 3*h + idxOther + mlpRouter), ShardReplicated, false},
