@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/cpmla/cpmla/comm"
 	"io"
 	"math/rand/v2"
 	"strconv"
@@ -40,12 +39,15 @@ type throughputOptions struct {
 	memoryLimit, kvCacheMemory   string
 	workspaces                   []string
 	asJSON, quiet                bool
+	expertParallel               bool
+	quantization                 string
 }
 
 // deployment is what the flags say about the ranks and their processes.
 func (o *throughputOptions) deployment() deployment {
 	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
-		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize}
+		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize,
+		expertParallel: o.expertParallel, quantization: o.quantization}
 }
 
 // throughputResult is what `bench throughput --json` prints.
@@ -152,7 +154,7 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 	if o.inputLen+o.outLen > eo.MaxModelLen {
 		fmt.Fprintf(stderr, "note: --input-len %d + --output-len %d exceeds --max-model-len %d; requests stop at the length limit\n", o.inputLen, o.outLen, eo.MaxModelLen)
 	}
-	cfg, src, err := model.Source(o.model, o.weightSeed)
+	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +176,7 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 		}
 		defer m.Close()
 		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
-	} else if factory, weights, err = engine.InProcess(cfg, src, engine.Parallel{Layout: comm.Layout{TP: o.tp, PCP: o.pcp, DCP: o.dcp}, Interleave: o.interleave, Backend: bp}); err != nil {
+	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
 		return nil, err
 	}
 	e, err := engine.New(cfg, weights, factory, eo)
@@ -291,6 +293,7 @@ func newBenchThroughputCmd() *cobra.Command {
 	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; build with -tags mpi)")
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
+	addModelFlags(f, &o.expertParallel, &o.quantization)
 	f.IntVar(&o.numPrompts, "num-prompts", 64, "requests to run")
 	f.IntVar(&o.inputLen, "input-len", 128, "prompt tokens per request")
 	f.IntVar(&o.outLen, "output-len", 32, "generated tokens per request (end-of-sequence is ignored)")

@@ -37,6 +37,9 @@ type generateOptions struct {
 	dcpComm     string
 	memoryLimit int64
 	threads     int
+	// expertParallel and quantization: --enable-expert-parallel, --quantization
+	expertParallel bool
+	quantization   string
 }
 
 type generateResult struct {
@@ -71,7 +74,7 @@ func generate(o generateOptions) (*generateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, src, err := model.Source(o.model, o.weightSeed)
+	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +88,7 @@ func generate(o generateOptions) (*generateResult, error) {
 		}
 	}
 	d := deployment{tp: o.tp, pcp: o.pcp, dcp: o.dcp, interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm,
-		kvDType: string(kvd), blockSize: o.blockSize}
+		kvDType: string(kvd), blockSize: o.blockSize, expertParallel: o.expertParallel}
 	layout := d.layout()
 	bp, err := d.backendPlan(cfg)
 	if err != nil {
@@ -100,7 +103,7 @@ func generate(o generateOptions) (*generateResult, error) {
 		}
 		defer m.Close()
 		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
-	} else if factory, weights, err = engine.InProcess(cfg, src, engine.Parallel{Layout: layout, Interleave: o.interleave, Backend: bp}); err != nil {
+	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
 		return nil, err
 	}
 	maxLen := (total + o.blockSize - 1) / o.blockSize * o.blockSize
@@ -213,6 +216,7 @@ func newGenerateCmd() *cobra.Command {
 	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "tokens per DCP rank before the KV moves to the next rank")
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
+	addModelFlags(f, &o.expertParallel, &o.quantization)
 	addThreadsFlag(cmd, &o.threads)
 	f.Int64Var(&o.memoryLimit, "memory-limit", 1<<30, "memory of one rank in bytes (the KV cache gets what the budget leaves)")
 	f.BoolVar(&asJSON, "json", false, "print tokens and logprobs as JSON")

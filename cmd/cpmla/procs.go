@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/comm/mpi"
 	"github.com/cpmla/cpmla/config"
@@ -34,6 +36,30 @@ type deployment struct {
 	tp, pcp, dcp, interleave  int
 	backend, dcpComm, kvDType string
 	blockSize                 int // 0: engine.DefaultBlockSize in joinProcesses
+	expertParallel            bool
+	quantization              string
+}
+
+// loadModel resolves --model (a preset's random weights or a checkpoint
+// directory) and applies --quantization.
+func loadModel(name string, seed uint64, quantization string) (*config.Model, model.TensorSource, error) {
+	cfg, src, err := model.Source(name, seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	return model.Quantize(cfg, src, quantization)
+}
+
+// addModelFlags adds the flags every engine command shares about how the
+// weights are held: --enable-expert-parallel and --quantization (vLLM's).
+func addModelFlags(f *pflag.FlagSet, expertParallel *bool, quantization *string) {
+	f.BoolVar(expertParallel, "enable-expert-parallel", false, "spread the routed experts whole over the TP × PCP ranks instead of slicing each over TP")
+	f.StringVar(quantization, "quantization", "", "fp8: block-quantize an unquantized checkpoint's Linear weights (128×128 e4m3 blocks) at load")
+}
+
+// parallel is the engine's view of the deployment's layout.
+func (d deployment) parallel(bp *cp.BackendPlan) engine.Parallel {
+	return engine.Parallel{Layout: d.layout(), Interleave: d.interleave, Backend: bp, ExpertParallel: d.expertParallel}
 }
 
 // layout is the deployment's parallel layout.
@@ -82,12 +108,12 @@ func joinProcesses(o deployment, stderr io.Writer) (*multiProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, src, err := model.Source(o.model, o.weightSeed)
+	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
 	if err != nil {
 		proc.Abort(1, err)
 	}
 	mp := &multiProcess{proc: proc, leader: proc.World().Rank() == 0}
-	mp.procs, mp.weights, err = engine.NewProcs(context.Background(), cfg, src, proc.World(), engine.Parallel{Layout: layout, Interleave: o.interleave, Backend: bp, CollectiveTimeout: timeout})
+	mp.procs, mp.weights, err = engine.NewProcs(context.Background(), cfg, src, proc.World(), func() engine.Parallel { p := o.parallel(bp); p.CollectiveTimeout = timeout; return p }())
 	if err != nil {
 		proc.Abort(1, err)
 	}

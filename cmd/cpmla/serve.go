@@ -47,6 +47,8 @@ type serveOptions struct {
 	maxQueue                   int
 	comm                       string
 	threadsPerRank             int
+	expertParallel             bool
+	quantization               string
 
 	maxLogprobs                             int
 	apiKey                                  string
@@ -66,7 +68,8 @@ type serveOptions struct {
 // deployment is what the flags say about the ranks and their processes.
 func (o *serveOptions) deployment() deployment {
 	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
-		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize}
+		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize,
+		expertParallel: o.expertParallel, quantization: o.quantization}
 }
 
 // engineOptions turns the flags into engine options, refusing impossible
@@ -152,13 +155,12 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 			return nil, fmt.Errorf("--chat-template: %w", err)
 		}
 	}
-	cfg, src, err := model.Source(o.model, o.weightSeed)
+	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
 	if err != nil {
 		return nil, err
 	}
 	d := o.deployment()
 	d.blockSize = eo.BlockSize
-	layout := d.layout()
 	bp, err := d.backendPlan(cfg)
 	if err != nil {
 		return nil, err
@@ -181,7 +183,7 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 		}
 		s.closers = append(s.closers, func() { m.Close() })
 		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
-	} else if factory, weights, err = engine.InProcess(cfg, src, engine.Parallel{Layout: layout, Interleave: o.interleave, Backend: bp}); err != nil {
+	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
 		return fail(err)
 	}
 	e, err := engine.New(cfg, weights, factory, eo)
@@ -305,6 +307,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
+	addModelFlags(f, &o.expertParallel, &o.quantization)
 	f.IntVar(&o.engine.MaxNumBatchedTokens, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "tokens per step")
 	f.IntVar(&o.engine.MaxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "sequences per step")
 	f.IntVar(&o.engine.MaxModelLen, "max-model-len", 0, "longest request in tokens, prompt plus output (0: the model's max_position_embeddings)")
