@@ -114,7 +114,6 @@ func mtpLayerSpecs(cfg *config.Model, i int) []TensorSpec {
 	return append(specs, decoderLayerSpecs(cfg, p, !cfg.HasRouted(cfg.NumLayers), PartMTP)...)
 }
 
-
 // decoderLayerSpecs lists one decoder layer under prefix p; part overrides
 // the parts of its tensors when set (the MTP block).
 func decoderLayerSpecs(cfg *config.Model, p string, dense bool, part Part) []TensorSpec {
