@@ -271,26 +271,11 @@ func (s *State) draw(sc *Scratch, w []float32) int {
 		order = kept
 	}
 	if s.p.TopP < 1 {
-		probs := sc.probs
-		slices.SortFunc(order, func(a, b int32) int {
-			switch {
-			case probs[a] > probs[b]:
-				return -1
-			case probs[a] < probs[b]:
-				return 1
-			}
-			return int(a - b)
-		})
 		var sum float64
 		for _, id := range order {
-			sum += probs[id]
+			sum += sc.probs[id]
 		}
-		keep, acc := 0, 0.0
-		for keep < len(order) && acc < s.p.TopP*sum {
-			acc += probs[order[keep]]
-			keep++
-		}
-		order = order[:max(keep, 1)]
+		order = order[:nucleus(order, sc.probs, s.p.TopP*sum)]
 	}
 	var total float64
 	for _, id := range order {
@@ -305,6 +290,77 @@ func (s *State) draw(sc *Scratch, w []float32) int {
 		}
 	}
 	return int(order[len(order)-1])
+}
+
+// byProbThenID orders tokens most likely first, lowest id on ties.
+func byProbThenID(probs []float64) func(a, b int32) int {
+	return func(a, b int32) int {
+		switch {
+		case probs[a] > probs[b]:
+			return -1
+		case probs[a] < probs[b]:
+			return 1
+		}
+		return int(a - b)
+	}
+}
+
+// nucleus reorders order so that its first k tokens are the top_p set: the
+// shortest prefix of the tokens sorted most likely first (lowest id on
+// ties) whose probability mass reaches target, and returns k. It
+// partitions by probability instead of sorting the vocabulary, so it costs
+// expected linear time.
+func nucleus(order []int32, probs []float64, target float64) int {
+	lo, hi, need := 0, len(order), target
+	for hi-lo > 64 {
+		a, b, c := probs[order[lo]], probs[order[lo+(hi-lo)/2]], probs[order[hi-1]]
+		pivot := max(min(a, b), min(max(a, b), c))
+		// Three-way partition of [lo, hi): > pivot | == pivot | < pivot.
+		gt, lt := lo, hi
+		var massGT, massEQ float64
+		for i := lo; i < lt; {
+			switch v := probs[order[i]]; {
+			case v > pivot:
+				massGT += v
+				order[gt], order[i] = order[i], order[gt]
+				gt++
+				i++
+			case v < pivot:
+				lt--
+				order[lt], order[i] = order[i], order[lt]
+			default:
+				massEQ += v
+				i++
+			}
+		}
+		switch {
+		case massGT >= need:
+			hi = gt
+		case massGT+massEQ >= need:
+			// The crossing token is among the ties: lowest ids first.
+			slices.Sort(order[gt:lt])
+			need -= massGT
+			k := gt
+			for k < lt && need > 0 {
+				need -= probs[order[k]]
+				k++
+			}
+			return max(k, 1)
+		default:
+			need -= massGT + massEQ
+			lo = lt
+			if lo == hi {
+				return hi
+			}
+		}
+	}
+	slices.SortFunc(order[lo:hi], byProbThenID(probs))
+	k := lo
+	for k < hi && need > 0 {
+		need -= probs[order[k]]
+		k++
+	}
+	return max(k, 1)
 }
 
 // accept records a generated token.

@@ -361,3 +361,73 @@ func TestSampleAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSample times one sampling step on a GLM-sized vocabulary
+// (129280 logits) for the common settings; compare their ratios to the
+// greedy case, which is one pass for the argmax and one for the logprob.
+func BenchmarkSample(b *testing.B) {
+	const V = 129280
+	logits := randLogits(rand.New(rand.NewPCG(1, 1)), V)
+	sc := NewScratch(V)
+	prompt := make([]int32, 512)
+	for i := range prompt {
+		prompt[i] = int32(i * 97 % V)
+	}
+	for _, bc := range []struct {
+		name string
+		p    Params
+	}{
+		{"greedy", Params{}},
+		{"temperature", Params{Temperature: 0.7}},
+		{"top_k50", Params{Temperature: 0.7, TopK: 50}},
+		{"top_p0.9", Params{Temperature: 0.7, TopP: 0.9}},
+		{"penalties+top_k+top_p+min_p", Params{Temperature: 0.7, TopK: 50, TopP: 0.9, MinP: 0.01, RepetitionPenalty: 1.1, FrequencyPenalty: 0.2, PresencePenalty: 0.2}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := newState(b, bc.p, V, prompt, b.N+1)
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Sample(sc, logits)
+			}
+		})
+	}
+}
+
+// TestNucleusMatchesSorting: the partition-based top_p set is the prefix
+// of the fully sorted tokens, ties broken by id, on random distributions
+// with many ties.
+func TestNucleusMatchesSorting(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for trial := range 300 {
+		n := 1 + rng.IntN(3000)
+		probs := make([]float64, n)
+		var sum float64
+		for i := range probs {
+			probs[i] = float64(1 + rng.IntN(20)) // many ties
+			if rng.IntN(3) == 0 {
+				probs[i] = rng.Float64()
+			}
+			sum += probs[i]
+		}
+		target := rng.Float64() * sum
+		order := make([]int32, n)
+		for i := range order {
+			order[i] = int32(i)
+		}
+		ref := slices.Clone(order)
+		slices.SortFunc(ref, byProbThenID(probs))
+		k, acc := 0, 0.0
+		for k < n && acc < target {
+			acc += probs[ref[k]]
+			k++
+		}
+		k = max(k, 1)
+		got := nucleus(order, probs, target)
+		a, b := slices.Clone(order[:got]), slices.Clone(ref[:k])
+		slices.Sort(a)
+		slices.Sort(b)
+		if !slices.Equal(a, b) {
+			t.Fatalf("trial %d: nucleus of %d tokens, sorting gives %d", trial, got, k)
+		}
+	}
+}

@@ -145,3 +145,6 @@ type fakeStats struct {
 func (s fakeStats) KVUsage() []float64            { return s.kv }
 func (s fakeStats) CollectiveSeconds() float64    { return s.collective }
 func (s fakeStats) PlanBuildsAfterWarmup() uint64 { return s.builds }
+
+func (s fakeStats) Preemptions() int64                 { return 2 }
+func (s fakeStats) PrefixCache() (queries, hits int64) { return 100, 40 }

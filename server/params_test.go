@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/common/expfmt"
+	promModel "github.com/prometheus/common/model"
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
@@ -384,4 +386,41 @@ func TestSamplingParametersTakeEffect(t *testing.T) {
 			t.Error("no chunk")
 		}
 	})
+}
+
+// TestRealEnginePhaseMetrics: against the real engine every phase
+// histogram is observed once per finished request and the scheduler's
+// counters are exported.
+func TestRealEnginePhaseMetrics(t *testing.T) {
+	r := newRealEnv(t)
+	const requests = 3
+	for i := range requests {
+		if _, err := r.client.Completions.New(context.Background(), openai.CompletionNewParams{Model: config.DefaultPreset,
+			Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{0, 19923, 14, int64(i)}}, MaxTokens: openai.Int(3), Temperature: openai.Float(0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := r.hc.Get(r.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(promModel.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+		"vllm:request_inference_time_seconds", "vllm:request_time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
+		"vllm:request_prompt_tokens", "vllm:request_generation_tokens"} {
+		if got := fams[name].GetMetric()[0].GetHistogram().GetSampleCount(); got != requests {
+			t.Errorf("%s observed %d times, want %d", name, got, requests)
+		}
+	}
+	if q := fams["vllm:prefix_cache_queries_total"].GetMetric()[0].GetCounter().GetValue(); q < 4*requests {
+		t.Errorf("prefix cache queries %v, want at least the %d prompt tokens", q, 4*requests)
+	}
+	if _, ok := fams["vllm:num_preemptions_total"]; !ok {
+		t.Error("vllm:num_preemptions_total missing")
+	}
 }

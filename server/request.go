@@ -98,25 +98,9 @@ func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 	if len(req.Messages) == 0 {
 		return nil, badRequest("messages", "messages is empty; give at least one message, e.g. [{\"role\":\"user\",\"content\":\"Hello\"}]")
 	}
-	msgs := make([]tokenizer.Message, len(req.Messages))
-	for i, m := range req.Messages {
-		switch m.Role {
-		case "system", "user", "assistant", "tool":
-		case "developer":
-			m.Role = "system"
-		default:
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is %q; use system, user, assistant or tool", i, m.Role)
-		}
-		if m.Content.Null && m.Role != "assistant" {
-			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content is null; only assistant messages may omit content", i)
-		}
-		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content.Text, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.ReasoningContent}
-		if m.Reasoning != nil && m.ReasoningContent == nil {
-			msgs[i].Reasoning = m.Reasoning
-		}
-		for _, c := range m.ToolCalls {
-			msgs[i].ToolCalls = append(msgs[i].ToolCalls, tokenizer.ToolCall{ID: c.ID, Type: c.Type, Name: c.Function.Name, Arguments: c.Function.Arguments})
-		}
+	msgs, e := chatMessages(req.Messages)
+	if e != nil {
+		return nil, e
 	}
 	if e := s.parseTools(req, j); e != nil {
 		return nil, e
@@ -140,6 +124,32 @@ func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 	}
 	j.prompts = []promptJob{pj}
 	return j, nil
+}
+
+// chatMessages validates request messages and converts them for the chat
+// template.
+func chatMessages(in []ChatMessage) ([]tokenizer.Message, *apiError) {
+	msgs := make([]tokenizer.Message, len(in))
+	for i, m := range in {
+		switch m.Role {
+		case "system", "user", "assistant", "tool":
+		case "developer":
+			m.Role = "system"
+		default:
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is %q; use system, user, assistant or tool", i, m.Role)
+		}
+		if m.Content.Null && m.Role != "assistant" {
+			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content is null; only assistant messages may omit content", i)
+		}
+		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content.Text, Name: m.Name, ToolCallID: m.ToolCallID, Reasoning: m.ReasoningContent}
+		if m.Reasoning != nil && m.ReasoningContent == nil {
+			msgs[i].Reasoning = m.Reasoning
+		}
+		for _, c := range m.ToolCalls {
+			msgs[i].ToolCalls = append(msgs[i].ToolCalls, tokenizer.ToolCall{ID: c.ID, Type: c.Type, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+	}
+	return msgs, nil
 }
 
 // parseTools validates tools, tool_choice and chat_template_kwargs and

@@ -69,9 +69,10 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		add := req.AddSpecialTokens == nil || *req.AddSpecialTokens
 		ids = s.cfg.Tokenizer.EncodeWith(*req.Prompt, tokenizer.EncodeOptions{AddSpecial: add, ParseSpecial: true})
 	case req.Messages != nil:
-		msgs := make([]tokenizer.Message, len(req.Messages))
-		for i, m := range req.Messages {
-			msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content.Text}
+		msgs, e := chatMessages(req.Messages)
+		if e != nil {
+			s.reject(w, e)
+			return
 		}
 		var err error
 		if ids, err = s.cfg.Tokenizer.EncodeChat(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt); err != nil {
