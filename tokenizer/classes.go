@@ -12,27 +12,33 @@ import (
 // excludes U+FEFF). An invalid UTF-8 byte is classified as U+FFFD, the rune
 // every engine substitutes for it (a symbol, So).
 const (
-	classL uint8 = 1 << iota
+	classL uint16 = 1 << iota
 	classM
 	classN
 	classP
 	classS
 	classSpace
+	// The letter categories, for the patterns that tell cases apart.
+	classLu
+	classLl
+	classLt
+	classLm
+	classLo
 )
 
 // bmpClass caches the class of every rune of the Basic Multilingual Plane
-// (64 KiB, filled once at start-up), so that the split matchers do not walk
+// (128 KiB, filled once at start-up), so that the split matchers do not walk
 // the Unicode range tables for common text.
-var bmpClass = func() *[0x10000]uint8 {
-	t := new([0x10000]uint8)
+var bmpClass = func() *[0x10000]uint16 {
+	t := new([0x10000]uint16)
 	for r := range rune(0x10000) {
 		t[r] = slowClass(r)
 	}
 	return t
 }()
 
-func slowClass(r rune) uint8 {
-	var c uint8
+func slowClass(r rune) uint16 {
+	var c uint16
 	if unicode.IsLetter(r) {
 		c |= classL
 	}
@@ -51,12 +57,20 @@ func slowClass(r rune) uint8 {
 	if unicode.IsSpace(r) {
 		c |= classSpace
 	}
+	for _, lc := range []struct {
+		t   *unicode.RangeTable
+		bit uint16
+	}{{unicode.Lu, classLu}, {unicode.Ll, classLl}, {unicode.Lt, classLt}, {unicode.Lm, classLm}, {unicode.Lo, classLo}} {
+		if c&classL != 0 && unicode.Is(lc.t, r) {
+			c |= lc.bit
+		}
+	}
 	return c
 }
 
 // runeAt decodes the rune at byte offset i of s and returns it with its
 // class and width. Invalid bytes decode as U+FFFD with width 1.
-func runeAt(s string, i int) (r rune, class uint8, width int) {
+func runeAt(s string, i int) (r rune, class uint16, width int) {
 	if b := s[i]; b < utf8.RuneSelf {
 		return rune(b), bmpClass[b], 1
 	}

@@ -19,7 +19,7 @@
 // EncodeLimited encodes untrusted text and stops as soon as it provably has
 // more tokens than allowed.
 //
-// The split patterns of DeepSeek-V3, Llama 3 (cl100k, GLM-4), Qwen2 and of
+// The split patterns of DeepSeek-V3, Llama 3 (cl100k, GLM-4), Qwen2, GPT-4o (o200k) and of
 // the byte-level pre-tokenizer run on hand-written matchers (scan.go) that
 // are exact rewrites of the patterns; any other pattern runs on
 // github.com/dlclark/regexp2, which supports the look-ahead these patterns

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"io"
@@ -161,4 +160,37 @@ func slicesEqual(a, b []int) bool {
 	return true
 }
 
-var _ = bytes.Equal
+// BenchmarkFamilyEncode encodes the families corpus (about 250 KB) with each
+// family's tokenizer, its split patterns on the hand-written matchers and
+// on the general regex engine; the ratio of the two is the matchers' gain.
+func BenchmarkFamilyEncode(b *testing.B) {
+	var corpus []string
+	readJSON(b, "testdata/families/corpus.json", &corpus)
+	size := 0
+	for _, s := range corpus {
+		size += len(s)
+	}
+	for _, name := range []string{"deepseek-v3", "qwen3", "gpt35turbo", "gpt4o"} {
+		tokJSON, cfg := familyFiles(b, name)
+		for _, force := range []bool{false, true} {
+			tk, err := parse(tokJSON, cfg, force)
+			if err != nil {
+				b.Fatal(err)
+			}
+			engine := "hand"
+			if force {
+				engine = "regexp2"
+			}
+			b.Run(name+"/"+engine, func(b *testing.B) {
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					for _, s := range corpus {
+						// Distinct words defeat the word cache less than
+						// real traffic does; this times the split and BPE.
+						tk.EncodeWith(s, EncodeOptions{ParseSpecial: true})
+					}
+				}
+			})
+		}
+	}
+}

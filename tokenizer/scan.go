@@ -21,6 +21,8 @@ const (
 	// one digit at a time.
 	patternLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	patternQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// GPT-4o's o200k split, which tells upper from lower case.
+	patternO200k = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // handMatchers maps a pattern string to its hand-written matcher.
@@ -31,6 +33,114 @@ var handMatchers = map[string]func(s string, i int) int{
 	patternByteLevel: matchByteLevel,
 	patternLlama3:    func(s string, i int) int { return matchLlama3(s, i, 3) },
 	patternQwen2:     func(s string, i int) int { return matchLlama3(s, i, 1) },
+	patternO200k:     matchO200k,
+}
+
+// The o200k letter classes: U (upper-case-like) and W (lower-case-like)
+// share the modifier and other letters and the marks.
+const (
+	classO200kU = classLu | classLt | classLm | classLo | classM
+	classO200kW = classLl | classLm | classLo | classM
+)
+
+// contractionAt returns the end of (?i:'s|'t|'re|'ve|'m|'ll|'d) at i, or i.
+func contractionAt(s string, i int) int {
+	if i+1 >= len(s) || s[i] != '\'' {
+		return i
+	}
+	switch s[i+1] | 0x20 {
+	case 's', 't', 'm', 'd':
+		return i + 2
+	case 'r', 'v':
+		if i+2 < len(s) && s[i+2]|0x20 == 'e' {
+			return i + 3
+		}
+	case 'l':
+		if i+2 < len(s) && s[i+2]|0x20 == 'l' {
+			return i + 3
+		}
+	}
+	return i
+}
+
+// o200kUpperLower matches [U]*[W]+ at j (the first alternative without its
+// prefix): the greedy U run gives back characters until a W character can
+// start the W run.
+func o200kUpperLower(s string, j int) int {
+	u := spanWhile(s, j, classO200kU)
+	if u < len(s) {
+		if _, c, _ := runeAt(s, u); c&classO200kW != 0 {
+			return spanWhile(s, u, classO200kW)
+		}
+	}
+	// Backtrack: the W run is the last W character of the U run.
+	end := -1
+	for k := j; k < u; {
+		_, c, w := runeAt(s, k)
+		if c&classO200kW != 0 {
+			end = k + w
+		}
+		k += w
+	}
+	return end
+}
+
+// matchO200k matches
+//
+//	[^\r\n\p{L}\p{N}]?[U]*[W]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//	|[^\r\n\p{L}\p{N}]?[U]+[W]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//	|\p{N}{1,3}
+//	| ?[^\s\p{L}\p{N}]+[\r\n/]*
+//	|\s*[\r\n]+
+//	|\s+(?!\S)
+//	|\s+
+//
+// with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and W = [\p{Ll}\p{Lm}\p{Lo}\p{M}].
+func matchO200k(s string, i int) int {
+	r, c, w := runeAt(s, i)
+	prefix := r != '\r' && r != '\n' && c&(classL|classN) == 0
+	// First alternative, with the optional character, then without.
+	if prefix && i+w < len(s) {
+		if end := o200kUpperLower(s, i+w); end > 0 {
+			return contractionAt(s, end)
+		}
+	}
+	if end := o200kUpperLower(s, i); end > 0 {
+		return contractionAt(s, end)
+	}
+	// Second alternative.
+	for _, j := range []int{i + w, i} {
+		if (j == i+w && !prefix) || j >= len(s) {
+			continue
+		}
+		if u := spanWhile(s, j, classO200kU); u > j {
+			return contractionAt(s, spanWhile(s, u, classO200kW))
+		}
+	}
+	if c&classN != 0 {
+		return matchDigits3(s, i)
+	}
+	start := i
+	if s[i] == ' ' && i+1 < len(s) {
+		if _, c2, _ := runeAt(s, i+1); c2&(classSpace|classL|classN) == 0 {
+			start = i + 1
+		}
+	}
+	if _, c2, _ := runeAt(s, start); c2&(classSpace|classL|classN) == 0 {
+		end := start
+		for end < len(s) {
+			_, c3, w3 := runeAt(s, end)
+			if c3&(classSpace|classL|classN) != 0 {
+				break
+			}
+			end += w3
+		}
+		for end < len(s) && (s[end] == '\r' || s[end] == '\n' || s[end] == '/') {
+			end++
+		}
+		return end
+	}
+	return matchWhitespaceTail(s, i, true)
 }
 
 // matchLlama3 matches
@@ -142,7 +252,7 @@ func matchCJKRun(s string, i int) int {
 
 // spanWhile returns the end of the longest run starting at i whose runes
 // all have one of the classes in mask.
-func spanWhile(s string, i int, mask uint8) int {
+func spanWhile(s string, i int, mask uint16) int {
 	for i < len(s) {
 		_, c, w := runeAt(s, i)
 		if c&mask == 0 {

@@ -259,7 +259,11 @@ func TestSplitBehaviors(t *testing.T) {
 func TestSplitMatchersAgainstRegex(t *testing.T) {
 	inputs := append(corpusForTest(t),
 		"  \n  x", " \n\n y", "a \r\n", "x  ", "x \u3000 y", "\u0085 nel", "\ufeff bom", "'s 'S 're 'll 'd 'x",
-		" !!\n\n", " ?", "\u0301\u0301a", "1\u0301", "\xff\xfe", " \xff", "a\xe4\xb8", "12\u0663\u0664", "　全角スペース")
+		" !!\n\n", " ?", "\u0301\u0301a", "1\u0301", "\xff\xfe", " \xff", "a\xe4\xb8", "12\u0663\u0664", "　全角スペース",
+		// Case boundaries for the o200k split: upper runs, title case,
+		// modifier letters, marks, contractions after either.
+		"HTTPServer", "getHTTPResponse's", "ǅemal ǈ", "ʰaʰb", "Aʰ", "ABC'S", "a\u0301B\u0301c", "\u0301ABC", " XMLHttp'LL",
+		"iPhone 15 Pro/Max\n/path", "ÉCOLE école", "日本Go語", "x//\n/y")
 	for pattern, hand := range handMatchers {
 		general, err := compileSplitPattern(pattern, true)
 		if err != nil {
@@ -275,6 +279,9 @@ func TestSplitMatchersAgainstRegex(t *testing.T) {
 
 func FuzzSplitMatchers(f *testing.F) {
 	for _, s := range corpusForTest(f) {
+		f.Add(s)
+	}
+	for _, s := range []string{"HTTPServer's", "ǅemal ǈ ʰaʰb Aʰ", "a\u0301B\u0301c \u0301ABC", " XMLHttp'LL iPhone/\n/x"} {
 		f.Add(s)
 	}
 	type pair struct{ hand, general matcher }
