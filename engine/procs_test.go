@@ -39,6 +39,7 @@ func TestProcsBroadcastPlans(t *testing.T) {
 	prompts := [][]int{{5, 6, 7, 8, 9, 10, 11, 12, 13}, {400, 401}, {7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}}
 	const maxOut = 5
 	got := make([][]int32, len(prompts))
+	var forked [2][]int32 // n = 2 on prompt 0: its partial block is copied on every process
 	errs := inproc.Run(context.Background(), world, func(ctx context.Context, g comm.Group) error {
 		pr, weights, err := NewProcs(ctx, cfg, src, g, Parallel{Layout: l, Interleave: 1, Backend: bp})
 		if err != nil {
@@ -70,6 +71,18 @@ func TestProcsBroadcastPlans(t *testing.T) {
 			}
 			got[i] = toks
 		}
+		ch, err := e.Submit(ctx, Request{ID: "n2", PromptIDs: prompts[0], MaxTokens: maxOut, IgnoreEOS: true, N: 2})
+		if err != nil {
+			return err
+		}
+		for ev := range ch {
+			if ev.Err != nil {
+				return ev.Err
+			}
+			if ev.Finish == "" || ev.OutputTokens > len(forked[ev.Index]) {
+				forked[ev.Index] = append(forked[ev.Index], int32(ev.Token))
+			}
+		}
 		return nil
 	})
 	for rank, err := range errs {
@@ -81,6 +94,11 @@ func TestProcsBroadcastPlans(t *testing.T) {
 		want, _ := runAloneKV(t, m, p, maxOut, B, kvcache.KVF32)
 		if d := cmp.Diff(want, got[i]); d != "" {
 			t.Errorf("prompt %d: (-one rank +broadcast ranks):\n%s", i, d)
+		}
+	}
+	for k, toks := range forked {
+		if d := cmp.Diff(got[0], toks); d != "" {
+			t.Errorf("n = 2, sequence %d: greedy tokens differ from n = 1 (-n 1 +forked):\n%s", k, d)
 		}
 	}
 }

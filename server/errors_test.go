@@ -74,7 +74,6 @@ func TestRefusals(t *testing.T) {
 		{"prompt_logprobs streamed", "/v1/completions", `{"prompt":"hi","prompt_logprobs":1,"stream":true}`, 400, "prompt_logprobs", []string{"stream true"}},
 		{"logprobs above max", "/v1/completions", `{"prompt":"hi","logprobs":21}`, 400, "logprobs", []string{"logprobs is 21", "0 to 20 (--max-logprobs)"}},
 		{"top_logprobs without logprobs", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"top_logprobs":3}`, 400, "top_logprobs", []string{"set logprobs true"}},
-		{"skip_special_tokens false", "/v1/completions", `{"prompt":"hi","skip_special_tokens":false}`, 400, "skip_special_tokens", []string{"not supported"}},
 		{"unknown model", "/v1/chat/completions", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, 404, "model", []string{`"gpt-9"`, `serves "glm5-mini"`}},
 		{"empty messages", "/v1/chat/completions", `{"messages":[]}`, 400, "messages", []string{"messages is empty"}},
 		{"bad role", "/v1/chat/completions", `{"messages":[{"role":"robot","content":"hi"}]}`, 400, "messages[0].role", []string{`"robot"`, "use system, user, assistant or tool"}},

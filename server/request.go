@@ -52,6 +52,7 @@ type job struct {
 	// Chat output parsing: the parsers to run on each choice (none when
 	// both are empty), the tools whose schemas type arguments, the
 	// chat_template_kwargs, and whether more than one call may be returned.
+	keepSpecial                 bool // skip_special_tokens false
 	toolParser, reasoningParser string
 	tools                       []chatparse.Tool
 	kwargs                      map[string]any
@@ -340,9 +341,8 @@ func (s *Server) parseSampling(f *samplingFields, j *job) *apiError {
 		return badRequest("priority", "priority is %d; this server schedules first come, first served: leave priority out or set it to 0", *f.Priority)
 	case f.ResponseFormat != nil && f.ResponseFormat.Type != "text":
 		return badRequest("response_format", "response_format type %q is not supported (no structured output); use {\"type\":\"text\"} or leave it out", f.ResponseFormat.Type)
-	case f.SkipSpecialTokens != nil && !*f.SkipSpecialTokens:
-		return badRequest("skip_special_tokens", "skip_special_tokens false is not supported; generated text leaves special tokens out")
 	}
+	j.keepSpecial = f.SkipSpecialTokens != nil && !*f.SkipSpecialTokens
 	if len(f.Stop) > maxStops {
 		return badRequest("stop", "stop has %d strings; give at most %d", len(f.Stop), maxStops)
 	}

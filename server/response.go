@@ -56,8 +56,10 @@ func newResponse(s *Server, j *job, id string, created int64, out responder) *re
 		for k := range j.n {
 			ts := newTextStream(s.cfg.Tokenizer, j.stops)
 			c := &choice{index: p*j.n + k, prompt: p}
-			if j.parses() {
+			if j.parses() || j.keepSpecial {
 				ts = newTextStreamKeepingSpecial(s.cfg.Tokenizer, j.stops)
+			}
+			if j.parses() {
 				c.parser, _ = chatparse.New(j.parserOptions()) // the options were checked when parsing the request
 			}
 			ts.includeStop, ts.minTokens = j.includeStop, j.params.MinTokens

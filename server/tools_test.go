@@ -177,3 +177,21 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestSkipSpecialTokens: special tokens leave generated text by default and
+// stay in it with skip_special_tokens false; the stop token's text never
+// shows.
+func TestSkipSpecialTokens(t *testing.T) {
+	e := newTestEnv(t, func(f *fakeEngine, c *Config) {
+		tk := c.Tokenizer
+		f.script = append(append(tk.Encode("a", false), tk.BOS()), append(tk.Encode("b", false), tk.EOS())...)
+	})
+	bos := e.tk.Decode([]int{e.tk.BOS()}, false)
+	for _, tc := range []struct{ extra, want string }{{"", "ab"}, {`,"skip_special_tokens":true`, "ab"}, {`,"skip_special_tokens":false`, "a" + bos + "b"}} {
+		status, _, raw := e.post(t, "/v1/completions", `{"prompt":"x"`+tc.extra+`}`)
+		var resp CompletionResponse
+		if status != 200 || json.Unmarshal([]byte(raw), &resp) != nil || resp.Choices[0].Text != tc.want {
+			t.Errorf("%s: %d %s, want text %q", tc.extra, status, raw, tc.want)
+		}
+	}
+}
