@@ -93,6 +93,10 @@ func TestParse(t *testing.T) {
 			"still thinking <thi", Message{Reasoning: strp("still thinking <thi")}},
 		{"glm45 reasoning with thinking disabled is content", Options{ReasoningParser: "glm45", ChatTemplateKwargs: map[string]any{"enable_thinking": false}},
 			"abc</think>x", Message{Content: strp("abc</think>x")}},
+		{"deepseek_v3 thinks only when asked", Options{ReasoningParser: "deepseek_v3"},
+			"abc</think>x", Message{Content: strp("abc</think>x")}},
+		{"deepseek_v3 with thinking", Options{ReasoningParser: "deepseek_v3", ChatTemplateKwargs: map[string]any{"thinking": true}},
+			"abc</think>x", Message{Reasoning: strp("abc"), Content: strp("x")}},
 		{"reasoning then tool call", Options{ReasoningParser: "glm45", ToolParser: "glm47", Tools: weatherTools},
 			"<think>need weather</think>\n<tool_call>search<arg_key>query</arg_key><arg_value>rain</arg_value></tool_call>",
 			Message{Reasoning: strp("need weather"), ToolCalls: []ToolCall{call(1, "search", `{"query": "rain"}`)}}},
@@ -257,7 +261,7 @@ func randomOutput(rng *rand.Rand, toolParser string, withReasoning bool) string 
 func TestStreamingMatchesResult(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tp := range []string{"", "glm45", "glm47", "deepseek_v32"} {
-		for _, rp := range []string{"", "glm45", "deepseek_r1"} {
+		for _, rp := range []string{"", "glm45", "deepseek_r1", "deepseek_v3"} {
 			for i := range 300 {
 				text := randomOutput(rng, tp, rp != "")
 				if tp == "" {

@@ -8,7 +8,9 @@
 //     first </think> and content after it; a <think> before that point is
 //     dropped (chat templates often open it in the prompt). For "glm45",
 //     chat_template_kwargs with enable_thinking or thinking false (and
-//     neither true) makes everything content, as vLLM does.
+//     neither true) makes everything content, as vLLM does; "deepseek_v3"
+//     (DeepSeek-V3.1/V3.2) is the same split when thinking or
+//     enable_thinking is true and all content otherwise.
 //   - tool calls "glm45" (GLM-4.5/4.6: the name is the first line) and
 //     "glm47" (GLM-4.7/5: the name ends at the first <arg_key>):
 //     <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>…</tool_call>.

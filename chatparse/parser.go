@@ -18,11 +18,12 @@ const (
 
 	ReasoningParserGLM45      = "glm45"
 	ReasoningParserDeepSeekR1 = "deepseek_r1"
+	ReasoningParserDeepSeekV3 = "deepseek_v3"
 )
 
 var (
 	toolParsers      = map[string]bool{ToolParserGLM45: true, ToolParserGLM47: true, ToolParserDeepSeekV32: true}
-	reasoningParsers = map[string]bool{ReasoningParserGLM45: true, ReasoningParserDeepSeekR1: true}
+	reasoningParsers = map[string]bool{ReasoningParserGLM45: true, ReasoningParserDeepSeekR1: true, ReasoningParserDeepSeekV3: true}
 )
 
 // ToolParsers lists the tool-call parser names New accepts.
@@ -55,13 +56,14 @@ type Options struct {
 	// choice is enabled, the request has tools and tool_choice is not
 	// "none"); "" passes the text through as content.
 	ToolParser string
-	// ReasoningParser is "", "glm45" or "deepseek_r1".
+	// ReasoningParser is "", "glm45", "deepseek_r1" or "deepseek_v3".
 	ReasoningParser string
 	// Tools are the request's tools; their schemas type the arguments.
 	Tools []Tool
 	// ChatTemplateKwargs are the request's chat_template_kwargs. For the
 	// glm45 reasoning parser, "enable_thinking" or "thinking" set to false
-	// means the model does not reason and everything is content.
+	// means the model does not reason and everything is content; for
+	// deepseek_v3 the model reasons only when one of them is true.
 	ChatTemplateKwargs map[string]any
 	// NewID makes tool call ids; nil means "chatcmpl-tool-" followed by 32
 	// random hex digits.
@@ -147,6 +149,10 @@ func New(o Options) (*Parser, error) {
 		p.reasoning = &reasoningSplitter{inReasoning: true}
 	case ReasoningParserGLM45:
 		p.reasoning = &reasoningSplitter{inReasoning: thinkingEnabled(o.ChatTemplateKwargs)}
+	case ReasoningParserDeepSeekV3:
+		// DeepSeek-V3.1/V3.2 think only when asked to.
+		kw := o.ChatTemplateKwargs
+		p.reasoning = &reasoningSplitter{inReasoning: truthy(kw["thinking"]) || truthy(kw["enable_thinking"])}
 	}
 	if o.ToolParser != "" {
 		schemas, err := buildSchemas(o.Tools)
