@@ -194,6 +194,7 @@ func init() {
 			return out, nil
 		}),
 	}
+	addCollectionBuiltins()
 }
 
 func stringArg(x any) (string, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -128,6 +129,7 @@ func FuzzParse(f *testing.F) {
 		"{{ 'a\\n' ~ \"b\" }}",
 		"{% macro m(x, y=2) %}{{ x * y }}{{ m(x - 1) if x > 0 }}{% endmacro %}{{ m(3) }}{{ tools | tojson(indent=2) }}",
 		"{% for k, v in d.items() %}{{ k }}={{ v | tojson(ensure_ascii=True) }}{% endfor %}{{ 'x' * n }}",
+		"{{ messages | selectattr('role', 'eq', 'user') | map(attribute='content') | reverse | join }}{{ 'a b'.split(None, 1) | title }}",
 	} {
 		f.Add(s)
 	}
@@ -255,5 +257,48 @@ func TestSplit(t *testing.T) {
 		if got, err := tpl.Render(nil); err != nil || got != want {
 			t.Errorf("%s = %q, %v; want %q", src, got, err, want)
 		}
+	}
+}
+
+// TestCollectionBuiltins follows Jinja2's definitions of these filters and
+// tests.
+func TestCollectionBuiltins(t *testing.T) {
+	msgs := []any{
+		map[string]any{"role": "system", "content": "S"},
+		map[string]any{"role": "user", "content": "U"},
+		map[string]any{"role": "user", "content": "V"},
+	}
+	cases := map[string]string{
+		"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(',') }}": "U,V",
+		"{{ messages | rejectattr('role', 'eq', 'user') | list | length }}":                             "1",
+		"{{ [1, 0, 2, none] | select | list }}":                                                         "[1, 2]",
+		"{{ [1, 2, 3, 4] | reject('odd') | list }}":                                                     "[2, 4]",
+		"{{ [1, 2, 3] | reverse | list }} {{ 'abc' | reverse }}":                                        "[3, 2, 1] cba",
+		"{{ ['a', 'b'] | map('upper') | list }}":                                                        "['A', 'B']",
+		// A filter binds tighter than unary minus, as in Jinja2.
+		"{{ '42' | int + 1 }} {{ 'x' | int(7) }} {{ 2.9 | int }} {{ '1.5' | float }} {{ -3 | abs }} {{ (-3) | abs }}": "43 7 2 1.5 -3 3",
+		"{{ 'hELLO wORLD' | capitalize }} {{ 'hello wORLD' | title }}":                                                "Hello world Hello World",
+		"{{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 'a' is in 'abc' }} {{ 1 is ne 2 }}":               "True True True True True",
+		"{{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 1.5 is float }} {{ range is callable }}":                        "True True True True",
+	}
+	for src, want := range cases {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if got, err := tpl.Render(map[string]any{"messages": msgs}); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", src, got, err, want)
+		}
+	}
+	day := time.Date(2026, 7, 4, 15, 4, 5, 0, time.UTC)
+	if got, err := strftime(day, "%d %b %Y %A %I:%M:%S %p %j %%"); err != nil || got != "04 Jul 2026 Saturday 03:04:05 PM 185 %" {
+		t.Errorf("strftime = %q, %v", got, err)
+	}
+	if _, err := strftime(day, "%Q"); err == nil {
+		t.Error("strftime accepted %Q")
+	}
+	tpl, _ := Parse(`{{ strftime_now("%Y") }}`)
+	if got, err := tpl.Render(nil); err != nil || got != time.Now().Format("2006") {
+		t.Errorf("strftime_now: %q, %v", got, err)
 	}
 }
