@@ -105,7 +105,7 @@ func init() {
 			if items == nil {
 				items = []any{}
 			}
-			return items, err
+			return newList(items), err
 		},
 		"items": func(x any, _ []any, _ map[string]any) (any, error) {
 			m, ok := x.(*Dict)
@@ -191,7 +191,7 @@ func init() {
 				}
 				out = append(out, i)
 			}
-			return out, nil
+			return newList(out), nil
 		}),
 	}
 	addCollectionBuiltins()
@@ -211,8 +211,8 @@ func lengthFilter(x any, _ []any, _ map[string]any) (any, error) {
 	switch v := x.(type) {
 	case string:
 		return int64(utf8.RuneCountInString(v)), nil
-	case []any:
-		return int64(len(v)), nil
+	case *List:
+		return int64(len(v.items)), nil
 	case *Dict:
 		return int64(v.Len()), nil
 	case undefined:
@@ -235,18 +235,18 @@ func defaultFilter(x any, args []any, _ map[string]any) (any, error) {
 
 func isSequence(x any, _ []any) (bool, error) {
 	switch x.(type) {
-	case []any, string, *Dict:
+	case *List, string, *Dict:
 		return true, nil
 	}
 	return false, nil
 }
 
-func dictItems(m *Dict) []any {
+func dictItems(m *Dict) *List {
 	out := make([]any, len(m.keys))
 	for i, k := range m.keys {
-		out[i] = []any{k, m.vals[k]}
+		out[i] = newList([]any{k, m.vals[k]})
 	}
-	return out
+	return newList(out)
 }
 
 // stringMethod returns the bound method name of s, if it is supported.
@@ -346,7 +346,7 @@ func stringMethod(s, name string) (callable, bool) {
 			for i, p := range parts {
 				out[i] = p
 			}
-			return out, nil
+			return newList(out), nil
 		}, true
 	case "replace":
 		return func(args []any, _ map[string]any) (any, error) {
@@ -374,7 +374,7 @@ func dictMethod(m *Dict, name string) (callable, bool) {
 			for i, k := range m.keys {
 				out[i] = k
 			}
-			return out, nil
+			return newList(out), nil
 		}, true
 	case "values":
 		return func([]any, map[string]any) (any, error) {
@@ -382,7 +382,7 @@ func dictMethod(m *Dict, name string) (callable, bool) {
 			for i, k := range m.keys {
 				out[i] = m.vals[k]
 			}
-			return out, nil
+			return newList(out), nil
 		}, true
 	case "get":
 		return func(args []any, _ map[string]any) (any, error) {
@@ -432,7 +432,11 @@ func tojsonFilter(x any, args []any, kwargs map[string]any) (any, error) {
 		}
 	}
 	if sep, ok := vals["separators"]; ok && sep != nil {
-		l, ok := sep.([]any)
+		sl, ok := sep.(*List)
+		var l []any
+		if ok {
+			l = sl.items
+		}
 		if !ok || len(l) != 2 {
 			return nil, fmt.Errorf("separators must be a pair of strings")
 		}

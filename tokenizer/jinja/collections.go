@@ -29,7 +29,7 @@ func addCollectionBuiltins() {
 		for i, it := range items {
 			out[len(items)-1-i] = it
 		}
-		return out, nil
+		return newList(out), nil
 	}
 	filters["map"] = func(x any, args []any, kwargs map[string]any) (any, error) {
 		items, err := iterate(x)
@@ -53,7 +53,7 @@ func addCollectionBuiltins() {
 				}
 				out = append(out, v)
 			}
-			return out, nil
+			return newList(out), nil
 		}
 		if len(args) == 0 {
 			return nil, fmt.Errorf("map needs a filter name or attribute=")
@@ -70,7 +70,7 @@ func addCollectionBuiltins() {
 			}
 			out = append(out, v)
 		}
-		return out, nil
+		return newList(out), nil
 	}
 	for _, name := range []string{"select", "reject", "selectattr", "rejectattr"} {
 		keep := name == "select" || name == "selectattr"
@@ -116,7 +116,7 @@ func addCollectionBuiltins() {
 					out = append(out, it)
 				}
 			}
-			return out, nil
+			return newList(out), nil
 		}
 	}
 	filters["int"] = func(x any, args []any, _ map[string]any) (any, error) {

@@ -302,3 +302,23 @@ func TestCollectionBuiltins(t *testing.T) {
 		t.Errorf("strftime_now: %q, %v", got, err)
 	}
 }
+
+// TestListsAreReferences: list methods change the list for every name
+// that holds it, as in Python (templates collect items with append).
+func TestListsAreReferences(t *testing.T) {
+	cases := map[string]string{
+		"{% set ns = namespace(items=[]) %}{% for i in range(3) %}{% set _ = ns.items.append(i * 2) %}{% endfor %}{{ ns.items }}":         "[0, 2, 4]",
+		"{% set a = [] %}{% set b = a %}{% set _ = b.append(1) %}{{ a }} {{ a | length }}":                                                "[1] 1",
+		"{% set a = [1, 2, 3] %}{{ a.pop() }}{{ a.pop(0) }}{{ a }}{% set _ = a.extend(['x']) %}{{ a }}{{ a.index('x') }}{{ a.count(2) }}": "31[2][2, 'x']11",
+		"{% set a = [1] %}{% set c = a + [2] %}{% set _ = c.append(3) %}{{ a }}{{ c }}":                                                   "[1][1, 2, 3]",
+	}
+	for src, want := range cases {
+		tpl, err := Parse(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if got, err := tpl.Render(nil); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", src, got, err, want)
+		}
+	}
+}

@@ -105,12 +105,12 @@ func (r *renderer) checkSize(v any) error {
 		if len(x) > r.lim.MaxOutputBytes {
 			return fmt.Errorf("%w: a string of %d bytes (limit %d)", ErrOutputLimit, len(x), r.lim.MaxOutputBytes)
 		}
-	case []any:
-		if len(x) > r.lim.MaxIterations {
-			return fmt.Errorf("%w: a list of %d items (limit %d)", ErrIterationLimit, len(x), r.lim.MaxIterations)
+	case *List:
+		if len(x.items) > r.lim.MaxIterations {
+			return fmt.Errorf("%w: a list of %d items (limit %d)", ErrIterationLimit, len(x.items), r.lim.MaxIterations)
 		}
-		if 16*len(x) > r.lim.MaxOutputBytes {
-			return fmt.Errorf("%w: a list of %d items", ErrOutputLimit, len(x))
+		if 16*len(x.items) > r.lim.MaxOutputBytes {
+			return fmt.Errorf("%w: a list of %d items", ErrOutputLimit, len(x.items))
 		}
 	}
 	return nil
@@ -259,7 +259,11 @@ func bindTargets(sc *scope, targets []string, item any) error {
 		sc.vars[targets[0]] = item
 		return nil
 	}
-	parts, ok := item.([]any)
+	var parts []any
+	l, ok := item.(*List)
+	if ok {
+		parts = l.items
+	}
 	if !ok || len(parts) != len(targets) {
 		return fmt.Errorf("cannot unpack a %s into %d loop variables", typeName(item), len(targets))
 	}
@@ -273,8 +277,8 @@ func bindTargets(sc *scope, targets []string, item any) error {
 // sorted keys of a dict. Undefined and none iterate as empty.
 func iterate(v any) ([]any, error) {
 	switch x := v.(type) {
-	case []any:
-		return x, nil
+	case *List:
+		return slices.Clone(x.items), nil // a loop sees the list as it was when it began
 	case undefined, nil:
 		return nil, nil
 	case string:
@@ -472,7 +476,7 @@ func (r *renderer) evalExpr(e expr, sc *scope) (any, error) {
 			}
 			out[i] = v
 		}
-		return out, nil
+		return newList(out), nil
 	case dictLit:
 		out := NewDict()
 		for i := range e.keys {
@@ -561,8 +565,8 @@ func (r *renderer) evalSlice(e getSlice, sc *scope) (any, error) {
 	var elems []any
 	isString := false
 	switch v := x.(type) {
-	case []any:
-		elems = v
+	case *List:
+		elems = v.items
 	case string:
 		isString = true
 		for _, c := range v {
@@ -605,7 +609,7 @@ func (r *renderer) evalSlice(e getSlice, sc *scope) (any, error) {
 	if out == nil {
 		out = []any{}
 	}
-	return out, nil
+	return newList(out), nil
 }
 
 func (r *renderer) evalBinary(e binaryExpr, sc *scope) (any, error) {
@@ -648,9 +652,12 @@ func (r *renderer) evalBinary(e binaryExpr, sc *scope) (any, error) {
 				return ls + rs, nil
 			}
 		}
-		if ll, ok := l.([]any); ok {
-			if rl, ok := rv.([]any); ok {
-				return append(append([]any{}, ll...), rl...), nil
+		if ll, ok := l.(*List); ok {
+			if rl, ok := rv.(*List); ok {
+				if n := len(ll.items) + len(rl.items); n > r.lim.MaxIterations {
+					return nil, fmt.Errorf("%w: a list of %d items (limit %d)", ErrIterationLimit, n, r.lim.MaxIterations)
+				}
+				return newList(append(slices.Clone(ll.items), rl.items...)), nil
 			}
 		}
 	case "<", ">", "<=", ">=":
@@ -791,8 +798,8 @@ func contains(container, x any) (bool, error) {
 			return false, fmt.Errorf("'in <string>' requires a string, got a %s", typeName(x))
 		}
 		return strings.Contains(c, s), nil
-	case []any:
-		for _, e := range c {
+	case *List:
+		for _, e := range c.items {
 			if equal(e, x) {
 				return true, nil
 			}
@@ -833,6 +840,11 @@ func attribute(x any, name string) (any, error) {
 			return m, nil
 		}
 		return undefined{name}, nil
+	case *List:
+		if m, ok := listMethod(v, name); ok {
+			return m, nil
+		}
+		return undefined{name}, nil
 	case undefined:
 		return nil, fmt.Errorf("%q is undefined, so it has no attribute %q", v.name, name)
 	case nil:
@@ -856,18 +868,18 @@ func item(x, key any) (any, error) {
 		if k, ok := key.(string); ok {
 			return attribute(v, k)
 		}
-	case []any:
+	case *List:
 		i, ok := key.(int64)
 		if !ok {
 			return nil, fmt.Errorf("list indices must be integers, got a %s", typeName(key))
 		}
 		if i < 0 {
-			i += int64(len(v))
+			i += int64(len(v.items))
 		}
-		if i < 0 || i >= int64(len(v)) {
+		if i < 0 || i >= int64(len(v.items)) {
 			return undefined{"list index"}, nil
 		}
-		return v[i], nil
+		return v.items[i], nil
 	case string:
 		i, ok := key.(int64)
 		if !ok {
@@ -887,4 +899,74 @@ func item(x, key any) (any, error) {
 		return nil, fmt.Errorf("none has no item %s", repr(key))
 	}
 	return nil, fmt.Errorf("a %s has no items", typeName(x))
+}
+
+// listMethod returns the bound method name of l, if it is supported:
+// append, extend and pop change the list, as in Python.
+func listMethod(l *List, name string) (callable, bool) {
+	switch name {
+	case "append":
+		return func(args []any, _ map[string]any) (any, error) {
+			if len(args) != 1 {
+				return nil, fmt.Errorf("append takes one argument, got %d", len(args))
+			}
+			l.items = append(l.items, args[0])
+			return nil, nil
+		}, true
+	case "extend":
+		return func(args []any, _ map[string]any) (any, error) {
+			if len(args) != 1 {
+				return nil, fmt.Errorf("extend takes one argument, got %d", len(args))
+			}
+			items, err := iterate(args[0])
+			if err != nil {
+				return nil, fmt.Errorf("extend: %w", err)
+			}
+			l.items = append(l.items, items...)
+			return nil, nil
+		}, true
+	case "pop":
+		return func(args []any, _ map[string]any) (any, error) {
+			i := int64(len(l.items) - 1)
+			if len(args) > 1 {
+				return nil, fmt.Errorf("pop takes at most one argument")
+			}
+			if len(args) == 1 {
+				n, ok := args[0].(int64)
+				if !ok {
+					return nil, fmt.Errorf("pop index must be an integer")
+				}
+				if n < 0 {
+					n += int64(len(l.items))
+				}
+				i = n
+			}
+			if i < 0 || i >= int64(len(l.items)) {
+				return nil, fmt.Errorf("pop index out of range")
+			}
+			v := l.items[i]
+			l.items = append(l.items[:i:i], l.items[i+1:]...)
+			return v, nil
+		}, true
+	case "index", "count":
+		return func(args []any, _ map[string]any) (any, error) {
+			if len(args) != 1 {
+				return nil, fmt.Errorf("%s takes one argument", name)
+			}
+			n := int64(0)
+			for i, e := range l.items {
+				if equal(e, args[0]) {
+					if name == "index" {
+						return int64(i), nil
+					}
+					n++
+				}
+			}
+			if name == "index" {
+				return nil, fmt.Errorf("index: %s is not in the list", repr(args[0]))
+			}
+			return n, nil
+		}, true
+	}
+	return nil, false
 }

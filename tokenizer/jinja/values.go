@@ -28,6 +28,12 @@ type Namespace struct{ attrs map[string]any }
 // callable is a function or bound method.
 type callable func(args []any, kwargs map[string]any) (any, error)
 
+// List is a Jinja (Python) list: a reference, so list.append changes it
+// for every name that holds it.
+type List struct{ items []any }
+
+func newList(items []any) *List { return &List{items: items} }
+
 // Dict is a Jinja (Python) dict: string keys in insertion order, as
 // Python dicts keep them, so items(), keys() and tojson follow the order of
 // the JSON a request sent.
@@ -40,11 +46,12 @@ type Dict struct {
 func NewDict() *Dict { return &Dict{vals: map[string]any{}} }
 
 // Set sets key k; a new key goes last, an existing one keeps its place.
+// Go values are converted as Render converts its variables.
 func (d *Dict) Set(k string, v any) {
 	if _, ok := d.vals[k]; !ok {
 		d.keys = append(d.keys, k)
 	}
-	d.vals[k] = v
+	d.vals[k] = normalize(v)
 }
 
 // Get returns the value of key k.
@@ -66,7 +73,7 @@ func dictFromMap[V any](m map[string]V) *Dict {
 }
 
 // FromJSON decodes JSON into template values, keeping the order of object
-// keys (Python's json.loads does): objects become *Dict, arrays []any,
+// keys (Python's json.loads does): objects become *Dict, arrays *List,
 // integers int64 (float64 beyond its range), other numbers float64. A
 // repeated key keeps its first place and takes the last value.
 func FromJSON(data []byte) (any, error) {
@@ -122,7 +129,7 @@ func decodeJSONValue(dec *json.Decoder, depth int) (any, error) {
 				list = append(list, v)
 			}
 			_, err := dec.Token() // ']'
-			return list, err
+			return newList(list), err
 		}
 		return nil, fmt.Errorf("jinja: unexpected %v in JSON", t)
 	case json.Number:
@@ -157,19 +164,19 @@ func normalize(v any) any {
 		for i, e := range x {
 			out[i] = normalize(e)
 		}
-		return out
+		return newList(out)
 	case []string:
 		out := make([]any, len(x))
 		for i, s := range x {
 			out[i] = s
 		}
-		return out
+		return newList(out)
 	case []map[string]any:
 		out := make([]any, len(x))
 		for i, m := range x {
 			out[i] = dictFromMap(m)
 		}
-		return out
+		return newList(out)
 	case map[string]any:
 		return dictFromMap(x)
 	case map[string]string:
@@ -190,8 +197,8 @@ func truthy(v any) bool {
 		return x != 0
 	case string:
 		return x != ""
-	case []any:
-		return len(x) > 0
+	case *List:
+		return len(x.items) > 0
 	case *Dict:
 		return x.Len() > 0
 	}
@@ -212,7 +219,7 @@ func typeName(v any) string {
 		return "float"
 	case string:
 		return "string"
-	case []any:
+	case *List:
 		return "list"
 	case *Dict:
 		return "dict"
@@ -262,9 +269,9 @@ func repr(v any) string {
 		return pyfmt.FloatRepr(x)
 	case string:
 		return pyQuote(x)
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
+	case *List:
+		parts := make([]string, len(x.items))
+		for i, e := range x.items {
 			parts[i] = repr(e)
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
@@ -359,12 +366,12 @@ func appendJSON(b []byte, v any, o jsonOptions, depth int) ([]byte, error) {
 		b = append(b, pyfmt.JSONFloat(x)...)
 	case string:
 		b = pyfmt.AppendJSONString(b, x, o.ensureASCII)
-	case []any:
-		if len(x) == 0 {
+	case *List:
+		if len(x.items) == 0 {
 			return append(b, "[]"...), nil
 		}
 		b = append(b, '[')
-		for i, e := range x {
+		for i, e := range x.items {
 			if i > 0 {
 				b = append(b, o.itemSep...)
 			}
@@ -423,13 +430,13 @@ func equal(a, b any) bool {
 			return x == y
 		}
 		return false
-	case []any:
-		y, ok := b.([]any)
-		if !ok || len(x) != len(y) {
+	case *List:
+		y, ok := b.(*List)
+		if !ok || len(x.items) != len(y.items) {
 			return false
 		}
-		for i := range x {
-			if !equal(x[i], y[i]) {
+		for i := range x.items {
+			if !equal(x.items[i], y.items[i]) {
 				return false
 			}
 		}
@@ -455,7 +462,7 @@ func equal(a, b any) bool {
 		return false
 	}
 	switch b.(type) {
-	case int64, float64, []any, *Dict, undefined, *Namespace, callable:
+	case int64, float64, *List, *Dict, undefined, *Namespace, callable:
 		return equal(b, a)
 	}
 	return a == b
