@@ -160,3 +160,33 @@ func BenchmarkEncodeLimited(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkEncodeLimitedUnderLimit compares EncodeLimited with EncodeWith
+// on prompts that fit (the common case): the incremental pre-tokenizer
+// should cost about what the batch one does.
+func BenchmarkEncodeLimitedUnderLimit(b *testing.B) {
+	tk := defaultForTest(b)
+	texts := corpusForTest(b)
+	size := 0
+	for _, s := range texts {
+		size += len(s)
+	}
+	b.Run("EncodeWith", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			for _, s := range texts {
+				tk.EncodeWith(s, EncodeOptions{AddSpecial: true, ParseSpecial: true})
+			}
+		}
+	})
+	b.Run("EncodeLimited", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			for _, s := range texts {
+				if _, err := tk.EncodeLimited(s, EncodeOptions{AddSpecial: true, ParseSpecial: true}, 1<<20); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
