@@ -384,6 +384,11 @@ func FuzzLoad(f *testing.F) {
 	}
 	f.Add(base, []byte(`{"add_bos_token": true, "bos_token": "<s>", "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"}`))
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {}, "merges": []}}`), []byte(nil))
+	f.Add([]byte(`{"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}]}, "added_tokens": [{"id": 3, "content": "<x>", "special": true, "normalized": true}],`+
+		`"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\s+|\\w+"}, "behavior": "MergedWithNext", "invert": true}, {"type": "ByteLevel", "use_regex": false}]},`+
+		`"post_processor": {"type": "Sequence", "processors": [{"type": "ByteLevel"}, {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>"}}, {"Sequence": {"id": "A"}}]}]},`+
+		`"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]], "ignore_merges": true}}`),
+		[]byte(`{"chat_template": "{% macro m(x) %}{{ x | tojson }}{% endmacro %}{% for m2 in messages %}{{ m(m2) }}{% endfor %}"}`))
 	f.Fuzz(func(t *testing.T, tokJSON, cfgJSON []byte) {
 		if len(tokJSON) > 1<<14 {
 			return
