@@ -1591,13 +1591,19 @@ func fp8GEMVTile(g fp8GEMV) {
 			}
 			return Mem{Base: b6, Disp: disp}
 		}
-	} else {
+	}
+	off := GP64() // code bytes consumed per row
+	XORQ(off, off)
+	xmem := func(v int) Mem { return Mem{Base: x, Disp: 4 * g.lanes * v} }
+	if R == 4 {
+		// Four row pointers indexed by off, and x by 4·off: one add per
+		// step of two vectors.
 		r := []Register{w0, GP64(), GP64(), GP64()}
 		for j := 1; j < 4; j++ {
 			LEAQ(Mem{Base: r[j-1], Index: ldw, Scale: 1}, r[j])
 		}
-		bases = r
-		row = func(j, disp int) Mem { return Mem{Base: r[j], Disp: disp} }
+		row = func(j, disp int) Mem { return Mem{Base: r[j], Index: off, Scale: 1, Disp: disp} }
+		xmem = func(v int) Mem { return Mem{Base: x, Index: off, Scale: 4, Disp: 4 * g.lanes * v} }
 	}
 	kn := Load(Param("kn"), GP64())
 	sc := Load(Param("sc"), GP64())
@@ -1638,51 +1644,77 @@ func fp8GEMVTile(g fp8GEMV) {
 			MOVQ(tmp, Mem{Base: sc, Disp: 8 * j})
 		}
 	}
-	off := GP64() // code bytes consumed per row
-	XORQ(off, off)
 	steps := GP64()
 	MOVQ(kn, steps)
 	SHRQ(U8(bits(g.lanes)), steps)
 	JZ(LabelRef(name + "_nan"))
 	cnt := GP64()
+	// vecStep fuses vector v (lanes codes from off + v·lanes) of every row.
+	vecStep := func(v int) {
+		VMOVUPS(xmem(v), xv)
+		for j := range R {
+			VPMOVSXBD(row(j, g.lanes*v), tv(j))
+			VPSLLD(U8(20), tv(j), tv(j))
+			if g.evex {
+				VPANDD(mask, tv(j), tv(j))
+			} else {
+				VPAND(mask, tv(j), tv(j))
+			}
+			VMULPS(sv(j), tv(j), tv(j))
+			VFMADD231PS(tv(j), xv, acc(j))
+		}
+	}
+	// chunkCheck, every chunk bytes: check the chunk just decoded for NaN
+	// codes and prefetch the next lines of each row.
+	chunkCheck := func(next string) {
+		TESTQ(U32(g.chunk-1), off)
+		JNZ(LabelRef(next))
+		for j := range R {
+			VPMAXUB(row(j, -g.chunk), nanU, nanU)
+			VPMAXSB(row(j, -g.chunk), nanS, nanS)
+			PREFETCHT0(row(j, gemvPrefetch))
+		}
+		Label(next)
+	}
 	Label(name + "_block")
 	loadScales()
 	MOVQ(seg, cnt)
 	CMPQ(steps, cnt)
 	CMOVQLT(steps, cnt)
 	SUBQ(cnt, steps)
-	Label(name + "_step")
-	VMOVUPS(Mem{Base: x}, xv)
-	for j := range R {
-		if g.evex {
-			VPMOVSXBD(row(j, 0), tv(j))
-			VPSLLD(U8(20), tv(j), tv(j))
-			VPANDD(mask, tv(j), tv(j))
-		} else {
-			VPMOVSXBD(row(j, 0), tv(j))
-			VPSLLD(U8(20), tv(j), tv(j))
-			VPAND(mask, tv(j), tv(j))
+	if R == 4 {
+		// Pairs of vectors; an odd one only ends the last block (the
+		// caller's first is even), so every pair starts on a multiple of
+		// two vectors and the chunks stay aligned.
+		pairs := GP64()
+		MOVQ(cnt, pairs)
+		SHRQ(U8(1), pairs)
+		JZ(LabelRef(name + "_single"))
+		Label(name + "_pair")
+		vecStep(0)
+		vecStep(1)
+		ADDQ(U32(2*g.lanes), off)
+		chunkCheck(name + "_next")
+		DECQ(pairs)
+		JNZ(LabelRef(name + "_pair"))
+		Label(name + "_single")
+		TESTQ(U32(1), cnt)
+		JZ(LabelRef(name + "_blockdone"))
+		vecStep(0)
+		ADDQ(U32(g.lanes), off)
+		Label(name + "_blockdone")
+	} else {
+		Label(name + "_step")
+		vecStep(0)
+		ADDQ(U32(4*g.lanes), x)
+		for _, b := range bases {
+			ADDQ(U32(g.lanes), b)
 		}
-		VMULPS(sv(j), tv(j), tv(j))
-		VFMADD231PS(tv(j), xv, acc(j))
+		ADDQ(U32(g.lanes), off)
+		chunkCheck(name + "_next")
+		DECQ(cnt)
+		JNZ(LabelRef(name + "_step"))
 	}
-	ADDQ(U32(4*g.lanes), x)
-	for _, b := range bases {
-		ADDQ(U32(g.lanes), b)
-	}
-	ADDQ(U32(g.lanes), off)
-	// Every chunk bytes: check the chunk just decoded for NaN codes and
-	// prefetch the next lines of each row.
-	TESTQ(U32(g.chunk-1), off)
-	JNZ(LabelRef(name + "_next"))
-	for j := range R {
-		VPMAXUB(row(j, -g.chunk), nanU, nanU)
-		VPMAXSB(row(j, -g.chunk), nanS, nanS)
-		PREFETCHT0(row(j, gemvPrefetch))
-	}
-	Label(name + "_next")
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_step"))
 	MOVQ(U32(128/g.lanes), seg)
 	TESTQ(steps, steps)
 	JNZ(LabelRef(name + "_block"))

@@ -7273,9 +7273,10 @@ TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-64
 	ADDQ         DX, BX
 	LEAQ         (BX)(DX*2), SI
 	ADDQ         DX, SI
-	MOVQ         kn+24(FP), DI
-	MOVQ         sc+32(FP), R8
-	MOVQ         first+40(FP), R9
+	XORQ         DI, DI
+	MOVQ         kn+24(FP), R8
+	MOVQ         sc+32(FP), R9
+	MOVQ         first+40(FP), R10
 	VPXORD       Z0, Z0, Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
@@ -7286,58 +7287,57 @@ TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-64
 	VPXORD       Z7, Z7, Z7
 	VPXORD       Z26, Z26, Z26
 	VPXORD       Z27, Z27, Z27
-	MOVL         $0x87f00000, R10
-	VPBROADCASTD R10, Z25
-	XORQ         R11, R11
-	SHRQ         $0x04, DI
+	MOVL         $0x87f00000, R11
+	VPBROADCASTD R11, Z25
+	SHRQ         $0x04, R8
 	JZ           dotTile1x8FP8AVX512_nan
 
 dotTile1x8FP8AVX512_block:
-	MOVL         $0x7b800000, R10
-	VPBROADCASTD R10, Z16
-	MOVQ         (R8), R10
-	VBROADCASTSS (R10), Z8
+	MOVL         $0x7b800000, R11
+	VPBROADCASTD R11, Z16
+	MOVQ         (R9), R11
+	VBROADCASTSS (R11), Z8
 	VMULPS       Z16, Z8, Z8
-	ADDQ         $0x04, R10
-	MOVQ         R10, (R8)
-	MOVQ         8(R8), R10
-	VBROADCASTSS (R10), Z9
+	ADDQ         $0x04, R11
+	MOVQ         R11, (R9)
+	MOVQ         8(R9), R11
+	VBROADCASTSS (R11), Z9
 	VMULPS       Z16, Z9, Z9
-	ADDQ         $0x04, R10
-	MOVQ         R10, 8(R8)
-	MOVQ         16(R8), R10
-	VBROADCASTSS (R10), Z10
+	ADDQ         $0x04, R11
+	MOVQ         R11, 8(R9)
+	MOVQ         16(R9), R11
+	VBROADCASTSS (R11), Z10
 	VMULPS       Z16, Z10, Z10
-	ADDQ         $0x04, R10
-	MOVQ         R10, 16(R8)
-	MOVQ         24(R8), R10
-	VBROADCASTSS (R10), Z11
+	ADDQ         $0x04, R11
+	MOVQ         R11, 16(R9)
+	MOVQ         24(R9), R11
+	VBROADCASTSS (R11), Z11
 	VMULPS       Z16, Z11, Z11
-	ADDQ         $0x04, R10
-	MOVQ         R10, 24(R8)
-	MOVQ         32(R8), R10
-	VBROADCASTSS (R10), Z12
+	ADDQ         $0x04, R11
+	MOVQ         R11, 24(R9)
+	MOVQ         32(R9), R11
+	VBROADCASTSS (R11), Z12
 	VMULPS       Z16, Z12, Z12
-	ADDQ         $0x04, R10
-	MOVQ         R10, 32(R8)
-	MOVQ         40(R8), R10
-	VBROADCASTSS (R10), Z13
+	ADDQ         $0x04, R11
+	MOVQ         R11, 32(R9)
+	MOVQ         40(R9), R11
+	VBROADCASTSS (R11), Z13
 	VMULPS       Z16, Z13, Z13
-	ADDQ         $0x04, R10
-	MOVQ         R10, 40(R8)
-	MOVQ         48(R8), R10
-	VBROADCASTSS (R10), Z14
+	ADDQ         $0x04, R11
+	MOVQ         R11, 40(R9)
+	MOVQ         48(R9), R11
+	VBROADCASTSS (R11), Z14
 	VMULPS       Z16, Z14, Z14
-	ADDQ         $0x04, R10
-	MOVQ         R10, 48(R8)
-	MOVQ         56(R8), R10
-	VBROADCASTSS (R10), Z15
+	ADDQ         $0x04, R11
+	MOVQ         R11, 48(R9)
+	MOVQ         56(R9), R11
+	VBROADCASTSS (R11), Z15
 	VMULPS       Z16, Z15, Z15
-	ADDQ         $0x04, R10
-	MOVQ         R10, 56(R8)
-	CMPQ         DI, R9
-	CMOVQLT      DI, R9
-	SUBQ         R9, DI
+	ADDQ         $0x04, R11
+	MOVQ         R11, 56(R9)
+	CMPQ         R8, R10
+	CMOVQLT      R8, R10
+	SUBQ         R10, R8
 
 dotTile1x8FP8AVX512_step:
 	VMOVUPS     (AX), Z24
@@ -7385,8 +7385,8 @@ dotTile1x8FP8AVX512_step:
 	ADDQ        $0x00000010, CX
 	ADDQ        $0x00000010, BX
 	ADDQ        $0x00000010, SI
-	ADDQ        $0x00000010, R11
-	TESTQ       $0x0000003f, R11
+	ADDQ        $0x00000010, DI
+	TESTQ       $0x0000003f, DI
 	JNZ         dotTile1x8FP8AVX512_next
 	VPMAXUB     -64(CX), Z26, Z26
 	VPMAXSB     -64(CX), Z27, Z27
@@ -7414,17 +7414,17 @@ dotTile1x8FP8AVX512_step:
 	PREFETCHT0  1024(BX)(DX*4)
 
 dotTile1x8FP8AVX512_next:
-	DECQ  R9
+	DECQ  R10
 	JNZ   dotTile1x8FP8AVX512_step
-	MOVQ  $0x00000008, R9
-	TESTQ DI, DI
+	MOVQ  $0x00000008, R10
+	TESTQ R8, R8
 	JNZ   dotTile1x8FP8AVX512_block
 
 dotTile1x8FP8AVX512_nan:
 	VPTERNLOGD    $0xff, Z16, Z16, Z16
 	VPCMPEQB      Z16, Z26, K1
-	MOVL          $0x7f7f7f7f, R10
-	VPBROADCASTD  R10, Z17
+	MOVL          $0x7f7f7f7f, R11
+	VPBROADCASTD  R11, Z17
 	VPCMPEQB      Z17, Z27, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
@@ -7467,108 +7467,155 @@ TEXT ·dotTile1x4FP8AVX2(SB), NOSPLIT, $0-64
 	MOVQ         x+0(FP), AX
 	MOVQ         w+8(FP), CX
 	MOVQ         ldw+16(FP), DX
-	LEAQ         (CX)(DX*1), BX
-	LEAQ         (BX)(DX*1), SI
-	LEAQ         (SI)(DX*1), DX
-	MOVQ         kn+24(FP), DI
-	MOVQ         sc+32(FP), R8
-	MOVQ         first+40(FP), R9
+	XORQ         BX, BX
+	LEAQ         (CX)(DX*1), SI
+	LEAQ         (SI)(DX*1), DI
+	LEAQ         (DI)(DX*1), DX
+	MOVQ         kn+24(FP), R8
+	MOVQ         sc+32(FP), R9
+	MOVQ         first+40(FP), R10
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y14, Y14, Y14
 	VXORPS       Y15, Y15, Y15
-	MOVL         $0x87f00000, R10
-	VMOVD        R10, X13
+	MOVL         $0x87f00000, R11
+	VMOVD        R11, X13
 	VPBROADCASTD X13, Y13
-	XORQ         R11, R11
-	SHRQ         $0x03, DI
+	SHRQ         $0x03, R8
 	JZ           dotTile1x4FP8AVX2_nan
 
 dotTile1x4FP8AVX2_block:
-	MOVL         $0x7b800000, R10
-	VMOVD        R10, X9
+	MOVL         $0x7b800000, R11
+	VMOVD        R11, X9
 	VBROADCASTSS X9, Y8
-	MOVQ         (R8), R10
-	VBROADCASTSS (R10), Y4
+	MOVQ         (R9), R11
+	VBROADCASTSS (R11), Y4
 	VMULPS       Y8, Y4, Y4
-	ADDQ         $0x04, R10
-	MOVQ         R10, (R8)
-	MOVQ         8(R8), R10
-	VBROADCASTSS (R10), Y5
+	ADDQ         $0x04, R11
+	MOVQ         R11, (R9)
+	MOVQ         8(R9), R11
+	VBROADCASTSS (R11), Y5
 	VMULPS       Y8, Y5, Y5
-	ADDQ         $0x04, R10
-	MOVQ         R10, 8(R8)
-	MOVQ         16(R8), R10
-	VBROADCASTSS (R10), Y6
+	ADDQ         $0x04, R11
+	MOVQ         R11, 8(R9)
+	MOVQ         16(R9), R11
+	VBROADCASTSS (R11), Y6
 	VMULPS       Y8, Y6, Y6
-	ADDQ         $0x04, R10
-	MOVQ         R10, 16(R8)
-	MOVQ         24(R8), R10
-	VBROADCASTSS (R10), Y7
+	ADDQ         $0x04, R11
+	MOVQ         R11, 16(R9)
+	MOVQ         24(R9), R11
+	VBROADCASTSS (R11), Y7
 	VMULPS       Y8, Y7, Y7
-	ADDQ         $0x04, R10
-	MOVQ         R10, 24(R8)
-	CMPQ         DI, R9
-	CMOVQLT      DI, R9
-	SUBQ         R9, DI
+	ADDQ         $0x04, R11
+	MOVQ         R11, 24(R9)
+	CMPQ         R8, R10
+	CMOVQLT      R8, R10
+	SUBQ         R10, R8
+	MOVQ         R10, R11
+	SHRQ         $0x01, R11
+	JZ           dotTile1x4FP8AVX2_single
 
-dotTile1x4FP8AVX2_step:
-	VMOVUPS     (AX), Y12
-	VPMOVSXBD   (CX), Y8
+dotTile1x4FP8AVX2_pair:
+	VMOVUPS     (AX)(BX*4), Y12
+	VPMOVSXBD   (CX)(BX*1), Y8
 	VPSLLD      $0x14, Y8, Y8
 	VPAND       Y13, Y8, Y8
 	VMULPS      Y4, Y8, Y8
 	VFMADD231PS Y8, Y12, Y0
-	VPMOVSXBD   (BX), Y9
+	VPMOVSXBD   (SI)(BX*1), Y9
 	VPSLLD      $0x14, Y9, Y9
 	VPAND       Y13, Y9, Y9
 	VMULPS      Y5, Y9, Y9
 	VFMADD231PS Y9, Y12, Y1
-	VPMOVSXBD   (SI), Y10
+	VPMOVSXBD   (DI)(BX*1), Y10
 	VPSLLD      $0x14, Y10, Y10
 	VPAND       Y13, Y10, Y10
 	VMULPS      Y6, Y10, Y10
 	VFMADD231PS Y10, Y12, Y2
-	VPMOVSXBD   (DX), Y11
+	VPMOVSXBD   (DX)(BX*1), Y11
 	VPSLLD      $0x14, Y11, Y11
 	VPAND       Y13, Y11, Y11
 	VMULPS      Y7, Y11, Y11
 	VFMADD231PS Y11, Y12, Y3
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000008, CX
-	ADDQ        $0x00000008, BX
-	ADDQ        $0x00000008, SI
-	ADDQ        $0x00000008, DX
-	ADDQ        $0x00000008, R11
-	TESTQ       $0x0000001f, R11
+	VMOVUPS     32(AX)(BX*4), Y12
+	VPMOVSXBD   8(CX)(BX*1), Y8
+	VPSLLD      $0x14, Y8, Y8
+	VPAND       Y13, Y8, Y8
+	VMULPS      Y4, Y8, Y8
+	VFMADD231PS Y8, Y12, Y0
+	VPMOVSXBD   8(SI)(BX*1), Y9
+	VPSLLD      $0x14, Y9, Y9
+	VPAND       Y13, Y9, Y9
+	VMULPS      Y5, Y9, Y9
+	VFMADD231PS Y9, Y12, Y1
+	VPMOVSXBD   8(DI)(BX*1), Y10
+	VPSLLD      $0x14, Y10, Y10
+	VPAND       Y13, Y10, Y10
+	VMULPS      Y6, Y10, Y10
+	VFMADD231PS Y10, Y12, Y2
+	VPMOVSXBD   8(DX)(BX*1), Y11
+	VPSLLD      $0x14, Y11, Y11
+	VPAND       Y13, Y11, Y11
+	VMULPS      Y7, Y11, Y11
+	VFMADD231PS Y11, Y12, Y3
+	ADDQ        $0x00000010, BX
+	TESTQ       $0x0000001f, BX
 	JNZ         dotTile1x4FP8AVX2_next
-	VPMAXUB     -32(CX), Y14, Y14
-	VPMAXSB     -32(CX), Y15, Y15
-	PREFETCHT0  1024(CX)
-	VPMAXUB     -32(BX), Y14, Y14
-	VPMAXSB     -32(BX), Y15, Y15
-	PREFETCHT0  1024(BX)
-	VPMAXUB     -32(SI), Y14, Y14
-	VPMAXSB     -32(SI), Y15, Y15
-	PREFETCHT0  1024(SI)
-	VPMAXUB     -32(DX), Y14, Y14
-	VPMAXSB     -32(DX), Y15, Y15
-	PREFETCHT0  1024(DX)
+	VPMAXUB     -32(CX)(BX*1), Y14, Y14
+	VPMAXSB     -32(CX)(BX*1), Y15, Y15
+	PREFETCHT0  1024(CX)(BX*1)
+	VPMAXUB     -32(SI)(BX*1), Y14, Y14
+	VPMAXSB     -32(SI)(BX*1), Y15, Y15
+	PREFETCHT0  1024(SI)(BX*1)
+	VPMAXUB     -32(DI)(BX*1), Y14, Y14
+	VPMAXSB     -32(DI)(BX*1), Y15, Y15
+	PREFETCHT0  1024(DI)(BX*1)
+	VPMAXUB     -32(DX)(BX*1), Y14, Y14
+	VPMAXSB     -32(DX)(BX*1), Y15, Y15
+	PREFETCHT0  1024(DX)(BX*1)
 
 dotTile1x4FP8AVX2_next:
-	DECQ  R9
-	JNZ   dotTile1x4FP8AVX2_step
-	MOVQ  $0x00000010, R9
-	TESTQ DI, DI
+	DECQ R11
+	JNZ  dotTile1x4FP8AVX2_pair
+
+dotTile1x4FP8AVX2_single:
+	TESTQ       $0x00000001, R10
+	JZ          dotTile1x4FP8AVX2_blockdone
+	VMOVUPS     (AX)(BX*4), Y12
+	VPMOVSXBD   (CX)(BX*1), Y8
+	VPSLLD      $0x14, Y8, Y8
+	VPAND       Y13, Y8, Y8
+	VMULPS      Y4, Y8, Y8
+	VFMADD231PS Y8, Y12, Y0
+	VPMOVSXBD   (SI)(BX*1), Y9
+	VPSLLD      $0x14, Y9, Y9
+	VPAND       Y13, Y9, Y9
+	VMULPS      Y5, Y9, Y9
+	VFMADD231PS Y9, Y12, Y1
+	VPMOVSXBD   (DI)(BX*1), Y10
+	VPSLLD      $0x14, Y10, Y10
+	VPAND       Y13, Y10, Y10
+	VMULPS      Y6, Y10, Y10
+	VFMADD231PS Y10, Y12, Y2
+	VPMOVSXBD   (DX)(BX*1), Y11
+	VPSLLD      $0x14, Y11, Y11
+	VPAND       Y13, Y11, Y11
+	VMULPS      Y7, Y11, Y11
+	VFMADD231PS Y11, Y12, Y3
+	ADDQ        $0x00000008, BX
+
+dotTile1x4FP8AVX2_blockdone:
+	MOVQ  $0x00000010, R10
+	TESTQ R8, R8
 	JNZ   dotTile1x4FP8AVX2_block
 
 dotTile1x4FP8AVX2_nan:
 	VPCMPEQB     Y8, Y8, Y8
 	VPCMPEQB     Y8, Y14, Y14
-	MOVL         $0x7f7f7f7f, R10
-	VMOVD        R10, X9
+	MOVL         $0x7f7f7f7f, R11
+	VMOVD        R11, X9
 	VPBROADCASTD X9, Y9
 	VPCMPEQB     Y9, Y15, Y15
 	VPOR         Y14, Y15, Y15

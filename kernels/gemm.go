@@ -202,12 +202,13 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 
 // fp8InRegister reports whether the fp8 GEMV tiles of level l can decode
 // the codes of rows [j0, j1) of w in registers: every vector of codes lies
-// in one block (the column offset is a multiple of the lane count), and
+// in one block and the first block of every tile holds a whole number of
+// the AVX2 tile's pairs of vectors (the column offset is a multiple of 16), and
 // every scale s of the blocks those rows touch has |s| < 2^8 or is not
 // finite, so that the tiles' s·2^120 is exact.
 func fp8InRegister(w *Matrix, l level, j0, j1 int) bool {
 	s := w.Scales
-	if s.ColOff%vecWidth(l) != 0 {
+	if s.ColOff%16 != 0 {
 		return false
 	}
 	c0, c1 := s.ColOff/FP8Block, (s.ColOff+w.Cols-1)/FP8Block
