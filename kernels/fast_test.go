@@ -131,7 +131,7 @@ func dotBound(a []float32, b []float64) float64 {
 
 // TestMatMulTAllImpls: every implementation agrees with the float64 product
 // within float32 rounding (relative to Σ|x·w|), on shapes with row, column
-// and reduction tails, both weight formats; a row's bits do not depend on
+// and reduction tails, every weight format; a row's bits do not depend on
 // the batch it is in, on the thread count, or on the run.
 func TestMatMulTAllImpls(t *testing.T) {
 	shapes := []struct{ n, out, in int }{
@@ -149,6 +149,7 @@ func TestMatMulTAllImpls(t *testing.T) {
 				wb[i] = toBF16(v)
 				wbf[i] = float64(bf16ToF32(wb[i]))
 			}
+			wq := randFP8(r, sh.out, sh.in, 0, 0)
 			for _, tc := range []struct {
 				dtype string
 				w     *Matrix
@@ -156,6 +157,7 @@ func TestMatMulTAllImpls(t *testing.T) {
 			}{
 				{"f32", &Matrix{Rows: sh.out, Cols: sh.in, F32: wf}, to64(wf)},
 				{"bf16", &Matrix{Rows: sh.out, Cols: sh.in, BF16: wb}, wbf},
+				{"fp8", wq, to64(wq.Dequantize().F32)},
 			} {
 				name := fmt.Sprintf("%s n=%d [%d,%d]", tc.dtype, sh.n, sh.out, sh.in)
 				dst := make([]float32, sh.n*sh.out)
