@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -29,29 +30,29 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	for i := range w {
 		w[i] = float32(r.NormFloat64() * 0.02)
 	}
-	bpw := map[string]int{"fp8": 1, "bf16": 2, "f32": 4}[dtype]
-	copies := max(1, (256<<20)/(out*in*bpw))
-	ms := make([]*Matrix, copies)
-	for k := range ms {
-		m := &Matrix{Rows: out, Cols: in}
-		switch dtype {
-		case "fp8":
-			br, bc := numfmt.WeightScaleBlocks(out, in)
-			codes, scales := make([]uint8, out*in), make([]float32, br*bc)
-			if err := numfmt.QuantizeE4M3Blocks(codes, scales, w, out, in); err != nil {
-				panic(err)
-			}
-			var err error
-			if m, err = NewFP8Matrix(out, in, codes, scales); err != nil {
-				panic(err)
-			}
-		case "bf16":
-			m.BF16 = make([]uint16, len(w))
-			numfmt.F32sToBF16(m.BF16, w)
-		default:
-			m.F32 = append([]float32(nil), w...)
+	m := &Matrix{Rows: out, Cols: in}
+	switch dtype {
+	case "fp8":
+		br, bc := numfmt.WeightScaleBlocks(out, in)
+		codes, scales := make([]uint8, out*in), make([]float32, br*bc)
+		if err := numfmt.QuantizeE4M3Blocks(codes, scales, w, out, in); err != nil {
+			panic(err)
 		}
-		ms[k] = m
+		var err error
+		if m, err = NewFP8Matrix(out, in, codes, scales); err != nil {
+			panic(err)
+		}
+	case "bf16":
+		m.BF16 = make([]uint16, len(w))
+		numfmt.F32sToBF16(m.BF16, w)
+	default:
+		m.F32 = w
+	}
+	ms := []*Matrix{m}
+	for len(ms) < (256<<20)/(out*in*m.bytesPerWeight()) {
+		c := *m
+		c.F32, c.BF16, c.FP8 = slices.Clone(m.F32), slices.Clone(m.BF16), slices.Clone(m.FP8)
+		ms = append(ms, &c)
 	}
 	return ms
 }
