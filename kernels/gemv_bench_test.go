@@ -23,7 +23,7 @@ var glm5GEMVShapes = []struct {
 
 // benchWeights returns copies of a [out, in] weight in dtype (enough
 // copies to make 256 MiB, at least one, so that the calls stream them from
-// memory): fp8 quantized from normal weights with numfmt's block quantizer,
+// memory): fp8 quantized from normal weights by QuantizeFP8,
 // bf16 and f32 their rounding and values.
 func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	w := make([]float32, out*in)
@@ -33,13 +33,8 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	m := &Matrix{Rows: out, Cols: in}
 	switch dtype {
 	case "fp8":
-		br, bc := numfmt.WeightScaleBlocks(out, in)
-		codes, scales := make([]uint8, out*in), make([]float32, br*bc)
-		if err := numfmt.QuantizeE4M3Blocks(codes, scales, w, out, in); err != nil {
-			panic(err)
-		}
 		var err error
-		if m, err = NewFP8Matrix(out, in, codes, scales); err != nil {
+		if m, err = QuantizeFP8(out, in, w); err != nil {
 			panic(err)
 		}
 	case "bf16":

@@ -74,6 +74,23 @@ func NewFP8Matrix(rows, cols int, codes []uint8, scaleInv []float32) (*Matrix, e
 	return m, nil
 }
 
+// QuantizeFP8 returns the FP8 matrix [rows, cols] of the row-major float32
+// values w, block-quantized as fp8 checkpoints are (numfmt.QuantizeE4M3Blocks:
+// scale = amax/448 per 128×128 block). It allocates the codes and scales
+// (rows·cols bytes and one float32 per block) and refuses NaN or infinite
+// values and a length that does not fit the shape.
+func QuantizeFP8(rows, cols int, w []float32) (*Matrix, error) {
+	if rows < 0 || cols < 0 || (cols > 0 && rows > math.MaxInt/cols) || len(w) != rows*cols {
+		return nil, fmt.Errorf("kernels: QuantizeFP8: %d values for a [%d, %d] matrix", len(w), rows, cols)
+	}
+	br, bc := numfmt.WeightScaleBlocks(rows, cols)
+	codes, scales := make([]uint8, rows*cols), make([]float32, br*bc)
+	if err := numfmt.QuantizeE4M3Blocks(codes, scales, w, rows, cols); err != nil {
+		return nil, fmt.Errorf("kernels: QuantizeFP8: %w", err)
+	}
+	return NewFP8Matrix(rows, cols, codes, scales)
+}
+
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // Validate reports whether m is a well-formed weight: non-negative shape,

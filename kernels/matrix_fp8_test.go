@@ -235,3 +235,42 @@ func TestFP8SliceOffsets(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeFP8: the matrix holds numfmt's codes and scales for the values
+// (its elements are their dequantization), and bad input is refused.
+func TestQuantizeFP8(t *testing.T) {
+	r := newRand(53)
+	const rows, cols = 130, 300
+	w := randSlice(r, rows*cols, 3)
+	m, err := QuantizeFP8(rows, cols, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, bc := numfmt.WeightScaleBlocks(rows, cols)
+	codes, scales := make([]uint8, rows*cols), make([]float32, br*bc)
+	if err := numfmt.QuantizeE4M3Blocks(codes, scales, w, rows, cols); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, rows*cols)
+	if err := numfmt.DequantizeE4M3Blocks(want, codes, scales, rows, cols); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(codes, m.FP8); d != "" {
+		t.Errorf("codes (-numfmt +matrix):\n%s", d)
+	}
+	if d := cmp.Diff(bitsOf(want), bitsOf(m.Dequantize().F32)); d != "" {
+		t.Errorf("elements (-numfmt +matrix):\n%s", d)
+	}
+	for _, tc := range []struct {
+		w          []float32
+		rows, cols int
+		wantErr    string
+	}{
+		{make([]float32, 5), 2, 3, "5 values for a [2, 3] matrix"},
+		{[]float32{1, float32(math.Inf(1))}, 1, 2, "weight [0, 1] is +Inf"},
+	} {
+		if _, err := QuantizeFP8(tc.rows, tc.cols, tc.w); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("QuantizeFP8(%d, %d, %d values): %v, want an error containing %q", tc.rows, tc.cols, len(tc.w), err, tc.wantErr)
+		}
+	}
+}

@@ -511,7 +511,7 @@ var gemvShapes = []gemvShape{
 }
 
 // setupGEMM builds the weights of a projection in dtype (f32, bf16, or fp8
-// block-quantized by numfmt as checkpoints are). A one-row product (GEMV,
+// block-quantized by kernels.QuantizeFP8 as checkpoints are). A one-row product (GEMV,
 // memory-bound) cycles through copies of the weights in distinct memory,
 // gemvStreamBytes in all (at least gemvCopies), so that every call streams
 // its weights from memory even when the machine's last-level caches
@@ -528,13 +528,8 @@ func setupGEMM(rows, out, in int, dtype string) (func(), error) {
 		w.BF16 = make([]uint16, len(wf))
 		numfmt.F32sToBF16(w.BF16, wf)
 	case "fp8":
-		br, bc := numfmt.WeightScaleBlocks(out, in)
-		codes, scales := make([]uint8, out*in), make([]float32, br*bc)
-		if err := numfmt.QuantizeE4M3Blocks(codes, scales, wf, out, in); err != nil {
-			return nil, err
-		}
 		var err error
-		if w, err = kernels.NewFP8Matrix(out, in, codes, scales); err != nil {
+		if w, err = kernels.QuantizeFP8(out, in, wf); err != nil {
 			return nil, err
 		}
 	default:
