@@ -30,7 +30,7 @@ type Indexer struct {
 // rank's heads [headLo, headLo+heads).
 func loadAttention(l *weightLoader, cfg *config.Model, p string, headLo, heads int) (Attention, error) {
 	var at Attention
-	dn, dr, dv, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
+	dn, dr, dv := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim
 	a := p + "self_attn."
 	var err error
 	mat := func(dst **kernels.Matrix, name string) {
@@ -70,23 +70,80 @@ func loadAttention(l *weightLoader, cfg *config.Model, p string, headLo, heads i
 	// TP slices: q_b rows of this rank's heads (contiguous), o_proj columns.
 	at.QB = at.QB.SliceRows(headLo*(dn+dr), heads*(dn+dr))
 	at.O = o.SliceCols(headLo*dv, heads*dv)
-	// Absorption: per local head, W_UKᵀ [dc, dn] in f32 and W_UV a row view.
+	// Absorption: per local head, W_UKᵀ [dc, dn] (a transposed copy in
+	// kv_b's storage) and W_UV (a row view).
 	at.WUKT = make([]kernels.Matrix, heads)
 	at.WUV = make([]kernels.Matrix, heads)
-	row := make([]float32, dc)
+	tr := newTransposer(kvb)
 	for h := 0; h < heads; h++ {
 		base := (headLo + h) * (dn + dv)
-		t := make([]float32, dc*dn)
-		for j := 0; j < dn; j++ {
-			r := kvb.Row(base+j, row)
-			for c := 0; c < dc; c++ {
-				t[c*dn+j] = r[c]
-			}
-		}
-		at.WUKT[h] = kernels.Matrix{Rows: dc, Cols: dn, F32: t}
+		at.WUKT[h] = tr.rows(base, dn)
 		at.WUV[h] = *kvb.SliceRows(base+dn, dv)
 	}
 	return at, nil
+}
+
+// transposer cuts transposed row ranges out of one weight, in its storage:
+// f32 and bf16 values are copied; fp8 codes are copied and share the
+// weight's block scale grid, transposed once (the blocks are square, so a
+// transposed fp8 matrix is still one scale per 128×128 block).
+type transposer struct {
+	w       *kernels.Matrix
+	scalesT []float32 // fp8: [⌈Cols/128⌉, ⌈Rows/128⌉]
+	nbr     int
+}
+
+func newTransposer(w *kernels.Matrix) *transposer {
+	t := &transposer{w: w}
+	if w.FP8 != nil {
+		const B = config.FP8BlockSize
+		s := w.Scales
+		t.nbr = ceilDiv(s.RowOff+w.Rows, B)
+		nbc := ceilDiv(s.ColOff+w.Cols, B)
+		t.scalesT = make([]float32, nbc*t.nbr)
+		for r := 0; r < t.nbr; r++ {
+			for c := 0; c < nbc; c++ {
+				t.scalesT[c*t.nbr+r] = s.S[r*s.Stride+c]
+			}
+		}
+	}
+	return t
+}
+
+// rows returns rows [lo, lo+n) of the weight transposed: [Cols, n].
+func (t *transposer) rows(lo, n int) kernels.Matrix {
+	w := t.w
+	C := w.Cols
+	m := kernels.Matrix{Rows: C, Cols: n}
+	switch {
+	case w.F32 != nil:
+		m.F32 = transposeRange(w.F32, C, lo, n)
+	case w.BF16 != nil:
+		m.BF16 = transposeRange(w.BF16, C, lo, n)
+	default:
+		const B = config.FP8BlockSize
+		s := w.Scales
+		m.FP8 = transposeRange(w.FP8, C, lo, n)
+		// Element (c, j) is the weight's (lo+j, c): its block is
+		// ((lo+j+RowOff)/B, (c+ColOff)/B), entry (c+ColOff)/B, (lo+j+RowOff)/B
+		// of the transposed grid.
+		col := lo + s.RowOff
+		m.Scales = &kernels.BlockScales{S: t.scalesT[col/B:], Stride: t.nbr, RowOff: s.ColOff, ColOff: col % B}
+	}
+	return m
+}
+
+// transposeRange copies rows [lo, lo+n) of a row-major [·, cols] array,
+// transposed to [cols, n].
+func transposeRange[T any](src []T, cols, lo, n int) []T {
+	out := make([]T, cols*n)
+	for j := 0; j < n; j++ {
+		row := src[(lo+j)*cols : (lo+j+1)*cols]
+		for c, v := range row {
+			out[c*n+j] = v
+		}
+	}
+	return out
 }
 
 // matrices lists the attention's weight matrices (for byte counts).

@@ -22,6 +22,7 @@ type attentionBlock struct {
 	steps *stepTables
 	par   *Parallel
 	trace *SelectionTrace
+	reads *weightReads
 
 	topk                int // indices per row: index_topk, or MaxModelLen for dense MLA
 	idxWidth, scoreCols int
@@ -48,9 +49,9 @@ type attentionBlock struct {
 }
 
 // newAttentionBlock sizes every attention buffer for opt.
-func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *SelectionTrace, bufs *bufferList) (*attentionBlock, error) {
+func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *SelectionTrace, reads *weightReads, bufs *bufferList) (*attentionBlock, error) {
 	cfg := m.Cfg
-	a := &attentionBlock{m: m, steps: steps, par: opt.Parallel, trace: trace}
+	a := &attentionBlock{m: m, steps: steps, par: opt.Parallel, trace: trace, reads: reads}
 	T, H := opt.MaxTokens, m.Heads
 	dn, dr, dv, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
 	N := steps.layout.N
@@ -159,14 +160,14 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	if at.QA != nil {
 		dq := cfg.QLoraRank
 		cq = a.cq[:M*dq]
-		kernels.MatMulT(cq, x, M, at.QA)
+		a.reads.mul(cq, x, M, at.QA)
 		for t := 0; t < M; t++ {
 			kernels.RMSNorm(cq[t*dq:(t+1)*dq], cq[t*dq:(t+1)*dq], at.QANorm, eps)
 		}
-		kernels.MatMulT(q, cq, M, at.QB)
+		a.reads.mul(q, cq, M, at.QB)
 	} else {
 		cq = x
-		kernels.MatMulT(q, x, M, at.QB)
+		a.reads.mul(q, x, M, at.QB)
 	}
 	for t := 0; t < M; t++ {
 		pos := s.localPos(t)
@@ -177,7 +178,7 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	}
 	// Latent KV: normalize and rotate.
 	kva := a.kva[:M*(dc+dr)]
-	kernels.MatMulT(kva, x, M, at.KVA)
+	a.reads.mul(kva, x, M, at.KVA)
 	for t := 0; t < M; t++ {
 		rowv := kva[t*(dc+dr) : (t+1)*(dc+dr)]
 		kernels.RMSNorm(rowv[:dc], rowv[:dc], at.KVANorm, eps)
@@ -197,7 +198,7 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 			copy(g[t*dn:(t+1)*dn], q[(t*H+h)*qw:(t*H+h)*qw+dn])
 		}
 		gout := a.gatherOut[:M*dc]
-		kernels.MatMulT(gout, g, M, &at.WUKT[h])
+		a.reads.mul(gout, g, M, &at.WUKT[h])
 		for t := 0; t < M; t++ {
 			dst := a.qabs[(t*H+h)*mla.RowDim : (t*H+h+1)*mla.RowDim]
 			copy(dst[:dc], gout[t*dc:(t+1)*dc])
@@ -219,12 +220,12 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 			copy(g[t*dc:(t+1)*dc], out[(t*H+h)*mla.LatentDim:(t*H+h+1)*mla.LatentDim])
 		}
 		gout := a.gatherOut[:M*dv]
-		kernels.MatMulT(gout, g, M, &at.WUV[h])
+		a.reads.mul(gout, g, M, &at.WUV[h])
 		for t := 0; t < M; t++ {
 			copy(o[(t*H+h)*dv:(t*H+h+1)*dv], gout[t*dv:(t+1)*dv])
 		}
 	}
-	kernels.MatMulT(u, o, M, at.O)
+	a.reads.mul(u, o, M, at.O)
 	return nil
 }
 
@@ -235,11 +236,11 @@ func (a *attentionBlock) indexerProject(ix *Indexer, cq, x []float32) {
 	HI, dI, dr := cfg.IndexNHeads, cfg.IndexHeadDim, cfg.QKRopeHeadDim
 	M := s.nLocal
 	qI := a.qI[:M*HI*dI]
-	kernels.MatMulT(qI, cq, M, ix.WQB)
+	a.reads.mul(qI, cq, M, ix.WQB)
 	kI := a.kI[:M*dI]
-	kernels.MatMulT(kI, x, M, ix.WK)
+	a.reads.mul(kI, x, M, ix.WK)
 	wI := a.wI[:M*HI]
-	kernels.MatMulT(wI, x, M, ix.WProj)
+	a.reads.mul(wI, x, M, ix.WProj)
 	for i := range wI {
 		wI[i] *= m.IdxScal
 	}

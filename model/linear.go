@@ -194,3 +194,28 @@ func (l *weightLoader) checkAllUsed() error {
 	return fmt.Errorf("checkpoint holds tensor %s%s that config.json does not account for (%d layers, %d routed experts, %d MTP layers); check num_hidden_layers, n_routed_experts and num_nextn_predict_layers",
 		extra[0], more, l.cfg.NumLayers, l.cfg.NRoutedExperts, l.cfg.NumNextNPredict)
 }
+
+// weightReads counts the weight bytes a step's Linear layers read: every
+// product goes through mul, which adds the bytes of the weight it reads
+// (once per call, whatever the number of rows).
+type weightReads struct{ bytes int64 }
+
+func (r *weightReads) mul(dst, x []float32, n int, w *kernels.Matrix) {
+	kernels.MatMulT(dst, x, n, w)
+	r.bytes += matrixBytes(w)
+}
+
+// matrixBytes is the storage a matrix's product reads: its values, and for
+// fp8 the block scales its blocks use.
+func matrixBytes(w *kernels.Matrix) int64 {
+	switch {
+	case w.F32 != nil:
+		return 4 * int64(len(w.F32))
+	case w.BF16 != nil:
+		return 2 * int64(len(w.BF16))
+	}
+	s := w.Scales
+	br := (s.RowOff+w.Rows+config.FP8BlockSize-1)/config.FP8BlockSize - s.RowOff/config.FP8BlockSize
+	bc := (s.ColOff+w.Cols+config.FP8BlockSize-1)/config.FP8BlockSize - s.ColOff/config.FP8BlockSize
+	return int64(len(w.FP8)) + 4*int64(br*bc)
+}

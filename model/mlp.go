@@ -31,13 +31,14 @@ func loadMLP(l *weightLoader, p string, lo, width int) (*MLP, error) {
 }
 
 // forward computes out[n, D] = MLP(x[n, D]) with gate and up scratch of at
-// least n·Width each. A row's result never depends on n.
-func (f *MLP) forward(out, x []float32, n int, gate, up []float32) {
+// least n·Width each, reading each weight once. A row's result never
+// depends on n.
+func (f *MLP) forward(reads *weightReads, out, x []float32, n int, gate, up []float32) {
 	gate, up = gate[:n*f.Width], up[:n*f.Width]
-	kernels.MatMulT(gate, x, n, f.Gate)
-	kernels.MatMulT(up, x, n, f.Up)
+	reads.mul(gate, x, n, f.Gate)
+	reads.mul(up, x, n, f.Up)
 	kernels.SwiGLU(gate, gate, up)
-	kernels.MatMulT(out, gate, n, f.Down)
+	reads.mul(out, gate, n, f.Down)
 }
 
 func (f *MLP) matrices() []*kernels.Matrix { return []*kernels.Matrix{f.Gate, f.Up, f.Down} }

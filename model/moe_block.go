@@ -23,6 +23,7 @@ type moeBlock struct {
 	steps  *stepTables
 	par    *Parallel
 	trace  *RouteTrace
+	reads  *weightReads
 	router router
 	rs     *routeScratch
 	E, K   int
@@ -65,7 +66,7 @@ type moeBlock struct {
 
 // newMoEBlock sizes the routed layers' buffers for opt (nil when the model
 // has no routed layer).
-func newMoEBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *RouteTrace, bufs *bufferList) *moeBlock {
+func newMoEBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *RouteTrace, reads *weightReads, bufs *bufferList) *moeBlock {
 	cfg := m.Cfg
 	var first *MoE
 	for i := range m.Layers {
@@ -78,7 +79,7 @@ func newMoEBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *RouteTra
 		return nil
 	}
 	T, D := opt.MaxTokens, cfg.HiddenSize
-	b := &moeBlock{m: m, steps: steps, par: opt.Parallel, trace: trace, router: newRouter(cfg), E: cfg.NRoutedExperts, K: cfg.NumExpertsPerTok, D: D}
+	b := &moeBlock{m: m, steps: steps, par: opt.Parallel, trace: trace, reads: reads, router: newRouter(cfg), E: cfg.NRoutedExperts, K: cfg.NumExpertsPerTok, D: D}
 	b.rs = newRouteScratch(b.router)
 	b.ep = m.Shard.EPSize > 1
 	b.perRank = b.E / max(m.Shard.EPSize, 1)
@@ -125,7 +126,7 @@ func (b *moeBlock) forward(li int, L *MoE, x, out []float32) error {
 	s := b.steps
 	M, K, E, D := s.nLocal, b.K, b.E, b.D
 	logits := b.logits[:M*E]
-	kernels.MatMulT(logits, x, M, L.Router)
+	b.reads.mul(logits, x, M, L.Router)
 	for t := 0; t < M; t++ {
 		idx, w := b.idx[t*K:(t+1)*K], b.w[t*K:(t+1)*K]
 		if s.lrow[t] < 0 {
@@ -151,7 +152,7 @@ func (b *moeBlock) forward(li int, L *MoE, x, out []float32) error {
 	}
 	if L.Shared != nil {
 		y := b.yg[:M*D]
-		L.Shared.forward(y, x, M, b.gate, b.up)
+		L.Shared.forward(b.reads, y, x, M, b.gate, b.up)
 		kernels.Axpy(1, y, out)
 	}
 	return nil
@@ -199,7 +200,7 @@ func (b *moeBlock) runExperts(li int, L *MoE, src []float32, R int, idx []int32,
 		for i, r := range b.pairRow[lo:hi] {
 			copy(xg[i*D:(i+1)*D], src[int(r)*D:(int(r)+1)*D])
 		}
-		ex.forward(yg, xg, c, b.gate, b.up)
+		ex.forward(b.reads, yg, xg, c, b.gate, b.up)
 		for i, r := range b.pairRow[lo:hi] {
 			kernels.Axpy(b.pairW[lo+i], yg[i*D:(i+1)*D], acc[int(r)*D:(int(r)+1)*D])
 		}

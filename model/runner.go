@@ -87,6 +87,7 @@ type Runner struct {
 	RouteTrace RouteTrace
 
 	par   *Parallel
+	reads weightReads
 	steps *stepTables
 	attn  *attentionBlock
 	moe   *moeBlock
@@ -210,7 +211,7 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	if r.tp() > 1 {
 		r.red = f("tp all-reduce", T*D)
 	}
-	if r.attn, err = newAttentionBlock(m, r.steps, opt, &r.Trace, &r.buffers); err != nil {
+	if r.attn, err = newAttentionBlock(m, r.steps, opt, &r.Trace, &r.reads, &r.buffers); err != nil {
 		return nil, err
 	}
 	width := 0
@@ -222,7 +223,7 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	if width > 0 {
 		r.gate, r.up = f("mlp gate", T*width), f("mlp up", T*width)
 	}
-	r.moe = newMoEBlock(m, r.steps, opt, &r.RouteTrace, &r.buffers)
+	r.moe = newMoEBlock(m, r.steps, opt, &r.RouteTrace, &r.reads, &r.buffers)
 	r.logits = f("logits", opt.MaxLogitRows*cfg.VocabSize)
 	if P := r.steps.pcp(); P > 1 {
 		r.hAll, r.hRest = f("pcp hidden gather", P*T*D), f("pcp hidden restore", T*D)
@@ -253,6 +254,7 @@ func (r *Runner) NumLogitRows() int { return len(r.logitRow) }
 func (r *Runner) Forward(b *Batch) error {
 	cfg, m, s := r.M.Cfg, r.M, r.steps
 	r.logitRow = r.logitRow[:0]
+	r.reads.bytes = 0
 	for _, c := range b.Copies {
 		if err := r.Cache.CopyBlock(c.Dst, c.Src); err != nil {
 			return err
@@ -267,6 +269,7 @@ func (r *Runner) Forward(b *Batch) error {
 		h := r.h[i*D : (i+1)*D]
 		if br := s.lrow[i]; br >= 0 {
 			m.Embed.Row(int(s.rowTok[br]), h)
+			r.reads.bytes += matrixBytes(m.Embed) / int64(m.Embed.Rows)
 		} else {
 			clear(h)
 		}
@@ -287,14 +290,21 @@ func (r *Runner) Forward(b *Batch) error {
 		}
 		hid = r.hRest
 	}
-	V := cfg.VocabSize
+	// The LM head runs once over every logit row (a row's logits do not
+	// depend on how many rows share the product).
+	n := len(r.logitRow)
 	for i, lr := range r.logitRow {
-		x := r.x[:D]
-		kernels.RMSNorm(x, hid[int(lr)*D:(int(lr)+1)*D], m.Norm, float32(cfg.RMSNormEps))
-		kernels.MatMulT(r.logits[i*V:(i+1)*V], x, 1, m.LMHead)
+		kernels.RMSNorm(r.x[i*D:(i+1)*D], hid[int(lr)*D:(int(lr)+1)*D], m.Norm, float32(cfg.RMSNormEps))
 	}
+	r.reads.mul(r.logits[:n*cfg.VocabSize], r.x[:n*D], n, m.LMHead)
 	return nil
 }
+
+// StepWeightBytes is the weight bytes the last step's Linear layers read:
+// each weight counted once per product it takes part in (a GEMM over many
+// rows reads it once), the embedding rows looked up, fp8 block scales
+// included. A routed layer counts only the experts its rows selected.
+func (r *Runner) StepWeightBytes() int64 { return r.reads.bytes }
 
 // layer runs decoder layer li over the local rows: attention, then the
 // dense MLP or the MoE block, each followed by the TP all-reduce of its
@@ -325,7 +335,7 @@ func (r *Runner) layer(li int, L *Layer, lc *kvcache.LayerCache) error {
 		}
 		return nil
 	}
-	L.MLP.forward(u, x, M, r.gate, r.up)
+	L.MLP.forward(&r.reads, u, x, M, r.gate, r.up)
 	if err := r.addReduced(u); err != nil {
 		return fmt.Errorf("mlp all-reduce: %w", err)
 	}

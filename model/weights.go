@@ -93,7 +93,10 @@ func RandomTensors(cfg *config.Model, seed uint64) TensorMap {
 		case s.F32:
 			out[s.Name] = safetensors.FromF32(s.Name, s.Shape, vals)
 		case fp8 && s.Quantizable() && !cfg.Quantization.NotConverted(ModuleOf(s.Name)):
-			codes, scales := quantizeBlocks(vals, s.Shape[0], s.Shape[1], cfg.Quantization.ScaleFmt == "ue8m0")
+			codes, scales, err := quantizeBlocks(vals, s.Shape[0], s.Shape[1], cfg.Quantization.ScaleFmt == "ue8m0")
+			if err != nil {
+				panic(fmt.Sprintf("model: random weights are finite, yet %s: %v", s.Name, err))
+			}
 			out[s.Name] = safetensors.FromF8E4M3(s.Name, s.Shape, codes)
 			sn := s.Name + ScaleSuffix
 			out[sn] = safetensors.FromF32(sn, []int{ceilDiv(s.Shape[0], config.FP8BlockSize), ceilDiv(s.Shape[1], config.FP8BlockSize)}, scales)

@@ -34,8 +34,20 @@ func WeightScaleBlocks(rows, cols int) (br, bc int) {
 // refused, naming its position, and nothing is written for its block; so
 // are lengths that do not fit the shape.
 func QuantizeE4M3Blocks(codes []uint8, scales []float32, w []float32, rows, cols int) error {
+	return quantizeE4M3Blocks("QuantizeE4M3Blocks", codes, scales, w, rows, cols, false)
+}
+
+// QuantizeE4M3BlocksUE8M0 is QuantizeE4M3Blocks with every block scale
+// rounded up to a power of two, the scale_fmt "ue8m0" of DeepSeek-V3.1 and
+// later checkpoints (a scale stored in 8 exponent bits and no mantissa): the
+// block's largest magnitude then maps to at most 448.
+func QuantizeE4M3BlocksUE8M0(codes []uint8, scales []float32, w []float32, rows, cols int) error {
+	return quantizeE4M3Blocks("QuantizeE4M3BlocksUE8M0", codes, scales, w, rows, cols, true)
+}
+
+func quantizeE4M3Blocks(name string, codes []uint8, scales []float32, w []float32, rows, cols int, pow2 bool) error {
 	if err := checkBlockShape(len(codes), len(scales), len(w), rows, cols); err != nil {
-		return fmt.Errorf("numfmt: QuantizeE4M3Blocks: %w", err)
+		return fmt.Errorf("numfmt: %s: %w", name, err)
 	}
 	br, bc := WeightScaleBlocks(rows, cols)
 	for bi := range br {
@@ -47,12 +59,15 @@ func QuantizeE4M3Blocks(codes []uint8, scales []float32, w []float32, rows, cols
 				for c := c0; c < c1; c++ {
 					a := math.Float32bits(w[r*cols+c]) & 0x7FFFFFFF
 					if a >= 0x7F800000 {
-						return fmt.Errorf("numfmt: QuantizeE4M3Blocks: weight [%d, %d] is %v; an fp8 weight must be finite", r, c, w[r*cols+c])
+						return fmt.Errorf("numfmt: %s: weight [%d, %d] is %v; an fp8 weight must be finite", name, r, c, w[r*cols+c])
 					}
 					amax = max(amax, a)
 				}
 			}
 			scale := max(math.Float32frombits(amax)/448, MinWeightScale)
+			if pow2 {
+				scale = pow2Ceil(scale)
+			}
 			scales[bi*bc+bj] = scale
 			for r := r0; r < r1; r++ {
 				for c := c0; c < c1; c++ {

@@ -175,3 +175,40 @@ func ExampleQuantizeE4M3Blocks() {
 	fmt.Printf("scale %v codes % x\n", scales[0], codes)
 	// Output: scale 0.004464286 codes 6e e6 26 7e
 }
+
+// TestQuantizeE4M3BlocksUE8M0: with power-of-two scales every scale is the
+// smallest power of two ≥ amax/448 (so the largest magnitude maps to at most
+// 448), the codes are those of quantizing by that scale, and every element
+// still comes back within half an e4m3 step.
+func TestQuantizeE4M3BlocksUE8M0(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	const rows, cols = 200, 300
+	w := make([]float32, rows*cols)
+	for i := range w {
+		w[i] = float32(0.05 * r.NormFloat64() * math.Exp(r.NormFloat64()))
+	}
+	br, bc := WeightScaleBlocks(rows, cols)
+	codes, scales := make([]uint8, rows*cols), make([]float32, br*bc)
+	if err := QuantizeE4M3BlocksUE8M0(codes, scales, w, rows, cols); err != nil {
+		t.Fatal(err)
+	}
+	_, plain := quantizeForTest(t, w, rows, cols)
+	for b, s := range scales {
+		if frac, _ := math.Frexp(float64(s)); frac != 0.5 {
+			t.Fatalf("block %d: scale %v is not a power of two", b, s)
+		}
+		if p := plain[b]; !(s >= p && s < 2*p) {
+			t.Errorf("block %d: scale %v is not the smallest power of two ≥ amax/448 = %v", b, s, p)
+		}
+	}
+	deq := make([]float32, len(w))
+	if err := DequantizeE4M3Blocks(deq, codes, scales, rows, cols); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range w {
+		s := float64(scales[(i/cols)/WeightBlock*bc+(i%cols)/WeightBlock])
+		if bound := math.Abs(float64(v))/16*(1+1e-6) + s/1024*(1+1e-6); math.Abs(float64(deq[i])-float64(v)) > bound {
+			t.Fatalf("element %d: %v came back as %v", i, v, deq[i])
+		}
+	}
+}
