@@ -21,18 +21,36 @@ import (
 // A decode step of the in-process multi-rank executor allocates nothing on
 // any rank after warm-up, for every kind of layout.
 func TestInProcessDecodeStepAllocatesNothing(t *testing.T) {
-	cfg, err := config.Load("glm5-mini")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := model.RandomTensors(cfg, 0)
-	for _, l := range []comm.Layout{{TP: 2, PCP: 1, DCP: 1}, {TP: 2, PCP: 1, DCP: 2}, {TP: 1, PCP: 2, DCP: 1}, {TP: 1, PCP: 2, DCP: 2}, {TP: 2, PCP: 2, DCP: 4}} {
+	sources := map[string]model.TensorMap{}
+	for _, tc := range []struct {
+		preset string
+		l      comm.Layout
+		ep     bool
+	}{
+		{"glm5-mini", comm.Layout{TP: 2, PCP: 1, DCP: 1}, false},
+		{"glm5-mini", comm.Layout{TP: 2, PCP: 1, DCP: 2}, false},
+		{"glm5-mini", comm.Layout{TP: 1, PCP: 2, DCP: 1}, false},
+		{"glm5-mini", comm.Layout{TP: 1, PCP: 2, DCP: 2}, false},
+		{"glm5-mini", comm.Layout{TP: 2, PCP: 2, DCP: 4}, false},
+		{"glm5-moe-mini", comm.Layout{TP: 2, PCP: 1, DCP: 2}, true},
+		{"glm5-moe-mini", comm.Layout{TP: 1, PCP: 2, DCP: 2}, true},
+		{"glm5-moe-mini", comm.Layout{TP: 2, PCP: 2, DCP: 2}, false},
+	} {
+		l := tc.l
+		cfg, err := config.Load(tc.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sources[tc.preset] == nil {
+			sources[tc.preset] = model.RandomTensors(cfg, 0)
+		}
+		src := sources[tc.preset]
 		bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: l, Interleave: 1, BlockSize: 8, KVDtype: "f32", Backend: "auto",
 			HeadsPerRank: cfg.NumHeads / l.TP, QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, _, err := InProcess(cfg, src, Parallel{Layout: l, Interleave: 1, Backend: bp})
+		f, _, err := InProcess(cfg, src, Parallel{Layout: l, Interleave: 1, Backend: bp, ExpertParallel: tc.ep})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +86,7 @@ func TestInProcessDecodeStepAllocatesNothing(t *testing.T) {
 			}
 		})
 		if allocs != 0 {
-			t.Errorf("%+v: %v heap allocations per decode step", l, allocs)
+			t.Errorf("%s %+v (expert parallel %v): %v heap allocations per decode step", tc.preset, l, tc.ep, allocs)
 		}
 		closeExecutor(ex)
 	}
@@ -85,6 +103,15 @@ func TestEngineServesParallelLayouts(t *testing.T) {
 	}
 	cfg, m := glm5Mini(t)
 	src := model.RandomTensors(cfg, model.DefaultWeightSeed)
+	moeCfg, err := config.Load("glm5-moe-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moeSrc := model.RandomTensors(moeCfg, model.DefaultWeightSeed)
+	moeModel, err := model.Build(moeCfg, moeSrc, model.Shard{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	const B = 8
 	shared := []int{11, 200, 3000, 45, 7, 8191, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}
 	prompts := [][]int{shared, shared[:9], append(append([]int{}, shared[:16]...), 999, 998), shared[:17]}
@@ -93,19 +120,26 @@ func TestEngineServesParallelLayouts(t *testing.T) {
 		l          comm.Layout
 		interleave int
 		comm       string
+		moe, ep    bool
 	}{
-		{comm.Layout{TP: 2, PCP: 1, DCP: 2}, 1, "ag_rs"},
-		{comm.Layout{TP: 1, PCP: 2, DCP: 2}, 2, "a2a"},
-		{comm.Layout{TP: 2, PCP: 2, DCP: 1}, 1, "ag_rs"},
-		{comm.Layout{TP: 1, PCP: 4, DCP: 4}, 1, "ag_rs"},
+		{comm.Layout{TP: 2, PCP: 1, DCP: 2}, 1, "ag_rs", false, false},
+		{comm.Layout{TP: 1, PCP: 2, DCP: 2}, 2, "a2a", false, false},
+		{comm.Layout{TP: 2, PCP: 2, DCP: 1}, 1, "ag_rs", false, false},
+		{comm.Layout{TP: 1, PCP: 4, DCP: 4}, 1, "ag_rs", false, false},
+		{comm.Layout{TP: 2, PCP: 2, DCP: 2}, 1, "a2a", true, true},
+		{comm.Layout{TP: 1, PCP: 2, DCP: 2}, 1, "ag_rs", true, false},
 	} {
-		t.Run(fmt.Sprintf("TP%d-PCP%d-DCP%d-I%d-%s", tc.l.TP, tc.l.PCP, tc.l.DCP, tc.interleave, tc.comm), func(t *testing.T) {
+		cfg, src, m := cfg, src, m
+		if tc.moe {
+			cfg, src, m = moeCfg, moeSrc, moeModel
+		}
+		t.Run(fmt.Sprintf("%s-TP%d-PCP%d-DCP%d-I%d-%s-EP%v", cfg.Name, tc.l.TP, tc.l.PCP, tc.l.DCP, tc.interleave, tc.comm, tc.ep), func(t *testing.T) {
 			bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: tc.l, Interleave: tc.interleave, BlockSize: B / tc.l.DCP, KVDtype: "f32",
 				Backend: "auto", Comm: tc.comm, HeadsPerRank: cfg.NumHeads / tc.l.TP, QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, weights, err := InProcess(cfg, src, Parallel{Layout: tc.l, Interleave: tc.interleave, Backend: bp})
+			f, weights, err := InProcess(cfg, src, Parallel{Layout: tc.l, Interleave: tc.interleave, Backend: bp, ExpertParallel: tc.ep})
 			if err != nil {
 				t.Fatal(err)
 			}

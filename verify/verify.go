@@ -298,7 +298,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		for _, v := range res.ExpertLoadPerRank {
 			total += v
 		}
-		if c.ExpertParallel && c.World == nil && total != res.SingleRankExpertRows {
+		if c.ExpertParallel && total != res.SingleRankExpertRows {
 			res.RoutesIdentical = false
 			res.Problems = append(res.Problems, fmt.Sprintf("expert parallel ranks computed %d expert rows %v, the single rank %d: a routed row was lost or computed twice", total, res.ExpertLoadPerRank, res.SingleRankExpertRows))
 		}
