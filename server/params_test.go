@@ -326,6 +326,27 @@ func TestSamplingParametersTakeEffect(t *testing.T) {
 		}
 	})
 
+	t.Run("chat prompt_logprobs", func(t *testing.T) {
+		resp, err := r.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: config.DefaultPreset, Temperature: openai.Float(0),
+			MaxTokens: openai.Int(2), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hi")}},
+			option.WithJSONSet("prompt_logprobs", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+			PromptLogprobs []map[string]PromptLogprob `json:"prompt_logprobs"`
+		}
+		if err := json.Unmarshal([]byte(resp.RawJSON()), &body); err != nil {
+			t.Fatal(err)
+		}
+		if len(body.PromptLogprobs) != body.Usage.PromptTokens || body.PromptLogprobs[0] != nil || len(body.PromptLogprobs[1]) == 0 {
+			t.Errorf("prompt_logprobs of %d entries for %d prompt tokens: %v", len(body.PromptLogprobs), body.Usage.PromptTokens, body.PromptLogprobs)
+		}
+	})
+
 	t.Run("truncate_prompt_tokens keeps the last tokens", func(t *testing.T) {
 		resp := complete(t, openai.CompletionNewParams{Temperature: openai.Float(0)}, map[string]any{"truncate_prompt_tokens": 3})
 		want := r.run(t, engine.Request{PromptIDs: prompt[3:], MaxTokens: maxTokens, Sampling: greedyParams, StopTokenIDs: r.cfg.EOSTokenIDs}).toks[0]
