@@ -188,6 +188,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		blocks:  newBlockManager(cfg.NumBlocks, cfg.BlockSize, cfg.PrefixCaching),
 		seqs:    make(map[uint64]*seqState, cfg.MaxNumSeqs),
 		running: make([]*seqState, 0, cfg.MaxNumSeqs),
+		waiting: make([]*seqState, 0, 2*cfg.MaxNumSeqs),
 	}
 	s.plan.Batch.Seqs = make([]model.Seq, 0, cfg.MaxNumSeqs)
 	s.plan.Entries = make([]Entry, 0, cfg.MaxNumSeqs)
@@ -383,7 +384,9 @@ func (s *Scheduler) Schedule() *StepPlan {
 		if err := s.grow(r, need); err != nil {
 			panic(err) // available() was checked
 		}
-		s.waiting = s.waiting[1:]
+		// Shift rather than reslice, so the queue keeps its capacity and a
+		// preemption's insertion at the front does not reallocate in a step.
+		s.waiting = s.waiting[:copy(s.waiting, s.waiting[1:])]
 		s.running = append(s.running, r)
 		r.running = true
 		s.reserved += r.n
