@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,17 +50,27 @@ func OpenDir(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
+// MaxIndexBytes bounds model.safetensors.index.json (the largest published
+// indexes are under 10 MiB).
+const MaxIndexBytes = 64 << 20
+
 func (c *Checkpoint) open() error {
 	indexPath := filepath.Join(c.dir, IndexFile)
-	raw, err := os.ReadFile(indexPath)
-	switch {
+	switch _, err := os.Lstat(indexPath); {
 	case err == nil:
+		if err := c.contained(indexPath); err != nil {
+			return err
+		}
+		raw, err := readBounded(indexPath, MaxIndexBytes)
+		if err != nil {
+			return fmt.Errorf("safetensors: %w", err)
+		}
 		return c.openIndexed(indexPath, raw)
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("safetensors: %w", err)
 	}
 	single := filepath.Join(c.dir, SingleFile)
-	if _, err := os.Stat(single); err == nil {
+	if _, err := os.Lstat(single); err == nil {
 		return c.openAll([]string{single})
 	}
 	paths, err := filepath.Glob(filepath.Join(c.dir, "*.safetensors"))
@@ -71,6 +82,60 @@ func (c *Checkpoint) open() error {
 	}
 	slices.Sort(paths)
 	return c.openAll(paths)
+}
+
+// contained refuses a checkpoint file that resolves (through symbolic
+// links) to anything but a regular file inside the checkpoint directory, or,
+// for a Hugging Face cache snapshot (…/snapshots/REV), inside its
+// repository's blobs directory, where the cache keeps the files its
+// snapshot links point to.
+func (c *Checkpoint) contained(path string) error {
+	root, err := filepath.EvalSymlinks(c.dir)
+	if err != nil {
+		return fmt.Errorf("safetensors: checkpoint directory %s: %w", c.dir, err)
+	}
+	roots := []string{root}
+	if filepath.Base(filepath.Dir(root)) == "snapshots" {
+		roots = append(roots, filepath.Join(filepath.Dir(filepath.Dir(root)), "blobs"))
+	}
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("safetensors: %s: %w", path, err)
+	}
+	inside := false
+	for _, r := range roots {
+		if rel, err := filepath.Rel(r, target); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel) {
+			inside = true
+		}
+	}
+	if !inside {
+		return fmt.Errorf("safetensors: %s resolves to %s, outside the checkpoint directory %s; copy the file into the checkpoint instead of linking to it", path, target, c.dir)
+	}
+	st, err := os.Stat(target)
+	if err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("safetensors: %s is not a regular file (%s)", path, st.Mode().Type())
+	}
+	return nil
+}
+
+// readBounded reads path, refusing a file longer than limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes; a real index is a few MiB", path, limit)
+	}
+	return data, nil
 }
 
 func (c *Checkpoint) openIndexed(indexPath string, raw []byte) error {
@@ -87,8 +152,11 @@ func (c *Checkpoint) openIndexed(indexPath string, raw []byte) error {
 		if _, ok := shards[shard]; ok {
 			continue
 		}
-		if shard == "" || shard != filepath.Base(shard) || shard == "." || shard == ".." || strings.ContainsAny(shard, `/\`) {
+		if shard == "" || shard != filepath.Base(shard) || shard == "." || shard == ".." || strings.ContainsAny(shard, "/\\\x00") || filepath.IsAbs(shard) {
 			return fmt.Errorf("safetensors: %s: shard %q must be a file name inside %s", indexPath, shard, c.dir)
+		}
+		if err := c.contained(filepath.Join(c.dir, shard)); err != nil {
+			return fmt.Errorf("shard of %s: %w", indexPath, err)
 		}
 		shards[shard] = nil
 		shardNames = append(shardNames, shard)
@@ -114,6 +182,9 @@ func (c *Checkpoint) openIndexed(indexPath string, raw []byte) error {
 
 func (c *Checkpoint) openAll(paths []string) error {
 	for _, p := range paths {
+		if err := c.contained(p); err != nil {
+			return err
+		}
 		f, err := Open(p)
 		if err != nil {
 			return err
