@@ -46,12 +46,17 @@ const (
 func sizeKV(o Options, sc SchedulerConfig, slot int64, mem *Memory) error {
 	limit, source := o.MemoryLimit, "--memory-limit"
 	if limit == 0 {
-		host, err := plan.HostMemoryBytes()
+		avail, err := AvailableMemory()
 		if err != nil {
 			return fmt.Errorf("host memory (set --memory-limit instead): %w", err)
 		}
-		limit = host / int64(o.RanksPerHost)
-		source = fmt.Sprintf("host RAM %s / %d ranks", plan.FormatBytes(host), o.RanksPerHost)
+		limit = avail.Bytes / int64(o.RanksPerHost)
+		source = fmt.Sprintf("%s / %d ranks", avail, o.RanksPerHost)
+		if avail.Unmapped {
+			// The weights are mapped already; the budget counts them again.
+			limit += mem.WeightBytes
+			source += " + weights already mapped"
+		}
 	}
 	mem.LimitSource = source
 	mem.LocalBlock = sc.LocalBlockSize()

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/kvcache"
@@ -58,6 +59,9 @@ const (
 	DefaultBlockSize           = 16
 	DefaultMaxQueue            = 1024
 	DefaultMaxPromptLogitRows  = 64
+	// MaxBlockSize bounds --block-size (and DCP size × interleave, which
+	// must divide it).
+	MaxBlockSize = 1 << 20
 )
 
 // WithDefaults fills the zero fields for cfg.
@@ -124,6 +128,15 @@ func (o Options) SlotBytes(cfg *config.Model) (int64, error) {
 // its defaults filled (WithDefaults). Each refusal names the values and a
 // setting that works.
 func (o Options) Validate(cfg *config.Model) error {
+	// Bounds that keep the arithmetic below exact: no product of these
+	// overflows, and no loop runs over an absurd count.
+	switch l := o.Layout; {
+	case o.BlockSize > MaxBlockSize:
+		return fmt.Errorf("--block-size %d is more than %d positions per block; 16 is the usual setting", o.BlockSize, MaxBlockSize)
+	case l.N > MaxBlockSize || l.I > MaxBlockSize || (l.N > 0 && l.I > 0 && mulSat(int64(l.N), int64(l.I)) > int64(max(o.BlockSize, 1))):
+		return fmt.Errorf("DCP size %d × --cp-kv-cache-interleave-size %d exceeds --block-size %d: each block must hold whole interleave runs of every DCP rank; set --block-size to a multiple of %d or lower the interleave",
+			l.N, l.I, o.BlockSize, mulSat(int64(l.N), int64(l.I)))
+	}
 	if err := o.scheduler(1 << 30).Validate(); err != nil {
 		return err
 	}
@@ -159,7 +172,10 @@ func (o Options) Validate(cfg *config.Model) error {
 		return err
 	}
 	sc := o.scheduler(1)
-	reqBytes := int64(sc.BlocksFor(o.MaxModelLen)) * int64(sc.LocalBlockSize()) * slot
+	reqBytes := mulSat(int64(sc.BlocksFor(o.MaxModelLen)), int64(sc.LocalBlockSize()), slot)
+	if reqBytes == math.MaxInt64 {
+		return fmt.Errorf("the KV cache of one --max-model-len %d request would need more than 8 EiB; lower --max-model-len or --block-size", o.MaxModelLen)
+	}
 	if o.KVCacheMemory > 0 && o.KVCacheMemory < reqBytes {
 		return fmt.Errorf("--kv-cache-memory %s holds fewer than the %d blocks one --max-model-len %d request needs (%s); set --kv-cache-memory to at least %d or lower --max-model-len to %d",
 			plan.FormatBytes(o.KVCacheMemory), sc.BlocksFor(o.MaxModelLen), o.MaxModelLen, plan.FormatBytes(reqBytes), reqBytes,

@@ -50,10 +50,7 @@ func (c SchedulerConfig) LocalBlockSize() int { return c.BlockSize / c.layout().
 // blocks.
 func (c SchedulerConfig) BlocksFor(n int) int {
 	l, lb := c.layout(), c.LocalBlockSize()
-	most := 0
-	for r := range l.N {
-		most = max(most, l.LocalLen(n, r))
-	}
+	most := l.LocalLen(n, 0) // rank 0 holds the most positions of any prefix
 	return (most + lb - 1) / lb
 }
 
