@@ -400,6 +400,10 @@ type ModelCard struct {
 	OwnedBy     string `json:"owned_by"`
 	Root        string `json:"root"`
 	MaxModelLen int    `json:"max_model_len"`
+	// VocabSize is how many token ids the model takes: a prompt of ids is
+	// refused when one is not below it (a client drawing random prompts,
+	// like `cpmla bench serve`, reads it here).
+	VocabSize int `json:"vocab_size"`
 }
 
 // ErrorBody is the body of every error response.

@@ -77,7 +77,7 @@ func TestRefusals(t *testing.T) {
 		{"unknown model", "/v1/chat/completions", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, 404, "model", []string{`"gpt-9"`, `serves "glm5-mini"`}},
 		{"empty messages", "/v1/chat/completions", `{"messages":[]}`, 400, "messages", []string{"messages is empty"}},
 		{"bad role", "/v1/chat/completions", `{"messages":[{"role":"robot","content":"hi"}]}`, 400, "messages[0].role", []string{`"robot"`, "use system, user, assistant or tool"}},
-		{"image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "", []string{"only text parts"}},
+		{"image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content", []string{"only text parts"}},
 		{"temperature 3", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"temperature":3}`, 400, "temperature", []string{"temperature is 3", "from 0 (greedy) to 2"}},
 		{"top_p 0", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"top_p":0}`, 400, "top_p", []string{"top_p is 0", "(0, 1]"}},
 		{"five stops", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stop":["a","b","c","d","e"]}`, 400, "stop", []string{"5 strings", "at most 4"}},
@@ -85,9 +85,9 @@ func TestRefusals(t *testing.T) {
 		{"max_tokens 0", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}`, 400, "max_tokens", []string{"max_tokens is 0", "at least 1"}},
 		{"stream_options without stream", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}`, 400, "stream_options", []string{"only allowed with stream true"}},
 		{"max_tokens 0 without echo", "/v1/completions", `{"prompt":"hi","max_tokens":0}`, 400, "max_tokens", []string{"0 only with echo"}},
-		{"bad prompt batch", "/v1/completions", `{"prompt":["a",1]}`, 400, "", []string{"prompt[1] must be a string"}},
+		{"bad prompt batch", "/v1/completions", `{"prompt":["a",1]}`, 400, "prompt", []string{"prompt[1] must be a string"}},
 		{"no prompt", "/v1/completions", `{"max_tokens":3}`, 400, "prompt", []string{"prompt is missing"}},
-		{"empty id prompt", "/v1/completions", `{"prompt":[]}`, 400, "", []string{"empty array"}},
+		{"empty id prompt", "/v1/completions", `{"prompt":[]}`, 400, "prompt", []string{"empty array"}},
 		{"id out of vocab", "/v1/completions", `{"prompt":[1,129280]}`, 400, "prompt", []string{"prompt[1] = 129280", "0 to 129279"}},
 		{"prompt as long as the model", "/v1/completions", `{"prompt":` + longPrompt + `}`, 400, "prompt",
 			[]string{fmt.Sprintf("prompt has %d tokens", testMaxModelLen), fmt.Sprintf("--max-model-len) is %d", testMaxModelLen), fmt.Sprintf("--max-model-len %d or more", testMaxModelLen+1)}},
@@ -95,6 +95,18 @@ func TestRefusals(t *testing.T) {
 			[]string{"prompt has 4 tokens", "max_tokens is 253", "257 in all", fmt.Sprintf("(--max-model-len) %d", testMaxModelLen), "at most 252 tokens"}},
 		{"max_completion_tokens too long", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":100000}`, 400, "max_completion_tokens", []string{"max_completion_tokens is 100000"}},
 		{"unknown route", "/v1/embeddings", `{}`, 404, "", []string{"no route POST /v1/embeddings"}},
+		// Type errors name the field as JSON names it and the JSON types.
+		{"max_tokens a string", "/v1/completions", `{"prompt":"hi","max_tokens":"5"}`, 400, "max_tokens", []string{"max_tokens must be an integer, got a string"}},
+		{"max_tokens out of range", "/v1/completions", `{"prompt":"hi","max_tokens":1e999}`, 400, "max_tokens", []string{"max_tokens must be an integer", "1e999"}},
+		{"temperature a string", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}`, 400, "temperature", []string{"temperature must be a number, got a string"}},
+		{"role a number", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"},{"role":1,"content":"hi"}]}`, 400, "messages[1].role", []string{"messages[1].role must be a string, got a number"}},
+		{"messages an object", "/v1/chat/completions", `{"messages":{"role":"user"}}`, 400, "messages", []string{"messages must be an array, got an object"}},
+		{"include_usage a string", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":"yes"}}`, 400, "stream_options.include_usage", []string{"must be true or false, got a string"}},
+		{"stop a number", "/v1/completions", `{"prompt":"hi","stop":5}`, 400, "stop", []string{"stop must be a string or an array of strings, got a number"}},
+		{"prompt an object", "/v1/completions", `{"prompt":{"a":1}}`, 400, "prompt", []string{"prompt must be a string, an array of token ids", "got an object"}},
+		{"prompt ids with a string", "/v1/completions", `{"prompt":[1,"a"]}`, 400, "prompt", []string{"prompt must be a string, an array of token ids", "got a string"}},
+		{"body an array", "/v1/completions", `[1,2]`, 400, "", []string{"must be a JSON object, got an array"}},
+		{"body cut short", "/v1/completions", `{"prompt":"hi",`, 400, "", []string{"not a valid request"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,6 +127,12 @@ func TestRefusals(t *testing.T) {
 			for _, c := range tc.contains {
 				if !strings.Contains(eb.Error.Message, c) {
 					t.Errorf("message %q lacks %q", eb.Error.Message, c)
+				}
+			}
+			// The decoder's Go names never reach a client.
+			for _, leak := range []string{"Go struct", "Go value", "of type", "samplingFields", "Request.", "json:", "unmarshal"} {
+				if strings.Contains(eb.Error.Message, leak) {
+					t.Errorf("message %q leaks %q", eb.Error.Message, leak)
 				}
 			}
 		})

@@ -140,6 +140,12 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job, arriva
 	err := s.follow(ctx, j, streams, merged, resp)
 	now := time.Now()
 	switch {
+	case err != nil && errors.Is(context.Cause(r.Context()), errRequestTimeout):
+		for _, st := range streams {
+			st.timer.end(now, engine.FinishAbort)
+		}
+		out.fail(&apiError{status: http.StatusGatewayTimeout, typ: "server_error", code: "request_timeout",
+			msg: fmt.Sprintf("the request ran longer than the server's --request-timeout %v; ask for fewer tokens, or start the server with a longer --request-timeout", s.cfg.HTTP.RequestTimeout)})
 	case err != nil && ctx.Err() != nil && r.Context().Err() != nil:
 		// The client is gone: nothing to write to.
 		for _, st := range streams {

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -66,7 +70,10 @@ type promptJob struct {
 	maxTokens int
 }
 
-// decodeBody reads a JSON request body into v and returns the body.
+// decodeBody reads a JSON request body into v and returns the body. A body
+// that is not JSON, or whose field has the wrong JSON type, is refused with
+// a message in the request's terms (the field's JSON path in param, the JSON
+// type wanted and the one sent), never the decoder's Go types.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, *apiError) {
 	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	var buf bytes.Buffer
@@ -76,12 +83,195 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, *apiErro
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
 				msg: fmt.Sprintf("request body is larger than %d bytes; send a shorter prompt", tooBig.Limit)}
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error",
+				msg: "the request body did not arrive in time (--http-body-timeout); send it at once"}
+		}
 		return nil, badRequest("", "read request body: %v", err)
 	}
-	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
-		return nil, badRequest("", "request body is not a valid request: %v", err)
+	if e := decodeJSON(buf.Bytes(), v); e != nil {
+		return nil, e
 	}
 	return buf.Bytes(), nil
+}
+
+// decodeJSON decodes data into v, turning decoder errors into refusals in
+// the request's terms.
+func decodeJSON(data []byte, v any) *apiError {
+	err := json.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return badRequest("", "request body is not a valid request: it is not valid JSON at byte %d (%s)", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return badRequest("", "request body is not a valid request: the JSON ends early")
+	}
+	path, leaf := locate(reflect.TypeOf(v).Elem(), data)
+	if leaf == nil {
+		path, leaf = "", err
+	}
+	return refusal(path, leaf)
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// locate finds the value of data that t cannot decode: it walks objects
+// and arrays the way encoding/json does (JSON names, promoted fields of
+// embedded structs) and decodes each leaf, or each value with a decoder of
+// its own, alone. It returns that value's JSON path ("messages[1].role")
+// and its error, or a nil error if every part decodes alone.
+func locate(t reflect.Type, data []byte) (string, error) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	custom := reflect.PointerTo(t).Implements(unmarshalerType)
+	switch {
+	case !custom && t.Kind() == reflect.Struct:
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(data, &obj); err != nil {
+			return "", err
+		}
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			ft, ok := fieldByJSONName(t, k)
+			if !ok {
+				continue
+			}
+			if p, err := locate(ft, obj[k]); err != nil {
+				return joinPath(k, p), err
+			}
+		}
+		return "", nil
+	case !custom && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && t.Elem().Kind() != reflect.Uint8:
+		var arr []json.RawMessage
+		if err := json.Unmarshal(data, &arr); err != nil {
+			return "", err
+		}
+		for i, raw := range arr {
+			if p, err := locate(t.Elem(), raw); err != nil {
+				if p != "" && !strings.HasPrefix(p, "[") {
+					p = "." + p
+				}
+				return fmt.Sprintf("[%d]", i) + p, err
+			}
+		}
+		return "", nil
+	}
+	return "", json.Unmarshal(data, reflect.New(t).Interface())
+}
+
+// joinPath appends the path p below key k.
+func joinPath(k, p string) string {
+	switch {
+	case p == "":
+		return k
+	case strings.HasPrefix(p, "["):
+		return k + p
+	}
+	return k + "." + p
+}
+
+// fieldByJSONName is the type of the field of struct t that decodes the
+// JSON key name, looking through embedded structs as encoding/json does.
+func fieldByJSONName(t reflect.Type, name string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		tag, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if tag == "-" {
+			continue
+		}
+		if sf.Anonymous && tag == "" {
+			et := sf.Type
+			for et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				if ft, ok := fieldByJSONName(et, name); ok {
+					return ft, true
+				}
+				continue
+			}
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		if tag == name || tag == "" && strings.EqualFold(sf.Name, name) {
+			return sf.Type, true
+		}
+	}
+	return nil, false
+}
+
+// refusal words err, the decoding error of the value at path, as a 400 with
+// param path: a type mismatch names the JSON type wanted and the one sent;
+// a field's own decoder keeps its words, without the decoder's Go types.
+func refusal(path string, err error) *apiError {
+	var typ *json.UnmarshalTypeError
+	isType := errors.As(err, &typ)
+	msg := err.Error()
+	own, _, wrapped := strings.Cut(msg, ": json: ")
+	switch {
+	case wrapped && isType:
+		return badRequest(path, "%s, got %s", own, jsonKind(typ.Value))
+	case isType && path == "":
+		return badRequest("", "request body is not a valid request: it must be a JSON object, got %s", jsonKind(typ.Value))
+	case isType:
+		return badRequest(path, "%s must be %s, got %s", path, jsonTypeName(typ.Type), jsonKind(typ.Value))
+	case wrapped:
+		return badRequest(path, "%s", own)
+	}
+	return badRequest(path, "%s", strings.TrimPrefix(msg, "json: "))
+}
+
+// jsonTypeName names the JSON type a Go type decodes from.
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another JSON value"
+}
+
+// jsonKind words the decoder's description of the value sent ("string",
+// "number 1e999", "array").
+func jsonKind(v string) string {
+	switch {
+	case v == "string", v == "array", v == "object", v == "bool":
+		if v == "bool" {
+			return "a boolean"
+		}
+		if v == "array" || v == "object" {
+			return "an " + v
+		}
+		return "a " + v
+	case v == "number":
+		return "a number"
+	case strings.HasPrefix(v, "number "):
+		return "the " + v + ", out of range or not whole"
+	}
+	return v
 }
 
 // parseChat validates a chat request and renders its prompt.

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -65,6 +67,8 @@ type Config struct {
 	// --enable-auto-tool-choice, without which tool_choice "auto" is refused.
 	ToolCallParser, ReasoningParser string
 	AutoToolChoice                  bool
+	// HTTP bounds what one client may hold (zero fields: the defaults).
+	HTTP HTTPLimits
 }
 
 // maxBodyBytes bounds a request body.
@@ -116,6 +120,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 30 * time.Second
 	}
+	cfg.HTTP = cfg.HTTP.WithDefaults()
+	if err := cfg.HTTP.Validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -143,7 +151,8 @@ func New(cfg Config) (*Server, error) {
 }
 
 // ServeHTTP implements http.Handler: CORS, then the API key on /v1 routes,
-// then the routes.
+// then the routes. A request's body must arrive within HTTP.BodyTimeout of
+// its headers, and a request ends by HTTP.RequestTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.CORS.handle(w, r) {
 		return
@@ -153,7 +162,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			msg: "missing or wrong API key; send the server's key (--api-key or VLLM_API_KEY) as \"Authorization: Bearer KEY\""})
 		return
 	}
+	if r.Body != nil && r.Body != http.NoBody {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(s.cfg.HTTP.BodyTimeout)) == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+		}
+	}
+	if r.Method == http.MethodPost && s.cfg.HTTP.RequestTimeout > 0 {
+		ctx, cancel := context.WithTimeoutCause(r.Context(), s.cfg.HTTP.RequestTimeout, errRequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// errRequestTimeout is the cause of a request context that reached
+// HTTP.RequestTimeout.
+var errRequestTimeout = errors.New("request timeout")
+
+// deadlineBody lifts the body's read deadline once the body has been read
+// whole, so that the connection's read afterwards (the server's watch for
+// a client that goes away during a long stream) has none.
+type deadlineBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // InFlight is the number of requests currently admitted.
@@ -162,7 +202,7 @@ func (s *Server) InFlight() int { return len(s.slots) }
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, ModelList{Object: "list", Data: []ModelCard{{
 		ID: s.cfg.ModelName, Object: "model", Created: s.created, OwnedBy: "cpmla",
-		Root: s.cfg.ModelName, MaxModelLen: s.cfg.MaxModelLen,
+		Root: s.cfg.ModelName, MaxModelLen: s.cfg.MaxModelLen, VocabSize: s.cfg.VocabSize,
 	}}})
 }
 
