@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
 
@@ -31,6 +32,27 @@ type RandomOptions struct {
 	InputLen, OutputLen int
 	RangeRatio          float64
 	Seed                uint64
+	// VocabSize, when > 0, is how many ids the served model takes: every
+	// drawn id is below it (Discover reads it from the server).
+	VocabSize int
+}
+
+// MaxLen bounds the mean input and output lengths: more tokens than any
+// served model's context.
+const MaxLen = 1 << 30
+
+// Bytes bounds the memory the dataset of o takes (ids, text and the
+// results each request keeps), so that a caller can refuse a dataset that
+// cannot fit before drawing it.
+func (o RandomOptions) Bytes() int64 {
+	_, inHi := lengthRange(o.InputLen, o.RangeRatio)
+	_, outHi := lengthRange(o.OutputLen, o.RangeRatio)
+	per := float64(inHi)*(8+32) + float64(outHi)*(8+16) + 4096
+	b := float64(o.NumPrompts) * per
+	if b > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return int64(b)
 }
 
 // Validate reports settings the dataset cannot honour.
@@ -38,10 +60,10 @@ func (o RandomOptions) Validate() error {
 	switch {
 	case o.NumPrompts < 1:
 		return fmt.Errorf("--num-prompts is %d; use at least 1", o.NumPrompts)
-	case o.InputLen < 1:
-		return fmt.Errorf("--random-input-len is %d; use at least 1", o.InputLen)
-	case o.OutputLen < 1:
-		return fmt.Errorf("--random-output-len is %d; use at least 1", o.OutputLen)
+	case o.InputLen < 1 || o.InputLen > MaxLen:
+		return fmt.Errorf("--random-input-len is %d; use 1 to %d", o.InputLen, MaxLen)
+	case o.OutputLen < 1 || o.OutputLen > MaxLen:
+		return fmt.Errorf("--random-output-len is %d; use 1 to %d", o.OutputLen, MaxLen)
 	case !(o.RangeRatio >= 0 && o.RangeRatio < 1):
 		return fmt.Errorf("--random-range-ratio is %v; use a value in [0, 1), e.g. 0", o.RangeRatio)
 	}
@@ -57,15 +79,21 @@ func lengthRange(mean int, ratio float64) (lo, hi int) {
 
 // RandomDataset draws prompts of random ordinary tokens: each id is drawn
 // uniformly from the tokenizer's ids that are neither special nor added
-// tokens (so no control token such as BOS or a chat marker is sent), with
-// a generator seeded by Seed: the same options give the same prompts.
+// tokens (so no control token such as BOS or a chat marker is sent) and,
+// when VocabSize is set, below it (ids the served model takes), with a
+// generator seeded by Seed: the same options give the same prompts.
 func RandomDataset(tk *tokenizer.Tokenizer, o RandomOptions) ([]Prompt, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	allowed := ordinaryTokens(tk)
+	if o.VocabSize > 0 {
+		// ordinaryTokens is ascending: keep the ids the model takes.
+		n := sort.SearchInts(allowed, o.VocabSize)
+		allowed = allowed[:n]
+	}
 	if len(allowed) == 0 {
-		return nil, fmt.Errorf("the tokenizer has no ordinary tokens to build random prompts from")
+		return nil, fmt.Errorf("the tokenizer has no ordinary tokens below the served vocabulary of %d ids to build random prompts from", o.VocabSize)
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x6a09e667f3bcc908))
 	inLo, inHi := lengthRange(o.InputLen, o.RangeRatio)

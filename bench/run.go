@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -210,28 +211,80 @@ func (o *Options) one(ctx context.Context, url string, body []byte, p Prompt, st
 
 // firstModel asks the server which model it serves.
 func firstModel(ctx context.Context, client *http.Client, base string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	sv, err := Discover(ctx, client, base, "")
+	return sv.Model, err
+}
+
+// Served is what a server says about the model it serves.
+type Served struct {
+	Model       string
+	MaxModelLen int // 0 when the server does not say
+	// VocabSize is the number of token ids the served model takes (ids
+	// run from 0 to VocabSize−1), 0 when the server does not say; Source
+	// says where it was read.
+	VocabSize   int
+	VocabSource string
+}
+
+// Discover asks the server at base which model it serves (the card of
+// model in /v1/models, or its first card when model is empty) and how many
+// token ids that model takes: the card's vocab_size, else the vocab_size of
+// GET /tokenizer_info (vLLM's tokenizer-info endpoint, whose tokenizer is
+// the model's), else unknown.
+func Discover(ctx context.Context, client *http.Client, base, model string) (Served, error) {
+	var list struct {
+		Data []struct {
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
+			VocabSize   int    `json:"vocab_size"`
+		} `json:"data"`
+	}
+	if err := getJSON(ctx, client, base+"/v1/models", &list); err != nil {
+		return Served{}, fmt.Errorf("ask %s/v1/models for the served model: %w", base, err)
+	}
+	if len(list.Data) == 0 {
+		return Served{}, fmt.Errorf("%s/v1/models lists no model; pass --model", base)
+	}
+	card := list.Data[0]
+	if model != "" {
+		found := false
+		for _, c := range list.Data {
+			if c.ID == model {
+				card, found = c, true
+			}
+		}
+		if !found {
+			card.ID, card.MaxModelLen, card.VocabSize = model, 0, 0
+		}
+	}
+	sv := Served{Model: card.ID, MaxModelLen: card.MaxModelLen, VocabSize: card.VocabSize}
+	if sv.VocabSize > 0 {
+		sv.VocabSource = base + "/v1/models vocab_size"
+		return sv, nil
+	}
+	var info struct {
+		VocabSize int `json:"vocab_size"`
+	}
+	if err := getJSON(ctx, client, base+"/tokenizer_info", &info); err == nil && info.VocabSize > 0 {
+		sv.VocabSize, sv.VocabSource = info.VocabSize, base+"/tokenizer_info vocab_size"
+	}
+	return sv, nil
+}
+
+// getJSON GETs url and decodes a 200 answer (at most 1 MiB) into v.
+func getJSON(ctx context.Context, client *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", fmt.Errorf("build /v1/models request: %w", err)
+		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("ask %s/v1/models for the served model (or pass --model): %w", base, err)
+		return err
 	}
 	defer resp.Body.Close()
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s/v1/models answered HTTP %d; pass --model", base, resp.StatusCode)
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return "", fmt.Errorf("decode %s/v1/models: %w", base, err)
-	}
-	if len(list.Data) == 0 {
-		return "", fmt.Errorf("%s/v1/models lists no model; pass --model", base)
-	}
-	return list.Data[0].ID, nil
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
 }
