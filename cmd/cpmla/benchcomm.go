@@ -168,18 +168,45 @@ func (o *benchCommOptions) check() error {
 		return errors.New("--tokens is empty; use --tokens 1,64")
 	}
 	for _, t := range o.tokens {
-		if t < 1 {
-			return fmt.Errorf("--tokens %d: a step has at least 1 token; use --tokens 1,64", t)
+		if t < 1 || t > maxBenchTokens {
+			return fmt.Errorf("--tokens %d: a step has 1 to %d tokens; use --tokens 1,64", t, maxBenchTokens)
 		}
 	}
-	if o.iterations < 0 {
-		return fmt.Errorf("--iterations %d is negative; use 0 (timed by --min-time) or a positive count", o.iterations)
+	if o.transport == "inproc" {
+		// The largest shape's send and receive buffers on every rank at once.
+		var worst int64
+		for _, p := range o.ranks {
+			for _, t := range o.tokens {
+				for _, sh := range commShapes {
+					n := int64(sh.perRank(p, t))
+					worst = max(worst, mulSat(int64(p), addSat(n, mulSat(n, int64(p))), 4))
+				}
+			}
+		}
+		if err := checkProcessFits("bench comm", []namedBytes{{"the largest collective's buffers over all ranks", worst}},
+			"use fewer --tokens or smaller --ranks"); err != nil {
+			return err
+		}
 	}
-	if o.iterations == 0 && o.minTime <= 0 {
-		return fmt.Errorf("--min-time %v must be positive when --iterations is 0; use --min-time 200ms", o.minTime)
+	if o.iterations < 0 || o.iterations > maxBenchIterations {
+		return fmt.Errorf("--iterations %d must be in [0, %d] (0: timed by --min-time)", o.iterations, maxBenchIterations)
+	}
+	if o.iterations == 0 && (o.minTime <= 0 || o.minTime > maxBenchTime) {
+		return fmt.Errorf("--min-time %v must be in (0, %v] when --iterations is 0; use --min-time 200ms", o.minTime, maxBenchTime)
+	}
+	if o.timeout <= 0 {
+		return fmt.Errorf("--timeout %v must be positive; use --timeout 30s", o.timeout)
 	}
 	return nil
 }
+
+// Bounds of the benchmark flags: decode tokens of one measured step, calls
+// of one measurement and the time it may take.
+const (
+	maxBenchTokens     = 1 << 20
+	maxBenchIterations = 10_000_000
+	maxBenchTime       = time.Hour
+)
 
 // checkBenchRanks refuses group sizes the 64-head shapes cannot split.
 func checkBenchRanks(p int) error {

@@ -112,12 +112,12 @@ least time both resources allow, max(FLOPs / FMA peak, bytes / bandwidth).`,
 
 func runBenchKernels(w io.Writer, o benchKernelsOptions) error {
 	switch {
-	case o.threads < 1:
-		return fmt.Errorf("bench kernels: --threads %d: need at least 1 (use --threads 1)", o.threads)
-	case o.rounds < 1:
-		return fmt.Errorf("bench kernels: --rounds %d: need at least 1 (use --rounds 5)", o.rounds)
-	case o.minTime <= 0:
-		return fmt.Errorf("bench kernels: --min-time %v: need a positive duration (use --min-time 100ms)", o.minTime)
+	case o.threads < 1 || o.threads > maxThreadsPerRank:
+		return fmt.Errorf("bench kernels: --threads %d: need 1 to %d (use --threads 1)", o.threads, maxThreadsPerRank)
+	case o.rounds < 1 || o.rounds > 1000:
+		return fmt.Errorf("bench kernels: --rounds %d: need 1 to 1000 (use --rounds 5)", o.rounds)
+	case o.minTime <= 0 || o.minTime > maxBenchTime:
+		return fmt.Errorf("bench kernels: --min-time %v: need a duration in (0, %v] (use --min-time 100ms)", o.minTime, maxBenchTime)
 	}
 	sel, err := regexp.Compile(o.only)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cpmla/cpmla/bench"
-	"github.com/cpmla/cpmla/tokenizer"
 )
 
 func init() { registerBench(newBenchServeCmd) }
@@ -45,6 +45,7 @@ func newBenchServeCmd() *cobra.Command {
 		Short: "Serving benchmark: drive an OpenAI-compatible server and report TTFT, TPOT, ITL, E2EL and throughput",
 		Long: "Send --num-prompts random prompts to --base-url and measure every streamed response, with the\n" +
 			"metric definitions of vllm bench serve. Prompts are random ordinary token ids of the tokenizer\n" +
+			"that the served model takes (the vocab_size of its /v1/models card or of /tokenizer_info)\n" +
 			"(--random-input-len ± --random-range-ratio); /v1/completions gets the ids themselves,\n" +
 			"/v1/chat/completions their decoded text as one user message. The progress bar goes to stderr,\n" +
 			"the report to stdout, and --result-file gets JSON with vLLM's key names.",
@@ -57,16 +58,41 @@ func newBenchServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tk, err := tokenizer.ForCheckpoint(o.tokenizer)
+			if err := o.random.Validate(); err != nil {
+				return err
+			}
+			if o.endpoint != bench.EndpointCompletions && o.endpoint != bench.EndpointChat {
+				return fmt.Errorf("--endpoint is %q; use %s or %s", o.endpoint, bench.EndpointCompletions, bench.EndpointChat)
+			}
+			if o.maxConcurrency < 0 {
+				return fmt.Errorf("--max-concurrency is %d; use 0 (no bound) or more", o.maxConcurrency)
+			}
+			if err := checkProcessFits("the random dataset", []namedBytes{{fmt.Sprintf("%d prompts", o.random.NumPrompts), o.random.Bytes()}},
+				fmt.Sprintf("lower --num-prompts to at most %d", maxCount(o.random.Bytes()/int64(o.random.NumPrompts)))); err != nil {
+				return err
+			}
+			// The server first: what it serves decides the ids drawn.
+			base := strings.TrimRight(o.baseURL, "/")
+			served, err := bench.Discover(cmd.Context(), http.DefaultClient, base, o.model)
+			if err != nil {
+				return err
+			}
+			tk, err := loadTokenizer(o.tokenizer, "")
 			if err != nil {
 				return fmt.Errorf("load tokenizer: %w", err)
+			}
+			o.random.VocabSize = served.VocabSize
+			if served.VocabSize > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "bench serve: model %q takes token ids below %d (%s); random prompts draw from those\n", served.Model, served.VocabSize, served.VocabSource)
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "bench serve: %s does not say how many token ids model %q takes; random prompts draw from the whole tokenizer\n", base, served.Model)
 			}
 			prompts, err := bench.RandomDataset(tk, o.random)
 			if err != nil {
 				return err
 			}
 			opts := bench.Options{
-				BaseURL: o.baseURL, Endpoint: o.endpoint, Model: o.model, Prompts: prompts,
+				BaseURL: o.baseURL, Endpoint: o.endpoint, Model: served.Model, Prompts: prompts,
 				MaxConcurrency: o.maxConcurrency, RequestRate: rate, IgnoreEOS: o.ignoreEOS,
 				Seed: o.random.Seed, Tokenizer: tk,
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -78,6 +79,9 @@ type throughputResult struct {
 // values before anything loads.
 func (o *throughputOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
 	eo := o.engine
+	if err := checkParallel(o.tp, o.pcp, o.dcp, o.interleave); err != nil {
+		return eo, err
+	}
 	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
 	eo.RanksPerHost = o.tp * o.pcp
 	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, o.kvCacheMemory, o.workspaces); err != nil {
@@ -95,8 +99,41 @@ func (o *throughputOptions) engineOptions(cfg *config.Model) (engine.Options, er
 		return eo, fmt.Errorf("--output-len must be ≥ 1, got %d", o.outLen)
 	case o.inputLen > eo.MaxModelLen:
 		return eo, fmt.Errorf("--input-len %d is longer than --max-model-len %d; set --input-len to at most %d", o.inputLen, eo.MaxModelLen, eo.MaxModelLen)
+	case o.outLen > eo.MaxModelLen:
+		return eo, fmt.Errorf("--output-len %d is longer than --max-model-len %d; set --output-len to at most %d", o.outLen, eo.MaxModelLen, eo.MaxModelLen)
+	case !(o.temperature >= 0) || math.IsInf(o.temperature, 0):
+		return eo, fmt.Errorf("--temperature must be a finite number ≥ 0 (0 = greedy), got %v", o.temperature)
 	}
 	return eo, eo.Validate(cfg)
+}
+
+// preflight checks the flags and the memory of the run (the engine's
+// start-up and the prompts with their requests) before anything loads.
+func (o *throughputOptions) preflight() (*config.Model, engine.Options, error) {
+	cfg, err := loadConfig(o.model)
+	if err != nil {
+		return nil, engine.Options{}, err
+	}
+	eo, err := o.engineOptions(cfg)
+	if err != nil {
+		return nil, eo, err
+	}
+	d := o.deployment()
+	d.blockSize = eo.BlockSize
+	if _, err := d.backendPlan(cfg); err != nil {
+		return nil, eo, err
+	}
+	if err := checkEngineStart(o.model, cfg, eo, d); err != nil {
+		return nil, eo, err
+	}
+	// Each request: its prompt (kept here and in the engine), its output
+	// and its goroutine.
+	perRequest := addSat(mulSat(int64(o.inputLen), 8+4), mulSat(int64(o.outLen), 16), 8<<10)
+	if err := checkProcessFits("the requests of bench throughput", []namedBytes{{fmt.Sprintf("%d requests", o.numPrompts), mulSat(int64(o.numPrompts), perRequest)}},
+		fmt.Sprintf("lower --num-prompts to at most %d", maxCount(perRequest))); err != nil {
+		return nil, eo, err
+	}
+	return cfg, eo, nil
 }
 
 // progress draws a bar of finished requests on stderr without allocating,
@@ -143,11 +180,7 @@ func (p *progress) add() {
 }
 
 func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, error) {
-	cfg, err := config.Load(o.model)
-	if err != nil {
-		return nil, err
-	}
-	eo, err := o.engineOptions(cfg)
+	_, eo, err := o.preflight()
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +304,9 @@ func newBenchThroughputCmd() *cobra.Command {
 		Use:   "throughput",
 		Short: "Offline throughput: run --num-prompts random prompts through the engine (no HTTP)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, _, err := o.preflight(); err != nil {
+				return err
+			}
 			return runRanks(o.threadsPerRank, o.deployment(), cmd.ErrOrStderr(),
 				func(procs *engine.Procs, procWeights int64) error {
 					o.procs, o.procWeights = procs, procWeights

@@ -15,6 +15,7 @@ import (
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/eval"
 	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/server"
 )
 
 func init() { register(newEvalCmd) }
@@ -48,8 +49,8 @@ func parseEvalConfig(s string) (evalConfig, error) {
 			return c, fmt.Errorf("--configs entry %q: part %q is not tpN, pcpN, dcpN, iN or a2a (e.g. tp2-pcp2, tp1-pcp4-dcp4)", s, part)
 		}
 		n, err := strconv.Atoi(num)
-		if err != nil || n < 1 {
-			return c, fmt.Errorf("--configs entry %q: %q needs a positive size", s, part)
+		if err != nil || n < 1 || n > maxRanks {
+			return c, fmt.Errorf("--configs entry %q: %q needs a size in [1, %d]", s, part, maxRanks)
 		}
 		*dst = n
 	}
@@ -91,8 +92,28 @@ It exits non-zero if any configuration agrees less than --min-agreement.`,
 			if minAgreement < 0 || minAgreement > 1 {
 				return fmt.Errorf("--min-agreement must be in [0, 1], got %v", minAgreement)
 			}
-			cfg, err := config.Load(modelArg)
+			for _, c := range lanes {
+				if err := checkParallel(c.tp, c.pcp, c.dcp, c.interleave); err != nil {
+					return fmt.Errorf("--configs entry %s: %w", c.name, err)
+				}
+			}
+			cfg, err := loadConfig(modelArg)
 			if err != nil {
+				return err
+			}
+			switch maxPos := int64(cfg.MaxPositionEmbeddings); {
+			case numPrompts < 1 || numPrompts > maxQueue:
+				return fmt.Errorf("--num-prompts %d must be in [1, %d]", numPrompts, maxQueue)
+			case maxTokens < 1:
+				return fmt.Errorf("--max-tokens %d must be at least 1", maxTokens)
+			case minLen < 1 || maxLen < minLen:
+				return fmt.Errorf("--min-prompt-len %d and --max-prompt-len %d need 1 ≤ min ≤ max", minLen, maxLen)
+			case int64(maxLen)+int64(maxTokens)+16 > maxPos:
+				return fmt.Errorf("--max-prompt-len %d + --max-tokens %d + 16 exceeds max_position_embeddings %d; lower them", maxLen, maxTokens, maxPos)
+			}
+			perPrompt := addSat(mulSat(int64(maxLen), 8+4), mulSat(int64(maxTokens), 64), 1<<10)
+			if err := checkProcessFits("the prompts of eval", []namedBytes{{fmt.Sprintf("%d prompts", numPrompts), mulSat(int64(numPrompts), perPrompt)}},
+				fmt.Sprintf("lower --num-prompts to at most %d", maxCount(perPrompt))); err != nil {
 				return err
 			}
 			prompts, err := eval.Prompts(eval.PromptOptions{NumPrompts: numPrompts, Seed: seed, MinLen: minLen, MaxLen: maxLen,
@@ -102,7 +123,7 @@ It exits non-zero if any configuration agrees less than --min-agreement.`,
 			}
 			client := &http.Client{Timeout: 10 * time.Minute}
 			run := func(c evalConfig) ([]eval.Completion, error) {
-				o := serveOptions{host: "127.0.0.1", port: 0, model: modelArg, weightSeed: weightSeed,
+				o := serveOptions{host: "127.0.0.1", port: 0, model: modelArg, weightSeed: weightSeed, http: server.HTTPLimits{}.WithDefaults(),
 					tp: c.tp, pcp: c.pcp, dcp: c.dcp, interleave: c.interleave, backend: "auto", dcpComm: c.comm,
 					kvDType: kvDType, idxDType: "f32", memoryLimit: memoryLimit, maxQueue: numPrompts}
 				o.engine.MaxModelLen = maxLen + maxTokens + 16

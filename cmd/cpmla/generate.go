@@ -35,11 +35,14 @@ type generateOptions struct {
 	interleave  int
 	backend     string
 	dcpComm     string
-	memoryLimit int64
+	memoryLimit string
 	threads     int
 	// expertParallel and quantization: --enable-expert-parallel, --quantization
 	expertParallel bool
 	quantization   string
+	// beforeLoad, if set, runs once the flags are checked and before any
+	// weight loads (the command loads its tokenizer there).
+	beforeLoad func() error
 }
 
 type generateResult struct {
@@ -54,6 +57,9 @@ type generateResult struct {
 // generate runs one request to completion through the engine, on one rank
 // or on the in-process ranks of a TP/PCP/DCP layout.
 func generate(o generateOptions) (*generateResult, error) {
+	if err := checkParallel(o.tp, o.pcp, o.dcp, o.interleave); err != nil {
+		return nil, err
+	}
 	if err := applyThreads(o.threads, o.tp*o.pcp); err != nil {
 		return nil, err
 	}
@@ -66,31 +72,52 @@ func generate(o generateOptions) (*generateResult, error) {
 	if o.maxTokens < 0 {
 		return nil, fmt.Errorf("--max-tokens must be ≥ 0, got %d", o.maxTokens)
 	}
-	kvd, err := kvcache.ParseKVDType(o.kvDType)
+	cfg, err := loadConfig(o.model)
 	if err != nil {
 		return nil, err
 	}
-	idd, err := kvcache.ParseIndexerDType(o.idxDType)
-	if err != nil {
-		return nil, err
-	}
-	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
-	if err != nil {
-		return nil, err
+	if o.maxTokens > cfg.MaxPositionEmbeddings || len(o.promptIDs)+o.maxTokens > cfg.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("prompt (%d) + --max-tokens (%d) exceeds max_position_embeddings %d; set --max-tokens to at most %d",
+			len(o.promptIDs), o.maxTokens, cfg.MaxPositionEmbeddings, max(cfg.MaxPositionEmbeddings-len(o.promptIDs), 0))
 	}
 	total := len(o.promptIDs) + o.maxTokens
-	if total > cfg.MaxPositionEmbeddings {
-		return nil, fmt.Errorf("prompt (%d) + max tokens (%d) = %d exceeds max_position_embeddings %d", len(o.promptIDs), o.maxTokens, total, cfg.MaxPositionEmbeddings)
-	}
 	for i, id := range o.promptIDs {
 		if id < 0 || id >= cfg.VocabSize {
 			return nil, fmt.Errorf("prompt token %d is %d, outside the vocabulary [0, %d)", i, id, cfg.VocabSize)
 		}
 	}
+	if o.blockSize < 1 || o.blockSize > engine.MaxBlockSize {
+		return nil, fmt.Errorf("--block-size %d must be in [1, %d]; 16 is the usual setting", o.blockSize, engine.MaxBlockSize)
+	}
+	eo := engine.Options{
+		MaxNumBatchedTokens: len(o.promptIDs), MaxNumSeqs: 1, MaxModelLen: (total + o.blockSize - 1) / o.blockSize * o.blockSize,
+		BlockSize: o.blockSize, Layout: kvcache.Layout{N: o.dcp, I: o.interleave}, RanksPerHost: o.tp * o.pcp,
+	}
+	eo.MaxModelLen = min(eo.MaxModelLen, cfg.MaxPositionEmbeddings)
+	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, "", nil); err != nil {
+		return nil, err
+	}
+	eo = eo.WithDefaults(cfg)
+	if err := eo.Validate(cfg); err != nil {
+		return nil, err
+	}
 	d := deployment{tp: o.tp, pcp: o.pcp, dcp: o.dcp, interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm,
-		kvDType: string(kvd), blockSize: o.blockSize, expertParallel: o.expertParallel}
+		kvDType: string(eo.KVDType), blockSize: o.blockSize, expertParallel: o.expertParallel, quantization: o.quantization}
 	layout := d.layout()
 	bp, err := d.backendPlan(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEngineStart(o.model, cfg, eo, d); err != nil {
+		return nil, err
+	}
+	if o.beforeLoad != nil {
+		// Before the engine sizes its KV cache from what memory is left.
+		if err := o.beforeLoad(); err != nil {
+			return nil, err
+		}
+	}
+	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
 	if err != nil {
 		return nil, err
 	}
@@ -106,13 +133,6 @@ func generate(o generateOptions) (*generateResult, error) {
 	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
 		return nil, err
 	}
-	maxLen := (total + o.blockSize - 1) / o.blockSize * o.blockSize
-	eo := engine.Options{
-		MaxNumBatchedTokens: max(len(o.promptIDs), 1), MaxNumSeqs: 1, MaxModelLen: maxLen, BlockSize: o.blockSize,
-		KVDType: kvd, IndexerDType: idd, Layout: kvcache.Layout{N: o.dcp, I: o.interleave}, RanksPerHost: layout.World(),
-		MemoryLimit: o.memoryLimit,
-	}
-	eo.MaxNumBatchedTokens = max(eo.MaxNumBatchedTokens, eo.MaxNumSeqs)
 	e, err := engine.New(cfg, weights, factory, eo)
 	if err != nil {
 		return nil, err
@@ -162,10 +182,18 @@ func newGenerateCmd() *cobra.Command {
 			"have seeded random weights, so their text is noise.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tk, err := loadTokenizer(tokDir, o.model)
-			if err != nil {
-				return fmt.Errorf("load tokenizer: %w", err)
+			// The tokenizer loads first only when the prompt is text; ids are
+			// checked before it loads, and it loads before the weights.
+			var tk *tokenizer.Tokenizer
+			load := func() (err error) {
+				if tk == nil {
+					if tk, err = loadTokenizer(tokDir, o.model); err != nil {
+						return fmt.Errorf("load tokenizer: %w", err)
+					}
+				}
+				return nil
 			}
+			var err error
 			switch {
 			case cmd.Flags().Changed("prompt") && cmd.Flags().Changed("prompt-ids"):
 				return fmt.Errorf("give one of --prompt and --prompt-ids, not both")
@@ -173,12 +201,16 @@ func newGenerateCmd() *cobra.Command {
 				if prompt == "" {
 					return fmt.Errorf("--prompt is empty; give some text, e.g. --prompt \"Hello\"")
 				}
+				if err := load(); err != nil {
+					return err
+				}
 				o.promptIDs = tk.Encode(prompt, true)
 			default:
 				if o.promptIDs, err = parseIDList("--prompt-ids", ids); err != nil {
 					return err
 				}
 			}
+			o.beforeLoad = load
 			res, err := generate(o)
 			if err != nil {
 				return err
@@ -218,7 +250,7 @@ func newGenerateCmd() *cobra.Command {
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
 	addModelFlags(f, &o.expertParallel, &o.quantization)
 	addThreadsFlag(cmd, &o.threads)
-	f.Int64Var(&o.memoryLimit, "memory-limit", 1<<30, "memory of one rank in bytes (the KV cache gets what the budget leaves)")
+	f.StringVar(&o.memoryLimit, "memory-limit", "1GiB", "memory of one rank, e.g. 1GiB or 1073741824 (the KV cache gets what the budget leaves)")
 	f.BoolVar(&asJSON, "json", false, "print tokens and logprobs as JSON")
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -80,7 +81,9 @@ func version() string {
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "cpmla:", err)
+		// One line, whatever the error joins: scripts and people read the
+		// last line of stderr.
+		fmt.Fprintln(os.Stderr, "cpmla:", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
 		os.Exit(1)
 	}
 }

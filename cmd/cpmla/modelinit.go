@@ -44,7 +44,7 @@ bf16 and the router's bias float32.`,
 			if out == "" {
 				return fmt.Errorf("--out is required")
 			}
-			cfg, err := config.Load(preset)
+			cfg, err := loadConfig(preset)
 			if err != nil {
 				return err
 			}

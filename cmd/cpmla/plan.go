@@ -84,12 +84,15 @@ TiB (binary), KB, MB, GB, TB (decimal) and plain byte counts.`,
   cpmla plan --model deepseek-v3.2 --tp 8 --dcp 8 --svg plan.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := config.Load(modelName)
+			m, err := loadConfig(modelName)
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
 			dev, err := plan.LookupDevice(deviceName)
 			if err != nil {
+				return fmt.Errorf("plan: %w", err)
+			}
+			if err := checkPlanSizes(cfg); err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
 			cfg.Model, cfg.Device = m, dev
@@ -172,4 +175,35 @@ TiB (binary), KB, MB, GB, TB (decimal) and plain byte counts.`,
 	f.BoolVar(&asJSON, "json", false, "print one flat JSON object instead of the table")
 	f.StringVar(&svgPath, "svg", "", "also draw the per-rank memory breakdown as an SVG bar chart to this file")
 	return cmd
+}
+
+// maxPlanTokens bounds the planner's token and sequence counts: more than
+// any deployment schedules in one step or one request.
+const maxPlanTokens = 1 << 31
+
+// checkPlanSizes bounds the planner's counts before its arithmetic (and its
+// table of every rank) is sized from them: parallel sizes as every command
+// bounds them, step and request sizes below maxPlanTokens.
+func checkPlanSizes(c plan.Config) error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--tensor-parallel-size", c.TP}, {"--prefill-context-parallel-size", c.PCP}, {"--decode-context-parallel-size", c.DCP}, {"--expert-parallel-size", c.ExpertParallel}} {
+		if f.v > maxRanks {
+			return fmt.Errorf("%s %d is more than the %d ranks cpmla plans; use at most %d", f.name, f.v, maxRanks, maxRanks)
+		}
+	}
+	if c.TP > 0 && c.PCP > 0 && c.TP*c.PCP > maxRanks {
+		return fmt.Errorf("--tensor-parallel-size %d × --prefill-context-parallel-size %d = %d ranks, more than the %d cpmla plans", c.TP, c.PCP, c.TP*c.PCP, maxRanks)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--max-num-batched-tokens", c.MaxNumBatchedTokens}, {"--max-num-seqs", c.MaxNumSeqs}, {"--max-model-len", c.MaxModelLen},
+		{"--num-speculative-tokens", c.SpeculativeTokens}, {"--max-cudagraph-capture-size", c.CaptureSize}, {"--block-size", c.BlockSize}, {"--cp-kv-cache-interleave-size", c.Interleave}} {
+		if f.v > maxPlanTokens {
+			return fmt.Errorf("%s %d is more than %d; use a smaller value", f.name, f.v, maxPlanTokens)
+		}
+	}
+	return nil
 }

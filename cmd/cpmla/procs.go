@@ -88,7 +88,7 @@ func joinProcesses(o deployment, stderr io.Writer) (*multiProcess, error) {
 	default:
 		return nil, fmt.Errorf("--comm %q: use inproc (ranks are goroutines) or mpi (one process per rank under mpirun)", o.comm)
 	}
-	cfg, err := config.Load(o.model)
+	cfg, err := loadConfig(o.model)
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,7 @@ type serveOptions struct {
 	memoryLimit, kvCacheMemory string
 	workspaces                 []string
 	maxQueue                   int
+	http                       server.HTTPLimits
 	comm                       string
 	threadsPerRank             int
 	expertParallel             bool
@@ -76,11 +77,11 @@ func (o *serveOptions) deployment() deployment {
 // values before any weight loads.
 func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
 	eo := o.engine
-	if o.tp < 1 || o.dcp < 1 || o.pcp < 1 {
-		return eo, fmt.Errorf("parallel sizes must be ≥ 1, got --tensor-parallel-size %d --decode-context-parallel-size %d --prefill-context-parallel-size %d", o.tp, o.dcp, o.pcp)
+	if err := checkParallel(o.tp, o.pcp, o.dcp, o.interleave); err != nil {
+		return eo, err
 	}
-	if o.maxQueue < 0 {
-		return eo, fmt.Errorf("--max-queue is %d; use 0 (no waiting beyond --max-num-seqs) or more", o.maxQueue)
+	if o.maxQueue < 0 || o.maxQueue > maxQueue {
+		return eo, fmt.Errorf("--max-queue is %d; use 0 (no waiting beyond --max-num-seqs) up to %d", o.maxQueue, maxQueue)
 	}
 	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
 	eo.RanksPerHost = o.tp * o.pcp
@@ -92,6 +93,85 @@ func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) 
 	// queue must never be the first to refuse.
 	eo.MaxQueue = max(eo.MaxNumSeqs+o.maxQueue, 1)
 	return eo, eo.Validate(cfg)
+}
+
+// maxQueue bounds --max-queue: the requests waiting for a running slot.
+const maxQueue = 1 << 20
+
+// preflight checks every flag and the memory the start-up needs before
+// anything is loaded or bound, and returns the model config and the engine
+// options.
+func (o *serveOptions) preflight() (*config.Model, engine.Options, error) {
+	if err := checkListenAddress(o.host, o.port); err != nil {
+		return nil, engine.Options{}, err
+	}
+	if err := o.checkHTTP(); err != nil {
+		return nil, engine.Options{}, err
+	}
+	cfg, err := loadConfig(o.model)
+	if err != nil {
+		return nil, engine.Options{}, err
+	}
+	eo, err := o.engineOptions(cfg)
+	if err != nil {
+		return nil, eo, err
+	}
+	d := o.deployment()
+	d.blockSize = eo.BlockSize
+	if _, err := d.backendPlan(cfg); err != nil {
+		return nil, eo, err
+	}
+	if err := checkEngineStart(o.model, cfg, eo, d); err != nil {
+		return nil, eo, err
+	}
+	return cfg, eo, nil
+}
+
+// checkHTTP refuses HTTP limits that would disable a bound (a zero or
+// negative timeout) or make no sense; --request-timeout 0 means none.
+func (o *serveOptions) checkHTTP() error {
+	l := o.http
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--http-header-timeout", l.HeaderTimeout}, {"--http-body-timeout", l.BodyTimeout}, {"--http-keep-alive-timeout", l.IdleTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s %v must be positive: without it one client can hold a connection as long as it likes", d.flag, d.v)
+		}
+	}
+	if l.RequestTimeout < 0 {
+		return fmt.Errorf("--request-timeout %v must be ≥ 0 (0: no deadline)", l.RequestTimeout)
+	}
+	if l.MaxHeaderBytes < 1 || l.MaxConnections < 1 {
+		return fmt.Errorf("--http-max-header-bytes %d and --max-connections %d must be at least 1", l.MaxHeaderBytes, l.MaxConnections)
+	}
+	return l.Validate()
+}
+
+// limits are the HTTP limits the server runs with (--request-timeout 0:
+// no deadline).
+func (o *serveOptions) limits() server.HTTPLimits {
+	l := o.http
+	if l.RequestTimeout == 0 {
+		l.RequestTimeout = -1
+	}
+	return l
+}
+
+// checkListenAddress refuses a --host that is neither an IP address nor a
+// name that resolves, and a --port outside 0..65535, before the engine is
+// built.
+func checkListenAddress(host string, port int) error {
+	if port < 0 || port > 65535 {
+		return fmt.Errorf("--port is %d; use 1..65535, or 0 for any free port", port)
+	}
+	if host == "" || net.ParseIP(host) != nil {
+		return nil
+	}
+	if _, err := net.LookupHost(host); err != nil {
+		return fmt.Errorf("--host %q is neither an IP address nor a host name that resolves (%v); use 127.0.0.1, 0.0.0.0 or a name of this host", host, err)
+	}
+	return nil
 }
 
 // startedServer is a running `cpmla serve`.
@@ -122,16 +202,9 @@ func (s *startedServer) close(grace time.Duration) error {
 // startServe builds the engine and the server and starts listening; the
 // memory table goes to stderr.
 func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
-	cfg, err := config.Load(o.model)
+	_, eo, err := o.preflight()
 	if err != nil {
 		return nil, err
-	}
-	eo, err := o.engineOptions(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if o.port < 0 || o.port > 65535 {
-		return nil, fmt.Errorf("--port is %d; use 1..65535, or 0 for any free port", o.port)
 	}
 	if err := chatparse.CheckToolParser(o.toolParser); err != nil {
 		return nil, fmt.Errorf("--tool-call-parser: %w", err)
@@ -155,17 +228,24 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 			return nil, fmt.Errorf("--chat-template: %w", err)
 		}
 	}
+	// Bind before the engine is built, so that a port in use is refused at once.
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w (choose another --port, or 0 for any free one)", net.JoinHostPort(o.host, strconv.Itoa(o.port)), err)
+	}
 	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
 	if err != nil {
+		ln.Close()
 		return nil, err
 	}
 	d := o.deployment()
 	d.blockSize = eo.BlockSize
 	bp, err := d.backendPlan(cfg)
 	if err != nil {
+		ln.Close()
 		return nil, err
 	}
-	s := &startedServer{}
+	s := &startedServer{closers: []func(){func() { ln.Close() }}}
 	fail := func(err error) (*startedServer, error) {
 		for i := len(s.closers) - 1; i >= 0; i-- {
 			s.closers[i]()
@@ -179,7 +259,7 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	} else if o.tp*o.pcp == 1 {
 		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		s.closers = append(s.closers, func() { m.Close() })
 		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
@@ -216,20 +296,16 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 		MaxN:   eo.MaxNumSeqs, MaxLogprobs: o.maxLogprobs, APIKey: apiKey, MetricsPrefix: o.metricsPrefix, Version: version(),
 		CORS:           server.CORS{Origins: o.allowedOrigins, Methods: o.allowedMethods, Headers: o.allowed, Credentials: o.allowCredentials},
 		ToolCallParser: o.toolParser, ReasoningParser: o.reasoningParser, AutoToolChoice: o.autoToolChoice,
+		HTTP: o.limits(),
 	})
 	if err != nil {
 		e.Close()
 		return fail(err)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
-	if err != nil {
-		e.Close()
-		return fail(fmt.Errorf("listen on %s:%d: %w (choose another --port, or 0 for any free one)", o.host, o.port, err))
-	}
-	s.http = &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+	s.http = srv.HTTPServer()
 	s.URL = "http://" + ln.Addr().String()
 	s.name = name
-	go s.http.Serve(ln)
+	go s.http.Serve(server.LimitListener(ln, o.limits().WithDefaults().MaxConnections))
 	return s, nil
 }
 
@@ -269,6 +345,9 @@ func newServeCmd() *cobra.Command {
 			"At most --max-num-seqs + --max-queue requests are in flight; more get 429. Ctrl-C stops it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, _, err := o.preflight(); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runRanks(o.threadsPerRank, o.deployment(), cmd.ErrOrStderr(),
@@ -331,4 +410,10 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.BoolVar(&o.autoToolChoice, "enable-auto-tool-choice", false, "parse tool calls out of chat output for requests with tools (tool_choice auto); needs --tool-call-parser")
 	f.StringVar(&o.toolParser, "tool-call-parser", "", "tool-call format: "+strings.Join(chatparse.ToolParsers(), ", "))
 	f.StringVar(&o.reasoningParser, "reasoning-parser", "", "split reasoning_content out of chat output: "+strings.Join(chatparse.ReasoningParsers(), ", "))
+	f.DurationVar(&o.http.HeaderTimeout, "http-header-timeout", server.DefaultHeaderTimeout, "time a client has to send a request's headers")
+	f.DurationVar(&o.http.BodyTimeout, "http-body-timeout", server.DefaultBodyTimeout, "time a client has to send a request's body after its headers")
+	f.DurationVar(&o.http.IdleTimeout, "http-keep-alive-timeout", server.DefaultIdleTimeout, "an idle keep-alive connection is closed after this long (uvicorn's and vLLM's 5 s)")
+	f.IntVar(&o.http.MaxHeaderBytes, "http-max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers (uvicorn's h11 limit, 16 KiB)")
+	f.IntVar(&o.http.MaxConnections, "max-connections", server.DefaultMaxConnections, "open connections at once; one more is answered 503")
+	f.DurationVar(&o.http.RequestTimeout, "request-timeout", server.DefaultRequestTimeout, "a generation request still running after this long is aborted and answered 504 (0: no deadline)")
 }

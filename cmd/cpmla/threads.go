@@ -30,8 +30,8 @@ func addThreadsFlag(cmd *cobra.Command, dst *int) {
 // the machine.
 func applyThreads(flag, ranks int) error {
 	n := flag
-	if n < 0 {
-		return fmt.Errorf("--threads-per-rank must be ≥ 0 (0 picks cores / local ranks), got %d", n)
+	if n < 0 || n > maxThreadsPerRank {
+		return fmt.Errorf("--threads-per-rank must be in [0, %d] (0 picks cores / local ranks), got %d", maxThreadsPerRank, n)
 	}
 	if n == 0 {
 		n = max(1, runtime.NumCPU()/localRanks(ranks))

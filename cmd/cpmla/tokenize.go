@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -79,9 +80,9 @@ func newTokenizeCmd() *cobra.Command {
 				ids = tk.EncodeWith(prompt, tokenizer.EncodeOptions{ParseSpecial: true})
 			default:
 				if cmd.Flags().Changed("text-file") {
-					data, err := os.ReadFile(textFile)
+					data, err := readBounded(textFile, maxTextFileBytes)
 					if err != nil {
-						return fmt.Errorf("read --text-file: %w", err)
+						return fmt.Errorf("--text-file: %w", err)
 					}
 					text = string(data)
 				}
@@ -136,9 +137,9 @@ type chatFile struct {
 
 func readChatInput(path, kwargs string) (tokenizer.ChatInput, error) {
 	var in tokenizer.ChatInput
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path, maxTextFileBytes)
 	if err != nil {
-		return in, fmt.Errorf("read --messages: %w", err)
+		return in, fmt.Errorf("--messages: %w", err)
 	}
 	var f chatFile
 	trimmed := strings.TrimSpace(string(data))
@@ -235,4 +236,25 @@ func loadTokenizer(flag, model string) (*tokenizer.Tokenizer, error) {
 		return tokenizer.ForCheckpoint(model)
 	}
 	return tokenizer.Default()
+}
+
+// maxTextFileBytes bounds the text `cpmla tokenize --text-file` reads.
+const maxTextFileBytes = 256 << 20
+
+// readBounded reads at most limit bytes of path and refuses a longer file
+// (or an endless one such as /dev/zero) instead of reading it whole.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s holds more than %d bytes; split the text", path, limit)
+	}
+	return data, nil
 }

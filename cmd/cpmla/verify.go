@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,9 +15,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/comm/mpi"
 	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/engine"
+	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/verify"
 )
 
@@ -40,6 +46,9 @@ It exits 0 only when everything agrees.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if c.PromptLens, err = parseLens(lens); err != nil {
+				return err
+			}
+			if err := checkVerify(c, commName == "mpi"); err != nil {
 				return err
 			}
 			if err := applyThreads(threads, c.TP*c.PCP); err != nil {
@@ -138,4 +147,165 @@ func parseLens(s string) ([]int, error) {
 		return nil, fmt.Errorf("--prompt-lens is empty; give at least one length, e.g. 1,7,40")
 	}
 	return out, nil
+}
+
+// checkVerify refuses, before anything loads, flag values verify cannot run
+// with (the same parallel-size rules as every engine command, where
+// verify.Config alone would read 0 as 1) and a run whose ranks, reference
+// runs, oracle and stored logprobs cannot fit in this process's memory,
+// naming a smaller setting that fits. Under MPI this process holds one rank.
+func checkVerify(c verify.Config, mpi bool) error {
+	if err := checkParallel(c.TP, c.PCP, c.DCP, c.Interleave); err != nil {
+		return err
+	}
+	switch {
+	case c.BlockSize < 1 || c.BlockSize > engine.MaxBlockSize:
+		return fmt.Errorf("--block-size %d must be in [1, %d]; 16 is the usual setting", c.BlockSize, engine.MaxBlockSize)
+	case c.DecodeSteps < 0:
+		return fmt.Errorf("--decode-steps must be ≥ 0, got %d", c.DecodeSteps)
+	case c.SpecTokens < 0:
+		return fmt.Errorf("--spec-tokens must be ≥ 0, got %d", c.SpecTokens)
+	case c.PrefillChunk < 0:
+		return fmt.Errorf("--prefill-chunk must be ≥ 0 (0: whole prompts), got %d", c.PrefillChunk)
+	case !(c.Tolerance > 0) || math.IsInf(c.Tolerance, 0):
+		return fmt.Errorf("--tolerance must be a positive number, got %v", c.Tolerance)
+	case c.CollectiveTimeout <= 0:
+		return fmt.Errorf("--collective-timeout must be positive, got %v", c.CollectiveTimeout)
+	}
+	cfg, err := loadConfig(c.Model)
+	if err != nil {
+		return err
+	}
+	if err := checkShardable(cfg, c.TP); err != nil {
+		return err
+	}
+	if _, err := kvcache.ParseKVDType(c.KVDType); err != nil {
+		return err
+	}
+	if _, err := kvcache.ParseIndexerDType(c.IndexerDType); err != nil {
+		return err
+	}
+	maxPos := cfg.MaxPositionEmbeddings
+	if c.SpecTokens >= maxPos || c.DecodeSteps >= maxPos {
+		return fmt.Errorf("--decode-steps %d and --spec-tokens %d must each stay below max_position_embeddings %d", c.DecodeSteps, c.SpecTokens, maxPos)
+	}
+	for _, n := range c.PromptLens {
+		if l := int64(n) + int64(c.DecodeSteps)*int64(1+c.SpecTokens); l > int64(maxPos) {
+			return fmt.Errorf("prompt %d + --decode-steps %d × (1 + --spec-tokens %d) = %d positions exceed max_position_embeddings %d; shorten the prompt or take fewer steps",
+				n, c.DecodeSteps, c.SpecTokens, l, maxPos)
+		}
+	}
+	src, err := sourceOf(c.Model, cfg)
+	if err != nil {
+		return err
+	}
+	need := func(c verify.Config) []namedBytes { return verifyFootprint(cfg, src, c, mpi) }
+	avail, err := availableMemory()
+	if err != nil {
+		return err
+	}
+	fits := func(c verify.Config) bool { return sumBytes(need(c)) <= avail.Bytes }
+	if fits(c) {
+		return nil
+	}
+	var fixes []string
+	if c.PCP > 1 && !mpi {
+		if v, ok := largestBelow(1, c.PCP, func(p int) bool { return fits(withPCP(c, p)) }); ok {
+			w := withPCP(c, v)
+			fixes = append(fixes, fmt.Sprintf("--prefill-context-parallel-size %d --decode-context-parallel-size %d", w.PCP, w.DCP))
+		}
+	}
+	if !c.SkipOracle {
+		if w := c; func() bool { w.SkipOracle = true; return fits(w) }() {
+			fixes = append(fixes, "--skip-oracle")
+		}
+	}
+	longest := slices.Max(c.PromptLens)
+	if v, ok := largestBelow(1, longest, func(n int) bool {
+		w := c
+		w.PromptLens = make([]int, len(c.PromptLens))
+		for i, p := range c.PromptLens {
+			w.PromptLens[i] = min(p, n)
+		}
+		return fits(w)
+	}); ok {
+		fixes = append(fixes, fmt.Sprintf("--prompt-lens entries of at most %d", v))
+	}
+	fix := "fewer ranks in one process (--comm mpi spreads them over processes)"
+	if len(fixes) > 0 {
+		fix = "set " + strings.Join(fixes, ", or ")
+	}
+	parts := need(c)
+	return fmt.Errorf("verify %s needs %s (%s), more than the %s this process may use; %s",
+		c.String(), formatSize(sumBytes(parts)), listBytes(parts), avail, fix)
+}
+
+// withPCP is c with PCP p and its DCP following the PCP axis as before.
+func withPCP(c verify.Config, p int) verify.Config {
+	switch c.DCP {
+	case c.PCP:
+		c.DCP = p
+	case c.TP * c.PCP:
+		c.DCP = c.TP * p
+	}
+	c.PCP = p
+	return c
+}
+
+// verifyFootprint is what a verify run allocates in this process: the weight
+// source, every in-process rank's copies, step buffers and cache (as verify
+// sizes its runners), the single-rank reference, the logprobs both runs
+// keep and the float64 oracle.
+func verifyFootprint(cfg *config.Model, src weightSource, c verify.Config, mpi bool) []namedBytes {
+	var longest, tokens, positions int64
+	for _, n := range c.PromptLens {
+		l := int64(n) + int64(c.DecodeSteps)*int64(1+c.SpecTokens)
+		longest = max(longest, l+1)
+		chunk := int64(n)
+		if c.PrefillChunk > 0 {
+			chunk = min(chunk, int64(c.PrefillChunk))
+		}
+		tokens = addSat(tokens, max(chunk, int64(1+c.SpecTokens)))
+		positions = addSat(positions, l)
+	}
+	B, dcp, I := int64(c.BlockSize), int64(c.DCP), int64(c.Interleave)
+	span := mulSat(dcp, I)
+	local := longest/span*I + min(longest%span, I)
+	blocksPerSeq := (local + B - 1) / B
+	seqs := int64(len(c.PromptLens))
+	clamp := func(v int64) int { return int(min(v, math.MaxInt32)) }
+	ro := model.RunnerOptions{
+		MaxTokens: clamp(tokens), MaxModelLen: clamp(max(mulSat(blocksPerSeq, B, dcp), longest)),
+		MaxLogitRows: clamp(tokens), MaxSeqs: clamp(seqs), BlockSize: int(B),
+		NumBlocks: clamp(mulSat(blocksPerSeq, seqs)), KVDType: kvcache.KVDType(c.KVDType), IndexerDType: kvcache.IndexerDType(c.IndexerDType),
+	}
+	l := comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
+	buf, cache, err := engine.RunnerBytes(cfg, ro, l, c.Interleave)
+	if err != nil {
+		buf = math.MaxInt64
+	}
+	single := ro
+	single.MaxModelLen, single.NumBlocks = clamp(longest), clamp(mulSat((longest+B-1)/B, seqs))
+	singleBuf, singleCache, err := engine.RunnerBytes(cfg, single, comm.Layout{TP: 1, PCP: 1, DCP: 1}, 1)
+	if err != nil {
+		singleBuf = math.MaxInt64
+	}
+	_, copied := rankWeights(cfg, src, deployment{tp: c.TP, pcp: c.PCP, dcp: c.DCP, expertParallel: c.ExpertParallel, quantization: c.Quantization})
+	ranks := int64(l.World())
+	if mpi {
+		ranks = 1
+	}
+	vocab := int64(cfg.VocabSize)
+	parts := []namedBytes{
+		{"weights of --model " + c.Model, src.bytes},
+		{fmt.Sprintf("copies, step buffers and caches of %d rank(s)", ranks), mulSat(ranks, addSat(copied, buf, cache))},
+		{"the single-rank reference", addSat(singleBuf, singleCache)},
+		{"logprobs of both runs", mulSat(2, positions, vocab, 8)},
+	}
+	if !c.SkipOracle {
+		params := plan.TotalParams(plan.ParamGroups(cfg, false))
+		width := int64(2*cfg.HiddenSize+cfg.NumHeads*(2*cfg.QKNopeHeadDim+cfg.QKRopeHeadDim+cfg.VHeadDim)+cfg.KVLoraRank+cfg.QKRopeHeadDim) + vocab
+		parts = append(parts, namedBytes{"the float64 oracle", addSat(mulSat(params, 4), mulSat(longest, width, 8), mulSat(longest, longest, 8))})
+	}
+	return parts
 }
