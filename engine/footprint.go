@@ -106,6 +106,22 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 			)
 		}
 	}
+	if E := i64(cfg.NRoutedExperts); E > 0 {
+		// The MoE block, sized as if its rows were dispatched across PCP
+		// under expert parallelism (the most it holds).
+		K, moe := i64(cfg.NumExpertsPerTok), i64(cfg.MoEIntermediateSize)
+		rows := mulSat(P, T)
+		width := max(moe, i64(cfg.NSharedExperts)*moe/i64(l.TP))
+		parts = append(parts,
+			f(T, E), f(2, T, K), // router logits, routed experts and weights
+			f(2, rows, K), f(rows, D), f(max(rows, T), D), // expert pairs, rows, outputs
+			f(2, max(rows, T), width),                           // expert gate, up
+			mulSat(2, E+1, 4), mulSat(i64(cfg.NumLayers), E, 8), // counts, load
+		)
+		if P > 1 {
+			parts = append(parts, f(4, P, T, K), f(P, T), f(4, P, T, D), f(T, K), f(3, T, D)) // dispatch and combine
+		}
+	}
 	if P > 1 {
 		kvw := dc + dr
 		if cfg.Sparse() {

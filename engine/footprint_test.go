@@ -39,6 +39,10 @@ func TestRunnerBytesBoundsWhatRunnersAllocate(t *testing.T) {
 	}
 	dense := *sparse
 	dense.IndexTopK, dense.IndexNHeads, dense.IndexHeadDim = 0, 0, 0
+	moe, err := config.Load("glm5-moe-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		cfg    *config.Model
 		l      comm.Layout
@@ -51,6 +55,8 @@ func TestRunnerBytesBoundsWhatRunnersAllocate(t *testing.T) {
 		{cfg: sparse, l: comm.Layout{TP: 1, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 4096, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 16, NumBlocks: 300}},
 		{cfg: sparse, l: comm.Layout{TP: 1, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 2048, MaxModelLen: 1024, MaxLogitRows: 64, MaxSeqs: 64, BlockSize: 16, NumBlocks: 100}, kv: kvcache.KVFP8DSMLA, idx: kvcache.IdxFP8},
 		{cfg: &dense, l: comm.Layout{TP: 1, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 256, MaxModelLen: 2048, MaxLogitRows: 8, MaxSeqs: 8, BlockSize: 16, NumBlocks: 200}, kv: kvcache.KVBF16},
+		{cfg: moe, l: comm.Layout{TP: 1, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 16, NumBlocks: 200}},
+		{cfg: moe, l: comm.Layout{TP: 2, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 16, NumBlocks: 200}},
 		{cfg: sparse, l: comm.Layout{TP: 2, PCP: 1, DCP: 2}, I: 1, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 8, NumBlocks: 200}},
 		{cfg: sparse, l: comm.Layout{TP: 1, PCP: 2, DCP: 2}, I: 2, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 8, NumBlocks: 200}},
 		{cfg: sparse, l: comm.Layout{TP: 2, PCP: 2, DCP: 4}, I: 1, ro: model.RunnerOptions{MaxTokens: 256, MaxModelLen: 1024, MaxLogitRows: 8, MaxSeqs: 8, BlockSize: 4, NumBlocks: 200}},
