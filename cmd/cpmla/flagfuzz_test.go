@@ -49,6 +49,7 @@ var baseArgs = map[string][]string{
 	"bench comm":       {"--ranks", "2", "--tokens", "1", "--iterations", "1"},
 	"eval":             {"--model", "MODEL", "--configs", "tp2", "--num-prompts", "1", "--max-tokens", "1", "--min-prompt-len", "2", "--max-prompt-len", "4", "--memory-limit", "256MiB"},
 	"model init":       {"--out", "ck"},
+	"model inspect":    {"--model", "MODEL"},
 	"kernel run":       {"--case", "no-such-case.safetensors", "--out", "out.safetensors"},
 	"kernel check":     {"--case", "no-such-case.safetensors", "--want", "no-such-want.safetensors"},
 	"tokenize":         {"--text", "hello"},
