@@ -13,7 +13,9 @@ import (
 //   - The dense "-mini" presets keep the exact 576/512 MLA kernel shapes and
 //     the 128-wide indexer of the real models at a size that runs on a
 //     laptop; "glm5-shape" has GLM-5's exact attention dimensions for kernel
-//     benchmarks.
+//     benchmarks; "glm5-dense-350m" is a whole dense model of about 356M
+//     parameters with GLM-5's head dimensions (hidden 2048, 4 layers, 16
+//     heads, indexer 32 × 128, top-k 2048), for end-to-end benchmarks.
 //   - The "-moe-mini" presets are faithful tiny checkpoints of the real
 //     architecture: the minis' attention, one dense and two MoE layers with
 //     16 routed experts of width 128 (4 per token, one shared expert), GLM-5's
@@ -23,14 +25,15 @@ import (
 //     width 2048, with as many experts as fit in 8 GiB of fp8 weights, for
 //     benchmarks of MoE decode and prefill.
 var presets = map[string]func() *Model{
-	"glm5-mini":      glm5Mini,
-	"v32-mini":       v32Mini,
-	"glm5-shape":     glm5Shape,
-	"glm5-moe-mini":  glm5MoEMini,
-	"v32-moe-mini":   v32MoEMini,
-	"glm5-moe-shape": glm5MoEShape,
-	"glm-5":          published("glm-5"),
-	"deepseek-v3.2":  published("deepseek-v3.2"),
+	"glm5-mini":       glm5Mini,
+	"v32-mini":        v32Mini,
+	"glm5-shape":      glm5Shape,
+	"glm5-dense-350m": glm5Dense350M,
+	"glm5-moe-mini":   glm5MoEMini,
+	"v32-moe-mini":    v32MoEMini,
+	"glm5-moe-shape":  glm5MoEShape,
+	"glm-5":           published("glm-5"),
+	"deepseek-v3.2":   published("deepseek-v3.2"),
 }
 
 // DefaultPreset is the model every command uses when none is given.
@@ -117,6 +120,25 @@ func glm5Shape() *Model {
 	m.VocabSize = 8192
 	m.IntermediateSize = 1024
 	m.MaxPositionEmbeddings = 202752
+	return m
+}
+
+// glm5Dense350M is a dense model of 356M parameters (bf16: 712 MB) with
+// GLM-5's per-head dimensions, its q_lora_rank and indexer, at hidden size
+// 2048: 16 heads, 4 layers, SwiGLU width 6144, a 16 Ki vocabulary with an
+// untied LM head, top-k 2048, contexts up to 64 Ki.
+func glm5Dense350M() *Model {
+	m := glm5Mini()
+	m.HiddenSize = 2048
+	m.NumLayers = 4
+	m.MoE = denseMoE(4)
+	m.NumHeads = 16
+	m.QLoraRank = 2048
+	m.IndexNHeads = 32
+	m.IndexTopK = 2048
+	m.VocabSize = 16384
+	m.IntermediateSize = 6144
+	m.MaxPositionEmbeddings = 65536
 	return m
 }
 
