@@ -18,7 +18,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, e)
 		return
 	}
+	release, e := s.prepare(r.Context())
+	if e != nil {
+		s.reject(w, e)
+		return
+	}
 	j, e := s.parseChat(&req)
+	release()
 	if e != nil {
 		s.reject(w, e)
 		return
@@ -33,7 +39,13 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, e)
 		return
 	}
+	release, e := s.prepare(r.Context())
+	if e != nil {
+		s.reject(w, e)
+		return
+	}
 	j, e := s.parseCompletion(&req)
+	release()
 	if e != nil {
 		s.reject(w, e)
 		return
@@ -48,6 +60,7 @@ func (s *Server) decodeRequest(w http.ResponseWriter, r *http.Request, v any, se
 	if e != nil {
 		return e
 	}
+	s.afterBigBody(len(body))
 	if f := unknownField(body, served); f != "" {
 		return badRequest(f, "%s is not supported by this server; leave it out (docs/serving.md lists the fields it serves)", f)
 	}

@@ -298,16 +298,21 @@ func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 	}
 	in := tokenizer.ChatInput{Messages: msgs, Tools: req.Tools, Documents: req.Documents,
 		AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, Kwargs: req.ChatTemplateKwargs}
-	ids, err := s.cfg.Tokenizer.EncodeChatInput(in)
+	if e := s.parseSampling(&req.samplingFields, j); e != nil { // truncate_prompt_tokens decides how to tokenize
+		return nil, e
+	}
+	text, err := s.cfg.Tokenizer.RenderChat(in)
 	if err != nil {
 		return nil, badRequest("messages", "render chat template: %v", err)
+	}
+	// The rendering carries its own BOS and control tokens.
+	ids, e := s.encodeText("messages", text, tokenizer.EncodeOptions{ParseSpecial: true}, j.truncate)
+	if e != nil {
+		return nil, e
 	}
 	limit, field := req.MaxTokens, "max_tokens"
 	if req.MaxCompletionTokens != nil {
 		limit, field = req.MaxCompletionTokens, "max_completion_tokens"
-	}
-	if e := s.parseSampling(&req.samplingFields, j); e != nil {
-		return nil, e
 	}
 	pj, e := s.promptJob(ids, "", "messages", field, limit, j)
 	if e != nil {
@@ -449,7 +454,10 @@ func (s *Server) parseCompletion(req *CompletionRequest) (*job, *apiError) {
 			}
 			text = s.cfg.Tokenizer.Decode(ids, false)
 		} else {
-			ids = s.cfg.Tokenizer.EncodeWith(text, tokenizer.EncodeOptions{AddSpecial: addSpecial, ParseSpecial: true})
+			var e *apiError
+			if ids, e = s.encodeText(param, text, tokenizer.EncodeOptions{AddSpecial: addSpecial, ParseSpecial: true}, j.truncate); e != nil {
+				return nil, e
+			}
 		}
 		pj, e := s.promptJob(ids, text, param, "max_tokens", req.MaxTokens, j)
 		if e != nil {

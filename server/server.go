@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"time"
 
@@ -69,6 +70,10 @@ type Config struct {
 	AutoToolChoice                  bool
 	// HTTP bounds what one client may hold (zero fields: the defaults).
 	HTTP HTTPLimits
+	// PromptWorkers bounds the requests whose prompts are rendered and
+	// tokenized at once (--tokenizer-pool-size); 0 means half the cores,
+	// at least one.
+	PromptWorkers int
 }
 
 // maxBodyBytes bounds a request body.
@@ -80,6 +85,7 @@ type Server struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	slots   chan struct{}
+	prompts *promptPool
 	created int64
 }
 
@@ -121,6 +127,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.WriteTimeout = 30 * time.Second
 	}
 	cfg.HTTP = cfg.HTTP.WithDefaults()
+	if cfg.PromptWorkers == 0 {
+		cfg.PromptWorkers = max(1, runtime.NumCPU()/2)
+	}
+	if cfg.PromptWorkers < 0 || cfg.PromptWorkers > 1024 {
+		return nil, fmt.Errorf("server: --tokenizer-pool-size %d must be in [1, 1024]", cfg.PromptWorkers)
+	}
 	if err := cfg.HTTP.Validate(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -132,6 +144,7 @@ func New(cfg Config) (*Server, error) {
 		mux:     http.NewServeMux(),
 		metrics: newMetrics(cfg.MetricsPrefix, cfg.ModelName, cfg.MaxModelLen, cfg.Stats),
 		slots:   make(chan struct{}, cfg.MaxInFlight),
+		prompts: newPromptPool(cfg.PromptWorkers),
 		created: time.Now().Unix(),
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)

@@ -60,6 +60,14 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, e)
 		return
 	}
+	// Tokenized in the prompt pool, and refused once it provably exceeds
+	// --max-model-len, as a generation request's prompt is.
+	release, e := s.prepare(r.Context())
+	if e != nil {
+		s.reject(w, e)
+		return
+	}
+	defer release()
 	var ids []int
 	switch {
 	case req.Prompt != nil && req.Messages != nil:
@@ -67,16 +75,23 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	case req.Prompt != nil:
 		add := req.AddSpecialTokens == nil || *req.AddSpecialTokens
-		ids = s.cfg.Tokenizer.EncodeWith(*req.Prompt, tokenizer.EncodeOptions{AddSpecial: add, ParseSpecial: true})
+		if ids, e = s.encodeText("prompt", *req.Prompt, tokenizer.EncodeOptions{AddSpecial: add, ParseSpecial: true}, 0); e != nil {
+			s.reject(w, e)
+			return
+		}
 	case req.Messages != nil:
 		msgs, e := chatMessages(req.Messages)
 		if e != nil {
 			s.reject(w, e)
 			return
 		}
-		var err error
-		if ids, err = s.cfg.Tokenizer.EncodeChat(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt); err != nil {
+		text, err := s.cfg.Tokenizer.ApplyChatTemplate(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+		if err != nil {
 			s.reject(w, badRequest("messages", "render chat template: %v", err))
+			return
+		}
+		if ids, e = s.encodeText("messages", text, tokenizer.EncodeOptions{ParseSpecial: true}, 0); e != nil {
+			s.reject(w, e)
 			return
 		}
 	default:

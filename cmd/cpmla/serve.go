@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +47,7 @@ type serveOptions struct {
 	workspaces                 []string
 	maxQueue                   int
 	http                       server.HTTPLimits
+	promptWorkers              int
 	comm                       string
 	threadsPerRank             int
 	expertParallel             bool
@@ -141,6 +143,9 @@ func (o *serveOptions) checkHTTP() error {
 	}
 	if l.RequestTimeout < 0 {
 		return fmt.Errorf("--request-timeout %v must be ≥ 0 (0: no deadline)", l.RequestTimeout)
+	}
+	if o.promptWorkers < 1 || o.promptWorkers > 1024 {
+		return fmt.Errorf("--tokenizer-pool-size %d must be in [1, 1024]", o.promptWorkers)
 	}
 	if l.MaxHeaderBytes < 1 || l.MaxConnections < 1 {
 		return fmt.Errorf("--http-max-header-bytes %d and --max-connections %d must be at least 1", l.MaxHeaderBytes, l.MaxConnections)
@@ -296,7 +301,7 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 		MaxN:   eo.MaxNumSeqs, MaxLogprobs: o.maxLogprobs, APIKey: apiKey, MetricsPrefix: o.metricsPrefix, Version: version(),
 		CORS:           server.CORS{Origins: o.allowedOrigins, Methods: o.allowedMethods, Headers: o.allowed, Credentials: o.allowCredentials},
 		ToolCallParser: o.toolParser, ReasoningParser: o.reasoningParser, AutoToolChoice: o.autoToolChoice,
-		HTTP: o.limits(),
+		HTTP: o.limits(), PromptWorkers: o.promptWorkers,
 	})
 	if err != nil {
 		e.Close()
@@ -415,5 +420,6 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.DurationVar(&o.http.IdleTimeout, "http-keep-alive-timeout", server.DefaultIdleTimeout, "an idle keep-alive connection is closed after this long (uvicorn's and vLLM's 5 s)")
 	f.IntVar(&o.http.MaxHeaderBytes, "http-max-header-bytes", server.DefaultMaxHeaderBytes, "largest request line and headers (uvicorn's h11 limit, 16 KiB)")
 	f.IntVar(&o.http.MaxConnections, "max-connections", server.DefaultMaxConnections, "open connections at once; one more is answered 503")
+	f.IntVar(&o.promptWorkers, "tokenizer-pool-size", max(1, runtime.NumCPU()/2), "requests whose prompts are rendered and tokenized at once (the others wait; the engine keeps the other cores)")
 	f.DurationVar(&o.http.RequestTimeout, "request-timeout", server.DefaultRequestTimeout, "a generation request still running after this long is aborted and answered 504 (0: no deadline)")
 }
