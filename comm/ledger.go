@@ -161,7 +161,12 @@ type AbortError struct {
 	// collective Missing[i] had entered on the group (−1: none).
 	Missing []int
 	LastSeq []int64
-	Cause   error
+	// Unfinished, when every member's record had arrived but the data did
+	// not, lists the other members of the group, with one of which (a
+	// transport with per-peer requests knows which) the exchange stalled:
+	// for a group of two, the unreachable rank.
+	Unfinished []int
+	Cause      error
 }
 
 func (e *AbortError) Error() string {
@@ -172,6 +177,14 @@ func (e *AbortError) Error() string {
 		fmt.Fprintf(&b, "collective cancelled (%v)", e.Cause)
 	}
 	fmt.Fprintf(&b, " in group %s seq %d (%s) on rank %d: ", e.Group, e.Record.Seq, e.Record, e.Record.Rank)
+	if len(e.Missing) == 0 && len(e.Unfinished) == 1 {
+		fmt.Fprintf(&b, "every member arrived, but the data exchange with rank %d did not finish (rank %d is unreachable or stopped)", e.Unfinished[0], e.Unfinished[0])
+		return b.String()
+	}
+	if len(e.Missing) == 0 && len(e.Unfinished) > 1 {
+		fmt.Fprintf(&b, "every member arrived, but the data exchange with one or more of ranks %v did not finish", e.Unfinished)
+		return b.String()
+	}
 	if len(e.Missing) == 0 {
 		fmt.Fprintf(&b, "every member arrived as the wait ended")
 		return b.String()

@@ -22,6 +22,12 @@ var ErrOverloaded = errors.New("engine overloaded")
 // ErrClosed is returned by Submit after Close, and ends streams Close aborts.
 var ErrClosed = errors.New("engine closed")
 
+// ErrFailed wraps the executor error that ended the engine: a step that
+// fails leaves the ranks' collectives poisoned (a rank unreachable, a
+// ledger mismatch), so every request still held then fails with it and
+// Submit refuses new ones with it (an HTTP front end answers 503).
+var ErrFailed = errors.New("engine failed")
+
 // Stats are the engine's counters since start-up.
 type Stats struct {
 	Steps, DecodeSteps int64 // DecodeSteps: steps of decode rows only
@@ -120,6 +126,8 @@ type Engine struct {
 	inbox   []*request
 	aborts  []uint64
 	closed  bool
+	failed  error         // the step error that ended the engine
+	failCh  chan struct{} // closed when failed is set
 	stats   Stats
 	wake    chan struct{}
 	done    chan struct{}
@@ -193,6 +201,7 @@ func New(cfg *config.Model, weightBytes int64, newExec ExecutorFactory, opt Opti
 	}
 	e.wake = make(chan struct{}, 1)
 	e.done = make(chan struct{})
+	e.failCh = make(chan struct{})
 	e.live = make(map[uint64]*sequence, opt.MaxNumSeqs)
 	e.reqs = make(map[uint64]*request, opt.MaxNumSeqs)
 	e.scratch = sampler.NewScratch(cfg.VocabSize)
@@ -235,6 +244,9 @@ func (e *Engine) Stats() Stats {
 // A prompt longer than --max-model-len is refused naming both numbers; a full
 // queue is refused with an error wrapping ErrOverloaded.
 func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) {
+	if err := e.Err(); err != nil {
+		return nil, err
+	}
 	if err := e.validate(&req); err != nil {
 		return nil, err
 	}
@@ -472,10 +484,17 @@ func (e *Engine) loop() {
 			}
 			return
 		}
+		if err := e.Err(); err != nil {
+			// A request that slipped in as the engine failed ends at once.
+			e.failAll(err)
+			e.publish(&StepPlan{}, false, 0)
+			<-e.wake
+			continue
+		}
 		p := e.sched.Schedule()
 		if len(p.Entries) == 0 {
 			e.publish(p, false, 0)
-			<-e.wake
+			e.idle()
 			continue
 		}
 		e.pending.Add(-int64(len(p.Admitted)))
@@ -500,7 +519,10 @@ func (e *Engine) step(p *StepPlan) {
 		runtime.ReadMemStats(&before)
 	}
 	if err := e.exec.Forward(&p.Batch); err != nil {
-		e.fail(p, fmt.Errorf("step of %d tokens, %d sequences: %w", p.NumTokens, len(p.Entries), err))
+		err = fmt.Errorf("%w: step of %d tokens, %d sequences: %w", ErrFailed, p.NumTokens, len(p.Entries), err)
+		e.fail(p, err)
+		e.setFailed(err)
+		e.failAll(err)
 		return
 	}
 	row, nf := 0, 0
@@ -651,6 +673,64 @@ func (e *Engine) fail(p *StepPlan, err error) {
 	e.stats.Aborted += int64(n)
 	e.mu.Unlock()
 }
+
+// breakable is implemented by executors that can learn, while no step
+// runs, that their ranks are gone (the multi-process executor's heartbeat).
+type breakable interface {
+	Broken() <-chan struct{}
+	BrokenErr() error
+}
+
+// setFailed records the error that ended the engine, once.
+func (e *Engine) setFailed(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failed == nil {
+		e.failed = err
+		close(e.failCh)
+	}
+}
+
+// idle waits for work, or for the executor to break while there is none.
+func (e *Engine) idle() {
+	var broken <-chan struct{}
+	if b, ok := e.exec.(breakable); ok && e.Err() == nil {
+		broken = b.Broken()
+	}
+	select {
+	case <-e.wake:
+	case <-broken:
+		e.setFailed(fmt.Errorf("%w: %w", ErrFailed, e.exec.(breakable).BrokenErr()))
+	}
+}
+
+// failAll ends every request the engine still holds, queued or running,
+// with err.
+func (e *Engine) failAll(err error) {
+	n := 0
+	for id, r := range e.reqs {
+		if e.sched.Queued(id) {
+			e.pending.Add(-1)
+		}
+		n++
+		e.endRequest(r, Event{Finish: FinishAbort, Err: err})
+	}
+	e.mu.Lock()
+	e.stats.Aborted += int64(n)
+	e.mu.Unlock()
+}
+
+// Err is the error that ended the engine (wrapping ErrFailed and the step's
+// executor error, which names the rank that failed or did not arrive), or
+// nil while it serves.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failed
+}
+
+// Failed is closed when the engine fails (Err is then set).
+func (e *Engine) Failed() <-chan struct{} { return e.failCh }
 
 // CollectiveTimer is implemented by executors whose ranks run collectives.
 type CollectiveTimer interface {

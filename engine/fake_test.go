@@ -28,6 +28,8 @@ type fakeExec struct {
 	// While hold is set, every Forward waits for a value on gate.
 	hold atomic.Bool
 	gate chan struct{}
+	// failWith, when set, is the error every Forward returns (a rank lost).
+	failWith atomic.Pointer[error]
 }
 
 func newFakeExec(opt model.RunnerOptions, layout kvcache.Layout, vocab int) *fakeExec {
@@ -68,6 +70,9 @@ func fakeNext(seq []int32, vocab int) int32 {
 func (f *fakeExec) Forward(b *model.Batch) error {
 	if f.hold.Load() {
 		<-f.gate
+	}
+	if err := f.failWith.Load(); err != nil {
+		return *err
 	}
 	T := 0
 	for _, s := range b.Seqs {

@@ -49,6 +49,12 @@ type Procs struct {
 	p      Parallel
 	ctx    context.Context
 
+	// broken is closed, and brokenErr set, when a heartbeat fails: the
+	// world is unusable although no step has run into it yet.
+	brokenOnce sync.Once
+	broken     chan struct{}
+	brokenErr  error
+
 	mu      sync.Mutex // serializes rank 0's broadcasts (steps and heartbeats)
 	header  []int32
 	payload []int32
@@ -73,7 +79,7 @@ func NewProcs(ctx context.Context, cfg *config.Model, src model.TensorSource, wo
 	if err != nil {
 		return nil, 0, err
 	}
-	pr := &Procs{cfg: cfg, model: m, world: world, groups: gs, p: p, ctx: ctx, header: make([]int32, headerLen)}
+	pr := &Procs{cfg: cfg, model: m, world: world, groups: gs, p: p, ctx: ctx, header: make([]int32, headerLen), broken: make(chan struct{})}
 	// The most loaded rank's weights (every rank of a layout holds the same sizes).
 	w := []float64{float64(WeightBytes(m))}
 	all := make([]float64, world.Size())
@@ -265,6 +271,20 @@ func (pr *Procs) decode(nseq, ncopies int) error {
 // rank 0's shard of it.
 type procExecutor struct{ pr *Procs }
 
+// Broken is closed when rank 0's heartbeat found the world unusable;
+// BrokenErr then says why (the engine fails on it while idle).
+func (x *procExecutor) Broken() <-chan struct{} { return x.pr.broken }
+
+// BrokenErr is the heartbeat's error once Broken is closed.
+func (x *procExecutor) BrokenErr() error {
+	select {
+	case <-x.pr.broken:
+		return x.pr.brokenErr
+	default:
+		return nil
+	}
+}
+
 func (x *procExecutor) Forward(b *model.Batch) error {
 	pr := x.pr
 	pr.mu.Lock()
@@ -322,6 +342,10 @@ func (pr *Procs) Heartbeat(interval time.Duration) (stop func()) {
 				err := comm.Broadcast(pr.ctx, pr.world, pr.header, 0)
 				pr.mu.Unlock()
 				if err != nil {
+					pr.brokenOnce.Do(func() {
+						pr.brokenErr = fmt.Errorf("heartbeat to the other ranks: %w", err)
+						close(pr.broken)
+					})
 					return
 				}
 			}

@@ -135,7 +135,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job, arriva
 					msg: fmt.Sprintf("the engine's queue is full (%v); retry later or start the server with a larger --max-queue", err)})
 				return
 			}
-			writeError(w, &apiError{status: http.StatusServiceUnavailable, typ: "server_error",
+			code := ""
+			if errors.Is(err, engine.ErrFailed) {
+				code = "engine_failed"
+			}
+			writeError(w, &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: code,
 				msg: fmt.Sprintf("the engine did not accept the request: %v", err)})
 			return
 		}

@@ -219,7 +219,19 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	}}})
 }
 
+// failer is implemented by an engine that can fail as a whole
+// (engine.Engine after a failed step).
+type failer interface{ Err() error }
+
+// handleHealth answers 200 while the engine serves and 503 with its error
+// once it has failed, so a load balancer stops sending requests.
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	if f, ok := s.cfg.Engine.(failer); ok {
+		if err := f.Err(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "failed", "error": err.Error()})
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 

@@ -30,6 +30,7 @@ type throughputOptions struct {
 	backend, dcpComm             string
 	comm                         string
 	threadsPerRank               int
+	collectiveTimeout            time.Duration
 	procs                        *engine.Procs // set on world rank 0 of an MPI run
 	procWeights                  int64
 	numPrompts, inputLen, outLen int
@@ -48,7 +49,7 @@ type throughputOptions struct {
 func (o *throughputOptions) deployment() deployment {
 	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
 		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize,
-		expertParallel: o.expertParallel, quantization: o.quantization}
+		expertParallel: o.expertParallel, quantization: o.quantization, collectiveTimeout: o.collectiveTimeout}
 }
 
 // throughputResult is what `bench throughput --json` prints.
@@ -80,6 +81,9 @@ type throughputResult struct {
 func (o *throughputOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
 	eo := o.engine
 	if err := checkParallel(o.tp, o.pcp, o.dcp, o.interleave); err != nil {
+		return eo, err
+	}
+	if err := checkCollectiveTimeout(o.collectiveTimeout); err != nil {
 		return eo, err
 	}
 	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
@@ -326,6 +330,7 @@ func newBenchThroughputCmd() *cobra.Command {
 	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
 	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
 	addThreadsFlag(cmd, &o.threadsPerRank)
+	addCollectiveTimeoutFlag(f, &o.collectiveTimeout)
 	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; build with -tags mpi)")
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")

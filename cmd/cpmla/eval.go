@@ -123,7 +123,7 @@ It exits non-zero if any configuration agrees less than --min-agreement.`,
 			}
 			client := &http.Client{Timeout: 10 * time.Minute}
 			run := func(c evalConfig) ([]eval.Completion, error) {
-				o := serveOptions{host: "127.0.0.1", port: 0, model: modelArg, weightSeed: weightSeed, http: server.HTTPLimits{}.WithDefaults(), promptWorkers: 1,
+				o := serveOptions{host: "127.0.0.1", port: 0, model: modelArg, weightSeed: weightSeed, http: server.HTTPLimits{}.WithDefaults(), promptWorkers: 1, collectiveTimeout: defaultCollectiveTimeout,
 					tp: c.tp, pcp: c.pcp, dcp: c.dcp, interleave: c.interleave, backend: "auto", dcpComm: c.comm,
 					kvDType: kvDType, idxDType: "f32", memoryLimit: memoryLimit, maxQueue: numPrompts}
 				o.engine.MaxModelLen = maxLen + maxTokens + 16

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -38,6 +39,26 @@ type deployment struct {
 	blockSize                 int // 0: engine.DefaultBlockSize in joinProcesses
 	expertParallel            bool
 	quantization              string
+	// collectiveTimeout bounds every collective across processes (0: the
+	// default): a rank that does not arrive within it fails the job.
+	collectiveTimeout time.Duration
+}
+
+// defaultCollectiveTimeout is --collective-timeout's default.
+const defaultCollectiveTimeout = 30 * time.Second
+
+// addCollectiveTimeoutFlag adds --collective-timeout, the deadline of every
+// collective under --comm mpi.
+func addCollectiveTimeoutFlag(f *pflag.FlagSet, dst *time.Duration) {
+	f.DurationVar(dst, "collective-timeout", defaultCollectiveTimeout, "deadline of every collective across processes (--comm mpi): a rank that does not arrive within it ends the job, naming the rank")
+}
+
+// checkCollectiveTimeout bounds --collective-timeout.
+func checkCollectiveTimeout(d time.Duration) error {
+	if d <= 0 || d > 24*time.Hour {
+		return fmt.Errorf("--collective-timeout %v must be in (0, 24h]; 30s is the usual setting", d)
+	}
+	return nil
 }
 
 // loadModel resolves --model (a preset's random weights or a checkpoint
@@ -103,7 +124,10 @@ func joinProcesses(o deployment, stderr io.Writer) (*multiProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	const timeout = 30 * time.Second
+	timeout := o.collectiveTimeout
+	if timeout <= 0 {
+		timeout = defaultCollectiveTimeout
+	}
 	proc, err := mpi.Init(mpi.Options{Timeout: timeout, AbortGrace: 2 * time.Second})
 	if err != nil {
 		return nil, err
@@ -152,7 +176,14 @@ func runRanks(threadsPerRank int, d deployment, stderr io.Writer, lead func(proc
 // Signals are left to the leader: it ends the job by broadcasting shutdown.
 func (mp *multiProcess) follow() error {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
-	return mp.procs.Follow()
+	err := mp.procs.Follow()
+	if err != nil {
+		// Leave the leader its grace to answer 503 and end the job itself
+		// before this process's exit makes mpirun end it.
+		fmt.Fprintf(os.Stderr, "cpmla: rank %d: %v\n", mp.proc.World().Rank(), err)
+		time.Sleep(engineFailureGrace)
+	}
+	return err
 }
 
 // end finishes this process's part: the leader stops its heartbeat and

@@ -50,6 +50,7 @@ type serveOptions struct {
 	promptWorkers              int
 	comm                       string
 	threadsPerRank             int
+	collectiveTimeout          time.Duration
 	expertParallel             bool
 	quantization               string
 
@@ -72,7 +73,7 @@ type serveOptions struct {
 func (o *serveOptions) deployment() deployment {
 	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
 		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize,
-		expertParallel: o.expertParallel, quantization: o.quantization}
+		expertParallel: o.expertParallel, quantization: o.quantization, collectiveTimeout: o.collectiveTimeout}
 }
 
 // engineOptions turns the flags into engine options, refusing impossible
@@ -80,6 +81,9 @@ func (o *serveOptions) deployment() deployment {
 func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
 	eo := o.engine
 	if err := checkParallel(o.tp, o.pcp, o.dcp, o.interleave); err != nil {
+		return eo, err
+	}
+	if err := checkCollectiveTimeout(o.collectiveTimeout); err != nil {
 		return eo, err
 	}
 	if o.maxQueue < 0 || o.maxQueue > maxQueue {
@@ -96,6 +100,11 @@ func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) 
 	eo.MaxQueue = max(eo.MaxNumSeqs+o.maxQueue, 1)
 	return eo, eo.Validate(cfg)
 }
+
+// engineFailureGrace is how long serve answers 503 after its engine failed
+// (and a follower rank lingers after its collectives failed) before the
+// process ends.
+const engineFailureGrace = 5 * time.Second
 
 // maxQueue bounds --max-queue: the requests waiting for a running slot.
 const maxQueue = 1 << 20
@@ -363,9 +372,20 @@ func newServeCmd() *cobra.Command {
 						return err
 					}
 					fmt.Fprintln(cmd.OutOrStdout(), startupLine(s, o.model))
-					<-ctx.Done()
-					fmt.Fprintln(cmd.ErrOrStderr(), "cpmla serve: shutting down")
-					return s.close(10 * time.Second)
+					select {
+					case <-ctx.Done():
+						fmt.Fprintln(cmd.ErrOrStderr(), "cpmla serve: shutting down")
+						return s.close(10 * time.Second)
+					case <-s.engine.Failed():
+						// New requests get 503 and /health 503 for a while, so
+						// that clients and load balancers see why; then the
+						// process (and under MPI the job) ends with the error.
+						err := s.engine.Err()
+						fmt.Fprintf(cmd.ErrOrStderr(), "cpmla serve: %v; answering 503 for %v, then stopping\n", err, engineFailureGrace)
+						time.Sleep(engineFailureGrace)
+						s.close(time.Second)
+						return err
+					}
 				})
 		},
 	}
@@ -379,6 +399,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.host, "host", "127.0.0.1", "address to listen on")
 	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; rank 0 serves; build with -tags mpi)")
+	addCollectiveTimeoutFlag(f, &o.collectiveTimeout)
 	f.IntVar(&o.port, "port", 8000, "port to listen on (0: any free port)")
 	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
 	f.StringVar(&o.servedName, "served-model-name", "", "model id clients use (default: --model)")

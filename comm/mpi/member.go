@@ -357,6 +357,14 @@ func (t *collective) abort(cause error, ledger bool) bool {
 				e.LastSeq = append(e.LastSeq, m.lastSeq[j])
 			}
 		}
+	} else {
+		// The data moves in one MPI collective: which peer stalled it is
+		// not known, only that it is one of the others.
+		for j, r := range m.ranks {
+			if j != m.rank {
+				e.Unfinished = append(e.Unfinished, r)
+			}
+		}
 	}
 	return t.failPending(e)
 }
