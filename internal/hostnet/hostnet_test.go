@@ -63,4 +63,3 @@ func TestHostsAndCut(t *testing.T) {
 		nw.Kill(0)
 	}
 }
-
