@@ -18,6 +18,9 @@ type Seq struct {
 	BlockTable []int32 // cache blocks of the request, in order (the same on every rank)
 	// LogitsAll asks for logits after every new token instead of only the last.
 	LogitsAll bool
+	// Hidden is set on draft steps only (Runner.Draft): for each token, the
+	// row of the hidden bank read as the token's previous hidden state.
+	Hidden []int32
 }
 
 // Batch is the work of one step. Under TP/DCP/PCP every rank runs the same
@@ -61,6 +64,9 @@ type RunnerOptions struct {
 	NumBlocks    int
 	KVDType      kvcache.KVDType
 	IndexerDType kvcache.IndexerDType
+	// MTP allocates the cache layers and buffers of the model's MTP layers,
+	// so that Draft can run them (speculative decoding).
+	MTP bool
 	// Parallel is nil for a single rank.
 	Parallel *Parallel
 }
@@ -95,6 +101,9 @@ type Runner struct {
 	h, x, u, red []float32
 	gate, up     []float32 // dense MLP
 	hAll, hRest  []float32 // PCP gather of the final hidden states
+	mtp          *mtpBlock // nil without RunnerOptions.MTP
+	banks        [2][]float32
+	bankRows     [2]int // logit rows of the step that last wrote each bank
 	logits       []float32
 	logitRow     []int32 // batch rows whose logits are computed
 	buffers      bufferList
@@ -176,7 +185,14 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	if cfg.Sparse() {
 		indexDim = cfg.IndexHeadDim
 	}
-	cache, err := kvcache.NewCache(cfg.NumLayers, opt.NumBlocks, opt.BlockSize, opt.KVDType, opt.IndexerDType, indexDim)
+	layers := cfg.NumLayers
+	if opt.MTP {
+		if cfg.NumNextNPredict == 0 {
+			return nil, fmt.Errorf("speculative decoding with the MTP layer needs num_nextn_predict_layers ≥ 1, but %q has none", cfg.Name)
+		}
+		layers += cfg.NumNextNPredict // the MTP layers' caches follow the decoder layers'
+	}
+	cache, err := kvcache.NewCache(layers, opt.NumBlocks, opt.BlockSize, opt.KVDType, opt.IndexerDType, indexDim)
 	if err != nil {
 		return nil, fmt.Errorf("allocate KV cache: %w", err)
 	}
@@ -225,6 +241,11 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	}
 	r.moe = newMoEBlock(m, r.steps, opt, &r.RouteTrace, &r.reads, &r.buffers)
 	r.logits = f("logits", opt.MaxLogitRows*cfg.VocabSize)
+	r.banks[TargetBank] = f("hidden bank", opt.MaxLogitRows*D)
+	if opt.MTP {
+		r.banks[DraftBank] = f("draft hidden bank", opt.MaxLogitRows*D)
+		r.mtp = &mtpBlock{glue: f("mtp glue", T*2*D)}
+	}
 	if P := r.steps.pcp(); P > 1 {
 		r.hAll, r.hRest = f("pcp hidden gather", P*T*D), f("pcp hidden restore", T*D)
 	}
@@ -250,8 +271,22 @@ func (r *Runner) NumLogitRows() int { return len(r.logitRow) }
 
 // Forward runs one step: it writes the step's KV into the cache (each rank
 // the positions it owns), runs every layer, and computes logits for the last
-// token of each sequence (or every token where LogitsAll is set).
+// token of each sequence (or every token where LogitsAll is set). The
+// final-normed hidden state of every logit row is kept in the target hidden
+// bank (its logit row index), where a draft step may read it.
 func (r *Runner) Forward(b *Batch) error {
+	for _, q := range b.Seqs {
+		if q.Hidden != nil {
+			return fmt.Errorf("a target step's sequences carry no hidden rows (Seq.Hidden is for Runner.Draft)")
+		}
+	}
+	return r.run(b, nil)
+}
+
+// run is one step of the target model (mtp nil) or of one MTP layer: the
+// copies, the step tables, the input rows, the layers, the PCP gather of the
+// final hidden states, the final norm into a hidden bank and the head.
+func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 	cfg, m, s := r.M.Cfg, r.M, r.steps
 	r.logitRow = r.logitRow[:0]
 	r.reads.bytes = 0
@@ -265,19 +300,30 @@ func (r *Runner) Forward(b *Batch) error {
 		return err
 	}
 	D := cfg.HiddenSize
-	for i := 0; i < s.nLocal; i++ {
-		h := r.h[i*D : (i+1)*D]
-		if br := s.lrow[i]; br >= 0 {
-			m.Embed.Row(int(s.rowTok[br]), h)
-			r.reads.bytes += matrixBytes(m.Embed) / int64(m.Embed.Rows)
-		} else {
-			clear(h)
+	norm, head, bank := m.Norm, m.LMHead, TargetBank
+	if mtp == nil {
+		for i := 0; i < s.nLocal; i++ {
+			h := r.h[i*D : (i+1)*D]
+			if br := s.lrow[i]; br >= 0 {
+				m.Embed.Row(int(s.rowTok[br]), h)
+				r.reads.bytes += matrixBytes(m.Embed) / int64(m.Embed.Rows)
+			} else {
+				clear(h)
+			}
 		}
-	}
-	for li := range m.Layers {
-		if err := r.layer(li, &m.Layers[li], r.Cache.Layer(li)); err != nil {
-			return fmt.Errorf("layer %d: %w", li, err)
+		for li := range m.Layers {
+			if err := r.layer(li, &m.Layers[li], r.Cache.Layer(li)); err != nil {
+				return fmt.Errorf("layer %d: %w", li, err)
+			}
 		}
+	} else {
+		t := &m.MTP[mtp.k]
+		r.mtpInput(b, t, mtp.from)
+		li := cfg.NumLayers + mtp.k
+		if err := r.layer(li, &t.Block, r.Cache.Layer(li)); err != nil {
+			return fmt.Errorf("mtp layer %d: %w", li, err)
+		}
+		norm, head, bank = t.HeadNorm, t.Head, DraftBank
 	}
 	hid := r.h
 	if s.part != nil {
@@ -290,13 +336,15 @@ func (r *Runner) Forward(b *Batch) error {
 		}
 		hid = r.hRest
 	}
-	// The LM head runs once over every logit row (a row's logits do not
-	// depend on how many rows share the product).
+	// The head runs once over every logit row (a row's logits do not depend
+	// on how many rows share the product).
 	n := len(r.logitRow)
+	normed := r.banks[bank][:n*D]
 	for i, lr := range r.logitRow {
-		kernels.RMSNorm(r.x[i*D:(i+1)*D], hid[int(lr)*D:(int(lr)+1)*D], m.Norm, float32(cfg.RMSNormEps))
+		kernels.RMSNorm(normed[i*D:(i+1)*D], hid[int(lr)*D:(int(lr)+1)*D], norm, float32(cfg.RMSNormEps))
 	}
-	r.reads.mul(r.logits[:n*cfg.VocabSize], r.x[:n*D], n, m.LMHead)
+	r.bankRows[bank] = n
+	r.reads.mul(r.logits[:n*cfg.VocabSize], normed, n, head)
 	return nil
 }
 

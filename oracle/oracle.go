@@ -124,8 +124,19 @@ func TensorShapes(cfg *config.Model) map[string][]int {
 	if !cfg.TieWordEmbeddings {
 		out[headTensorName] = []int{cfg.VocabSize, d}
 	}
-	for i := range cfg.NumLayers {
+	for i := range cfg.NumLayers + cfg.NumNextNPredict {
 		p := fmt.Sprintf("%s%d.", tensorPrefix, i)
+		if i >= cfg.NumLayers {
+			// MTP glue: enorm, hnorm, eh_proj, the shared head (its own head
+			// only where the checkpoint stores one: not GLM-5).
+			out[p+"enorm.weight"] = []int{d}
+			out[p+"hnorm.weight"] = []int{d}
+			out[p+"eh_proj.weight"] = []int{d, 2 * d}
+			out[p+"shared_head.norm.weight"] = []int{d}
+			if cfg.MTPOwnHead() {
+				out[p+"shared_head.head.weight"] = []int{cfg.VocabSize, d}
+			}
+		}
 		out[p+"input_layernorm.weight"] = []int{d}
 		if cfg.QLoraRank > 0 {
 			out[p+"self_attn.q_a_proj.weight"] = []int{cfg.QLoraRank, d}
@@ -147,7 +158,7 @@ func TensorShapes(cfg *config.Model) map[string][]int {
 			out[p+"self_attn.indexer.weights_proj.weight"] = []int{hi, d}
 		}
 		out[p+"post_attention_layernorm.weight"] = []int{d}
-		if cfg.DenseLayer(i) {
+		if !layerRouted(cfg, i) {
 			addMLPShapes(out, p+"mlp.", cfg.IntermediateSize, d)
 			continue
 		}
@@ -162,6 +173,16 @@ func TensorShapes(cfg *config.Model) map[string][]int {
 		}
 	}
 	return out
+}
+
+// layerRouted reports whether layer i (an MTP layer for i ≥
+// num_hidden_layers: a MoE layer whenever the model routes) has routed
+// experts.
+func layerRouted(cfg *config.Model, i int) bool {
+	if i >= cfg.NumLayers {
+		return cfg.HasRouted(cfg.NumLayers)
+	}
+	return cfg.Routed(i)
 }
 
 func addMLPShapes(out map[string][]int, p string, w, d int) {
@@ -200,7 +221,8 @@ type Model struct {
 	embed  []float32
 	norm   []float32
 	head   []float32
-	layers []layerWeights
+	layers []layerWeights // the decoder layers, then the MTP layers' blocks
+	mtp    []mtpWeights
 	rope   ropeTable
 
 	stored   StoredValues
@@ -233,7 +255,7 @@ func New(cfg *config.Model, w WeightSource, opt Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oracle: %w", err)
 	}
-	m := &Model{cfg: *cfg, opt: opt, layers: make([]layerWeights, cfg.NumLayers), rope: newRopeTable(cfg)}
+	m := &Model{cfg: *cfg, opt: opt, layers: make([]layerWeights, cfg.NumLayers+cfg.NumNextNPredict), rope: newRopeTable(cfg)}
 
 	shapes := TensorShapes(cfg)
 	names := make([]string, 0, len(shapes))
@@ -293,7 +315,15 @@ func New(cfg *config.Model, w WeightSource, opt Options) (*Model, error) {
 		mlp := func(p string, w int) *mlpWeights {
 			return &mlpWeights{gate: got[p+"gate_proj.weight"], up: got[p+"up_proj.weight"], down: got[p+"down_proj.weight"], width: w}
 		}
-		if cfg.DenseLayer(i) {
+		if i >= cfg.NumLayers {
+			head := m.head
+			if cfg.MTPOwnHead() {
+				head = got[p+"shared_head.head.weight"]
+			}
+			m.mtp = append(m.mtp, mtpWeights{enorm: got[p+"enorm.weight"], hnorm: got[p+"hnorm.weight"],
+				eh: got[p+"eh_proj.weight"], headNorm: got[p+"shared_head.norm.weight"], head: head})
+		}
+		if !layerRouted(cfg, i) {
 			m.layers[i].dense = mlp(p+"mlp.", cfg.IntermediateSize)
 			continue
 		}

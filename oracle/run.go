@@ -78,48 +78,10 @@ func (m *Model) RunWith(tokens []int, ro RunOptions) (*Result, error) {
 			h[t][i] = float64(v)
 		}
 	}
-	res := &Result{LogProbs: make([][]float64, n)}
-	if cfg.HasRouted(cfg.NumLayers) {
-		res.Experts = make([][][]int32, cfg.NumLayers)
-		res.RouteMargin = make([][]float64, cfg.NumLayers)
-		res.RouteScale = make([][]float64, cfg.NumLayers)
-	}
-	m.rounding = RoundingReport{}
-	if cfg.Sparse() {
-		res.TopK = make([][][]int32, cfg.NumLayers)
-		res.Margin = make([][]float64, cfg.NumLayers)
-		res.KthScore = make([][]float64, cfg.NumLayers)
-	}
-	xs := make([][]float64, n)
-	for t := range xs {
-		xs[t] = make([]float64, d)
-	}
-	for l := range m.layers {
-		lw := &m.layers[l]
-		for t := range n {
-			rmsNorm(xs[t], h[t], lw.inputNorm, cfg.RMSNormEps)
-		}
-		st := m.attentionInputs(l, xs, 0)
-		if cfg.Sparse() {
-			is, err := m.indexerSelect(l, xs, st.cq, 0)
-			if err != nil {
-				return nil, fmt.Errorf("oracle: %w", err)
-			}
-			st.sel = is.sel
-			res.TopK[l], res.Margin[l], res.KthScore[l] = is.sel, is.margin, is.kthScore
-		} else {
-			st.sel = causalSets(n)
-		}
-		u := m.attendMHA(l, st)
-		for t := range n {
-			for i, v := range u[t] {
-				h[t][i] += v
-			}
-		}
-		if lw.moe != nil {
-			m.moe(l, h, res)
-		} else {
-			m.mlp(l, h)
+	res := m.newResult(n)
+	for l := range cfg.NumLayers {
+		if err := m.layer(l, h, res); err != nil {
+			return nil, err
 		}
 	}
 	m.logProbs(h, ro.LogitsFrom, res.LogProbs)
@@ -132,6 +94,63 @@ func (m *Model) RunWith(tokens []int, ro RunOptions) (*Result, error) {
 	}
 	res.Rounding = m.rounding
 	return res, nil
+}
+
+// newResult sizes a Result for n tokens: per-layer entries for every
+// decoder and MTP layer.
+func (m *Model) newResult(n int) *Result {
+	cfg := &m.cfg
+	layers := len(m.layers)
+	res := &Result{LogProbs: make([][]float64, n)}
+	m.rounding = RoundingReport{}
+	if cfg.HasRouted(cfg.NumLayers) {
+		res.Experts = make([][][]int32, layers)
+		res.RouteMargin = make([][]float64, layers)
+		res.RouteScale = make([][]float64, layers)
+	}
+	if cfg.Sparse() {
+		res.TopK = make([][][]int32, layers)
+		res.Margin = make([][]float64, layers)
+		res.KthScore = make([][]float64, layers)
+	}
+	return res
+}
+
+// layer runs decoder layer l (an MTP layer's block for l ≥ num_hidden_layers)
+// over the residual streams h of the whole sequence, in place, recording
+// its selections and routes in res.
+func (m *Model) layer(l int, h [][]float64, res *Result) error {
+	cfg := &m.cfg
+	lw := &m.layers[l]
+	n := len(h)
+	xs := make([][]float64, n)
+	for t := range n {
+		xs[t] = make([]float64, cfg.HiddenSize)
+		rmsNorm(xs[t], h[t], lw.inputNorm, cfg.RMSNormEps)
+	}
+	st := m.attentionInputs(l, xs, 0)
+	if cfg.Sparse() {
+		is, err := m.indexerSelect(l, xs, st.cq, 0)
+		if err != nil {
+			return fmt.Errorf("oracle: %w", err)
+		}
+		st.sel = is.sel
+		res.TopK[l], res.Margin[l], res.KthScore[l] = is.sel, is.margin, is.kthScore
+	} else {
+		st.sel = causalSets(n)
+	}
+	u := m.attendMHA(l, st)
+	for t := range n {
+		for i, v := range u[t] {
+			h[t][i] += v
+		}
+	}
+	if lw.moe != nil {
+		m.moe(l, h, res)
+	} else {
+		m.mlp(l, h)
+	}
+	return nil
 }
 
 // causalSets is S_t = {0, …, t} for every t < n.
