@@ -7,7 +7,7 @@ import (
 )
 
 // HiddenBank names one of a runner's banks of final-normed hidden states,
-// one row per logit row of the step that wrote it.
+// one row per batch row of the step that wrote it.
 type HiddenBank int
 
 const (
@@ -38,7 +38,8 @@ type mtpStep struct {
 // run on another layout — and combined over DCP by the same LSE merge.
 //
 // Token j of sequence q at position Start+j is the token after that
-// position; its previous hidden state is row q.Hidden[j] of bank from. The
+// position; its previous hidden state is that of batch row q.Hidden[j] of
+// the step that wrote bank from (its rows are the step's batch rows). The
 // layer computes
 //
 //	h = eh_proj([enorm(embed(token)) | hnorm(previous hidden)])
@@ -71,7 +72,7 @@ func (r *Runner) Draft(k int, b *Batch, from HiddenBank) error {
 		}
 		for j, h := range q.Hidden {
 			if h < 0 || int(h) >= r.bankRows[from] {
-				return fmt.Errorf("draft sequence %d token %d reads hidden row %d, but the bank holds the %d logit rows of the step that wrote it", si, j, h, r.bankRows[from])
+				return fmt.Errorf("draft sequence %d token %d reads hidden row %d, but the bank holds the %d batch rows of the step that wrote it", si, j, h, r.bankRows[from])
 			}
 		}
 	}
@@ -80,7 +81,7 @@ func (r *Runner) Draft(k int, b *Batch, from HiddenBank) error {
 
 // mtpInput fills the residual stream of the local rows of a draft step from
 // the MTP glue. The hidden rows index bank from, which holds one row per
-// logit row of the step that wrote it.
+// batch row of the step that wrote it.
 func (r *Runner) mtpInput(b *Batch, t *MTPLayer, from HiddenBank) {
 	cfg, m, s := r.M.Cfg, r.M, r.steps
 	D := cfg.HiddenSize

@@ -19,7 +19,8 @@ type Seq struct {
 	// LogitsAll asks for logits after every new token instead of only the last.
 	LogitsAll bool
 	// Hidden is set on draft steps only (Runner.Draft): for each token, the
-	// row of the hidden bank read as the token's previous hidden state.
+	// batch row (of the step that wrote the bank) whose hidden state is the
+	// token's previous hidden state.
 	Hidden []int32
 }
 
@@ -102,8 +103,8 @@ type Runner struct {
 	gate, up     []float32 // dense MLP
 	hAll, hRest  []float32 // PCP gather of the final hidden states
 	mtp          *mtpBlock // nil without RunnerOptions.MTP
-	banks        [2][]float32
-	bankRows     [2]int // logit rows of the step that last wrote each bank
+	banks        [2][]float32 // final-normed hidden of every batch row (MTP runners)
+	bankRows     [2]int       // batch rows of the step that last wrote each bank
 	logits       []float32
 	logitRow     []int32 // batch rows whose logits are computed
 	buffers      bufferList
@@ -241,9 +242,9 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	}
 	r.moe = newMoEBlock(m, r.steps, opt, &r.RouteTrace, &r.reads, &r.buffers)
 	r.logits = f("logits", opt.MaxLogitRows*cfg.VocabSize)
-	r.banks[TargetBank] = f("hidden bank", opt.MaxLogitRows*D)
 	if opt.MTP {
-		r.banks[DraftBank] = f("draft hidden bank", opt.MaxLogitRows*D)
+		r.banks[TargetBank] = f("hidden bank", T*D)
+		r.banks[DraftBank] = f("draft hidden bank", T*D)
 		r.mtp = &mtpBlock{glue: f("mtp glue", T*2*D)}
 	}
 	if P := r.steps.pcp(); P > 1 {
@@ -271,9 +272,9 @@ func (r *Runner) NumLogitRows() int { return len(r.logitRow) }
 
 // Forward runs one step: it writes the step's KV into the cache (each rank
 // the positions it owns), runs every layer, and computes logits for the last
-// token of each sequence (or every token where LogitsAll is set). The
-// final-normed hidden state of every logit row is kept in the target hidden
-// bank (its logit row index), where a draft step may read it.
+// token of each sequence (or every token where LogitsAll is set). A runner
+// built with RunnerOptions.MTP keeps the final-normed hidden state of every
+// batch row in TargetBank, where a draft step reads it.
 func (r *Runner) Forward(b *Batch) error {
 	for _, q := range b.Seqs {
 		if q.Hidden != nil {
@@ -336,14 +337,27 @@ func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 		}
 		hid = r.hRest
 	}
-	// The head runs once over every logit row (a row's logits do not depend
-	// on how many rows share the product).
+	// The final norm of the logit rows (of every row, into the hidden bank a
+	// draft step reads, when the runner drafts), then the head once over the
+	// logit rows (a row's logits do not depend on how many rows share the
+	// product).
 	n := len(r.logitRow)
-	normed := r.banks[bank][:n*D]
-	for i, lr := range r.logitRow {
-		kernels.RMSNorm(normed[i*D:(i+1)*D], hid[int(lr)*D:(int(lr)+1)*D], norm, float32(cfg.RMSNormEps))
+	eps := float32(cfg.RMSNormEps)
+	normed := r.x[:n*D]
+	if r.mtp != nil {
+		b := r.banks[bank][:T*D]
+		for t := 0; t < T; t++ {
+			kernels.RMSNorm(b[t*D:(t+1)*D], hid[t*D:(t+1)*D], norm, eps)
+		}
+		r.bankRows[bank] = T
+		for i, lr := range r.logitRow {
+			copy(normed[i*D:(i+1)*D], b[int(lr)*D:(int(lr)+1)*D])
+		}
+	} else {
+		for i, lr := range r.logitRow {
+			kernels.RMSNorm(normed[i*D:(i+1)*D], hid[int(lr)*D:(int(lr)+1)*D], norm, eps)
+		}
 	}
-	r.bankRows[bank] = n
 	r.reads.mul(r.logits[:n*cfg.VocabSize], normed, n, head)
 	return nil
 }
