@@ -43,12 +43,18 @@ func MaxTokensForWorkspace(configured, base int64, gatheredHeads int) int64 {
 // min(maxBatchedTokens, max(maxNumSeqs × (1 + k × spec), captureSize)),
 // k = 2 under parallel drafting, else 1.
 func DCPA2ATokens(maxBatchedTokens, maxNumSeqs, speculativeTokens int, parallelDrafting bool, captureSize int) int64 {
-	k := 1
-	if parallelDrafting {
-		k = 2
-	}
-	perSeq := int64(1 + k*speculativeTokens)
+	perSeq := int64(SpecTokensPerSeq(speculativeTokens, parallelDrafting))
 	return min(int64(maxBatchedTokens), max(int64(maxNumSeqs)*perSeq, int64(captureSize)))
+}
+
+// SpecTokensPerSeq is the query rows one decoding sequence brings to a step
+// with k speculative tokens: 1 + k, or 1 + 2k under parallel drafting (the
+// production engine's count, which its workspaces are sized by).
+func SpecTokensPerSeq(k int, parallelDrafting bool) int {
+	if parallelDrafting {
+		return 1 + 2*k
+	}
+	return 1 + k
 }
 
 // DCPA2ABytes is the size of the direct DCP all-to-all buffer (send and
