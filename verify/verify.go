@@ -19,6 +19,7 @@ import (
 	"github.com/cpmla/cpmla/oracle"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/sampler"
+	"github.com/cpmla/cpmla/spec"
 )
 
 // Config is one verification run: a model, a parallel configuration and the
@@ -56,12 +57,19 @@ type Config struct {
 	World comm.Group
 	// CollectiveTimeout bounds every collective (default 30 s).
 	CollectiveTimeout time.Duration
+	// worldGroups are World's TP, PCP and DCP groups, split once per run
+	// (a multi-process world splits each group once).
+	worldGroups *comm.Groups
 	// ExpertParallel spreads the routed experts whole over the TP × PCP
 	// ranks instead of slicing every expert over TP.
 	ExpertParallel bool
 	// Quantization "fp8" block-quantizes an unquantized checkpoint's Linear
 	// weights at load (model.Quantize); "" keeps them as stored.
 	Quantization string
+	// Spec, when set, also runs the workload with MTP speculative decoding
+	// on one rank and on the layout: both must generate the greedy tokens
+	// of plain decoding and accept the same drafts round by round.
+	Spec *spec.Config
 }
 
 // Result is what a run found.
@@ -89,6 +97,17 @@ type Result struct {
 	// parallelism each rank's own experts; without, every rank computes a
 	// slice of every expert and sees every row).
 	ExpertLoadPerRank []int64 `json:"expert_load_per_rank,omitempty"`
+	// Speculative decoding (Config.Spec): greedy output with speculation
+	// equals plain greedy output, single rank and parallel; the parallel
+	// run accepts the same drafts in every round.
+	SpecGreedyIdentical     *bool     `json:"spec_greedy_identical,omitempty"`
+	SpecAcceptanceIdentical *bool     `json:"spec_acceptance_identical,omitempty"`
+	SpecMeanAcceptance      float64   `json:"spec_mean_acceptance_length,omitempty"`
+	SpecAcceptancePerPos    []float64 `json:"spec_acceptance_rate_per_position,omitempty"`
+	SpecTargetSteps         int       `json:"spec_target_steps,omitempty"`
+	// SpecDraftMaxDiff is the largest difference between the MTP layer's
+	// draft log-probabilities on the layout and on one rank.
+	SpecDraftMaxDiff float64 `json:"spec_draft_max_abs_logprob_diff,omitempty"`
 	// SingleRankExpertRows is the rows the single-rank engine's experts
 	// computed: with expert parallelism, ExpertLoadPerRank adds up to it.
 	SingleRankExpertRows int64    `json:"single_rank_expert_rows,omitempty"`
@@ -140,6 +159,9 @@ func (c *Config) String() string {
 	if c.Quantization != "" {
 		s += " quant=" + c.Quantization
 	}
+	if k := c.Spec.K(); k > 0 {
+		s += fmt.Sprintf(" mtp=%d", k)
+	}
 	return s
 }
 
@@ -174,6 +196,17 @@ func (c *Config) Validate(cfg *config.Model) (*cp.BackendPlan, error) {
 	}
 	if err := model.CheckShard(cfg, c.shard(0)); err != nil {
 		return nil, err
+	}
+	if c.Spec != nil {
+		if err := c.Spec.Validate(); err != nil {
+			return nil, err
+		}
+		if cfg.NumNextNPredict == 0 {
+			return nil, fmt.Errorf("--speculative-config method mtp needs the model's MTP layer, but %q has num_nextn_predict_layers 0; use a model with one (glm5-moe-mini, v32-moe-mini)", cfg.Name)
+		}
+		if c.SpecTokens > 0 {
+			return nil, fmt.Errorf("--spec-tokens adds fixed draft rows; --speculative-config drafts with the MTP layer: give one of them")
+		}
 	}
 	if _, err := kvcache.ParseKVDType(c.KVDType); err != nil {
 		return nil, err
@@ -242,6 +275,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		if c.World.Rank() != 0 {
 			c.SkipOracle = true // rank 0 checks the reference against the oracle
 		}
+		gs, err := comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}.Split(c.World)
+		if err != nil {
+			return nil, err
+		}
+		c.worldGroups = &gs
 	}
 	prompts := makePrompts(cfg, c.PromptLens, c.Seed)
 	single, err := runEngine(ctx, cfg, src, c, prompts, nil)
@@ -316,6 +354,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		res.SingleRankKVTokens += len(single.tokens[s]) - 1
 	}
 	res.CollectivesPerRank = par.collectives
+	if c.Spec != nil {
+		if err := compareSpec(ctx, cfg, src, c, prompts, bp, single, res); err != nil {
+			return nil, err
+		}
+	}
 	if c.World != nil {
 		mine := []float64{0}
 		if r := par.runners[0]; r.Opt.Parallel != nil {
@@ -363,7 +406,8 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	// is held to the tolerance against the oracle (above) instead.
 	quantized := c.KVDType != "f32" || c.IndexerDType != "f32"
 	closeToSingle := quantized || res.MaxAbsLogprobDiff <= c.Tolerance
-	res.OK = res.GreedyIdentical && res.SelectionsIdentical && res.RoutesIdentical && res.RanksIdentical &&
+	specOK := c.Spec == nil || (*res.SpecGreedyIdentical && *res.SpecAcceptanceIdentical)
+	res.OK = specOK && res.GreedyIdentical && res.SelectionsIdentical && res.RoutesIdentical && res.RanksIdentical &&
 		closeToSingle && (c.SkipOracle || res.MaxAbsOracleDiff <= c.Tolerance)
 	if !closeToSingle {
 		res.Problems = append(res.Problems, fmt.Sprintf("max |Δ logprob| vs single rank %.3g > %.3g", res.MaxAbsLogprobDiff, c.Tolerance))
@@ -515,7 +559,6 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 		layout = comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
 		interleave = c.Interleave
 	}
-	world := layout.World()
 	kl := kvcache.Layout{N: layout.DCP, I: interleave}
 	B := c.BlockSize
 	maxLen := 0
@@ -547,53 +590,8 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 	opt.MaxModelLen = max(opt.MaxModelLen, maxLen)
 	var groups []comm.Group
 	var err error
-	switch {
-	case bp != nil && c.World != nil:
-		// One rank of a multi-process world: this process holds one runner.
-		groups = []comm.Group{c.World}
-		world = 1
-	case bp != nil:
-		groups, err = inproc.NewWorld(world, inproc.Options{Timeout: c.CollectiveTimeout, TraceCapacity: 1 << 16})
-		if err != nil {
-			return nil, err
-		}
-	}
-	run.runners = make([]*model.Runner, world)
-	if bp == nil {
-		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
-		if err != nil {
-			return nil, err
-		}
-		if run.runners[0], err = model.NewRunner(m, opt); err != nil {
-			return nil, err
-		}
-	}
-	if bp != nil {
-		errs := runRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
-			rank := g.Rank()
-			gs, err := layout.Split(g)
-			if err != nil {
-				return err
-			}
-			if c.InjectMismatch && rank == layout.World()-1 {
-				gs = injectMismatch(gs)
-			}
-			m, err := model.Build(cfg, src, c.shard(rank))
-			if err != nil {
-				return err
-			}
-			o := opt
-			o.Parallel = &model.Parallel{Layout: layout, Groups: gs, Interleave: interleave, Backend: bp, Ctx: ctx}
-			r, err := model.NewRunner(m, o)
-			if err != nil {
-				return err
-			}
-			run.runners[min(rank, len(run.runners)-1)] = r
-			return nil
-		})
-		if err := firstError(errs); err != nil {
-			return nil, err
-		}
+	if run.runners, groups, err = buildRunners(ctx, cfg, src, c, layout, interleave, bp, opt); err != nil {
+		return nil, err
 	}
 	r0 := run.runners[0]
 	batchSeq := make([]int, 0, len(prompts)) // batch sequence → workload sequence
@@ -694,6 +692,66 @@ func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c
 		}
 	}
 	return run, nil
+}
+
+// buildRunners builds the single-rank runner (bp == nil) or every rank's
+// runner of the parallel layout: the in-process world's ranks, or this
+// process's rank of a multi-process world. It returns the groups forwardAll
+// runs the ranks over (nil for one rank).
+func buildRunners(ctx context.Context, cfg *config.Model, src model.TensorSource, c Config, layout comm.Layout, interleave int, bp *cp.BackendPlan, opt model.RunnerOptions) ([]*model.Runner, []comm.Group, error) {
+	world := layout.World()
+	var groups []comm.Group
+	var err error
+	switch {
+	case bp != nil && c.World != nil:
+		// One rank of a multi-process world: this process holds one runner.
+		groups = []comm.Group{c.World}
+		world = 1
+	case bp != nil:
+		groups, err = inproc.NewWorld(world, inproc.Options{Timeout: c.CollectiveTimeout, TraceCapacity: 1 << 16})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	runners := make([]*model.Runner, world)
+	if bp == nil {
+		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+		if err != nil {
+			return nil, nil, err
+		}
+		if runners[0], err = model.NewRunner(m, opt); err != nil {
+			return nil, nil, err
+		}
+		return runners, nil, nil
+	}
+	errs := runRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
+		rank := g.Rank()
+		var gs comm.Groups
+		if c.worldGroups != nil {
+			gs = *c.worldGroups
+		} else if gs, err = layout.Split(g); err != nil {
+			return err
+		}
+		if c.InjectMismatch && rank == layout.World()-1 {
+			gs = injectMismatch(gs)
+		}
+		m, err := model.Build(cfg, src, c.shard(rank))
+		if err != nil {
+			return err
+		}
+		o := opt
+		o.Parallel = &model.Parallel{Layout: layout, Groups: gs, Interleave: interleave, Backend: bp, Ctx: ctx}
+		r, err := model.NewRunner(m, o)
+		if err != nil {
+			return err
+		}
+		runners[min(rank, len(runners)-1)] = r
+		return nil
+	})
+	if err := firstError(errs); err != nil {
+		return nil, nil, err
+	}
+	return runners, groups, nil
 }
 
 // injectMismatch wraps the first group of size > 1 so that one collective

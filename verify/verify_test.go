@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/spec"
 )
 
 // workload is the edge-case mix every configuration runs: a 1-token prompt
@@ -210,5 +214,94 @@ func TestMoEMatrix(t *testing.T) {
 				t.Errorf("single rank computed %d expert rows, not a positive multiple of num_experts_per_tok 4", res.SingleRankExpertRows)
 			}
 		})
+	}
+}
+
+// TestSpecMatrix runs MTP speculative decoding (greedy) on the MoE presets
+// over parallel layouts: on one rank and on the layout the speculative
+// output must be plain greedy decoding's, and the layout must accept the
+// same drafts in every round as one rank (the comparison that catches a
+// drafter running on another layout than the target's).
+func TestSpecMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the speculative-decoding matrix takes a minute")
+	}
+	for _, c := range []Config{
+		{Model: "glm5-moe-mini", TP: 2, DCP: 2, Spec: &spec.Config{Method: "mtp", NumSpeculativeTokens: 1}},
+		{Model: "glm5-moe-mini", PCP: 2, DCP: 2, ExpertParallel: true, DCPComm: "a2a", Spec: &spec.Config{Method: "mtp", NumSpeculativeTokens: 3}, PrefillChunk: 8},
+		{Model: "v32-moe-mini", TP: 2, PCP: 2, DCP: 4, Interleave: 4, Spec: &spec.Config{Method: "mtp", NumSpeculativeTokens: 5}, Quantization: "fp8"},
+	} {
+		c = workload(c)
+		c.DecodeSteps = 8
+		c.SkipOracle = true
+		c.defaults()
+		t.Run(strings.ReplaceAll(fmt.Sprintf("%s/%s", c.Model, c.String()), " ", "_"), func(t *testing.T) {
+			res, err := Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("mean acceptance length %.3f, per position %v, %d target steps", res.SpecMeanAcceptance, res.SpecAcceptancePerPos, res.SpecTargetSteps)
+			if !res.OK || res.SpecGreedyIdentical == nil || !*res.SpecGreedyIdentical || !*res.SpecAcceptanceIdentical {
+				t.Errorf("verification failed: %v", res.Problems)
+			}
+		})
+	}
+}
+
+// TestSpecAcceptsExactDrafts: with drafts that are the target's own greedy
+// tokens every draft is accepted and the target steps fall by K+1; with
+// wrong drafts none is, one token per step; the output is plain greedy
+// decoding's either way, on one rank and on a parallel layout.
+func TestSpecAcceptsExactDrafts(t *testing.T) {
+	c := workload(Config{Model: "glm5-moe-mini", PCP: 2, DCP: 2, Spec: &spec.Config{Method: "mtp", NumSpeculativeTokens: 3}})
+	c.defaults()
+	const want = 13 // the first token after the prefill, then 12 in rounds of K+1 = 4
+	cfg, src, err := model.Source(c.Model, c.WeightSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := c.Validate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := makePrompts(cfg, c.PromptLens, c.Seed)
+	plainCfg := c
+	plainCfg.DecodeSteps = want - 1
+	plain, err := runEngine(context.Background(), cfg, src, plainCfg, prompts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	greedy := func(s, i int) int32 {
+		if g := plain.tokens[s][len(prompts[s]):]; i < len(g) {
+			return g[i]
+		}
+		return 0
+	}
+	for _, tc := range []struct {
+		name      string
+		next      func(s, i int) int32
+		steps     int // target steps after the prefill
+		acceptAll bool
+	}{
+		{"exact drafts", greedy, (want - 1 + 3) / 4, true},
+		{"wrong drafts", func(s, i int) int32 { return (greedy(s, i) + 1) % int32(cfg.VocabSize) }, want - 1, false},
+	} {
+		for _, layout := range []*cp.BackendPlan{nil, bp} {
+			got, err := runSpec(context.Background(), cfg, src, c, prompts, layout, want, scriptedDrafts{next: tc.next, k: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for s, p := range prompts {
+				if ref := plain.tokens[s][len(p) : len(p)+want]; !slices.Equal(ref, got.gen[s]) {
+					t.Errorf("%s (parallel %v): sequence %d generated %v, plain greedy %v", tc.name, layout != nil, s, got.gen[s], ref)
+				}
+			}
+			if got.steps != tc.steps {
+				t.Errorf("%s (parallel %v): %d target steps, want %d", tc.name, layout != nil, got.steps, tc.steps)
+			}
+			if tc.acceptAll && got.stats.AcceptedTokens != got.stats.DraftTokens || !tc.acceptAll && got.stats.AcceptedTokens != 0 {
+				t.Errorf("%s (parallel %v): %d of %d drafts accepted", tc.name, layout != nil, got.stats.AcceptedTokens, got.stats.DraftTokens)
+			}
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/spec"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/verify"
 )
@@ -33,6 +34,7 @@ func newVerifyCmd() *cobra.Command {
 	var asJSON bool
 	var commName string
 	var threads int
+	var specConfig string
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Run a model under a TP/PCP/DCP configuration on in-process ranks and compare it with one rank and the float64 oracle",
@@ -46,6 +48,9 @@ It exits 0 only when everything agrees.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if c.PromptLens, err = parseLens(lens); err != nil {
+				return err
+			}
+			if c.Spec, err = spec.ParseConfig(specConfig); err != nil {
 				return err
 			}
 			if err := checkVerify(c, commName == "mpi"); err != nil {
@@ -85,6 +90,10 @@ It exits 0 only when everything agrees.`,
 				fmt.Fprintf(out, "max |Δ logprob|      %.3g vs single rank, %.3g vs oracle (%d positions)\n", res.MaxAbsLogprobDiff, res.MaxAbsOracleDiff, res.Positions)
 				fmt.Fprintf(out, "greedy identical     %v\n", res.GreedyIdentical)
 				fmt.Fprintf(out, "selections identical %v\n", res.SelectionsIdentical)
+				if res.SpecGreedyIdentical != nil {
+					fmt.Fprintf(out, "speculative (mtp)    greedy identical %v, acceptance identical %v, drafter |Δ logprob| %.3g vs one rank, mean acceptance length %.3f, per position %.3f, %d target steps\n",
+						*res.SpecGreedyIdentical, *res.SpecAcceptanceIdentical, res.SpecDraftMaxDiff, res.SpecMeanAcceptance, res.SpecAcceptancePerPos, res.SpecTargetSteps)
+				}
 				if res.ExpertLoadPerRank != nil {
 					fmt.Fprintf(out, "routes identical     %v (%d oracle near ties)\n", res.RoutesIdentical, res.OracleNearRouteTies)
 					fmt.Fprintf(out, "expert rows per rank %v\n", res.ExpertLoadPerRank)
@@ -122,6 +131,7 @@ It exits 0 only when everything agrees.`,
 	f.Float64Var(&c.Tolerance, "tolerance", 1e-4, "max |Δ logprob| allowed against the single rank and the oracle")
 	f.BoolVar(&c.SkipOracle, "skip-oracle", false, "compare with the single-rank engine only")
 	addModelFlags(f, &c.ExpertParallel, &c.Quantization)
+	f.StringVar(&specConfig, "speculative-config", "", `MTP speculative decoding, vLLM's JSON: '{"method":"mtp","num_speculative_tokens":K}'`)
 	f.BoolVar(&c.InjectMismatch, "inject-collective-mismatch", false, "make one rank enter one collective with a wrong count (the run must fail with the ledger's error)")
 	f.DurationVar(&c.CollectiveTimeout, "collective-timeout", 30*time.Second, "deadline of every collective")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
