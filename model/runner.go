@@ -100,9 +100,9 @@ type Runner struct {
 	moe   *moeBlock
 	// residual stream and per-layer scratch
 	h, x, u, red []float32
-	gate, up     []float32 // dense MLP
-	hAll, hRest  []float32 // PCP gather of the final hidden states
-	mtp          *mtpBlock // nil without RunnerOptions.MTP
+	gate, up     []float32    // dense MLP
+	hAll, hRest  []float32    // PCP gather of the final hidden states
+	mtp          *mtpBlock    // nil without RunnerOptions.MTP
 	banks        [2][]float32 // final-normed hidden of every batch row (MTP runners)
 	bankRows     [2]int       // batch rows of the step that last wrote each bank
 	logits       []float32

@@ -21,8 +21,8 @@ import (
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
-	"github.com/cpmla/cpmla/spec"
 	"github.com/cpmla/cpmla/plan"
+	"github.com/cpmla/cpmla/spec"
 	"github.com/cpmla/cpmla/verify"
 )
 
