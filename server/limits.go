@@ -106,11 +106,13 @@ func (s *Server) HTTPServer() *http.Server {
 // connection beyond that is answered at once with 503 and an OpenAI error
 // body, and closed, so that a client learns the server is full instead of
 // waiting in the kernel's backlog.
-func LimitListener(ln net.Listener, max int) net.Listener {
-	return &limitListener{Listener: ln, max: max}
+func LimitListener(ln net.Listener, max int) *LimitedListener {
+	return &LimitedListener{Listener: ln, max: max}
 }
 
-type limitListener struct {
+// LimitedListener is a listener under a connection cap (LimitListener).
+
+type LimitedListener struct {
 	net.Listener
 	max int
 
@@ -119,13 +121,13 @@ type limitListener struct {
 }
 
 // Open is the number of connections currently held.
-func (l *limitListener) Open() int {
+func (l *LimitedListener) Open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.open
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
+func (l *LimitedListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -143,7 +145,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *limitListener) release() {
+func (l *LimitedListener) release() {
 	l.mu.Lock()
 	l.open--
 	l.mu.Unlock()

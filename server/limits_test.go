@@ -167,14 +167,14 @@ func TestConnectionCap(t *testing.T) {
 	a, b := dial(t, hs), dial(t, hs)
 	io.WriteString(a, "GET /health HTTP/1.1\r\nHost: x\r\n")
 	io.WriteString(b, "GET /health HTTP/1.1\r\nHost: x\r\n")
-	waitFor(t, "both connections to be accepted", func() bool { return hs.Listener.(*limitListener).Open() == 2 })
+	waitFor(t, "both connections to be accepted", func() bool { return hs.Listener.(*LimitedListener).Open() == 2 })
 	c := dial(t, hs)
 	closed, got := closedWithin(c, 5*time.Second)
 	if !closed || !strings.HasPrefix(got, "HTTP/1.1 503") || !strings.Contains(got, `"code":"too_many_connections"`) {
 		t.Fatalf("third connection: closed %v, response %q; want 503 too_many_connections", closed, got)
 	}
 	a.Close()
-	waitFor(t, "the closed connection's slot", func() bool { return hs.Listener.(*limitListener).Open() == 1 })
+	waitFor(t, "the closed connection's slot", func() bool { return hs.Listener.(*LimitedListener).Open() == 1 })
 	resp, err := http.Get(hs.URL + "/health")
 	if err != nil {
 		t.Fatal(err)

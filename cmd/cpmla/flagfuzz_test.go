@@ -59,13 +59,17 @@ var baseArgs = map[string][]string{
 
 // tinyCheckpoint writes a one-layer, four-head checkpoint with a 4096-token
 // vocabulary: the fuzzed engine commands load it in milliseconds.
-func tinyCheckpoint(t *testing.T) string {
+func tinyCheckpoint(t *testing.T) string { return tinyCheckpointWithVocab(t, 4096) }
+
+// tinyCheckpointWithVocab is tinyCheckpoint with vocab token ids (129280
+// serves every id of the DeepSeek-V3 tokenizer, chat markers included).
+func tinyCheckpointWithVocab(t *testing.T, vocab int) string {
 	t.Helper()
 	cfg, err := config.Load(config.DefaultPreset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.NumLayers, cfg.NumHeads, cfg.IntermediateSize, cfg.VocabSize, cfg.HiddenSize = 1, 4, 256, 4096, 128
+	cfg.NumLayers, cfg.NumHeads, cfg.IntermediateSize, cfg.VocabSize, cfg.HiddenSize = 1, 4, 256, vocab, 128
 	dir := filepath.Join(t.TempDir(), "tiny")
 	if err := model.WriteCheckpoint(dir, cfg, model.RandomTensors(cfg, 3), 1<<30); err != nil {
 		t.Fatal(err)

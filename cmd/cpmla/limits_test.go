@@ -12,10 +12,16 @@ import (
 // startTiny starts `cpmla serve` on the tiny checkpoint with extra flags.
 func startTiny(t *testing.T, extra ...string) *startedServer {
 	t.Helper()
+	return startOn(t, tinyCheckpoint(t), extra...)
+}
+
+// startOn starts `cpmla serve` on the checkpoint in dir with extra flags.
+func startOn(t *testing.T, dir string, extra ...string) *startedServer {
+	t.Helper()
 	var o serveOptions
 	cmd := &cobra.Command{}
 	addServeFlags(cmd, &o)
-	args := append([]string{"--model", tinyCheckpoint(t), "--port", "0", "--max-model-len", "128", "--max-num-batched-tokens", "64",
+	args := append([]string{"--model", dir, "--port", "0", "--max-model-len", "128", "--max-num-batched-tokens", "64",
 		"--max-num-seqs", "4", "--max-queue", "16", "--memory-limit", "256MiB"}, extra...)
 	if err := cmd.ParseFlags(args); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -194,23 +195,29 @@ type startedServer struct {
 	name    string // the served model name
 	http    *http.Server
 	engine  *engine.Engine
+	conns   *server.LimitedListener
 	closers []func()
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // close stops accepting, waits up to grace for streams to end, then stops
 // the engine and frees the model.
 func (s *startedServer) close(grace time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	err := s.http.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = s.http.Close()
-	}
-	s.engine.Close()
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		s.closers[i]()
-	}
-	return err
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		s.closeErr = s.http.Shutdown(ctx)
+		if errors.Is(s.closeErr, context.DeadlineExceeded) {
+			s.closeErr = s.http.Close()
+		}
+		s.engine.Close()
+		for i := len(s.closers) - 1; i >= 0; i-- {
+			s.closers[i]()
+		}
+	})
+	return s.closeErr
 }
 
 // startServe builds the engine and the server and starts listening; the
@@ -319,7 +326,8 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	s.http = srv.HTTPServer()
 	s.URL = "http://" + ln.Addr().String()
 	s.name = name
-	go s.http.Serve(server.LimitListener(ln, o.limits().WithDefaults().MaxConnections))
+	s.conns = server.LimitListener(ln, o.limits().WithDefaults().MaxConnections)
+	go s.http.Serve(s.conns)
 	return s, nil
 }
 
