@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -134,5 +136,38 @@ func FuzzChatRequest(f *testing.F) {
 			return
 		}
 		checkJob(t, body, j)
+	})
+}
+
+// FuzzTokenizeRequest posts arbitrary bodies to /tokenize through the
+// server's handler: the answer is 200 with a token count within
+// --max-model-len, or a refusal by the API's rules.
+func FuzzTokenizeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt":"hello world"}`, `{"prompt":"hi","add_special_tokens":false,"return_token_strs":true}`,
+		`{"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":true}`,
+		`{"prompt":"a","messages":[]}`, `{"prompt":5}`, `{"messages":[{"role":1}]}`, `{}`, `[`, `{"model":"x","prompt":"y"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	s := fuzzServer(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/tokenize", bytes.NewReader(body)))
+		switch {
+		case w.Code == http.StatusOK:
+			var resp TokenizeResponse
+			if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.Count != len(resp.Tokens) || resp.Count > testMaxModelLen {
+				t.Errorf("%q answered 200 with %s", body, w.Body.Bytes())
+			}
+		case w.Code >= 400 && w.Code < 500:
+			var eb ErrorBody
+			if err := json.Unmarshal(w.Body.Bytes(), &eb); err != nil || eb.Error.Message == "" {
+				t.Fatalf("%q: status %d with a body that is not an OpenAI error: %s", body, w.Code, w.Body.Bytes())
+			}
+			checkRefusal(t, body, &apiError{status: w.Code, msg: eb.Error.Message}, false)
+		default:
+			t.Errorf("%q: status %d: %s", body, w.Code, w.Body.Bytes())
+		}
 	})
 }
