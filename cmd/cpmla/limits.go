@@ -311,3 +311,14 @@ func loadConfig(arg string) (*config.Model, error) {
 	}
 	return config.Load(arg)
 }
+
+// checkRandomWeights refuses a preset whose random weights, made in memory
+// before they are written, cannot fit in this process.
+func checkRandomWeights(preset string, cfg *config.Model) error {
+	src, err := sourceOf(preset, cfg)
+	if err != nil {
+		return err
+	}
+	return checkProcessFits("the random weights of --preset "+preset, []namedBytes{{"weights", src.bytes}},
+		"pick a smaller preset (glm5-mini, v32-mini, glm5-moe-mini): the published configurations are for the planner and for real checkpoints")
+}

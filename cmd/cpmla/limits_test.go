@@ -142,3 +142,19 @@ func TestTooManyRanksAreRefusedWithASettingThatFits(t *testing.T) {
 		}
 	}
 }
+
+// A preset whose random weights cannot fit is refused before any is made.
+func TestModelInitRefusesWeightsThatCannotFit(t *testing.T) {
+	root := newRoot()
+	root.SetOut(&bytes.Buffer{})
+	root.SetErr(&bytes.Buffer{})
+	root.SetArgs([]string{"model", "init", "--preset", "glm-5", "--out", t.TempDir()})
+	start := time.Now()
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "the random weights of --preset glm-5 needs") || !strings.Contains(err.Error(), "bytes") {
+		t.Fatalf("model init of glm-5: %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("refused after %v: weights were made first", el)
+	}
+}

@@ -57,6 +57,9 @@ bf16 and the router's bias float32.`,
 			if cfg, err = model.WithWeightDType(cfg, dtype); err != nil {
 				return fmt.Errorf("--weight-dtype: %w", err)
 			}
+			if err := checkRandomWeights(preset, cfg); err != nil {
+				return err
+			}
 			if err := model.WriteCheckpoint(out, cfg, model.RandomTensors(cfg, seed), shard); err != nil {
 				return err
 			}
