@@ -11,6 +11,16 @@
 // being queued without limit. A prompt that leaves no room for a generated
 // token within Config.MaxModelLen is refused with 400 naming both numbers.
 //
+// A client holds only what HTTPLimits allow: time to send its headers and
+// body, an idle keep-alive connection, header bytes, open connections
+// (LimitListener answers one too many with 503) and the life of a request
+// (504 past it). A text prompt or rendered chat is tokenized with an early
+// exit at Config.MaxModelLen tokens, for at most Config.PromptWorkers
+// requests at once. A request body that does not decode is refused in its
+// own JSON terms (param is the JSON path of the value), never with the
+// decoder's Go types. An engine that has failed (its Err is set) makes
+// /health answer 503 and new requests 503 engine_failed.
+//
 // Text leaves the server only in whole characters (the tokenizer's stream
 // decoder holds back incomplete UTF-8) and never past a stop string: text
 // that could still become the start of a stop string is held back until
