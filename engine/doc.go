@@ -17,7 +17,13 @@
 // persistent buffers are listed and counted, and the KV cache gets what the
 // plan.Budget leaves (or --kv-cache-memory). A configuration that cannot hold
 // one --max-model-len request is refused before serving, naming the smallest
-// utilization and memory limit that work.
+// utilization and memory limit that work. Before a caller loads weights or
+// builds an executor, RunnerBytes says what building one allocates (without
+// allocating) and Options.CheckMemory refuses a start-up that cannot fit in
+// the memory the process may use (AvailableMemory: RAM, cgroup, ulimit -v,
+// GOMEMLIMIT), naming the bytes and a setting that fits. A step that fails
+// ends the engine (Err, Failed): every held request fails with the step's
+// error and Submit refuses with ErrFailed.
 //
 // Invariants: a block is free, held (reference count ≥ 1) or evictable
 // (cached, unreferenced), never two of them; a shared block is a full,
