@@ -29,6 +29,7 @@ var xmm = []VecPhysical{X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X10, X11, X12, X
 	X16, X17, X18, X19, X20, X21, X22, X23, X24, X25, X26, X27, X28, X29, X30, X31}
 
 func main() {
+	widenBF16Data()
 	for _, bf16 := range []bool{false, true} {
 		for m := 1; m <= 6; m++ {
 			dotTile512(m, bf16)
@@ -36,6 +37,10 @@ func main() {
 		gemv8x512(bf16)
 		for m := 1; m <= 3; m++ {
 			dotTile256(m, bf16)
+		}
+		gemv8x256(bf16)
+		for m := 1; m <= 3; m++ {
+			gemmStrip256(m, bf16)
 		}
 	}
 	for _, bf16 := range []bool{false, true} {
@@ -138,6 +143,30 @@ func loadW(mem Mem, v VecPhysical, bf16 bool) {
 		return
 	}
 	VMOVUPS(mem, v)
+}
+
+// widenBF16Ctl is the VPSHUFB control of widenBF16x8: dword i of the result
+// takes bf16 value i as its high half and zeros as its low half. Both 128-bit
+// lanes of the source hold the same eight values (VBROADCASTI128), lane 0's
+// control picks values 0–3 and lane 1's values 4–7.
+var widenBF16Ctl Mem
+
+func widenBF16Data() {
+	widenBF16Ctl = GLOBL("widenBF16Ctl", RODATA|NOPTR)
+	for i := range 8 {
+		src := 2 * i // first byte of value i in its lane's copy
+		DATA(4*i, U32(0x8080|uint32(src)<<16|uint32(src+1)<<24))
+	}
+}
+
+// widenBF16x8 loads eight bf16 values at mem into v as float32, exactly
+// (the bf16 bits in the high half of each lane), in element order: one
+// broadcast load and one byte shuffle with the control ctl (a register
+// holding widenBF16Ctl, or the constant itself), one ALU operation fewer
+// than a zero-extending load and a shift.
+func widenBF16x8(mem Mem, v VecPhysical, ctl Op) {
+	VBROADCASTI128(mem, v)
+	VPSHUFB(ctl, v, v)
 }
 
 // dotTile512 emits dotTile{m}x4{F32,BF16}AVX512 (m ≤ 6): out[i*4+j] = Σ_k x[i·ldx+k]·w_j[k]
@@ -349,7 +378,11 @@ func dotTile256(m int, bf16 bool) {
 		VMOVUPS(Mem{Base: xr[i], Index: offX, Scale: 1}, ymm[12+i])
 	}
 	for j := range 4 {
-		loadW(Mem{Base: w[j], Index: offW, Scale: 1}, Y15, bf16)
+		if bf16 {
+			widenBF16x8(Mem{Base: w[j], Index: offW, Scale: 1}, Y15, widenBF16Ctl)
+		} else {
+			VMOVUPS(Mem{Base: w[j], Index: offW, Scale: 1}, Y15)
+		}
 		for i := range m {
 			VFMADD231PS(Y15, ymm[12+i], acc(i, j))
 		}
@@ -368,6 +401,239 @@ func dotTile256(m int, bf16 bool) {
 		reduce4x256([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3}, X15, false)
 		VMOVUPS(xmm[4*i], Mem{Base: out, Disp: 16 * i})
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// gemmStrip256 emits gemmStrip{m}x4{F32,BF16}AVX2: dotTile256's m×4 tile
+// for groups consecutive groups of four weight rows in one call (rows at w +
+// r·ldw), each tile's sums stored to (add = 0) or added to (add ≠ 0) dst[i·ldd
+// + 4g + c], the old value as the first operand of the add, as the Go loop
+// `d += s` does. Every output has exactly dotTile256's accumulator and
+// reduction, so the bits are the same as a tile at a time; one call per
+// activation tile and reduction block saves the Go code around every tile.
+func gemmStrip256(m int, bf16 bool) {
+	name := fmt.Sprintf("gemmStrip%dx4%sAVX2", m, wName(bf16))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, ldx int, w %s, ldw int, groups int, kn int, dst *float32, ldd int, add int)", wType(bf16)))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes groups %dx4 tiles of dot products over kn (a multiple of 8) elements into dst.", name, m))
+	x := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	xr := make([]Register, m)
+	for i := range m {
+		xr[i] = GP64()
+		if i == 0 {
+			MOVQ(x, xr[i])
+		} else {
+			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
+		}
+	}
+	var w [4]Register
+	w[0] = Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	if bf16 {
+		SHLQ(U8(1), ldw)
+	} else {
+		SHLQ(U8(2), ldw)
+	}
+	for j := 1; j < 4; j++ {
+		w[j] = GP64()
+		LEAQ(Mem{Base: w[j-1], Index: ldw, Scale: 1}, w[j])
+	}
+	SHLQ(U8(2), ldw) // four rows: the step from one group to the next
+	dst := Load(Param("dst"), GP64())
+	groups := Load(Param("groups"), GP64())
+	off, cnt, tmp := GP64(), GP64(), GP64()
+	// bf16 weights advance 16 bytes per step while x advances 32: x is
+	// addressed at twice the weights' offset.
+	xScale := uint8(1)
+	wStep := 32
+	if bf16 {
+		xScale, wStep = 2, 16
+	}
+	acc := func(i, j int) VecPhysical { return ymm[4*i+j] }
+	TESTQ(groups, groups)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_group")
+	for i := range m {
+		for j := range 4 {
+			VXORPS(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	XORQ(off, off)
+	Load(Param("kn"), cnt)
+	SHRQ(U8(3), cnt)
+	JZ(LabelRef(name + "_reduce"))
+	// Steps go by whole 64-byte lines of the weight rows where they can.
+	perLine := 64 / wStep
+	step := func(s int) {
+		for i := range m {
+			VMOVUPS(Mem{Base: xr[i], Index: off, Scale: xScale, Disp: 32 * s}, ymm[12+i])
+		}
+		for j := range 4 {
+			wm := Mem{Base: w[j], Index: off, Scale: 1, Disp: wStep * s}
+			if bf16 {
+				widenBF16x8(wm, Y15, widenBF16Ctl)
+			} else {
+				VMOVUPS(wm, Y15)
+			}
+			for i := range m {
+				VFMADD231PS(Y15, ymm[12+i], acc(i, j))
+			}
+		}
+	}
+	MOVQ(cnt, tmp)
+	SHRQ(U8(bits(perLine)), tmp)
+	JZ(LabelRef(name + "_rest"))
+	Label(name + "_loop")
+	for st := range perLine {
+		step(st)
+	}
+	ADDQ(U32(64), off)
+	DECQ(tmp)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_rest")
+	ANDQ(U32(perLine-1), cnt)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_single")
+	step(0)
+	ADDQ(U32(wStep), off)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_single"))
+	Label(name + "_reduce")
+	for i := range m {
+		reduce4x256([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3}, X15, false)
+	}
+	Load(Param("ldd"), tmp)
+	SHLQ(U8(2), tmp)
+	row := func(i int) Mem {
+		switch i {
+		case 0:
+			return Mem{Base: dst}
+		case 1:
+			return Mem{Base: dst, Index: tmp, Scale: 1}
+		}
+		return Mem{Base: dst, Index: tmp, Scale: 2}
+	}
+	CMPQ(NewParamAddr("add", 64), U8(0))
+	JE(LabelRef(name + "_store"))
+	for i := range m {
+		VMOVUPS(row(i), X12)
+		VADDPS(xmm[4*i], X12, X12)
+		VMOVUPS(X12, row(i))
+	}
+	JMP(LabelRef(name + "_next"))
+	Label(name + "_store")
+	for i := range m {
+		VMOVUPS(xmm[4*i], row(i))
+	}
+	Label(name + "_next")
+	for j := range 4 {
+		ADDQ(ldw, w[j])
+	}
+	ADDQ(U8(16), dst)
+	DECQ(groups)
+	JNZ(LabelRef(name + "_group"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// gemv8x256 emits dotTile1x8{F32,BF16}AVX2: gemv8x512 with 8-lane vectors
+// over kn (a multiple of 8) elements. Eight independent accumulator chains
+// keep both FMA pipes busy (the 1×4 tile has four, one FMA per cycle at a
+// four-cycle latency), and each weight row is prefetched gemvPrefetch bytes
+// ahead, one prefetch per 64-byte line. Every output has exactly the
+// accumulator and reduction of dotTile256's (reduce4x256 over rows 0–3, then
+// 4–7), so the bits are the same.
+func gemv8x256(bf16 bool) {
+	name := fmt.Sprintf("dotTile1x8%sAVX2", wName(bf16))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w %s, ldw int, kn int, out *float32)", wType(bf16)))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes one activation row's dot products with eight weight rows over kn (a multiple of 8) elements.", name))
+	x := Load(Param("x"), GP64())
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	if bf16 {
+		SHLQ(U8(1), ldw)
+	} else {
+		SHLQ(U8(2), ldw)
+	}
+	kn := Load(Param("kn"), GP64())
+	// Eight row pointers, one offset register shared by all rows.
+	offW := GP64()
+	var w [8]Register
+	w[0] = w0
+	for j := 1; j < 8; j++ {
+		w[j] = GP64()
+		LEAQ(Mem{Base: w[j-1], Index: ldw, Scale: 1}, w[j])
+	}
+	for a := range 8 {
+		VXORPS(ymm[a], ymm[a], ymm[a])
+	}
+	// Temporaries Y8–Y13 (Y8–Y14 for f32), the widening control in Y14, x
+	// in Y15.
+	temps := 7
+	if bf16 {
+		temps = 6
+		VMOVDQU(widenBF16Ctl, Y14)
+	}
+	offX := GP64()
+	XORQ(offX, offX)
+	XORQ(offW, offW)
+	SHRQ(U8(3), kn)
+	JZ(LabelRef(name + "_reduce"))
+	// A step handles 8 values of every row: 16 bytes of bf16, 32 of f32;
+	// an iteration covers one 64-byte line of every row and prefetches the
+	// line gemvPrefetch bytes ahead once.
+	wStep := 32
+	if bf16 {
+		wStep = 16
+	}
+	perLine := 64 / wStep
+	step := func(s int, prefetch bool) {
+		VMOVUPS(Mem{Base: x, Index: offX, Scale: 1, Disp: 32 * s}, Y15)
+		for j := range 8 {
+			if prefetch {
+				PREFETCHT0(Mem{Base: w[j], Index: offW, Scale: 1, Disp: gemvPrefetch})
+			}
+			t := ymm[8+j%temps]
+			if bf16 {
+				widenBF16x8(Mem{Base: w[j], Index: offW, Scale: 1, Disp: wStep * s}, t, Y14)
+			} else {
+				VMOVUPS(Mem{Base: w[j], Index: offW, Scale: 1, Disp: wStep * s}, t)
+			}
+			VFMADD231PS(t, Y15, ymm[j])
+		}
+	}
+	lines := GP64()
+	MOVQ(kn, lines)
+	SHRQ(U8(bits(perLine)), lines)
+	JZ(LabelRef(name + "_rest"))
+	Label(name + "_loop")
+	for s := range perLine {
+		step(s, s == 0)
+	}
+	ADDQ(U32(32*perLine), offX)
+	ADDQ(U32(64), offW)
+	DECQ(lines)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_rest")
+	ANDQ(U32(perLine-1), kn)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_single")
+	step(0, false)
+	ADDQ(U32(32), offX)
+	ADDQ(U32(wStep), offW)
+	DECQ(kn)
+	JNZ(LabelRef(name + "_single"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	reduce4x256([4]int{0, 1, 2, 3}, X15, false)
+	VMOVUPS(X0, Mem{Base: out})
+	reduce4x256([4]int{4, 5, 6, 7}, X15, false)
+	VMOVUPS(X4, Mem{Base: out, Disp: 16})
 	VZEROUPPER()
 	RET()
 }
@@ -859,6 +1125,9 @@ func axpyTile256(m int, bf16 bool) {
 			VMOVUPS(Mem{Base: or[i], Disp: 32 * c}, acc(i, c))
 		}
 	}
+	if bf16 {
+		VMOVDQU(widenBF16Ctl, Y14)
+	}
 	poff := GP64()
 	XORQ(poff, poff)
 	TESTQ(n, n)
@@ -868,7 +1137,7 @@ func axpyTile256(m int, bf16 bool) {
 	MOVQ(Mem{Base: rows}, row)
 	for c := range 2 {
 		if bf16 {
-			loadW(Mem{Base: row, Index: coff, Scale: 1, Disp: 16 * c}, ymm[8+c], true)
+			widenBF16x8(Mem{Base: row, Index: coff, Scale: 1, Disp: 16 * c}, ymm[8+c], Y14)
 		} else {
 			VMOVUPS(Mem{Base: row, Index: coff, Scale: 1, Disp: 32 * c}, ymm[8+c])
 		}

@@ -52,6 +52,26 @@ func dotTile2x4F32AVX2(x *float32, ldx int, w0 *float32, w1 *float32, w2 *float3
 //go:noescape
 func dotTile3x4F32AVX2(x *float32, ldx int, w0 *float32, w1 *float32, w2 *float32, w3 *float32, kn int, out *float32)
 
+// dotTile1x8F32AVX2 computes one activation row's dot products with eight weight rows over kn (a multiple of 8) elements.
+//
+//go:noescape
+func dotTile1x8F32AVX2(x *float32, w *float32, ldw int, kn int, out *float32)
+
+// gemmStrip1x4F32AVX2 computes groups 1x4 tiles of dot products over kn (a multiple of 8) elements into dst.
+//
+//go:noescape
+func gemmStrip1x4F32AVX2(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int)
+
+// gemmStrip2x4F32AVX2 computes groups 2x4 tiles of dot products over kn (a multiple of 8) elements into dst.
+//
+//go:noescape
+func gemmStrip2x4F32AVX2(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int)
+
+// gemmStrip3x4F32AVX2 computes groups 3x4 tiles of dot products over kn (a multiple of 8) elements into dst.
+//
+//go:noescape
+func gemmStrip3x4F32AVX2(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int)
+
 // dotTile1x4BF16AVX512 computes a 1x4 tile of dot products over kn (a multiple of 16) elements.
 //
 //go:noescape
@@ -101,6 +121,26 @@ func dotTile2x4BF16AVX2(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint16,
 //
 //go:noescape
 func dotTile3x4BF16AVX2(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint16, w3 *uint16, kn int, out *float32)
+
+// dotTile1x8BF16AVX2 computes one activation row's dot products with eight weight rows over kn (a multiple of 8) elements.
+//
+//go:noescape
+func dotTile1x8BF16AVX2(x *float32, w *uint16, ldw int, kn int, out *float32)
+
+// gemmStrip1x4BF16AVX2 computes groups 1x4 tiles of dot products over kn (a multiple of 8) elements into dst.
+//
+//go:noescape
+func gemmStrip1x4BF16AVX2(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int)
+
+// gemmStrip2x4BF16AVX2 computes groups 2x4 tiles of dot products over kn (a multiple of 8) elements into dst.
+//
+//go:noescape
+func gemmStrip2x4BF16AVX2(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int)
+
+// gemmStrip3x4BF16AVX2 computes groups 3x4 tiles of dot products over kn (a multiple of 8) elements into dst.
+//
+//go:noescape
+func gemmStrip3x4BF16AVX2(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int)
 
 // axpyTile1x64F32AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //

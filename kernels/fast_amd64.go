@@ -95,14 +95,46 @@ func dotTileBF16(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *uint16, kn
 	}
 }
 
-// dotTile1x8F32 runs the AVX-512 one-row, eight-weight-row tile.
-func dotTile1x8F32(x, w *float32, ldw, kn int, out *[8]float32) {
-	dotTile1x8F32AVX512(x, w, ldw, kn, &out[0])
+// stripF32 runs the AVX2 m×4 strip kernel (m ≤ 3) over f32 weight rows.
+func stripF32(m int, x *float32, ldx int, w *float32, ldw, groups, kn int, dst *float32, ldd, add int) {
+	switch m {
+	case 1:
+		gemmStrip1x4F32AVX2(x, ldx, w, ldw, groups, kn, dst, ldd, add)
+	case 2:
+		gemmStrip2x4F32AVX2(x, ldx, w, ldw, groups, kn, dst, ldd, add)
+	default:
+		gemmStrip3x4F32AVX2(x, ldx, w, ldw, groups, kn, dst, ldd, add)
+	}
+}
+
+// stripBF16 is stripF32 with bf16 weights widened in registers.
+func stripBF16(m int, x *float32, ldx int, w *uint16, ldw, groups, kn int, dst *float32, ldd, add int) {
+	switch m {
+	case 1:
+		gemmStrip1x4BF16AVX2(x, ldx, w, ldw, groups, kn, dst, ldd, add)
+	case 2:
+		gemmStrip2x4BF16AVX2(x, ldx, w, ldw, groups, kn, dst, ldd, add)
+	default:
+		gemmStrip3x4BF16AVX2(x, ldx, w, ldw, groups, kn, dst, ldd, add)
+	}
+}
+
+// dotTile1x8F32 runs the one-row, eight-weight-row tile of level l.
+func dotTile1x8F32(l level, x, w *float32, ldw, kn int, out *[8]float32) {
+	if l == levelAVX512 {
+		dotTile1x8F32AVX512(x, w, ldw, kn, &out[0])
+		return
+	}
+	dotTile1x8F32AVX2(x, w, ldw, kn, &out[0])
 }
 
 // dotTile1x8BF16 is dotTile1x8F32 with bf16 weights.
-func dotTile1x8BF16(x *float32, w *uint16, ldw, kn int, out *[8]float32) {
-	dotTile1x8BF16AVX512(x, w, ldw, kn, &out[0])
+func dotTile1x8BF16(l level, x *float32, w *uint16, ldw, kn int, out *[8]float32) {
+	if l == levelAVX512 {
+		dotTile1x8BF16AVX512(x, w, ldw, kn, &out[0])
+		return
+	}
+	dotTile1x8BF16AVX2(x, w, ldw, kn, &out[0])
 }
 
 // dotTile1x8FP8 runs the AVX-512 one-row tile over eight fp8 weight rows

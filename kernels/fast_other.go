@@ -58,11 +58,11 @@ func prefetchRowsBF16(*uint16, *uint16, *uint16, *uint16, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTile1x8F32(*float32, *float32, int, int, *[8]float32) {
+func dotTile1x8F32(level, *float32, *float32, int, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTile1x8BF16(*float32, *uint16, int, int, *[8]float32) {
+func dotTile1x8BF16(level, *float32, *uint16, int, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
@@ -103,3 +103,11 @@ func qkTileT8BF16(*float32, int, int, *[8]*uint16, *float32, int, int, int, floa
 }
 
 func decodeRecordsFast([]float32, []byte, RecordLayout, []int32, int, int) bool { return false }
+
+func stripF32(int, *float32, int, *float32, int, int, int, *float32, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func stripBF16(int, *float32, int, *uint16, int, int, int, *float32, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}

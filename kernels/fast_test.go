@@ -137,6 +137,7 @@ func TestMatMulTAllImpls(t *testing.T) {
 	shapes := []struct{ n, out, in int }{
 		{1, 1, 1}, {2, 3, 7}, {5, 4, 16}, {3, 9, 17}, {7, 13, 33}, {4, 6, 64},
 		{9, 31, 100}, {1, 576, 256}, {6, 5, 2*gemmKC + 40}, {0, 4, 16}, {3, 5, 0}, {2, 0, 8},
+		{1, 19, 43}, {1, 17, 2*gemmKC + 40}, {1, 8, 8}, {1, 16, 24},
 	}
 	forEachImpl(t, func(t *testing.T) {
 		r := newRand(40)

@@ -103,11 +103,12 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// all reduction blocks before the next, so the rows stream from
 		// memory front to back (the per-element order is unchanged).
 		jt := j0
-		if n == 1 && l == levelAVX512 && in > 0 {
-			// GEMV: eight weight rows per call keep eight streams in flight.
+		if n == 1 && in > 0 {
+			// GEMV: eight weight rows per call keep eight streams (and eight
+			// FMA chains) in flight.
 			for ; jt+8 <= j1; jt += 8 {
 				for k0 := 0; k0 < in; k0 += gemmKC {
-					gemvTile8(dst, x, w, p, jt, k0)
+					gemvTile8(dst, x, w, p, l, jt, k0)
 				}
 			}
 		}
@@ -126,7 +127,8 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
 			for i0 := 0; i0 < n; i0 += mr {
-				for jt := b0; jt < b1; jt += 4 {
+				jt := b0 + gemmStrip(dst, x, n, w, p, l, i0, b0, b1, k0)
+				for ; jt < b1; jt += 4 {
 					gemmTile(dst, x, n, w, p, l, i0, jt, min(4, b1-jt), k0)
 				}
 			}
@@ -135,6 +137,34 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 			}
 		}
 	}
+}
+
+// gemmStrip computes, where level l has a strip kernel (AVX2) and block
+// [k0, k0+gemmKC) has no scalar tail, the tiles of activation rows
+// [i0, i0+maxTileRows) and the whole groups of four weight rows in
+// [jt, j1) in one call, with gemmTile's per-element arithmetic (the weights
+// are f32 rows at p or, when p is nil, w's bf16 rows). It returns how many
+// weight rows it did: gemmTile does the rest.
+func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, j1, k0 int) int {
+	in, out := w.Cols, w.Rows
+	k1 := min(k0+gemmKC, in)
+	groups := (j1 - jt) / 4
+	if l != levelAVX2 || groups == 0 || (k1-k0)%8 != 0 || k1 <= k0 {
+		return 0
+	}
+	m := min(maxTileRows(l), n-i0)
+	add := 0
+	if k0 > 0 {
+		add = 1
+	}
+	xp, d := &x[i0*in+k0], &dst[i0*out+jt]
+	if p != nil {
+		stripF32(m, xp, in, p.at(jt, k0), p.ld, groups, k1-k0, d, out, add)
+	} else {
+		stripBF16(m, xp, in, &w.BF16[jt*in+k0], in, groups, k1-k0, d, out, add)
+	}
+
+	return 4 * groups
 }
 
 // gemmRangeFP8 is gemmRange for an FP8 matrix: the tiles' weight rows are
@@ -162,11 +192,11 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	}
 	if n <= mr {
 		jt := j0
-		if n == 1 && l == levelAVX512 && in > 0 {
+		if n == 1 && in > 0 {
 			for ; jt+8 <= j1; jt += 8 {
 				for k0 := 0; k0 < in; k0 += gemmKC {
 					p := dequantPanel(buf, w, jt, jt+8, k0)
-					gemvTile8(dst, x, w, &p, jt, k0)
+					gemvTile8(dst, x, w, &p, l, jt, k0)
 				}
 			}
 		}
@@ -189,7 +219,8 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
 			p := dequantPanel(buf, w, b0, b1, k0)
 			for i0 := 0; i0 < n; i0 += mr {
-				for jt := b0; jt < b1; jt += 4 {
+				jt := b0 + gemmStrip(dst, x, n, w, &p, l, i0, b0, b1, k0)
+				for ; jt < b1; jt += 4 {
 					gemmTile(dst, x, n, w, &p, l, i0, jt, min(4, b1-jt), k0)
 				}
 			}
@@ -257,7 +288,7 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	if nan {
 		p := dequantPanel(buf, w, jt, jt+rows, k0)
 		if rows == 8 {
-			gemvTile8(dst, x, w, &p, jt, k0)
+			gemvTile8(dst, x, w, &p, l, jt, k0)
 		} else {
 			gemmTile(dst, x, 1, w, &p, l, 0, jt, rows, k0)
 		}
@@ -363,16 +394,16 @@ func gemmTile(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, n
 }
 
 // gemvTile8 is gemmTile for one activation row and eight weight rows
-// [jt, jt+8) on AVX-512, with the same per-element arithmetic.
-func gemvTile8(dst, x []float32, w *Matrix, p *f32Rows, jt, k0 int) {
+// [jt, jt+8), with the same per-element arithmetic.
+func gemvTile8(dst, x []float32, w *Matrix, p *f32Rows, l level, jt, k0 int) {
 	in := w.Cols
 	k1 := min(k0+gemmKC, in)
-	kv := (k1 - k0) &^ 15
+	kv := (k1 - k0) &^ (vecWidth(l) - 1)
 	var tile [8]float32
 	if p != nil {
-		dotTile1x8F32(&x[k0], p.at(jt, k0), p.ld, kv, &tile)
+		dotTile1x8F32(l, &x[k0], p.at(jt, k0), p.ld, kv, &tile)
 	} else {
-		dotTile1x8BF16(&x[k0], &w.BF16[jt*in+k0], in, kv, &tile)
+		dotTile1x8BF16(l, &x[k0], &w.BF16[jt*in+k0], in, kv, &tile)
 	}
 	xi := x[k0+kv : k1]
 	di := dst[jt : jt+8]
