@@ -67,6 +67,7 @@ func main() {
 	expSum512()
 	max512()
 	scoreTile8T512()
+	scoreTile6T256()
 	fmaPeak512()
 	fmaPeak256()
 	readSum512()
@@ -76,7 +77,9 @@ func main() {
 	gemvFP8512()
 	gemvFP8256()
 	decodeRecords512()
+	decodeRecords256()
 	widenBF16512()
+	widenBF16256()
 	Generate()
 }
 
@@ -1418,6 +1421,80 @@ func scoreTile8T512() {
 	RET()
 }
 
+// scoreTile6T256 emits scoreTile6TAVX2: scoreTile8TAVX512 for AVX2 over six
+// keys and one 16-head half of a 32-head group: for each key j and head h
+// the dot product runs over d in ascending order as a chain of fused
+// multiply-adds of the broadcast key value and the half's query row (two
+// 8-head vectors), then run[j] (16 lanes, in memory; heads h and h+8 of the
+// half in lanes h mod 8 of its two vectors) gains max(dot, 0)·w lane-wise
+// (multiply, then add). Called for a group's low half and then its high
+// half, every lane sees the operations of scoreTile8TAVX512 in the same
+// order; when out is not nil the running sums are final and each is reduced
+// as hsum512 does (the two vectors added, then hsum256) into out[j]. The
+// results are those of the AVX-512 tile, bit for bit.
+func scoreTile6T256() {
+	name := "scoreTile6TAVX2"
+	TEXT(name, NOSPLIT, "func(qT *float32, stride int, dim int, w *float32, k0, k1, k2, k3, k4, k5 *float32, run *float32, out *float32)")
+	Pragma("noescape")
+	Doc(name + " adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil).")
+	qrow := Load(Param("qT"), GP64())
+	stride := Load(Param("stride"), GP64())
+	dim := Load(Param("dim"), GP64())
+	var k [6]Register
+	for j := range 6 {
+		k[j] = Load(Param(fmt.Sprintf("k%d", j)), GP64())
+	}
+	for a := range 12 {
+		VXORPS(ymm[a], ymm[a], ymm[a])
+	}
+	SHLQ(U8(2), dim) // bytes per key
+	off := GP64()
+	XORQ(off, off)
+	TESTQ(dim, dim)
+	JZ(LabelRef(name + "_dots"))
+	Label(name + "_d")
+	VMOVUPS(Mem{Base: qrow}, Y12)
+	VMOVUPS(Mem{Base: qrow, Disp: 32}, Y13)
+	for j := range 6 {
+		VBROADCASTSS(Mem{Base: k[j], Index: off, Scale: 1}, Y14)
+		VFMADD231PS(Y12, Y14, ymm[2*j])
+		VFMADD231PS(Y13, Y14, ymm[2*j+1])
+	}
+	ADDQ(stride, qrow)
+	ADDQ(U8(4), off)
+	CMPQ(off, dim)
+	JB(LabelRef(name + "_d"))
+	Label(name + "_dots")
+	w := Load(Param("w"), GP64())
+	run := Load(Param("run"), GP64())
+	VMOVUPS(Mem{Base: w}, Y12)
+	VMOVUPS(Mem{Base: w, Disp: 32}, Y13)
+	VXORPS(Y14, Y14, Y14)
+	for j := range 6 {
+		for half := range 2 {
+			a := ymm[2*j+half]
+			VMOVUPS(Mem{Base: run, Disp: 64*j + 32*half}, Y15)
+			VMAXPS(Y14, a, a) // max(dot, 0); a NaN dot gives 0
+			VMULPS([]VecPhysical{Y12, Y13}[half], a, a)
+			VADDPS(a, Y15, Y15)
+			VMOVUPS(Y15, Mem{Base: run, Disp: 64*j + 32*half})
+		}
+	}
+	out := Load(Param("out"), GP64())
+	TESTQ(out, out)
+	JZ(LabelRef(name + "_done"))
+	for j := range 6 {
+		VMOVUPS(Mem{Base: run, Disp: 64 * j}, Y0)
+		VMOVUPS(Mem{Base: run, Disp: 64*j + 32}, Y1)
+		VADDPS(Y1, Y0, Y0)
+		hsum256()
+		VMOVSS(X0, Mem{Base: out, Disp: 4 * j})
+	}
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
 // fmaPeak512 emits fmaPeakAVX512: n rounds of 24 independent 16-lane FMA
 // chains (24·16·2 FLOPs per round), enough chains to cover the FMA latency of
 // two pipes. It returns one lane so the work has a visible result.
@@ -1743,6 +1820,154 @@ func e4m3Step(src, dst Register) {
 	VMOVUPS(Z3, Mem{Base: dst})
 }
 
+// e4m3Consts256 loads the constants of e4m3Step256: Y15 the magnitude mask
+// (and the NaN magnitude), Y14 the sign mask, Y13 2^120, Y12 a quiet NaN.
+func e4m3Consts256() {
+	r := GP32()
+	MOVL(U32(0x7F), r)
+	VMOVD(r, X15)
+	VPBROADCASTD(X15, Y15)
+	MOVL(U32(0x80), r)
+	VMOVD(r, X14)
+	VPBROADCASTD(X14, Y14)
+	broadcastConst256(float32(math.Ldexp(1, 120)), Y13, X10)
+	MOVL(U32(0x7FC00000), r)
+	VMOVD(r, X12)
+	VPBROADCASTD(X12, Y12)
+}
+
+// e4m3Step256 decodes the 8 e4m3 codes at src, times the scale in Y11,
+// into 8 float32 at dst: e4m3Step on eight lanes (constants from
+// e4m3Consts256; Y0–Y4 clobbered).
+func e4m3Step256(src, dst Register) {
+	VPMOVZXBD(Mem{Base: src}, Y0)
+	VPAND(Y15, Y0, Y1)     // magnitude code
+	VPAND(Y14, Y0, Y2)     // sign byte
+	VPSLLD(U8(24), Y2, Y2) // sign bit
+	VPCMPEQD(Y15, Y1, Y4)  // NaN codes
+	VPSLLD(U8(20), Y1, Y3) // EEEEMMM into float32 exponent/mantissa
+	VMULPS(Y13, Y3, Y3)    // rebias: ×2^(127−7)
+	VBLENDVPS(Y4, Y12, Y3, Y3)
+	VPOR(Y2, Y3, Y3)    // sign
+	VMULPS(Y11, Y3, Y3) // ×scale: one rounding of the signed value's product
+	VMOVUPS(Y3, Mem{Base: dst})
+}
+
+// decodeRecords256 emits decodeRecordsAVX2: decodeRecordsAVX512 with AVX2
+// (tiles of a multiple of 8 codes, a multiple of 8 bf16 values), the
+// codes decoded as decodeE4M3AVX2 does and the bf16 values widened by
+// widenBF16x8: the same bits.
+func decodeRecords256() {
+	name := "decodeRecordsAVX2"
+	TEXT(name, NOSPLIT, "func(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)")
+	Pragma("noescape")
+	Doc(name + " decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.")
+	dst := Load(Param("dst"), GP64())
+	base := Load(Param("base"), GP64())
+	slots := Load(Param("slots"), GP64())
+	n := Load(Param("n"), GP64())
+	recBytes := Load(Param("recBytes"), GP64())
+	e4m3Consts256()
+	VMOVDQU(widenBF16Ctl, Y10)
+	i := GP64()
+	XORQ(i, i)
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_rec")
+	// Prefetch every line of the record ahead, and its last byte.
+	pi := GP64()
+	MOVQ(i, pi)
+	ADDQ(NewParamAddr("ahead", 40), pi)
+	CMPQ(pi, NewParamAddr("npf", 32))
+	JAE(LabelRef(name + "_decode"))
+	MOVLQSX(Mem{Base: slots, Index: pi, Scale: 4}, pi)
+	IMULQ(recBytes, pi)
+	ADDQ(base, pi)
+	PREFETCHT0(Mem{Base: pi, Index: recBytes, Scale: 1, Disp: -1})
+	po := GP64()
+	XORQ(po, po)
+	Label(name + "_pf")
+	PREFETCHT0(Mem{Base: pi, Index: po, Scale: 1})
+	ADDQ(U32(64), po)
+	CMPQ(po, recBytes)
+	JB(LabelRef(name + "_pf"))
+	Label(name + "_decode")
+	rec := GP64()
+	MOVLQSX(Mem{Base: slots, Index: i, Scale: 4}, rec)
+	IMULQ(recBytes, rec)
+	ADDQ(base, rec)
+	// The scales follow the codes: at rec + tiles·tileCodes.
+	tileCodes := Load(Param("tileCodes"), GP64())
+	sp := GP64()
+	MOVQ(Load(Param("tiles"), GP64()), sp)
+	tl := GP64()
+	MOVQ(sp, tl)
+	IMULQ(tileCodes, sp)
+	ADDQ(rec, sp)
+	TESTQ(tl, tl)
+	JZ(LabelRef(name + "_rope"))
+	Label(name + "_tile")
+	VBROADCASTSS(Mem{Base: sp}, Y11)
+	ADDQ(U32(4), sp)
+	cnt := GP64()
+	MOVQ(tileCodes, cnt)
+	SHRQ(U8(3), cnt)
+	JZ(LabelRef(name + "_tiledone"))
+	Label(name + "_loop")
+	e4m3Step256(rec, dst)
+	ADDQ(U32(8), rec)
+	ADDQ(U32(32), dst)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_tiledone")
+	DECQ(tl)
+	JNZ(LabelRef(name + "_tile"))
+	Label(name + "_rope")
+	// sp now points past the scales, at the bf16 values.
+	rc := GP64()
+	MOVQ(Load(Param("rope"), GP64()), rc)
+	SHRQ(U8(3), rc)
+	JZ(LabelRef(name + "_next"))
+	Label(name + "_widen")
+	widenBF16x8(Mem{Base: sp}, Y0, Y10)
+	VMOVUPS(Y0, Mem{Base: dst})
+	ADDQ(U32(16), sp)
+	ADDQ(U32(32), dst)
+	DECQ(rc)
+	JNZ(LabelRef(name + "_widen"))
+	Label(name + "_next")
+	INCQ(i)
+	CMPQ(i, n)
+	JB(LabelRef(name + "_rec"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// widenBF16256 emits widenBF16AVX2: widenBF16AVX512 for n (a multiple of 8)
+// values with widenBF16x8.
+func widenBF16256() {
+	TEXT("widenBF16AVX2", NOSPLIT, "func(dst *float32, src *byte, n int)")
+	Pragma("noescape")
+	Doc("widenBF16AVX2 widens n (a multiple of 8) little-endian bf16 values at src to float32 at dst.")
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	n := Load(Param("n"), GP64())
+	VMOVDQU(widenBF16Ctl, Y15)
+	SHRQ(U8(3), n)
+	JZ(LabelRef("widenBF16AVX2_done"))
+	Label("widenBF16AVX2_loop")
+	widenBF16x8(Mem{Base: src}, Y0, Y15)
+	VMOVUPS(Y0, Mem{Base: dst})
+	ADDQ(U32(16), src)
+	ADDQ(U32(32), dst)
+	DECQ(n)
+	JNZ(LabelRef("widenBF16AVX2_loop"))
+	Label("widenBF16AVX2_done")
+	VZEROUPPER()
+	RET()
+}
+
 // decodeE4M3256 emits decodeE4M3AVX2: decodeE4M3AVX512 for n (a multiple of
 // 8) bytes with AVX2, the same operations on eight lanes.
 func decodeE4M3256() {
@@ -1753,31 +1978,11 @@ func decodeE4M3256() {
 	src := Load(Param("src"), GP64())
 	n := Load(Param("n"), GP64())
 	VBROADCASTSS(NewParamAddr("scale", 24), Y11)
-	r := GP32()
-	MOVL(U32(0x7F), r)
-	VMOVD(r, X15)
-	VPBROADCASTD(X15, Y15) // magnitude mask and NaN magnitude
-	MOVL(U32(0x80), r)
-	VMOVD(r, X14)
-	VPBROADCASTD(X14, Y14) // sign mask
-	broadcastConst256(float32(math.Ldexp(1, 120)), Y13, X10)
-	MOVL(U32(0x7FC00000), r)
-	VMOVD(r, X12)
-	VPBROADCASTD(X12, Y12) // quiet NaN
+	e4m3Consts256()
 	SHRQ(U8(3), n)
 	JZ(LabelRef("decodeE4M3AVX2_done"))
 	Label("decodeE4M3AVX2_loop")
-	VPMOVZXBD(Mem{Base: src}, Y0)
-	VPAND(Y15, Y0, Y1)     // magnitude code
-	VPAND(Y14, Y0, Y2)     // sign byte
-	VPSLLD(U8(24), Y2, Y2) // sign bit
-	VPCMPEQD(Y15, Y1, Y4)  // NaN codes
-	VPSLLD(U8(20), Y1, Y3) // EEEEMMM into float32 exponent/mantissa
-	VMULPS(Y13, Y3, Y3)    // rebias: ×2^(127−7)
-	VBLENDVPS(Y4, Y12, Y3, Y3)
-	VPOR(Y2, Y3, Y3)    // sign
-	VMULPS(Y11, Y3, Y3) // ×scale
-	VMOVUPS(Y3, Mem{Base: dst})
+	e4m3Step256(src, dst)
 	ADDQ(U32(8), src)
 	ADDQ(U32(32), dst)
 	DECQ(n)

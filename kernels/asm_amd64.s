@@ -8162,6 +8162,183 @@ scoreTile8TAVX512_done:
 	VZEROUPPER
 	RET
 
+// func scoreTile6TAVX2(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, run *float32, out *float32)
+// Requires: AVX, FMA3
+TEXT ·scoreTile6TAVX2(SB), NOSPLIT, $0-96
+	MOVQ   qT+0(FP), AX
+	MOVQ   stride+8(FP), CX
+	MOVQ   dim+16(FP), DX
+	MOVQ   k0+32(FP), BX
+	MOVQ   k1+40(FP), SI
+	MOVQ   k2+48(FP), DI
+	MOVQ   k3+56(FP), R8
+	MOVQ   k4+64(FP), R9
+	MOVQ   k5+72(FP), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHLQ   $0x02, DX
+	XORQ   R11, R11
+	TESTQ  DX, DX
+	JZ     scoreTile6TAVX2_dots
+
+scoreTile6TAVX2_d:
+	VMOVUPS      (AX), Y12
+	VMOVUPS      32(AX), Y13
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (SI)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS (DI)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS (R8)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS (R9)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VBROADCASTSS (R10)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y10
+	VFMADD231PS  Y13, Y14, Y11
+	ADDQ         CX, AX
+	ADDQ         $0x04, R11
+	CMPQ         R11, DX
+	JB           scoreTile6TAVX2_d
+
+scoreTile6TAVX2_dots:
+	MOVQ         w+24(FP), AX
+	MOVQ         run+80(FP), CX
+	VMOVUPS      (AX), Y12
+	VMOVUPS      32(AX), Y13
+	VXORPS       Y14, Y14, Y14
+	VMOVUPS      (CX), Y15
+	VMAXPS       Y14, Y0, Y0
+	VMULPS       Y12, Y0, Y0
+	VADDPS       Y0, Y15, Y15
+	VMOVUPS      Y15, (CX)
+	VMOVUPS      32(CX), Y15
+	VMAXPS       Y14, Y1, Y1
+	VMULPS       Y13, Y1, Y1
+	VADDPS       Y1, Y15, Y15
+	VMOVUPS      Y15, 32(CX)
+	VMOVUPS      64(CX), Y15
+	VMAXPS       Y14, Y2, Y2
+	VMULPS       Y12, Y2, Y2
+	VADDPS       Y2, Y15, Y15
+	VMOVUPS      Y15, 64(CX)
+	VMOVUPS      96(CX), Y15
+	VMAXPS       Y14, Y3, Y3
+	VMULPS       Y13, Y3, Y3
+	VADDPS       Y3, Y15, Y15
+	VMOVUPS      Y15, 96(CX)
+	VMOVUPS      128(CX), Y15
+	VMAXPS       Y14, Y4, Y4
+	VMULPS       Y12, Y4, Y4
+	VADDPS       Y4, Y15, Y15
+	VMOVUPS      Y15, 128(CX)
+	VMOVUPS      160(CX), Y15
+	VMAXPS       Y14, Y5, Y5
+	VMULPS       Y13, Y5, Y5
+	VADDPS       Y5, Y15, Y15
+	VMOVUPS      Y15, 160(CX)
+	VMOVUPS      192(CX), Y15
+	VMAXPS       Y14, Y6, Y6
+	VMULPS       Y12, Y6, Y6
+	VADDPS       Y6, Y15, Y15
+	VMOVUPS      Y15, 192(CX)
+	VMOVUPS      224(CX), Y15
+	VMAXPS       Y14, Y7, Y7
+	VMULPS       Y13, Y7, Y7
+	VADDPS       Y7, Y15, Y15
+	VMOVUPS      Y15, 224(CX)
+	VMOVUPS      256(CX), Y15
+	VMAXPS       Y14, Y8, Y8
+	VMULPS       Y12, Y8, Y8
+	VADDPS       Y8, Y15, Y15
+	VMOVUPS      Y15, 256(CX)
+	VMOVUPS      288(CX), Y15
+	VMAXPS       Y14, Y9, Y9
+	VMULPS       Y13, Y9, Y9
+	VADDPS       Y9, Y15, Y15
+	VMOVUPS      Y15, 288(CX)
+	VMOVUPS      320(CX), Y15
+	VMAXPS       Y14, Y10, Y10
+	VMULPS       Y12, Y10, Y10
+	VADDPS       Y10, Y15, Y15
+	VMOVUPS      Y15, 320(CX)
+	VMOVUPS      352(CX), Y15
+	VMAXPS       Y14, Y11, Y11
+	VMULPS       Y13, Y11, Y11
+	VADDPS       Y11, Y15, Y15
+	VMOVUPS      Y15, 352(CX)
+	MOVQ         out+88(FP), AX
+	TESTQ        AX, AX
+	JZ           scoreTile6TAVX2_done
+	VMOVUPS      (CX), Y0
+	VMOVUPS      32(CX), Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VMOVUPS      64(CX), Y0
+	VMOVUPS      96(CX), Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, 4(AX)
+	VMOVUPS      128(CX), Y0
+	VMOVUPS      160(CX), Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, 8(AX)
+	VMOVUPS      192(CX), Y0
+	VMOVUPS      224(CX), Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, 12(AX)
+	VMOVUPS      256(CX), Y0
+	VMOVUPS      288(CX), Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, 16(AX)
+	VMOVUPS      320(CX), Y0
+	VMOVUPS      352(CX), Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, 20(AX)
+
+scoreTile6TAVX2_done:
+	VZEROUPPER
+	RET
+
 // func fmaPeakAVX512(n int) float32
 // Requires: AVX, AVX512F, SSE
 TEXT ·fmaPeakAVX512(SB), NOSPLIT, $0-12
@@ -9002,6 +9179,111 @@ decodeRecordsAVX512_done:
 	VZEROUPPER
 	RET
 
+// func decodeRecordsAVX2(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)
+// Requires: AVX, AVX2, MMX+
+TEXT ·decodeRecordsAVX2(SB), NOSPLIT, $0-80
+	MOVQ         dst+0(FP), AX
+	MOVQ         base+8(FP), CX
+	MOVQ         slots+16(FP), DX
+	MOVQ         n+24(FP), BX
+	MOVQ         recBytes+48(FP), SI
+	MOVL         $0x0000007f, DI
+	VMOVD        DI, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x00000080, DI
+	VMOVD        DI, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x7b800000, DI
+	VMOVD        DI, X10
+	VBROADCASTSS X10, Y13
+	MOVL         $0x7fc00000, DI
+	VMOVD        DI, X12
+	VPBROADCASTD X12, Y12
+	VMOVDQU      widenBF16Ctl<>+0(SB), Y10
+	XORQ         DI, DI
+	TESTQ        BX, BX
+	JZ           decodeRecordsAVX2_done
+
+decodeRecordsAVX2_rec:
+	MOVQ       DI, R8
+	ADDQ       ahead+40(FP), R8
+	CMPQ       R8, npf+32(FP)
+	JAE        decodeRecordsAVX2_decode
+	MOVLQSX    (DX)(R8*4), R8
+	IMULQ      SI, R8
+	ADDQ       CX, R8
+	PREFETCHT0 -1(R8)(SI*1)
+	XORQ       R9, R9
+
+decodeRecordsAVX2_pf:
+	PREFETCHT0 (R8)(R9*1)
+	ADDQ       $0x00000040, R9
+	CMPQ       R9, SI
+	JB         decodeRecordsAVX2_pf
+
+decodeRecordsAVX2_decode:
+	MOVLQSX (DX)(DI*4), R8
+	IMULQ   SI, R8
+	ADDQ    CX, R8
+	MOVQ    tileCodes+64(FP), R9
+	MOVQ    tiles+56(FP), R10
+	MOVQ    R10, R11
+	IMULQ   R9, R10
+	ADDQ    R8, R10
+	TESTQ   R11, R11
+	JZ      decodeRecordsAVX2_rope
+
+decodeRecordsAVX2_tile:
+	VBROADCASTSS (R10), Y11
+	ADDQ         $0x00000004, R10
+	MOVQ         R9, R12
+	SHRQ         $0x03, R12
+	JZ           decodeRecordsAVX2_tiledone
+
+decodeRecordsAVX2_loop:
+	VPMOVZXBD (R8), Y0
+	VPAND     Y15, Y0, Y1
+	VPAND     Y14, Y0, Y2
+	VPSLLD    $0x18, Y2, Y2
+	VPCMPEQD  Y15, Y1, Y4
+	VPSLLD    $0x14, Y1, Y3
+	VMULPS    Y13, Y3, Y3
+	VBLENDVPS Y4, Y12, Y3, Y3
+	VPOR      Y2, Y3, Y3
+	VMULPS    Y11, Y3, Y3
+	VMOVUPS   Y3, (AX)
+	ADDQ      $0x00000008, R8
+	ADDQ      $0x00000020, AX
+	DECQ      R12
+	JNZ       decodeRecordsAVX2_loop
+
+decodeRecordsAVX2_tiledone:
+	DECQ R11
+	JNZ  decodeRecordsAVX2_tile
+
+decodeRecordsAVX2_rope:
+	MOVQ rope+72(FP), R8
+	SHRQ $0x03, R8
+	JZ   decodeRecordsAVX2_next
+
+decodeRecordsAVX2_widen:
+	VBROADCASTI128 (R10), Y0
+	VPSHUFB        Y10, Y0, Y0
+	VMOVUPS        Y0, (AX)
+	ADDQ           $0x00000010, R10
+	ADDQ           $0x00000020, AX
+	DECQ           R8
+	JNZ            decodeRecordsAVX2_widen
+
+decodeRecordsAVX2_next:
+	INCQ DI
+	CMPQ DI, BX
+	JB   decodeRecordsAVX2_rec
+
+decodeRecordsAVX2_done:
+	VZEROUPPER
+	RET
+
 // func widenBF16AVX512(dst *float32, src *byte, n int)
 // Requires: AVX, AVX512F
 TEXT ·widenBF16AVX512(SB), NOSPLIT, $0-24
@@ -9021,5 +9303,28 @@ widenBF16_loop:
 	JNZ       widenBF16_loop
 
 widenBF16_done:
+	VZEROUPPER
+	RET
+
+// func widenBF16AVX2(dst *float32, src *byte, n int)
+// Requires: AVX, AVX2
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ    dst+0(FP), AX
+	MOVQ    src+8(FP), CX
+	MOVQ    n+16(FP), DX
+	VMOVDQU widenBF16Ctl<>+0(SB), Y15
+	SHRQ    $0x03, DX
+	JZ      widenBF16AVX2_done
+
+widenBF16AVX2_loop:
+	VBROADCASTI128 (CX), Y0
+	VPSHUFB        Y15, Y0, Y0
+	VMOVUPS        Y0, (AX)
+	ADDQ           $0x00000010, CX
+	ADDQ           $0x00000020, AX
+	DECQ           DX
+	JNZ            widenBF16AVX2_loop
+
+widenBF16AVX2_done:
 	VZEROUPPER
 	RET

@@ -347,6 +347,11 @@ func maxAVX512(x *float32, n int) float32
 //go:noescape
 func scoreTile8TAVX512(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, k6 *float32, k7 *float32, run *float32, out *float32)
 
+// scoreTile6TAVX2 adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil).
+//
+//go:noescape
+func scoreTile6TAVX2(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, run *float32, out *float32)
+
 // fmaPeakAVX512 runs n rounds of 24 independent 16-lane FMA chains.
 func fmaPeakAVX512(n int) float32
 
@@ -388,7 +393,17 @@ func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, f
 //go:noescape
 func decodeRecordsAVX512(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)
 
+// decodeRecordsAVX2 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
+//
+//go:noescape
+func decodeRecordsAVX2(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)
+
 // widenBF16AVX512 widens n (a multiple of 16) little-endian bf16 values at src to float32 at dst.
 //
 //go:noescape
 func widenBF16AVX512(dst *float32, src *byte, n int)
+
+// widenBF16AVX2 widens n (a multiple of 8) little-endian bf16 values at src to float32 at dst.
+//
+//go:noescape
+func widenBF16AVX2(dst *float32, src *byte, n int)

@@ -427,14 +427,18 @@ func decodeE4M3Fast(dst []float32, src []byte, scale float32) int {
 	return 0
 }
 
-// decodeRecordsFast decodes the records of slots[:n] with AVX-512
+// decodeRecordsFast decodes the records of slots[:n] with AVX-512 or AVX2
 // (prefetching those of slots[n:] as it goes) and reports whether it did;
 // the caller has checked the slots and sizes.
 func decodeRecordsFast(dst []float32, base []byte, lt RecordLayout, slots []int32, n, ahead int) bool {
-	if activeLevel() != levelAVX512 || lt.TileCodes%16 != 0 || lt.Rope%16 != 0 {
+	switch l := activeLevel(); {
+	case l == levelAVX512 && lt.TileCodes%16 == 0 && lt.Rope%16 == 0:
+		decodeRecordsAVX512(&dst[0], &base[0], &slots[0], n, len(slots), ahead, lt.Bytes, lt.Tiles, lt.TileCodes, lt.Rope)
+	case l == levelAVX2 && lt.TileCodes%8 == 0 && lt.Rope%8 == 0:
+		decodeRecordsAVX2(&dst[0], &base[0], &slots[0], n, len(slots), ahead, lt.Bytes, lt.Tiles, lt.TileCodes, lt.Rope)
+	default:
 		return false
 	}
-	decodeRecordsAVX512(&dst[0], &base[0], &slots[0], n, len(slots), ahead, lt.Bytes, lt.Tiles, lt.TileCodes, lt.Rope)
 	return true
 }
 
@@ -444,16 +448,29 @@ func scoreTile8T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k
 	scoreTile8TAVX512(qT, stride, dim, w, k0, k1, k2, k3, k4, k5, k6, k7, run, out)
 }
 
-// widenBF16Fast widens the longest multiple of 16 of the bf16 values in src
-// with AVX-512 and reports how many it wrote (0 under any other
-// implementation).
+// scoreTile6T is the AVX2 transposed-query score tile of six keys and one
+// 16-head half of a group (see scoreKeysT6).
+func scoreTile6T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k5 *float32, run, out *float32) {
+	scoreTile6TAVX2(qT, stride, dim, w, k0, k1, k2, k3, k4, k5, run, out)
+}
+
+// widenBF16Fast widens the longest multiple of 16 (AVX2: 8) of the bf16
+// values in src with vectors and reports how many it wrote (0 under the
+// reference).
 func widenBF16Fast(dst []float32, src []byte) int {
-	if activeLevel() != levelAVX512 {
-		return 0
+	switch activeLevel() {
+	case levelAVX512:
+		nv := (len(src) / 2) &^ 15
+		if nv > 0 {
+			widenBF16AVX512(&dst[0], &src[0], nv)
+		}
+		return nv
+	case levelAVX2:
+		nv := (len(src) / 2) &^ 7
+		if nv > 0 {
+			widenBF16AVX2(&dst[0], &src[0], nv)
+		}
+		return nv
 	}
-	nv := (len(src) / 2) &^ 15
-	if nv > 0 {
-		widenBF16AVX512(&dst[0], &src[0], nv)
-	}
-	return nv
+	return 0
 }

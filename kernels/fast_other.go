@@ -111,3 +111,7 @@ func stripF32(int, *float32, int, *float32, int, int, int, *float32, int, int) {
 func stripBF16(int, *float32, int, *uint16, int, int, int, *float32, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
+
+func scoreTile6T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}

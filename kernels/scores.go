@@ -9,14 +9,15 @@ import "fmt"
 //	dst[j] = Σ_h w[h] · max(0, q[h]·keys[j][:dim])   for j < len(keys)
 //
 // The reference uses Dot, skips non-positive (and NaN) dot products and adds
-// the heads in ascending order. The AVX-512 implementation transposes the
+// the heads in ascending order. The assembly implementations transpose the
 // query once per call (heads padded to a multiple of 32 with zero queries
-// and weights) and scores eight keys per tile: each head's dot product is a
-// chain of fused multiply-adds over d of the broadcast key value and a
-// 16-head query row, so no dot product needs a horizontal reduction; the
-// heads' terms are summed lane-wise (head h in lane h mod 16) and the lanes
-// by a fixed tree. The AVX2 one (dim a multiple of 8) uses 3-head × 4-key
-// dot tiles and adds the terms as the reference does. A key's score depends
+// and weights) and score eight keys (AVX2: six) per tile: each head's dot
+// product is a chain of fused multiply-adds over d of the broadcast key
+// value and a 16-head query row (AVX2: two 8-head vectors), so no dot
+// product needs a horizontal reduction; the heads' terms are summed
+// lane-wise (head h in lane h mod 16) and the lanes by a fixed tree. AVX2
+// performs the AVX-512 operations in the same order, so both give the same
+// bits. A key's score depends
 // only on the query and that key, never on the other keys of the call, so
 // keys are split across threads (SetThreads) without changing a bit. It
 // does not allocate once its pooled query scratch has grown to the
@@ -53,14 +54,14 @@ func WeightedReLUScores(dst, q, w []float32, heads int, keys [][]float32) {
 
 // fastScores reports whether level l scores keys of dim values in assembly.
 func fastScores(l level, dim int) bool {
-	return (l == levelAVX512 && dim > 0) || (l == levelAVX2 && dim%8 == 0 && dim > 0)
+	return l != levelRef && dim > 0
 }
 
 var scoreQueries = make(chan *ScoreQuery, 64)
 
 // ScoreQuery is one lightning-indexer query (q [heads, dim] and the head
 // weights w) prepared for ScoreKeys, so that a query scored against its keys
-// a chunk at a time is prepared once: on AVX-512 the query is transposed to
+// a chunk at a time is prepared once: on AVX-512 and AVX2 the query is transposed to
 // qT[d·hp + h] with the heads padded to hp, a multiple of 32, by zero
 // queries and weights. The zero value is ready for Prepare; it keeps its
 // buffers across Prepare calls, so it allocates only while they grow.
@@ -102,7 +103,7 @@ func (sq *ScoreQuery) Prepare(q, w []float32, heads int) {
 			heads, len(q), len(w)))
 	}
 	sq.q, sq.w, sq.heads, sq.dim, sq.l = q, w, heads, len(q)/heads, activeLevel()
-	if sq.l != levelAVX512 {
+	if !fastScores(sq.l, sq.dim) {
 		return
 	}
 	sq.Reserve(heads, sq.dim)
@@ -256,15 +257,14 @@ func (t *gatherTask) runPart(p, parts int) {
 
 // scoreRange scores keys on the calling thread (a part of a parallel call).
 func scoreRange(dst []float32, sq *ScoreQuery, keys [][]float32) {
-	if sq.l == levelAVX512 {
+	switch {
+	case sq.l == levelAVX512:
 		scoreKeysT(dst, sq, keys)
-		return
+	case fastScores(sq.l, sq.dim):
+		scoreKeysT6(dst, sq, keys)
+	default:
+		scoreKeysRef(dst, sq.q, sq.w, sq.heads, sq.dim, keys)
 	}
-	if fastScores(sq.l, sq.dim) {
-		scoreKeysAVX2(dst, sq.q, sq.w, sq.heads, sq.dim, keys)
-		return
-	}
-	scoreKeysRef(dst, sq.q, sq.w, sq.heads, sq.dim, keys)
 }
 
 // scoreKeysRef is the reference WeightedReLUScores loop.
@@ -298,8 +298,8 @@ func (t *scoreTask) runPart(p, parts int) {
 		scoreKeysT(t.dst[j0:j1], sq, t.keys[j0:j1])
 		return
 	}
-	j0, j1 := partRange(len(t.keys), 4, p, parts)
-	scoreKeysAVX2(t.dst[j0:j1], sq.q, sq.w, sq.heads, sq.dim, t.keys[j0:j1])
+	j0, j1 := partRange(len(t.keys), 6, p, parts)
+	scoreKeysT6(t.dst[j0:j1], sq, t.keys[j0:j1])
 }
 
 // scoreKeysT is the AVX-512 WeightedReLUScores over keys, eight per tile
@@ -328,31 +328,30 @@ func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
 	}
 }
 
-// scoreKeysAVX2 scores four keys at a time with the AVX2 3×4 dot tiles;
-// each key's heads are added in ascending order as in the reference
-// (non-positive and NaN dot products skipped, products rounded).
-func scoreKeysAVX2(dst, q, w []float32, heads, dim int, keys [][]float32) {
-	var tile [24]float32
+// scoreKeysT6 is scoreKeysT for AVX2: six keys per tile (a short tile
+// repeats its last key), each 32-head group in two 16-head calls, the next
+// keys prefetched.
+func scoreKeysT6(dst []float32, t *ScoreQuery, keys [][]float32) {
+	hp, dim := len(t.wP), t.dim
+	var run [6 * 16]float32
+	var out [6]float32
 	n := len(keys)
-	for j := 0; j < n; j += 4 {
-		nj := min(4, n-j)
-		if next := j + 4; next < n {
+	for j := 0; j < n; j += 6 {
+		nj := min(6, n-j)
+		for next := j + 6; next < min(n, j+12); next += 4 {
 			prefetchFour(keys, next, 4*dim)
 		}
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
-		k0, k1, k2, k3 := k(0), k(1), k(2), k(3)
-		var acc [4]float32
-		for h := 0; h < heads; h += 3 {
-			m := min(3, heads-h)
-			dotTileF32(levelAVX2, m, &q[h*dim], dim, k0, k1, k2, k3, dim, &tile)
-			for i := range m {
-				for c := range nj {
-					if d := tile[i*4+c]; d > 0 {
-						acc[c] += w[h+i] * d
-					}
-				}
+		k0, k1, k2, k3, k4, k5 := k(0), k(1), k(2), k(3), k(4), k(5)
+		clear(run[:])
+		for g := 0; g < hp; g += 32 {
+			scoreTile6T(&t.qT[g], 4*hp, dim, &t.wP[g], k0, k1, k2, k3, k4, k5, &run[0], nil)
+			var o *float32
+			if g+32 == hp {
+				o = &out[0]
 			}
+			scoreTile6T(&t.qT[g+16], 4*hp, dim, &t.wP[g+16], k0, k1, k2, k3, k4, k5, &run[0], o)
 		}
-		copy(dst[j:j+nj], acc[:nj])
+		copy(dst[j:j+nj], out[:nj])
 	}
 }
