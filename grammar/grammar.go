@@ -1,0 +1,149 @@
+package grammar
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Grammar is a compiled constraint over one vocabulary: the automaton and,
+// for every state a parse can stand in, the tokens it allows. It is
+// immutable and shared by every matcher (and every request) that uses it.
+type Grammar struct {
+	a     *automaton
+	v     *Vocab
+	lim   Limits
+	masks []*stateMask // by state; set for a.reachable, shared through the vocabulary's cache
+	stats Stats
+}
+
+// stateMask is what one state allows, whatever the stack below it holds:
+// the tokens it accepts (a bitset when many, else a sorted list), and the
+// trie ranges of tokens that leave the state's rule before they end, which
+// only the whole stack can decide.
+type stateMask struct {
+	dense  []uint64
+	sparse []int32
+	open   []int32 // pairs lo, hi of trie node ranges
+}
+
+// Stats describe a compiled grammar and what compiling it cost.
+type Stats struct {
+	Rules, States, ReachableStates int
+	// MaskSteps is the number of parser steps spent on the token masks.
+	MaskSteps int64
+	// MaskBytes is the memory of the token masks computed for this
+	// grammar.
+	MaskBytes int64
+	// OpenTokens counts the tokens, over the states computed, left for
+	// the per-step check.
+	OpenTokens int64
+	// CachedStates are the states whose masks came from the vocabulary's
+	// cache (computed for an earlier grammar with the same rules).
+	CachedStates int
+	// CompileTime is the wall time of the whole compilation.
+	CompileTime time.Duration
+}
+
+// Stats reports the grammar's size and compile cost.
+func (g *Grammar) Stats() Stats { return g.stats }
+
+// Vocab is the vocabulary the grammar was compiled for.
+func (g *Grammar) Vocab() *Vocab { return g.v }
+
+// newGrammar computes the masks of every reachable state of a.
+func newGrammar(a *automaton, v *Vocab, lim Limits, start time.Time) (*Grammar, error) {
+	g := &Grammar{a: a, v: v, lim: lim, masks: make([]*stateMask, len(a.states))}
+	keys := a.stateKeys()
+	ns := newNodeStore(1024, len(a.states))
+	st := &stepper{}
+	st.init(a, ns, lim.MaxStackDepth)
+	w := newWalker(v, st)
+	w.precompute = true
+	w.budget = lim.MaxMaskSteps
+	w.deadline = start.Add(lim.MaxCompileTime)
+	var bytes int64
+	for k, s := range a.reachable {
+		if m := v.cache.get(keys[s]); m != nil {
+			g.masks[s] = m
+			g.stats.CachedStates++
+			continue
+		}
+		ns.release(1)
+		root := ns.intern(s, 0)
+		w.setRoot([]int32{root})
+		w.accepted, w.open = w.accepted[:0], w.open[:0]
+		w.subtree(0, int32(len(v.trieByte)))
+		if w.over {
+			if w.steps > w.budget {
+				return nil, limitError("MaxMaskSteps", "computing the token masks of this constraint takes more than %d parser steps (the limit, reached at state %d of %d); simplify the constraint", w.budget, k, len(a.reachable))
+			}
+			return nil, limitError("MaxCompileTime", "compiling this constraint takes longer than %v (the limit); simplify the constraint", lim.MaxCompileTime)
+		}
+		m := &stateMask{}
+		size := int64(0)
+		if len(w.accepted)*32 > v.size {
+			m.dense = make([]uint64, v.words)
+			for _, t := range w.accepted {
+				m.dense[t>>6] |= 1 << (t & 63)
+			}
+			size += int64(8 * v.words)
+		} else {
+			m.sparse = slices.Clone(w.accepted)
+			slices.Sort(m.sparse)
+			size += int64(4 * len(m.sparse))
+		}
+		m.open = slices.Clone(w.open)
+		size += int64(4*len(m.open)) + 64
+		bytes += size
+		g.masks[s] = m
+		v.cache.put(keys[s], m, size)
+		for k := 0; k < len(m.open); k += 2 {
+			lo, hi := m.open[k], m.open[k+1]
+			g.stats.OpenTokens += int64(v.trieTokOff[hi] - v.trieTokOff[lo])
+		}
+		if bytes > lim.MaxMaskBytes {
+			return nil, limitError("MaxMaskBytes", "the token masks of this constraint take more than %d bytes (the limit); simplify the constraint", lim.MaxMaskBytes)
+		}
+	}
+	g.stats.Rules, g.stats.States, g.stats.ReachableStates = len(a.rules), len(a.states), len(a.reachable)
+	g.stats.MaskSteps, g.stats.MaskBytes = w.steps, bytes
+	g.stats.CompileTime = time.Since(start)
+	return g, nil
+}
+
+// MatcherOptions configure one sequence's matcher.
+type MatcherOptions struct {
+	// EndTokens are the ids that end the sequence (the model's EOS and the
+	// request's stop ids); they are allowed exactly where the grammar may
+	// end.
+	EndTokens []int
+	// MaxTokens sizes the matcher's history for the tokens it will accept
+	// (it grows past it if needed).
+	MaxTokens int
+}
+
+// NewMatcher returns a matcher at the start of the grammar.
+func (g *Grammar) NewMatcher(opt MatcherOptions) (*Matcher, error) {
+	m := &Matcher{g: g}
+	for _, t := range opt.EndTokens {
+		if t < 0 || t >= g.v.size {
+			return nil, fmt.Errorf("grammar: end token %d is outside the vocabulary [0, %d)", t, g.v.size)
+		}
+		if !slices.Contains(m.end, int32(t)) {
+			m.end = append(m.end, int32(t))
+		}
+	}
+	m.ns = newNodeStore(1024, len(g.a.states))
+	m.st.init(g.a, m.ns, g.lim.MaxStackDepth)
+	m.w = newWalker(g.v, &m.st)
+	m.w.mask = make([]uint64, g.v.words)
+	m.mask = m.w.mask
+	n := max(opt.MaxTokens, 16) + 1
+	m.histOff = make([]int32, 0, n)
+	m.histBottom = make([]bool, 0, n)
+	m.histMark = make([]int32, 0, n)
+	m.histSets = make([]int32, 0, 4*n)
+	m.Reset()
+	return m, nil
+}
