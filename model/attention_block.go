@@ -25,6 +25,7 @@ type attentionBlock struct {
 	reads *weightReads
 
 	topk                int // indices per row: index_topk, or MaxModelLen for dense MLA
+	rowBytes, keyBytes  int // cache bytes of a row and of an indexer key (StepCost)
 	idxWidth, scoreCols int
 	compact             bool
 	blockDistinct       []int // DCP member → index of its PCP row block
@@ -61,6 +62,10 @@ func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *Se
 	}
 	if p := opt.Parallel; p != nil && p.Backend != nil {
 		a.compact = p.Backend.Route(cp.RowDecode).CompactIndices
+	}
+	a.rowBytes = kvcache.RowBytes(opt.KVDType)
+	if cfg.Sparse() {
+		a.keyBytes = kvcache.KeyBytes(opt.IndexerDType, cfg.IndexHeadDim)
 	}
 	f, i32 := bufs.f32, bufs.i32
 	a.cq, a.q = f("q latent", T*max(cfg.QLoraRank, 1)), f("q", T*H*(dn+dr))
@@ -207,7 +212,7 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	}
 	out := a.attnOut[:M*H*mla.LatentDim]
 	if s.layout.N == 1 {
-		a.selectLocal(lc)
+		a.countAttention(a.selectLocal(lc), H)
 		mla.SparseAttention(out, a.lse[:M*H], nil, a.qabs[:M*H*mla.RowDim], M, H, lc, a.indices[:M*a.topk], a.topk, nil, m.Scale, a.ws)
 	} else if err := a.attendDCP(lc, out); err != nil {
 		return err
@@ -305,10 +310,37 @@ func (a *attentionBlock) writeKV(lc *kvcache.LayerCache) error {
 	return nil
 }
 
+// countAttention adds to the step's cost attention over rows selected
+// cache rows by a call of heads heads.
+func (a *attentionBlock) countAttention(rows, heads int) {
+	a.reads.kvBytes += int64(rows) * int64(a.rowBytes)
+	a.reads.flops += 2 * int64(rows) * int64(heads) * (mla.RowDim + mla.LatentDim)
+}
+
+// countIndexer adds to the step's cost the scoring of keys indexer keys
+// against one query row.
+func (a *attentionBlock) countIndexer(keys int) {
+	cfg := a.m.Cfg
+	a.reads.kvBytes += int64(keys) * int64(a.keyBytes)
+	a.reads.flops += 2 * int64(keys) * int64(cfg.IndexNHeads) * int64(cfg.IndexHeadDim)
+}
+
+// validSlots is the number of entries of indices that name a cache slot.
+func validSlots(indices []int32) int {
+	n := 0
+	for _, s := range indices {
+		if s >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // selectLocal fills indices [M, K] with the cache slots every local row
 // attends to when this rank holds every key (no DCP): the indexer's top-k,
-// or every causal key for dense MLA.
-func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) {
+// or every causal key for dense MLA. It returns the number of slots
+// selected over all rows.
+func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 	cfg, s := a.m.Cfg, a.steps
 	K := a.topk
 	HI, dI := cfg.IndexNHeads, cfg.IndexHeadDim
@@ -328,13 +360,16 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) {
 					dst[k] = slots[k]
 				}
 			}
+			selected += min(end, K)
 			continue
 		}
 		a.ends[0] = int32(end)
 		scores := a.scores[:end]
 		mla.IndexerScoresScratch(a.idxScratch, scores, a.qI[t*HI*dI:(t+1)*HI*dI], a.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], a.ends)
+		a.countIndexer(end)
 		pos := a.idxPos[:K]
 		mla.IndexerTopK(pos, a.idxCount, scores, 1, end, K)
+		selected += int(a.idxCount[0])
 		if *a.trace != nil {
 			(*a.trace)(a.layer, s.rowPos[br], s.rowSeq[br], pos[:a.idxCount[0]])
 		}
@@ -345,6 +380,7 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) {
 			}
 		}
 	}
+	return selected
 }
 
 func fillInvalid(s []int32) {
@@ -377,6 +413,14 @@ func (a *attentionBlock) attendDCP(lc *kvcache.LayerCache, out []float32) error 
 		a.selectDenseDCP(R)
 	}
 	attn, lse := a.attnG[:M*NH*mla.LatentDim], a.lseG[:M*NH]
+	if nb == 1 {
+		a.countAttention(validSlots(a.indices[:M*K]), NH)
+	} else {
+		for j := 0; j < N; j++ {
+			d := a.blockDistinct[j]
+			a.countAttention(validSlots(a.indices[d*M*K:(d+1)*M*K]), H)
+		}
+	}
 	if nb == 1 {
 		// Every member holds the same rows: one call over all gathered heads.
 		mla.SparseAttention(attn, lse, nil, qG, M, NH, lc, a.indices[:M*K], K, nil, m.Scale, a.ws)
@@ -455,6 +499,7 @@ func (a *attentionBlock) selectDCP(lc *kvcache.LayerCache, R int) error {
 		src := all[(j*M+t)*W : (j*M+t+1)*W]
 		a.ends[0] = int32(end)
 		mla.IndexerScoresScratch(a.idxScratch, row[:end], src[:HI*dI], src[HI*dI:], 1, HI, dI, lc, slots[:end], a.ends)
+		a.countIndexer(end)
 	}
 	pos := a.idxPos[:R*K]
 	if err := a.tk.Select(ctx, g, pos, a.valid[:R], scores, R, width); err != nil {

@@ -195,15 +195,25 @@ func (l *weightLoader) checkAllUsed() error {
 		extra[0], more, l.cfg.NumLayers, l.cfg.NRoutedExperts, l.cfg.NumNextNPredict)
 }
 
-// weightReads counts the weight bytes a step's Linear layers read: every
-// product goes through mul, which adds the bytes of the weight it reads
-// (once per call, whatever the number of rows).
-type weightReads struct{ bytes int64 }
+// weightReads counts what a step reads and computes: the weight bytes of its
+// Linear layers (every product goes through mul, which adds the bytes of the
+// weight it reads, once per call whatever the number of rows) and their
+// FLOPs, and, added by the attention block, the cache rows and indexer keys
+// it reads and the FLOPs of attention and the indexer.
+type weightReads struct {
+	bytes   int64 // weight bytes
+	kvBytes int64 // cache rows and indexer keys read
+	flops   int64 // 2 per multiply-add
+}
 
 func (r *weightReads) mul(dst, x []float32, n int, w *kernels.Matrix) {
 	kernels.MatMulT(dst, x, n, w)
 	r.bytes += matrixBytes(w)
+	r.flops += 2 * int64(n) * int64(w.Rows) * int64(w.Cols)
 }
+
+// reset starts the count of a step.
+func (r *weightReads) reset() { *r = weightReads{} }
 
 // matrixBytes is the storage a matrix's product reads: its values, and for
 // fp8 the block scales its blocks use.

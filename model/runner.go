@@ -290,7 +290,7 @@ func (r *Runner) Forward(b *Batch) error {
 func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 	cfg, m, s := r.M.Cfg, r.M, r.steps
 	r.logitRow = r.logitRow[:0]
-	r.reads.bytes = 0
+	r.reads.reset()
 	for _, c := range b.Copies {
 		if err := r.Cache.CopyBlock(c.Dst, c.Src); err != nil {
 			return err
@@ -367,6 +367,27 @@ func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 // rows reads it once), the embedding rows looked up, fp8 block scales
 // included. A routed layer counts only the experts its rows selected.
 func (r *Runner) StepWeightBytes() int64 { return r.reads.bytes }
+
+// StepCost is what one step of a rank read and computed, the terms of its
+// roofline: max((WeightBytes + KVBytes) / read bandwidth, FLOPs / FMA peak).
+type StepCost struct {
+	// WeightBytes is StepWeightBytes.
+	WeightBytes int64
+	// KVBytes is the cache rows attention read (each selected row once per
+	// query row, in the cache's storage format) and the indexer keys scored
+	// (each key once per query row).
+	KVBytes int64
+	// FLOPs counts 2 per multiply-add of the Linear layers (2·rows·out·in
+	// per product), of attention (2·heads·(576 + 512) per selected row and
+	// query row) and of the indexer (2·index heads·index dim per scored key
+	// and query row).
+	FLOPs int64
+}
+
+// StepCost is the cost of the last step on this rank.
+func (r *Runner) StepCost() StepCost {
+	return StepCost{WeightBytes: r.reads.bytes, KVBytes: r.reads.kvBytes, FLOPs: r.reads.flops}
+}
 
 // layer runs decoder layer li over the local rows: attention, then the
 // dense MLP or the MoE block, each followed by the TP all-reduce of its
