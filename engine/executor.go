@@ -29,6 +29,14 @@ type PlanCounter interface {
 	KernelPlansBuilt() int64
 }
 
+// StepCoster is implemented by executors that report what their last step
+// read and computed (the terms of its roofline, model.StepCost): the
+// single-rank runner, the in-process ranks (summed over the ranks) and rank
+// 0 of an MPI world (its own share only).
+type StepCoster interface {
+	StepCost() model.StepCost
+}
+
 // ExecutorFactory builds an executor whose buffers hold the worst step of
 // opt and whose cache holds opt.NumBlocks blocks of opt.BlockSize slots on
 // each rank.
@@ -49,3 +57,9 @@ func SingleRank(m *model.Model) ExecutorFactory {
 // every matrix and vector the model holds, fp8 block scales included,
 // counting storage shared by two fields (tied embeddings) once.
 func WeightBytes(m *model.Model) int64 { return m.WeightBytes() }
+
+var (
+	_ StepCoster = (*model.Runner)(nil)
+	_ StepCoster = (*rankGroup)(nil)
+	_ StepCoster = (*procExecutor)(nil)
+)

@@ -305,6 +305,10 @@ func (x *procExecutor) Forward(b *model.Batch) error {
 	return pr.runner.Forward(b)
 }
 
+// StepCost is rank 0's cost of the last step: the other processes' shares
+// are not seen here (ranks of a layout read shards of about equal size).
+func (x *procExecutor) StepCost() model.StepCost { return x.pr.runner.StepCost() }
+
 func (x *procExecutor) NumLogitRows() int             { return x.pr.runner.NumLogitRows() }
 func (x *procExecutor) Logits(i int) (int, []float32) { return x.pr.runner.Logits(i) }
 func (x *procExecutor) Buffers() []model.Buffer       { return x.pr.runner.Buffers() }

@@ -179,6 +179,19 @@ func (g *rankGroup) Buffers() []model.Buffer {
 	return best.Buffers()
 }
 
+// StepCost is the last step's cost summed over the ranks (each rank reads
+// its own shard of the weights and of the KV).
+func (g *rankGroup) StepCost() model.StepCost {
+	var c model.StepCost
+	for _, r := range g.runners {
+		rc := r.StepCost()
+		c.WeightBytes += rc.WeightBytes
+		c.KVBytes += rc.KVBytes
+		c.FLOPs += rc.FLOPs
+	}
+	return c
+}
+
 // Close stops the rank goroutines.
 func (g *rankGroup) Close() error {
 	for _, c := range g.start {
