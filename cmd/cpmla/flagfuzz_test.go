@@ -44,6 +44,7 @@ var baseArgs = map[string][]string{
 	"verify":           {"--model", "MODEL", "--prompt-lens", "1,5", "--decode-steps", "1", "--skip-oracle"},
 	"serve":            {"--model", "MODEL", "--port", "0", "--max-num-seqs", "2", "--max-num-batched-tokens", "16", "--max-model-len", "64", "--memory-limit", "256MiB"},
 	"bench throughput": {"--model", "MODEL", "--num-prompts", "2", "--input-len", "8", "--output-len", "2", "--max-num-seqs", "2", "--max-num-batched-tokens", "16", "--max-model-len", "64", "--memory-limit", "256MiB", "--quiet"},
+	"bench latency":    {"--model", "MODEL", "--input-len", "4", "--output-len", "2", "--batch-size", "2", "--num-iters-warmup", "0", "--num-iters", "1", "--memory-limit", "256MiB", "--disable-detokenize"},
 	"bench serve":      {"--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--random-input-len", "4", "--random-output-len", "2", "--disable-progress-bar"},
 	"bench kernels":    {"--only", "^no-such-kernel$", "--rounds", "1", "--min-time", "1ms"},
 	"bench comm":       {"--ranks", "2", "--tokens", "1", "--iterations", "1"},
@@ -92,7 +93,7 @@ var extremes = map[string][]string{
 }
 
 // pathFlags name files or directories: they get path extremes.
-var pathFlags = map[string]bool{"messages": true, "out": true, "result-file": true, "svg": true, "case": true, "want": true, "text-file": true, "tokenizer": true}
+var pathFlags = map[string]bool{"messages": true, "out": true, "result-file": true, "svg": true, "case": true, "want": true, "text-file": true, "tokenizer": true, "output-json": true, "profile-file": true}
 
 // crashMarks are what the Go runtime prints when a program dies of a panic
 // or of memory exhaustion.
