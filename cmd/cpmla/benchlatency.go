@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -146,12 +147,24 @@ type stepRecord struct {
 type stepRecorder struct {
 	engine.Executor
 	costScale int64
+	allocs    atomic.Pointer[engineAllocs] // nil: allocations are not counted
 	mu        sync.Mutex
 	on        bool
 	steps     []stepRecord
 }
 
+// decodeOnly reports whether every sequence of b decodes one token.
+func decodeOnly(b *model.Batch) bool {
+	for _, q := range b.Seqs {
+		if len(q.Tokens) != 1 || q.Start == 0 {
+			return false
+		}
+	}
+	return len(b.Seqs) > 0
+}
+
 func (s *stepRecorder) Forward(b *model.Batch) error {
+	s.allocs.Load().step(decodeOnly(b))
 	t0 := time.Now()
 	err := s.Executor.Forward(b)
 	d := time.Since(t0)
@@ -161,9 +174,9 @@ func (s *stepRecorder) Forward(b *model.Batch) error {
 		return err
 	}
 	rec := stepRecord{start: t0, seqs: len(b.Seqs), forwardSeconds: d.Seconds()}
+	rec.prefill = !decodeOnly(b)
 	for _, q := range b.Seqs {
 		rec.tokens += len(q.Tokens)
-		rec.prefill = rec.prefill || len(q.Tokens) > 1 || q.Start == 0
 	}
 	if c, ok := s.Executor.(engine.StepCoster); ok {
 		rec.cost, rec.costAvailable = c.StepCost(), true

@@ -54,19 +54,28 @@ func (o *throughputOptions) deployment() deployment {
 
 // throughputResult is what `bench throughput --json` prints.
 type throughputResult struct {
-	Model                       string  `json:"model"`
-	NumPrompts                  int     `json:"num_prompts"`
-	InputLen                    int     `json:"input_len"`
-	OutputLen                   int     `json:"output_len"`
-	ElapsedS                    float64 `json:"elapsed_s"`
-	RequestsPerS                float64 `json:"requests_per_s"`
-	OutputTokensPerS            float64 `json:"output_tokens_per_s"`
-	TotalTokensPerS             float64 `json:"total_tokens_per_s"`
-	PromptTokens                int64   `json:"prompt_tokens"`
-	OutputTokens                int64   `json:"output_tokens"`
-	Steps                       int64   `json:"steps"`
-	DecodeSteps                 int64   `json:"decode_steps"`
+	Model            string  `json:"model"`
+	NumPrompts       int     `json:"num_prompts"`
+	InputLen         int     `json:"input_len"`
+	OutputLen        int     `json:"output_len"`
+	ElapsedS         float64 `json:"elapsed_s"`
+	RequestsPerS     float64 `json:"requests_per_s"`
+	OutputTokensPerS float64 `json:"output_tokens_per_s"`
+	TotalTokensPerS  float64 `json:"total_tokens_per_s"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	OutputTokens     int64   `json:"output_tokens"`
+	Steps            int64   `json:"steps"`
+	DecodeSteps      int64   `json:"decode_steps"`
+	// AllocsPerDecodeStep is the heap allocations the engine's own code
+	// made per decode-only step (see engineAllocs: every allocation
+	// profiled, those of the engine's step, in-process ranks and kernel
+	// workers counted, the Go runtime's bookkeeping not);
+	// ProcessAllocsPerDecodeStep is every allocation of the process
+	// between the start and end of each decode-only step
+	// (runtime.MemStats), which includes the benchmark's goroutines and the
+	// runtime's own objects.
 	AllocsPerDecodeStep         float64 `json:"allocs_per_decode_step"`
+	ProcessAllocsPerDecodeStep  float64 `json:"process_allocs_per_decode_step"`
 	KernelPlansBuiltAfterWarmup int64   `json:"kernel_plans_built_after_warmup"`
 	Preemptions                 int64   `json:"preemptions"`
 	KVUsagePeak                 float64 `json:"kv_usage_peak"`
@@ -216,7 +225,16 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
 		return nil, err
 	}
-	e, err := engine.New(cfg, weights, factory, eo)
+	var rec *stepRecorder
+	counting := func(opt model.RunnerOptions) (engine.Executor, error) {
+		x, err := factory(opt)
+		if err != nil {
+			return nil, err
+		}
+		rec = &stepRecorder{Executor: x, costScale: 1}
+		return rec, nil
+	}
+	e, err := engine.New(cfg, weights, counting, eo)
 	if err != nil {
 		return nil, err
 	}
@@ -243,6 +261,8 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 		failed int
 		first  error
 	)
+	allocs := startEngineAllocs()
+	rec.allocs.Store(allocs)
 	start := time.Now()
 	for i, p := range prompts {
 		req := engine.Request{ID: strconv.Itoa(i), PromptIDs: p, MaxTokens: o.outLen, IgnoreEOS: true,
@@ -271,6 +291,7 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 	}
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
+	engineAllocCount, decodeSteps := allocs.finish()
 	if first != nil {
 		return nil, fmt.Errorf("%d of %d requests failed, the first with: %w", failed, o.numPrompts, first)
 	}
@@ -287,7 +308,8 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 		OutputTokens:                st.OutputTokens,
 		Steps:                       st.Steps,
 		DecodeSteps:                 st.DecodeSteps,
-		AllocsPerDecodeStep:         st.AllocsPerDecodeStep(),
+		AllocsPerDecodeStep:         float64(engineAllocCount) / float64(max(decodeSteps, 1)),
+		ProcessAllocsPerDecodeStep:  st.AllocsPerDecodeStep(),
 		KernelPlansBuiltAfterWarmup: st.KernelPlansBuiltAfterWarmup,
 		Preemptions:                 st.Preemptions,
 		KVUsagePeak:                 st.KVUsagePeak(),
@@ -372,7 +394,7 @@ func printThroughput(out io.Writer, res *throughputResult, asJSON bool) error {
 	fmt.Fprintf(out, "peak KV usage:          %.1f%% of %d blocks\n", 100*res.KVUsagePeak, res.KVBlocks)
 	fmt.Fprintf(out, "preemptions:            %d\n", res.Preemptions)
 	fmt.Fprintf(out, "prefix-cache hit rate:  %.1f%%\n", 100*res.PrefixCacheHitRate)
-	fmt.Fprintf(out, "allocs per decode step: %.2f\n", res.AllocsPerDecodeStep)
+	fmt.Fprintf(out, "allocs per decode step: %.2f by the engine (%.2f in the whole process)\n", res.AllocsPerDecodeStep, res.ProcessAllocsPerDecodeStep)
 	fmt.Fprintf(out, "kernel plans built after warm-up: %d\n", res.KernelPlansBuiltAfterWarmup)
 	return nil
 }
