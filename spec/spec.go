@@ -125,25 +125,32 @@ func AcceptGreedy(drafts []int32, target func(i int) int32) (accepted int, next 
 	return len(drafts), target(len(drafts))
 }
 
-// Stats counts speculation as vLLM's spec-decode metrics do.
+// Stats counts speculation as vLLM's spec-decode metrics do. It is a plain
+// value: copying it allocates nothing.
 type Stats struct {
-	// Drafts is the number of draft rounds (a request's K drafts verified in
+	// K is the drafts proposed per round at most.
+	K int
+	// Drafts is the number of draft rounds (a request's drafts verified in
 	// one step count one); DraftTokens the drafts proposed; AcceptedTokens
 	// those accepted.
 	Drafts, DraftTokens, AcceptedTokens int64
-	// AcceptedPerPos[i] counts the rounds whose draft i was accepted.
-	AcceptedPerPos []int64
+	// AcceptedPerPos[i] counts the rounds whose draft i was accepted (only
+	// the first K are used: see PerPos).
+	AcceptedPerPos [MaxTokens]int64
 }
 
-// NewStats returns statistics for k drafts per round.
-func NewStats(k int) Stats { return Stats{AcceptedPerPos: make([]int64, k)} }
+// NewStats returns statistics for up to k drafts per round.
+func NewStats(k int) Stats { return Stats{K: min(max(k, 0), MaxTokens)} }
+
+// PerPos is AcceptedPerPos[:K].
+func (s *Stats) PerPos() []int64 { return s.AcceptedPerPos[:s.K] }
 
 // Add records one round: k drafts proposed, accepted of them accepted.
 func (s *Stats) Add(k, accepted int) {
 	s.Drafts++
 	s.DraftTokens += int64(k)
 	s.AcceptedTokens += int64(accepted)
-	for i := 0; i < accepted && i < len(s.AcceptedPerPos); i++ {
+	for i := 0; i < accepted && i < s.K; i++ {
 		s.AcceptedPerPos[i]++
 	}
 }
@@ -153,10 +160,9 @@ func (s *Stats) Merge(o Stats) {
 	s.Drafts += o.Drafts
 	s.DraftTokens += o.DraftTokens
 	s.AcceptedTokens += o.AcceptedTokens
-	for i, v := range o.AcceptedPerPos {
-		if i < len(s.AcceptedPerPos) {
-			s.AcceptedPerPos[i] += v
-		}
+	s.K = max(s.K, o.K)
+	for i := range o.AcceptedPerPos {
+		s.AcceptedPerPos[i] += o.AcceptedPerPos[i]
 	}
 }
 
@@ -172,8 +178,8 @@ func (s Stats) MeanAcceptanceLength() float64 {
 
 // AcceptanceRatePerPos is AcceptedPerPos over the rounds.
 func (s Stats) AcceptanceRatePerPos() []float64 {
-	out := make([]float64, len(s.AcceptedPerPos))
-	for i, v := range s.AcceptedPerPos {
+	out := make([]float64, s.K)
+	for i, v := range s.AcceptedPerPos[:s.K] {
 		if s.Drafts > 0 {
 			out[i] = float64(v) / float64(s.Drafts)
 		}

@@ -94,7 +94,7 @@ func TestStats(t *testing.T) {
 	o := NewStats(3)
 	o.Add(3, 2)
 	s.Merge(o)
-	if d := cmp.Diff(Stats{Drafts: 4, DraftTokens: 12, AcceptedTokens: 6, AcceptedPerPos: []int64{3, 2, 1}}, s); d != "" {
+	if d := cmp.Diff(Stats{K: 3, Drafts: 4, DraftTokens: 12, AcceptedTokens: 6, AcceptedPerPos: [MaxTokens]int64{3, 2, 1}}, s); d != "" {
 		t.Error(d)
 	}
 	if got := s.MeanAcceptanceLength(); got != 2.5 {
