@@ -13,6 +13,7 @@ import (
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/sampler"
+	"github.com/cpmla/cpmla/spec"
 )
 
 // ErrOverloaded is returned by Submit when the queue of requests waiting for
@@ -49,6 +50,9 @@ type Stats struct {
 	// decode-only steps measured (Options.MeasureAllocs).
 	MeasuredDecodeSteps int64
 	DecodeStepAllocs    uint64
+	// Spec counts speculative decoding (zero without it): draft rounds,
+	// drafts proposed and accepted, and acceptances per draft position.
+	Spec spec.Stats
 }
 
 // KVUsagePeak is the largest fraction of KV blocks held at once.
@@ -138,6 +142,7 @@ type Engine struct {
 	logprob []float64
 	forked  []int32
 	forkLP  []float64
+	spec    *speculator // nil without speculative decoding
 	spare   []*request
 	spareID []uint64
 }
@@ -209,6 +214,9 @@ func New(cfg *config.Model, weightBytes int64, newExec ExecutorFactory, opt Opti
 	e.logprob = make([]float64, opt.MaxNumSeqs)
 	e.forked = make([]int32, opt.MaxNumSeqs)
 	e.forkLP = make([]float64, opt.MaxNumSeqs)
+	if opt.Speculative != nil {
+		e.spec = newSpeculator(opt.Speculative, opt.MaxNumSeqs, opt.MaxNumBatchedTokens)
+	}
 	e.stats.KVBlocks = mem.NumBlocks
 	go e.loop()
 	return e, nil
@@ -221,7 +229,7 @@ func (o Options) runnerOptions(numBlocks int) model.RunnerOptions {
 	return model.RunnerOptions{
 		MaxTokens: o.MaxNumBatchedTokens, MaxModelLen: o.MaxModelLen,
 		MaxLogitRows: o.scheduler(numBlocks).MaxLogitRows(), MaxSeqs: o.MaxNumSeqs, BlockSize: o.scheduler(numBlocks).LocalBlockSize(),
-		NumBlocks: numBlocks, KVDType: o.KVDType, IndexerDType: o.IndexerDType,
+		NumBlocks: numBlocks, KVDType: o.KVDType, IndexerDType: o.IndexerDType, MTP: o.Speculative != nil,
 	}
 }
 
@@ -525,25 +533,41 @@ func (e *Engine) step(p *StepPlan) {
 		e.failAll(err)
 		return
 	}
+	sp := e.spec
 	row, nf := 0, 0
 	for i, en := range p.Entries {
 		e.sampled[i] = -1
 		sq := e.live[en.ID]
-		if p.Batch.Seqs[i].LogitsAll {
+		if p.Batch.Seqs[i].LogitsAll && en.Drafts == 0 {
 			e.scorePrompt(sq.req, en, row)
 		}
+		first := row
 		row += en.LogitRows
+		if sp != nil {
+			sp.accepted[i] = 0
+		}
 		if !en.Sample {
+			continue
+		}
+		if en.Drafts > 0 {
+			sp.accepted[i], e.sampled[i] = e.verify(sq, i, first, p.Batch.Seqs[i].Tokens[1:])
 			continue
 		}
 		_, logits := e.exec.Logits(row - 1)
 		e.sampled[i], e.logprob[i] = e.sample(sq, logits)
+		if sp != nil {
+			sp.tokLP[i*(1+sp.k)] = e.logprob[i]
+		}
 		for k := range en.Fork {
 			e.forked[nf+k], e.forkLP[nf+k] = e.sample(sq.req.seqs[k+1], logits)
 		}
 		nf += en.Fork
 	}
-	fin, err := e.sched.Complete(e.sampled, e.forked[:nf])
+	var accepted []int32
+	if sp != nil {
+		accepted = sp.accepted
+	}
+	fin, err := e.sched.CompleteSpec(e.sampled, e.forked[:nf], accepted)
 	if err != nil {
 		e.fail(p, err)
 		return
@@ -554,16 +578,27 @@ func (e *Engine) step(p *StepPlan) {
 	// Counters first, so that a reader who saw a stream end sees its step.
 	e.publish(p, decodeOnly, len(fin))
 	nf = 0
+	taken := e.sched.Taken()
 	for i, en := range p.Entries {
 		if !en.Sample {
 			continue
 		}
 		sq := e.live[en.ID]
+		if en.Drafts > 0 {
+			e.deliverRound(sq, p.Batch.Seqs[i].Tokens[1:1+sp.accepted[i]], e.sampled[i], sp.tokLP[i*(1+sp.k):], taken[i])
+			continue
+		}
 		e.deliver(sq, int(e.sampled[i]), e.logprob[i])
 		for k := range en.Fork {
 			e.deliver(sq.req.seqs[k+1], int(e.forked[nf+k]), e.forkLP[nf+k])
 		}
 		nf += en.Fork
+	}
+	if sp != nil {
+		if err := e.draft(p); err != nil {
+			e.fail(p, err)
+			return
+		}
 	}
 	if measure {
 		runtime.ReadMemStats(&after)
@@ -577,11 +612,37 @@ func (e *Engine) step(p *StepPlan) {
 // sample draws sq's next token from logits and, when the request asks for
 // them, records the step's most likely tokens.
 func (e *Engine) sample(sq *sequence, logits []float32) (int32, float64) {
+	return e.sampleAt(sq, logits, 0)
+}
+
+// sampleAt is sample for the j-th token sq emits in this step (a
+// verification emits several): its top logprobs go to output slot out+j.
+func (e *Engine) sampleAt(sq *sequence, logits []float32, j int) (int32, float64) {
 	tok, lp := sq.sampler.Sample(e.scratch, logits)
-	if n := sq.req.topN; n > 0 && sq.out < sq.req.maxOut {
-		sampler.TopLogprobs(logits, sampler.LogSumExp(logits), sq.top[sq.out*n:(sq.out+1)*n])
+	if n := sq.req.topN; n > 0 && sq.out+j < sq.req.maxOut {
+		o := sq.out + j
+		sampler.TopLogprobs(logits, sampler.LogSumExp(logits), sq.top[o*n:(o+1)*n])
 	}
 	return int32(tok), lp
+}
+
+// deliverRound sends the n tokens a verification appended to sq: of its
+// accepted drafts, then the target's token after them; the last one sent
+// carries the finish when the scheduler ended sq (possibly inside the
+// accepted drafts).
+func (e *Engine) deliverRound(sq *sequence, accepted []int32, last int32, lps []float64, n int) {
+	finish := sq.finish
+	sq.finish = ""
+	for j := 0; j < n; j++ {
+		tok := last
+		if j < len(accepted) {
+			tok = accepted[j]
+		}
+		if j == n-1 {
+			sq.finish = finish
+		}
+		e.deliver(sq, int(tok), lps[j])
+	}
 }
 
 // deliver sends sq's sampled token, ending sq when the scheduler finished
@@ -653,6 +714,9 @@ func (e *Engine) publish(p *StepPlan, decodeOnly bool, finished int) {
 	s.PrefixQueryTokens, s.PrefixHitTokens = e.sched.PromptTokens, e.sched.PrefixHitTokens
 	s.KVBlocksInUse, s.KVBlocksPeak = e.sched.HeldBlocks(), e.sched.PeakBlocks
 	s.Running, s.Waiting = e.sched.Running(), e.sched.Waiting()
+	if sp := e.spec; sp != nil {
+		s.Spec = sp.stats
+	}
 	if e.plans != nil {
 		s.KernelPlansBuiltAfterWarmup = e.plans.KernelPlansBuilt() - e.plans0
 	}

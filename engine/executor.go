@@ -12,6 +12,10 @@ import (
 type Executor interface {
 	// Forward runs one step. It writes the step's KV before any row attends.
 	Forward(b *model.Batch) error
+	// Draft runs MTP layer k over b, reading each token's previous hidden
+	// state from bank from (model.Runner.Draft); its logit rows replace the
+	// last step's. Only executors built with RunnerOptions.MTP can draft.
+	Draft(k int, b *model.Batch, from model.HiddenBank) error
 	// NumLogitRows and Logits give the last step's logit rows, one per
 	// sequence (its last token), in batch order.
 	NumLogitRows() int

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/cpmla/cpmla/kvcache"
@@ -30,6 +31,12 @@ type fakeExec struct {
 	gate chan struct{}
 	// failWith, when set, is the error every Forward returns (a rank lost).
 	failWith atomic.Pointer[error]
+	// mtp holds, per DCP rank and slot, the token a draft step's row at that
+	// position saw as the next one (−2 = never written); wrongDrafts makes
+	// the drafter predict something the target never does.
+	mtp         [][]int32
+	wrongDrafts bool
+	drafts      int // draft steps run
 }
 
 func newFakeExec(opt model.RunnerOptions, layout kvcache.Layout, vocab int) *fakeExec {
@@ -40,10 +47,11 @@ func newFakeExec(opt model.RunnerOptions, layout kvcache.Layout, vocab int) *fak
 			c[i] = -2
 		}
 		f.cache = append(f.cache, c)
+		f.mtp = append(f.mtp, slices.Clone(c))
 	}
 	f.logits = make([]float32, opt.MaxLogitRows*vocab)
 	f.rows = make([]int32, opt.MaxLogitRows)
-	f.seq = make([]int32, opt.MaxModelLen)
+	f.seq = make([]int32, opt.MaxModelLen+1) // a draft row at the last position predicts one past it
 	f.bufs = []model.Buffer{
 		{Name: "fake rows", Bytes: int64(opt.MaxTokens) * 4},
 		{Name: "fake logits", Bytes: int64(opt.MaxLogitRows*vocab) * 4},
@@ -114,20 +122,80 @@ func (f *fakeExec) Forward(b *model.Batch) error {
 		}
 	}
 	f.nrows = 0
-	for si, s := range b.Seqs {
+	row0 := 0
+	for _, s := range b.Seqs {
 		end := s.Start + len(s.Tokens)
 		seq := f.seq[:end]
 		for p := range end {
 			r := f.layout.Owner(p)
 			seq[p] = f.cache[r][f.layout.Slot(s.BlockTable, B, p, r)]
 		}
-		row := f.logits[f.nrows*f.vocab : (f.nrows+1)*f.vocab]
-		for i := range row {
-			row[i] = 0
+		for j := range s.Tokens {
+			if !s.LogitsAll && j < len(s.Tokens)-1 {
+				continue
+			}
+			if err := f.logitRow(int32(row0+j), fakeNext(seq[:s.Start+j+1], f.vocab)); err != nil {
+				return err
+			}
 		}
-		row[fakeNext(seq, f.vocab)] = 1
-		f.rows[f.nrows] = int32(si)
-		f.nrows++
+		row0 += len(s.Tokens)
+	}
+	return nil
+}
+
+// logitRow appends a logit row for batch row row with its maximum at tok.
+func (f *fakeExec) logitRow(row, tok int32) error {
+	if f.nrows == f.opt.MaxLogitRows {
+		return fmt.Errorf("fake: more than %d logit rows", f.opt.MaxLogitRows)
+	}
+	lg := f.logits[f.nrows*f.vocab : (f.nrows+1)*f.vocab]
+	clear(lg)
+	lg[tok] = 1
+	f.rows[f.nrows] = row
+	f.nrows++
+	return nil
+}
+
+// Draft is a perfect drafter (unless wrongDrafts): the row at position q
+// with next token t records t as the token at q+1 and predicts what the
+// target predicts after the tokens the draft rows have seen, so drafts of an
+// accepted prefix are the target's own greedy tokens.
+func (f *fakeExec) Draft(k int, b *model.Batch, from model.HiddenBank) error {
+	if !f.opt.MTP {
+		return fmt.Errorf("fake: drafting needs RunnerOptions.MTP")
+	}
+	f.drafts++
+	B := f.opt.BlockSize
+	f.nrows = 0
+	row0 := 0
+	for si, s := range b.Seqs {
+		if len(s.Hidden) != len(s.Tokens) {
+			return fmt.Errorf("fake: draft seq %d has %d tokens, %d hidden rows", si, len(s.Tokens), len(s.Hidden))
+		}
+		for j, t := range s.Tokens {
+			p := s.Start + j
+			r := f.layout.Owner(p)
+			slot := f.layout.Slot(s.BlockTable, B, p, r)
+			if slot < 0 {
+				return fmt.Errorf("fake: draft seq %d position %d has no slot", si, p)
+			}
+			f.mtp[r][slot] = t
+		}
+		last := s.Start + len(s.Tokens) - 1
+		seq := f.seq[:last+2]
+		seq[0] = f.cache[f.layout.Owner(0)][f.layout.Slot(s.BlockTable, B, 0, f.layout.Owner(0))]
+		for q := 0; q <= last; q++ {
+			r := f.layout.Owner(q)
+			seq[q+1] = f.mtp[r][f.layout.Slot(s.BlockTable, B, q, r)]
+		}
+		tok := fakeNext(seq, f.vocab)
+		if f.wrongDrafts {
+			tok = (tok + 1) % int32(f.vocab)
+		}
+		if err := f.logitRow(int32(row0+len(s.Tokens)-1), tok); err != nil {
+			return err
+		}
+		row0 += len(s.Tokens)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/plan"
+	"github.com/cpmla/cpmla/spec"
 )
 
 // Options configure an engine. Zero fields take the defaults below.
@@ -50,6 +51,11 @@ type Options struct {
 	// MeasureAllocs counts heap allocations of every decode-only step
 	// (runtime.ReadMemStats around the step).
 	MeasureAllocs bool
+	// Speculative enables speculative decoding with the model's MTP layer
+	// (--speculative-config): every decoding sequence verifies up to K
+	// drafts per step, and the MTP layer's caches and steps are part of
+	// every executor.
+	Speculative *spec.Config
 }
 
 // Defaults of the engine's sizes.
@@ -110,14 +116,14 @@ func (o Options) scheduler(numBlocks int) SchedulerConfig {
 	return SchedulerConfig{
 		MaxNumBatchedTokens: o.MaxNumBatchedTokens, MaxNumSeqs: o.MaxNumSeqs, MaxModelLen: o.MaxModelLen,
 		BlockSize: o.BlockSize, Layout: o.Layout, NumBlocks: numBlocks, PrefixCaching: !o.DisablePrefixCaching,
-		MaxPromptLogitRows: o.MaxPromptLogitRows,
+		MaxPromptLogitRows: o.MaxPromptLogitRows, SpecTokens: o.Speculative.K(),
 	}
 }
 
 // SlotBytes is what one cached token costs its owner rank over all layers:
 // plan.KVSlotBytes, the one definition the planner shares.
 func (o Options) SlotBytes(cfg *config.Model) (int64, error) {
-	b, err := plan.KVSlotBytes(cfg, string(o.KVDType), string(o.IndexerDType), plan.CacheLayers(cfg, false))
+	b, err := plan.KVSlotBytes(cfg, string(o.KVDType), string(o.IndexerDType), plan.CacheLayers(cfg, o.Speculative != nil))
 	if err != nil {
 		return 0, fmt.Errorf("KV bytes per token: %w", err)
 	}
@@ -139,6 +145,14 @@ func (o Options) Validate(cfg *config.Model) error {
 	}
 	if err := o.scheduler(1 << 30).Validate(); err != nil {
 		return err
+	}
+	if sp := o.Speculative; sp != nil {
+		if err := sp.Validate(); err != nil {
+			return err
+		}
+		if cfg.NumNextNPredict == 0 {
+			return fmt.Errorf("--speculative-config method mtp needs the model's MTP layer, but %q has num_nextn_predict_layers 0; serve a checkpoint that has one, or drop --speculative-config", cfg.Name)
+		}
 	}
 	if o.MaxModelLen > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("--max-model-len %d exceeds the model's max_position_embeddings %d; set --max-model-len to at most %d",

@@ -21,23 +21,29 @@ import (
 //
 //	header [op, a, b, c, d, e, f, g] int32
 //	  opBuild:    a..g = the runner options (max tokens, max model len, max logit rows,
-//	              max seqs, block size, block count, cache dtypes); builds an executor
+//	              max seqs, block size, block count, cache dtypes and the MTP flag);
+//	              builds an executor
 //	  opForward:  a = sequences, b = payload length, c = block copies; then the payload
+//	  opDraft:    a = sequences, b = payload length, d = MTP layer, e = hidden bank;
+//	              then the payload (a draft step of the MTP layer)
 //	  opClose:    closes the current executor
 //	  opShutdown: ends the follower loop
 //	  opHeartbeat: nothing; rank 0 sends it while idle so that followers,
 //	              waiting inside a collective with a deadline, learn that it is alive
 //
 // The payload of a step holds the block copies (source, destination), then
-// per sequence: start, logits-all, token count, block count, the tokens, the
-// block table.
+// per sequence: start, logits-all, token count, block count, hidden-row
+// count, the tokens, the block table, the hidden rows.
 const (
 	opBuild int32 = iota + 1
 	opForward
 	opClose
 	opShutdown
 	opHeartbeat
+	opDraft
 	headerLen = 8
+	// mtpFlag marks opBuild's dtype field when the runner drafts.
+	mtpFlag = 64
 )
 
 // Procs is this process's part of a multi-process deployment.
@@ -121,6 +127,9 @@ func (pr *Procs) Factory() ExecutorFactory {
 		h[0], h[1], h[2], h[3] = opBuild, int32(opt.MaxTokens), int32(opt.MaxModelLen), int32(opt.MaxLogitRows)
 		h[4], h[5], h[6] = int32(opt.MaxSeqs), int32(opt.BlockSize), int32(opt.NumBlocks)
 		h[7] = codeOf(dtypeCodes, opt.KVDType)*8 + codeOf(idxCodes, opt.IndexerDType)
+		if opt.MTP {
+			h[7] += mtpFlag
+		}
 		if err := comm.Broadcast(pr.ctx, pr.world, h, 0); err != nil {
 			return nil, err
 		}
@@ -146,7 +155,7 @@ func (pr *Procs) build(opt model.RunnerOptions) error {
 
 // payloadCap bounds the encoded batch of any step opt allows.
 func payloadCap(opt model.RunnerOptions) int {
-	return opt.MaxSeqs*4 + opt.MaxTokens + opt.MaxSeqs*(opt.MaxModelLen/opt.BlockSize+2) + 2*opt.MaxSeqs
+	return opt.MaxSeqs*5 + 2*opt.MaxTokens + opt.MaxSeqs*(opt.MaxModelLen/opt.BlockSize+2) + 2*opt.MaxSeqs
 }
 
 // Follow is the loop of every process but world rank 0: it builds the runners
@@ -160,16 +169,17 @@ func (pr *Procs) Follow() error {
 		}
 		switch h[0] {
 		case opBuild:
-			kv, idx := h[7]/8, h[7]%8
+			mtp := h[7]&mtpFlag != 0
+			kv, idx := (h[7]&^mtpFlag)/8, (h[7]&^mtpFlag)%8
 			if kv < 0 || int(kv) >= len(dtypeCodes) || idx < 0 || int(idx) >= len(idxCodes) {
 				return fmt.Errorf("rank %d: unknown cache dtype code %d", pr.world.Rank(), h[7])
 			}
 			opt := model.RunnerOptions{MaxTokens: int(h[1]), MaxModelLen: int(h[2]), MaxLogitRows: int(h[3]), MaxSeqs: int(h[4]),
-				BlockSize: int(h[5]), NumBlocks: int(h[6]), KVDType: dtypeCodes[kv], IndexerDType: idxCodes[idx]}
+				BlockSize: int(h[5]), NumBlocks: int(h[6]), KVDType: dtypeCodes[kv], IndexerDType: idxCodes[idx], MTP: mtp}
 			if err := pr.build(opt); err != nil {
 				return err
 			}
-		case opForward:
+		case opForward, opDraft:
 			n := int(h[2])
 			if n > len(pr.payload) {
 				return fmt.Errorf("rank %d: step payload of %d values exceeds the %d its runner was sized for", pr.world.Rank(), n, len(pr.payload))
@@ -180,7 +190,13 @@ func (pr *Procs) Follow() error {
 			if err := pr.decode(int(h[1]), int(h[3])); err != nil {
 				return err
 			}
-			if err := pr.runner.Forward(&pr.batch); err != nil {
+			var err error
+			if h[0] == opDraft {
+				err = pr.runner.Draft(int(h[4]), &pr.batch, model.HiddenBank(h[5]))
+			} else {
+				err = pr.runner.Forward(&pr.batch)
+			}
+			if err != nil {
 				return err
 			}
 		case opClose:
@@ -227,11 +243,14 @@ func (pr *Procs) encode(b *model.Batch) (int, error) {
 		if s.LogitsAll {
 			la = 1
 		}
-		ok := put(int32(s.Start)) && put(la) && put(int32(len(s.Tokens))) && put(int32(len(s.BlockTable)))
+		ok := put(int32(s.Start)) && put(la) && put(int32(len(s.Tokens))) && put(int32(len(s.BlockTable))) && put(int32(len(s.Hidden)))
 		for _, t := range s.Tokens {
 			ok = ok && put(t)
 		}
 		for _, t := range s.BlockTable {
+			ok = ok && put(t)
+		}
+		for _, t := range s.Hidden {
 			ok = ok && put(t)
 		}
 		if !ok {
@@ -253,16 +272,20 @@ func (pr *Procs) decode(nseq, ncopies int) error {
 	}
 	i := 2 * ncopies
 	for range nseq {
-		if i+4 > len(p) {
+		if i+5 > len(p) {
 			return errors.New("truncated step payload")
 		}
-		start, la, nt, nb := int(p[i]), p[i+1] == 1, int(p[i+2]), int(p[i+3])
-		i += 4
-		if nt < 0 || nb < 0 || i+nt+nb > len(p) {
+		start, la, nt, nb, nh := int(p[i]), p[i+1] == 1, int(p[i+2]), int(p[i+3]), int(p[i+4])
+		i += 5
+		if nt < 0 || nb < 0 || nh < 0 || i+nt+nb+nh > len(p) {
 			return errors.New("truncated step payload")
 		}
-		pr.batch.Seqs = append(pr.batch.Seqs, model.Seq{Start: start, LogitsAll: la, Tokens: p[i : i+nt], BlockTable: p[i+nt : i+nt+nb]})
-		i += nt + nb
+		q := model.Seq{Start: start, LogitsAll: la, Tokens: p[i : i+nt], BlockTable: p[i+nt : i+nt+nb]}
+		if nh > 0 {
+			q.Hidden = p[i+nt+nb : i+nt+nb+nh]
+		}
+		pr.batch.Seqs = append(pr.batch.Seqs, q)
+		i += nt + nb + nh
 	}
 	return nil
 }
@@ -285,7 +308,14 @@ func (x *procExecutor) BrokenErr() error {
 	}
 }
 
-func (x *procExecutor) Forward(b *model.Batch) error {
+func (x *procExecutor) Forward(b *model.Batch) error { return x.step(opForward, b, 0, 0) }
+
+// Draft broadcasts a draft step of MTP layer k and runs rank 0's shard of it.
+func (x *procExecutor) Draft(k int, b *model.Batch, from model.HiddenBank) error {
+	return x.step(opDraft, b, k, from)
+}
+
+func (x *procExecutor) step(op int32, b *model.Batch, k int, from model.HiddenBank) error {
 	pr := x.pr
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
@@ -295,12 +325,16 @@ func (x *procExecutor) Forward(b *model.Batch) error {
 	}
 	h := pr.header
 	clear(h)
-	h[0], h[1], h[2], h[3] = opForward, int32(len(b.Seqs)), int32(n), int32(len(b.Copies))
+	h[0], h[1], h[2], h[3] = op, int32(len(b.Seqs)), int32(n), int32(len(b.Copies))
+	h[4], h[5] = int32(k), int32(from)
 	if err := comm.Broadcast(pr.ctx, pr.world, h, 0); err != nil {
 		return err
 	}
 	if err := comm.Broadcast(pr.ctx, pr.world, pr.payload[:n], 0); err != nil {
 		return err
+	}
+	if op == opDraft {
+		return pr.runner.Draft(k, b, from)
 	}
 	return pr.runner.Forward(b)
 }

@@ -68,7 +68,8 @@ func InProcess(cfg *config.Model, src model.TensorSource, p Parallel) (ExecutorF
 // woken per step through channels, so a step allocates nothing.
 type rankGroup struct {
 	runners []*model.Runner
-	start   []chan *model.Batch
+	start   []chan *rankJob
+	job     rankJob // the step every rank runs (read-only while they run)
 	done    chan rankResult
 	errs    []error
 	cancel  context.CancelFunc
@@ -77,6 +78,15 @@ type rankGroup struct {
 type rankResult struct {
 	rank int
 	err  error
+}
+
+// rankJob is one step of every rank: a target step, or a draft step of MTP
+// layer k reading bank from.
+type rankJob struct {
+	b     *model.Batch
+	draft bool
+	k     int
+	from  model.HiddenBank
 }
 
 func newRankGroup(models []*model.Model, opt model.RunnerOptions, p Parallel) (*rankGroup, error) {
@@ -88,7 +98,7 @@ func newRankGroup(models []*model.Model, opt model.RunnerOptions, p Parallel) (*
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &rankGroup{
 		runners: make([]*model.Runner, len(world)),
-		start:   make([]chan *model.Batch, len(world)),
+		start:   make([]chan *rankJob, len(world)),
 		done:    make(chan rankResult, len(world)),
 		errs:    make([]error, len(world)),
 		cancel:  cancel,
@@ -113,15 +123,22 @@ func newRankGroup(models []*model.Model, opt model.RunnerOptions, p Parallel) (*
 		return nil, err
 	}
 	for rank := range g.runners {
-		g.start[rank] = make(chan *model.Batch)
+		g.start[rank] = make(chan *rankJob)
 		go g.loop(rank)
 	}
 	return g, nil
 }
 
 func (g *rankGroup) loop(rank int) {
-	for b := range g.start[rank] {
-		g.done <- rankResult{rank, g.runners[rank].Forward(b)}
+	r := g.runners[rank]
+	for j := range g.start[rank] {
+		var err error
+		if j.draft {
+			err = r.Draft(j.k, j.b, j.from)
+		} else {
+			err = r.Forward(j.b)
+		}
+		g.done <- rankResult{rank, err}
 	}
 }
 
@@ -129,8 +146,20 @@ func (g *rankGroup) loop(rank int) {
 // fails (a ledger mismatch, a deadline) fails every rank's step; the first
 // error is returned, a mismatch in preference to the errors it caused.
 func (g *rankGroup) Forward(b *model.Batch) error {
+	g.job = rankJob{b: b}
+	return g.run()
+}
+
+// Draft runs MTP layer k over b on every rank.
+func (g *rankGroup) Draft(k int, b *model.Batch, from model.HiddenBank) error {
+	g.job = rankJob{b: b, draft: true, k: k, from: from}
+	return g.run()
+}
+
+// run hands g.job to every rank and waits for all of them.
+func (g *rankGroup) run() error {
 	for _, c := range g.start {
-		c <- b
+		c <- &g.job
 	}
 	for range g.start {
 		res := <-g.done

@@ -27,11 +27,28 @@ type SchedulerConfig struct {
 	// every row needs logits (prompt logprobs, echo); their prefill chunks
 	// shrink to fit it. 0 refuses such requests.
 	MaxPromptLogitRows int
+	// SpecTokens is the number of draft tokens a decoding sequence may bring
+	// to a step (speculative decoding); each is one more query row and one
+	// more logit row. With it the prefix cache hashes a block together with
+	// the token after it, since the MTP layer's cache row of a block's last
+	// position depends on that token.
+	SpecTokens int
 }
 
 // MaxLogitRows is the most logit rows one step can ask for: one per
-// sequence plus the prompt rows.
-func (c SchedulerConfig) MaxLogitRows() int { return c.MaxNumSeqs + c.MaxPromptLogitRows }
+// sequence (1 + SpecTokens under speculation) plus the prompt rows.
+func (c SchedulerConfig) MaxLogitRows() int {
+	return c.MaxNumSeqs*(1+c.SpecTokens) + c.MaxPromptLogitRows
+}
+
+// hashExtra is the number of tokens after a block its prefix-cache hash
+// covers: 1 under speculation, else 0.
+func (c SchedulerConfig) hashExtra() int {
+	if c.SpecTokens > 0 {
+		return 1
+	}
+	return 0
+}
 
 // layout returns the DCP layout with the zero value read as one rank.
 func (c SchedulerConfig) layout() kvcache.Layout {
@@ -72,6 +89,8 @@ func (c SchedulerConfig) Validate() error {
 		return fmt.Errorf("--block-size must be ≥ 1 token, got %d; 16 is the usual setting", c.BlockSize)
 	case c.MaxPromptLogitRows < 0:
 		return fmt.Errorf("--max-prompt-logit-rows must be ≥ 0, got %d; %d is the default", c.MaxPromptLogitRows, DefaultMaxPromptLogitRows)
+	case c.SpecTokens < 0:
+		return fmt.Errorf("speculative tokens must be ≥ 0, got %d", c.SpecTokens)
 	case l.N < 1 || l.I < 1:
 		return fmt.Errorf("DCP layout needs N ≥ 1 and interleave ≥ 1, got N=%d I=%d", l.N, l.I)
 	case c.BlockSize%(l.N*l.I) != 0:
@@ -107,6 +126,10 @@ type Entry struct {
 	// Fork is the number of further sequences that sample their first
 	// token from this entry's last row (n > 1): their ids follow ID.
 	Fork int
+	// Drafts is the number of draft tokens a decode entry verifies: its
+	// rows are the last token then the drafts, each with logits (LogitRows
+	// = 1 + Drafts).
+	Drafts int
 }
 
 // StepPlan is one step: the replicated metadata every rank runs. Batch.Seqs
@@ -149,6 +172,9 @@ type seqState struct {
 	// promptLogits asks for the logits of every prompt row until the prompt
 	// has been computed once; such a prompt never takes prefix-cache hits.
 	promptLogits bool
+	// drafts are the draft tokens the next decode step verifies; they live
+	// in tokens' backing array right after its end.
+	drafts int
 }
 
 // Scheduler is the deterministic core of the engine: continuous batching
@@ -165,6 +191,7 @@ type Scheduler struct {
 	waiting  []*seqState // FIFO; preempted requests go to the front
 	plan     StepPlan
 	finished []Finished
+	taken    []int             // tokens each entry of the last plan appended (Complete)
 	copies   []model.BlockCopy // copy-on-write of forked blocks, for the next step
 	reserved int               // running slots held: Σ n over running requests
 
@@ -192,6 +219,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	s.plan.Admitted = make([]uint64, 0, cfg.MaxNumSeqs)
 	s.plan.Preempted = make([]uint64, 0, cfg.MaxNumSeqs)
 	s.finished = make([]Finished, 0, cfg.MaxNumSeqs)
+	s.taken = make([]int, cfg.MaxNumSeqs)
 	s.copies = make([]model.BlockCopy, 0, cfg.MaxNumSeqs)
 	s.plan.Batch.Copies = make([]model.BlockCopy, 0, cfg.MaxNumSeqs)
 	return s, nil
@@ -241,7 +269,7 @@ func (s *Scheduler) AddWith(id uint64, prompt []int32, maxOut int, stop []int32,
 	maxBlocks := s.cfg.BlocksFor(s.cfg.MaxModelLen)
 	r := &seqState{
 		id:     id,
-		tokens: make([]int32, len(prompt), s.cfg.MaxModelLen+1),
+		tokens: make([]int32, len(prompt), s.cfg.MaxModelLen+1+s.cfg.SpecTokens),
 		prompt: len(prompt),
 		maxOut: maxOut,
 		stop:   slices.Clone(stop),
@@ -349,6 +377,10 @@ func (s *Scheduler) Schedule() *StepPlan {
 					continue
 				}
 			}
+			if decodes {
+				r.drafts = min(r.drafts, budget-1)
+				n += r.drafts
+			}
 			if !s.ensureBlocks(r, r.computed+n) {
 				i-- // r left the running list
 				continue
@@ -410,10 +442,14 @@ func (r *seqState) needsRows() bool { return r.promptLogits && r.computed < r.pr
 func (s *Scheduler) emit(r *seqState, n int) {
 	p := &s.plan
 	start := r.computed
-	e := Entry{ID: r.id, Start: start, NumTokens: n, Decode: r.isDecode(), Sample: start+n == len(r.tokens), LogitRows: 1}
+	e := Entry{ID: r.id, Start: start, NumTokens: n, Decode: r.isDecode(), Sample: start+n == len(r.tokens)+r.drafts, LogitRows: 1}
 	seq := model.Seq{Tokens: r.tokens[start : start+n], Start: start, BlockTable: r.blocks}
 	if r.needsRows() {
 		seq.LogitsAll, e.LogitRows = true, n
+	}
+	if e.Decode && r.drafts > 0 {
+		// The drafts follow the last token in tokens' backing array.
+		seq.LogitsAll, e.LogitRows, e.Drafts = true, n, r.drafts
 	}
 	if e.Sample && len(r.tokens) == r.prompt {
 		e.Fork = r.n - 1
@@ -469,7 +505,7 @@ func (s *Scheduler) victim(r *seqState) *seqState {
 func (s *Scheduler) preempt(v *seqState) {
 	s.running = slices.DeleteFunc(s.running, func(x *seqState) bool { return x == v })
 	s.blocks.releaseAll(v.blocks)
-	v.blocks, v.computed, v.running, v.reg = v.blocks[:0], 0, false, 0
+	v.blocks, v.computed, v.running, v.reg, v.drafts = v.blocks[:0], 0, false, 0, 0
 	s.reserved -= v.n
 	s.waiting = slices.Insert(s.waiting, 0, v)
 	s.plan.Preempted = append(s.plan.Preempted, v.id)
@@ -486,7 +522,7 @@ func (s *Scheduler) hashOf(r *seqState, j int) uint64 {
 		if k > 0 {
 			parent = r.hashes[k-1]
 		}
-		r.hashes = append(r.hashes, chainHash(parent, r.tokens[k*B:(k+1)*B]))
+		r.hashes = append(r.hashes, chainHash(parent, r.tokens[k*B:(k+1)*B+s.cfg.hashExtra()]))
 	}
 	return r.hashes[j]
 }
@@ -499,12 +535,12 @@ func (s *Scheduler) prefixHit(r *seqState) int {
 	if !s.cfg.PrefixCaching || len(r.blocks) > 0 || r.promptLogits {
 		return 0
 	}
-	B := s.cfg.BlockSize
-	limit := (len(r.tokens) - 1) / B
+	B, x := s.cfg.BlockSize, s.cfg.hashExtra()
+	limit := (len(r.tokens) - 1 - x) / B
 	var parent uint64
-	for j := range limit {
+	for j := range max(limit, 0) {
 		h := s.hashOf(r, j)
-		id, ok := s.blocks.lookup(h, parent, r.tokens[j*B:(j+1)*B])
+		id, ok := s.blocks.lookup(h, parent, r.tokens[j*B:(j+1)*B+x])
 		if !ok {
 			break
 		}
@@ -524,31 +560,62 @@ func (s *Scheduler) prefixHit(r *seqState) int {
 // It returns the requests that finished; their blocks are released. The
 // result is valid until the next Complete.
 func (s *Scheduler) Complete(sampled, forked []int32) ([]Finished, error) {
+	return s.CompleteSpec(sampled, forked, nil)
+}
+
+// CompleteSpec is Complete for steps that verified drafts: accepted[i] is
+// how many of entry i's drafts were accepted (nil: none had drafts). The
+// accepted drafts are appended, then sampled[i] (the target's token after
+// them), each checked against the request's stop tokens and limits, so a
+// request may finish inside its accepted drafts; Taken says how many tokens
+// each entry appended. Positions past the accepted ones hold rejected KV
+// that no later step reads: the request's length ends before them.
+func (s *Scheduler) CompleteSpec(sampled, forked []int32, accepted []int32) ([]Finished, error) {
 	p := &s.plan
 	if len(sampled) < len(p.Entries) {
 		return nil, fmt.Errorf("complete: %d sampled tokens for %d plan entries", len(sampled), len(p.Entries))
 	}
 	s.finished = s.finished[:0]
-	B := s.cfg.BlockSize
+	B, x := s.cfg.BlockSize, s.cfg.hashExtra()
 	for i, e := range p.Entries {
 		r, ok := s.seqs[e.ID]
 		if !ok || !r.running {
 			return nil, fmt.Errorf("complete: entry %d, request %d: %w", i, e.ID, errUnknownRequest)
 		}
-		r.computed = e.Start + e.NumTokens
+		s.taken[i] = 0
+		a := 0
+		if e.Drafts > 0 && accepted != nil {
+			if a = int(accepted[i]); a < 0 || a > e.Drafts {
+				return nil, fmt.Errorf("complete: entry %d accepted %d of %d drafts", i, a, e.Drafts)
+			}
+		}
+		r.computed = e.Start + e.NumTokens - e.Drafts + a
+		r.drafts = 0
 		if r.computed >= r.prompt {
 			r.promptLogits = false
 		}
+		if e.Sample {
+			// The accepted drafts, then the sampled token, each until one ends
+			// the request.
+			n := len(r.tokens)
+			for j := 0; j < a && !s.finishedLast(r.id); j++ {
+				s.accept(r, r.tokens[n : n+a][j])
+				s.taken[i]++
+			}
+			if s.finishedLast(r.id) {
+				r.computed = min(r.computed, len(r.tokens)-1)
+			}
+		}
 		if s.cfg.PrefixCaching {
-			for ; r.reg < r.computed/B; r.reg++ {
+			for ; r.reg < r.computed/B && (r.reg+1)*B+x <= len(r.tokens); r.reg++ {
 				var parent uint64
 				if r.reg > 0 {
 					parent = s.hashOf(r, r.reg-1)
 				}
-				s.blocks.register(r.blocks[r.reg], s.hashOf(r, r.reg), parent, r.tokens[r.reg*B:(r.reg+1)*B])
+				s.blocks.register(r.blocks[r.reg], s.hashOf(r, r.reg), parent, r.tokens[r.reg*B:(r.reg+1)*B+x])
 			}
 		}
-		if !e.Sample {
+		if !e.Sample || s.finishedLast(r.id) {
 			continue
 		}
 		if e.Fork > 0 {
@@ -563,11 +630,87 @@ func (s *Scheduler) Complete(sampled, forked []int32) ([]Finished, error) {
 			r.n = 1
 		}
 		s.accept(r, sampled[i])
+		s.taken[i]++
 	}
 	for _, f := range s.finished {
 		s.drop(s.seqs[f.ID])
 	}
 	return s.finished, nil
+}
+
+// finishedLast reports whether request id is the last one recorded as
+// finished in this Complete.
+func (s *Scheduler) finishedLast(id uint64) bool {
+	n := len(s.finished)
+	return n > 0 && s.finished[n-1].ID == id
+}
+
+// Taken is, per entry of the last completed plan, the tokens it appended
+// (0 for a prefill chunk that sampled nothing; 1 + its accepted drafts, or
+// fewer when a stop token or a limit ended the request).
+func (s *Scheduler) Taken() []int { return s.taken[:len(s.plan.Entries)] }
+
+// blockTable is request id's block table (nil if unknown).
+func (s *Scheduler) blockTable(id uint64) []int32 {
+	if r, ok := s.seqs[id]; ok {
+		return r.blocks
+	}
+	return nil
+}
+
+// Tokens is a view of request id's prompt and generated tokens (valid until
+// the next Complete), or false if the request is unknown.
+func (s *Scheduler) Tokens(id uint64) ([]int32, bool) {
+	r, ok := s.seqs[id]
+	if !ok {
+		return nil, false
+	}
+	return r.tokens, true
+}
+
+// Draftable reports how many draft tokens request id's next decode step may
+// carry, at most k, and makes its block table cover them: the positions of
+// the step's rows (its last token and the drafts) and of the draft steps
+// before it. It takes only free blocks, never preempting, and returns 0 when
+// the request is not decoding, would pass --max-model-len or its output
+// limit, or no block is free.
+func (s *Scheduler) Draftable(id uint64, k int) int {
+	r, ok := s.seqs[id]
+	if !ok || !r.running || !r.isDecode() {
+		return 0
+	}
+	k = min(k, s.cfg.MaxModelLen-len(r.tokens), r.maxOut-(len(r.tokens)-r.prompt)-1)
+	for ; k > 0; k-- {
+		need := s.cfg.BlocksFor(len(r.tokens)+k) - len(r.blocks)
+		if need <= s.blocks.available() {
+			if need > 0 {
+				if err := s.grow(r, need); err != nil {
+					panic(err) // available() was checked
+				}
+			}
+			return k
+		}
+	}
+	return 0
+}
+
+// SetDrafts gives request id's next decode step the drafts (at most what
+// Draftable allowed); they are written after its tokens.
+func (s *Scheduler) SetDrafts(id uint64, drafts []int32) error {
+	r, ok := s.seqs[id]
+	if !ok || !r.running || !r.isDecode() {
+		return fmt.Errorf("set drafts: request %d is not decoding", id)
+	}
+	n := len(r.tokens)
+	if n+len(drafts) > cap(r.tokens) || len(drafts) > s.cfg.SpecTokens {
+		return fmt.Errorf("set drafts: %d drafts for request %d exceed the %d speculative tokens", len(drafts), id, s.cfg.SpecTokens)
+	}
+	if s.cfg.BlocksFor(n+len(drafts)) > len(r.blocks) {
+		return fmt.Errorf("set drafts: request %d holds blocks for %d positions, %d drafts need %d; call Draftable first", id, len(r.blocks)*s.cfg.BlockSize, len(drafts), n+len(drafts))
+	}
+	copy(r.tokens[n:n+len(drafts)], drafts)
+	r.drafts = len(drafts)
+	return nil
 }
 
 // accept appends a sampled token to r and records r as finished when the
@@ -595,7 +738,7 @@ func (s *Scheduler) fork(parent *seqState, id uint64, tok int32) {
 	maxBlocks := s.cfg.BlocksFor(s.cfg.MaxModelLen)
 	c := &seqState{
 		id:     id,
-		tokens: make([]int32, parent.prompt, s.cfg.MaxModelLen+1),
+		tokens: make([]int32, parent.prompt, s.cfg.MaxModelLen+1+s.cfg.SpecTokens),
 		prompt: parent.prompt,
 		maxOut: parent.maxOut,
 		stop:   parent.stop,

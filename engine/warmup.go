@@ -13,10 +13,16 @@ import (
 type StepShape struct {
 	Decodes       int
 	PrefillTokens int
+	// DecodeRows is the rows of each decode (1 + its drafts under
+	// speculative decoding); 0 means 1.
+	DecodeRows int
 }
 
+// rows is the rows of each decode.
+func (s StepShape) rows() int { return max(s.DecodeRows, 1) }
+
 // Tokens is the step's token count.
-func (s StepShape) Tokens() int { return s.Decodes + s.PrefillTokens }
+func (s StepShape) Tokens() int { return s.Decodes*s.rows() + s.PrefillTokens }
 
 // maxStepTokens is the most tokens a step of c can hold: the batch limit, or
 // every sequence's whole length if that is smaller.
@@ -47,6 +53,14 @@ func WarmupShapes(c SchedulerConfig) []StepShape {
 	if d := min(c.MaxNumSeqs-1, top-1); d > 0 {
 		shapes = append(shapes, StepShape{Decodes: d, PrefillTokens: min(top-d, c.MaxModelLen)})
 	}
+	// Verification steps: every decode with its drafts.
+	if k := c.SpecTokens; k > 0 {
+		for b := 1; b/2 < c.MaxNumSeqs; b *= 2 {
+			if d := min(b, c.MaxNumSeqs, top/(1+k)); d > 0 {
+				shapes = append(shapes, StepShape{Decodes: d, DecodeRows: 1 + k})
+			}
+		}
+	}
 	return shapes
 }
 
@@ -65,8 +79,9 @@ func shapeBatch(c SchedulerConfig, s StepShape, numBlocks int, tokens []int32) *
 		return t
 	}
 	for range s.Decodes {
-		start := c.MaxModelLen - 1
-		b.Seqs = append(b.Seqs, model.Seq{Tokens: tokens[:1], Start: start, BlockTable: table(start + 1)})
+		n := s.rows()
+		start := c.MaxModelLen - n
+		b.Seqs = append(b.Seqs, model.Seq{Tokens: tokens[:n], Start: start, BlockTable: table(start + n), LogitsAll: n > 1})
 	}
 	for left := s.PrefillTokens; left > 0; {
 		n := min(left, c.MaxModelLen)
@@ -110,13 +125,43 @@ func profile(ex Executor, c SchedulerConfig, numBlocks int) (int64, error) {
 	return int64((peak/profileGranularity + 1) * profileGranularity), nil
 }
 
-// warmUp runs every warm-up shape once.
+// warmUp runs every warm-up shape once and, under speculative decoding,
+// the draft steps that follow it: the pass over its rows and a chained step.
 func warmUp(ex Executor, c SchedulerConfig, numBlocks int) error {
 	tokens := make([]int32, maxStepTokens(c))
 	for _, s := range WarmupShapes(c) {
-		if err := ex.Forward(shapeBatch(c, s, numBlocks, tokens)); err != nil {
+		b := shapeBatch(c, s, numBlocks, tokens)
+		if err := ex.Forward(b); err != nil {
 			return fmt.Errorf("warm-up step %+v: %w", s, err)
+		}
+		if c.SpecTokens > 0 {
+			if err := warmDraft(ex, b); err != nil {
+				return fmt.Errorf("warm-up draft of step %+v: %w", s, err)
+			}
 		}
 	}
 	return nil
+}
+
+// warmDraft runs the drafter's pass over b's rows (reading the hidden
+// states b left) and one chained step per sequence.
+func warmDraft(ex Executor, b *model.Batch) error {
+	pass := &model.Batch{}
+	chain := &model.Batch{}
+	row := 0
+	for _, q := range b.Seqs {
+		hidden := make([]int32, len(q.Tokens))
+		for j := range hidden {
+			hidden[j] = int32(row + j)
+		}
+		row += len(q.Tokens)
+		pass.Seqs = append(pass.Seqs, model.Seq{Tokens: q.Tokens, Start: q.Start, BlockTable: q.BlockTable, Hidden: hidden})
+		last := q.Start + len(q.Tokens) - 1
+		chain.Seqs = append(chain.Seqs, model.Seq{Tokens: q.Tokens[:1], Start: last, BlockTable: q.BlockTable, Hidden: []int32{int32(row - 1)}})
+	}
+	if err := ex.Draft(0, pass, model.TargetBank); err != nil {
+		return err
+	}
+	// The chained step reads the pass's last row of each sequence.
+	return ex.Draft(0, chain, model.DraftBank)
 }

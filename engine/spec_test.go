@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/kvcache"
+	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/sampler"
+	"github.com/cpmla/cpmla/spec"
+)
+
+func mtpConfig(k int) *spec.Config { return &spec.Config{Method: "mtp", NumSpeculativeTokens: k} }
+
+// specRequest is one request of a speculative-decoding workload.
+type specRequest struct {
+	prompt []int
+	n      int
+	params sampler.Params
+	stop   []int
+	maxOut int
+	top    int
+}
+
+// specOutput is what a request produced: per sequence, its tokens,
+// logprobs, finish reason and top logprobs.
+type specOutput struct {
+	Toks   [][]int32
+	LPs    [][]float64
+	Finish []string
+	Tops   [][][]sampler.TokenLogprob
+}
+
+// serveAll submits every request at once and collects their outputs (the
+// events of a stream are buffered: see Submit).
+func serveAll(t *testing.T, e *Engine, reqs []specRequest) []specOutput {
+	t.Helper()
+	finished := e.Stats().Finished
+	chans := make([]<-chan Event, len(reqs))
+	for i, r := range reqs {
+		finished += int64(max(r.n, 1))
+		ch, err := e.Submit(context.Background(), Request{ID: strconv.Itoa(i), PromptIDs: r.prompt, MaxTokens: r.maxOut, N: r.n,
+			Sampling: r.params, StopTokenIDs: r.stop, IgnoreEOS: r.stop == nil, TopLogprobs: r.top})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans[i] = ch
+	}
+	if e.opt.MeasureAllocs {
+		// The streams are read once the engine is done: a goroutine parked
+		// on a receive allocates, and the count is process-wide.
+		waitFinished(t, e, finished)
+	}
+	out := make([]specOutput, len(reqs))
+	for i, ch := range chans {
+		n := max(reqs[i].n, 1)
+		toks, lps, last, _, tops := choices(t, ch, n)
+		o := specOutput{Toks: toks, LPs: lps, Finish: make([]string, n)}
+		for k, ev := range last {
+			o.Finish[k] = ev.Finish
+			if ev.OutputTokens != len(toks[k]) {
+				t.Errorf("request %d sequence %d: %d tokens delivered, the finish counts %d", i, k, len(toks[k]), ev.OutputTokens)
+			}
+		}
+		if reqs[i].top > 0 {
+			o.Tops = tops
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// TestSpecFakeDecodingIsPlainDecoding serves a workload of greedy, seeded,
+// forked, stopped and top-logprob requests with speculative decoding on the
+// fake executor and compares every output with plain decoding. A perfect
+// drafter must have every draft accepted and take fewer steps; a drafter
+// that is always wrong must have none accepted and change nothing.
+func TestSpecFakeDecodingIsPlainDecoding(t *testing.T) {
+	cfg := fakeModel(t)
+	cfg.NumNextNPredict = 1
+	shared := []int{3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 32, 38, 4}
+	reqs := []specRequest{
+		{prompt: shared, maxOut: 20},
+		{prompt: shared[:9], maxOut: 17, params: sampler.Params{Temperature: 0.9, Seed: 7}},
+		{prompt: append([]int{1, 2}, shared...), maxOut: 12, n: 2, params: sampler.Params{Temperature: 1.2, TopK: 8, Seed: 3}},
+		{prompt: shared[:5], maxOut: 9, top: 3},
+		{prompt: []int{40}, maxOut: 30, params: sampler.Params{FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}},
+	}
+	for _, layout := range []kvcache.Layout{{N: 1, I: 1}, {N: 2, I: 1}, {N: 2, I: 4}} {
+		for _, k := range []int{1, 3, 5} {
+			for _, wrong := range []bool{false, true} {
+				t.Run(fmt.Sprintf("DCP%d-I%d-K%d-wrong%v", layout.N, layout.I, k, wrong), func(t *testing.T) {
+					o := Options{MaxNumBatchedTokens: 24, MaxNumSeqs: 4, MaxModelLen: 48, BlockSize: 8, Layout: layout, MemoryLimit: 1 << 30}
+					slot, _ := o.WithDefaults(cfg).SlotBytes(cfg)
+					o.KVCacheMemory = 24 * int64(8/layout.N) * slot
+					run := func(sp *spec.Config, reqs []specRequest) ([]specOutput, Stats, *fakeExec) {
+						o := o
+						o.Speculative = sp
+						factory, made := fakeFactory(layout, cfg.VocabSize)
+						e, err := New(cfg, 1<<20, factory, o)
+						if err != nil {
+							t.Fatal(err)
+						}
+						f := (*made)[len(*made)-1]
+						f.wrongDrafts = wrong
+						out := serveAll(t, e, reqs)
+						e.Close()
+						return out, e.Stats(), f
+					}
+					plain, plainSt, _ := run(nil, reqs)
+					// A stop token the first request meets on its 7th token.
+					withStop := append([]specRequest{}, reqs...)
+					withStop[0].stop = []int{int(plain[0].Toks[0][6])}
+					plainStop, _, _ := run(nil, withStop[:1])
+					got, _, _ := run(mtpConfig(k), reqs)
+					gotStop, _, _ := run(mtpConfig(k), withStop[:1])
+					// The fake drafter drafts the target's greedy tokens: on
+					// the greedy requests without penalties, a perfect one
+					// has every draft accepted.
+					greedy := []specRequest{reqs[0], reqs[3]}
+					_, plainSt, _ = run(nil, greedy)
+					_, st, f := run(mtpConfig(k), greedy)
+					if d := cmp.Diff(plain, got); d != "" {
+						t.Errorf("speculative decoding differs from plain decoding (-plain +spec):\n%s", d)
+					}
+					if d := cmp.Diff(plainStop, gotStop); d != "" {
+						t.Errorf("with a stop token, speculative decoding differs (-plain +spec):\n%s", d)
+					}
+					if len(plainStop[0].Toks[0]) != 7 || plainStop[0].Finish[0] != FinishStop {
+						t.Errorf("stop request ended after %d tokens with %q, want 7 and stop", len(plainStop[0].Toks[0]), plainStop[0].Finish[0])
+					}
+					s := st.Spec
+					if s.Drafts == 0 || f.drafts == 0 {
+						t.Fatalf("no draft rounds (%+v, %d draft steps)", s, f.drafts)
+					}
+					switch {
+					case wrong && s.AcceptedTokens != 0:
+						t.Errorf("a drafter that is always wrong had %d of %d drafts accepted", s.AcceptedTokens, s.DraftTokens)
+					case !wrong && s.AcceptedTokens != s.DraftTokens:
+						t.Errorf("a perfect drafter had %d of %d drafts accepted", s.AcceptedTokens, s.DraftTokens)
+					case !wrong && st.Steps >= plainSt.Steps:
+						t.Errorf("perfect drafts took %d steps, plain decoding %d", st.Steps, plainSt.Steps)
+					}
+					var perPos int64
+					for _, a := range s.PerPos() {
+						perPos += a
+					}
+					if perPos != s.AcceptedTokens || len(s.PerPos()) != k {
+						t.Errorf("acceptances per position %v (K %d) do not add up to %d", s.PerPos(), k, s.AcceptedTokens)
+					}
+					t.Logf("%d steps (plain %d); %d rounds, %d drafts, %d accepted, mean acceptance length %.2f",
+						st.Steps, plainSt.Steps, s.Drafts, s.DraftTokens, s.AcceptedTokens, s.MeanAcceptanceLength())
+				})
+			}
+		}
+	}
+}
+
+// TestSpecRefusals: speculative decoding needs the model's MTP layer and a
+// valid K, named at start-up.
+func TestSpecRefusals(t *testing.T) {
+	cfg := fakeModel(t) // glm5-mini: no MTP layer
+	for _, tc := range []struct {
+		name string
+		mtp  int
+		sp   *spec.Config
+		want string
+	}{
+		{"no MTP layer", 0, mtpConfig(2), "num_nextn_predict_layers 0"},
+		{"K zero", 1, mtpConfig(0), "num_speculative_tokens"},
+		{"K above the bound", 1, mtpConfig(spec.MaxTokens + 1), "num_speculative_tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := *cfg
+			c.NumNextNPredict = tc.mtp
+			o := Options{Speculative: tc.sp}
+			err := o.WithDefaults(&c).Validate(&c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestSpecDecodingOnMoEModel serves glm5-moe-mini with its MTP layer
+// drafting K = 2 tokens, on one rank and on in-process layouts (TP with
+// DCP, PCP with DCP and expert parallelism): greedy and seeded sampled
+// outputs must be plain decoding's on the same layout — tokens identical,
+// logprobs within 1e-9 — and on one rank measured decode steps allocate
+// nothing.
+func TestSpecDecodingOnMoEModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs glm5-moe-mini with its MTP layer on several layouts")
+	}
+	cfg, err := config.Load("glm5-moe-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := model.RandomTensors(cfg, model.DefaultWeightSeed)
+	one, err := model.Build(cfg, src, model.Shard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := []int{11, 200, 3000, 45, 7, 8191, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}
+	reqs := []specRequest{
+		{prompt: shared, maxOut: 10},
+		{prompt: shared[:9], maxOut: 8, params: sampler.Params{Temperature: 0.8, TopP: 0.9, Seed: 11}},
+		{prompt: append(append([]int{}, shared[:16]...), 999, 998), maxOut: 9},
+		{prompt: []int{5, 6}, maxOut: 12, n: 2, params: sampler.Params{Temperature: 1, Seed: 2}},
+	}
+	const B = 8
+	for _, tc := range []struct {
+		l  comm.Layout
+		ep bool
+	}{
+		{comm.Layout{TP: 1, PCP: 1, DCP: 1}, false},
+		{comm.Layout{TP: 2, PCP: 1, DCP: 2}, false},
+		{comm.Layout{TP: 1, PCP: 2, DCP: 2}, true},
+	} {
+		t.Run(fmt.Sprintf("TP%d-PCP%d-DCP%d-EP%v", tc.l.TP, tc.l.PCP, tc.l.DCP, tc.ep), func(t *testing.T) {
+			factory, weights := SingleRank(one), WeightBytes(one)
+			if tc.l.World() > 1 {
+				bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: tc.l, Interleave: 1, BlockSize: B / tc.l.DCP, KVDtype: "f32",
+					Backend: "auto", HeadsPerRank: cfg.NumHeads / tc.l.TP, QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if factory, weights, err = InProcess(cfg, src, Parallel{Layout: tc.l, Interleave: 1, Backend: bp, ExpertParallel: tc.ep}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o := Options{MaxNumBatchedTokens: 24, MaxNumSeqs: 4, MaxModelLen: 40, BlockSize: B, KVDType: kvcache.KVF32,
+				Layout: kvcache.Layout{N: tc.l.DCP, I: 1}, MemoryLimit: 1 << 30, MeasureAllocs: tc.l.World() == 1}
+			run := func(sp *spec.Config, runs int, script func(toks, drafts []int32)) ([]specOutput, Stats, uint64) {
+				o := o
+				o.Speculative = sp
+				e, err := New(cfg, weights, factory, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				if script != nil {
+					e.spec.script = script
+				}
+				var out []specOutput
+				fewest := uint64(1 << 62)
+				for range runs {
+					before := e.Stats().DecodeStepAllocs
+					warmSleep()
+					out = serveAll(t, e, reqs)
+					fewest = min(fewest, e.Stats().DecodeStepAllocs-before)
+				}
+				e.Close()
+				return out, e.Stats(), fewest
+			}
+			plain, plainSt, _ := run(nil, 1, nil)
+			// Random weights make an MTP layer whose drafts are rarely
+			// right, so the drafts are also scripted (scriptFrom).
+			script := scriptFrom(reqs, plain, cfg.VocabSize)
+			for _, tc := range []struct {
+				name   string
+				script func(toks, drafts []int32)
+			}{{"mtp drafts", nil}, {"scripted drafts", script}} {
+				got, st, fewest := run(mtpConfig(2), 3, tc.script)
+				if d := cmp.Diff(plain, got, cmpopts.EquateApprox(0, 1e-9)); d != "" {
+					t.Errorf("%s: speculative decoding differs from plain decoding (-plain +spec):\n%s", tc.name, d)
+				}
+				s := st.Spec
+				switch {
+				case s.DraftTokens == 0:
+					t.Errorf("%s: no drafts proposed", tc.name)
+				case tc.script != nil && (s.AcceptedTokens == 0 || s.AcceptedTokens == s.DraftTokens || s.AcceptedPerPos[1] == 0):
+					t.Errorf("%s: %d of %d drafts accepted (per position %v): want some kept at both positions and some rejected", tc.name, s.AcceptedTokens, s.DraftTokens, s.PerPos())
+				}
+				if o.MeasureAllocs && (st.MeasuredDecodeSteps == 0 || fewest != 0) {
+					t.Errorf("%s: %d heap allocations in the best of three runs (%d measured decode steps), want 0", tc.name, fewest, st.MeasuredDecodeSteps)
+				}
+				if st.KernelPlansBuiltAfterWarmup != 0 {
+					t.Errorf("%s: %d kernel plans built after warm-up", tc.name, st.KernelPlansBuiltAfterWarmup)
+				}
+				t.Logf("%s: %d steps (plain %d per run); %d rounds, %d drafts, %d accepted (per position %v), mean acceptance length %.2f",
+					tc.name, st.Steps, plainSt.Steps, s.Drafts, s.DraftTokens, s.AcceptedTokens, s.PerPos(), s.MeanAcceptanceLength())
+			}
+		})
+	}
+}
+
+// scriptFrom scripts drafts from plain decoding's outputs of reqs: right,
+// except the second draft of every third round, so that verification keeps
+// some drafts and rejects the rest. It allocates nothing when it runs.
+func scriptFrom(reqs []specRequest, plain []specOutput, vocab int) func(toks, drafts []int32) {
+	var full [][]int32
+	for i, r := range reqs {
+		for _, toks := range plain[i].Toks {
+			f := make([]int32, 0, len(r.prompt)+len(toks))
+			for _, id := range r.prompt {
+				f = append(f, int32(id))
+			}
+			full = append(full, append(f, toks...))
+		}
+	}
+	rounds := 0
+	return func(toks, drafts []int32) {
+		rounds++
+		for _, f := range full {
+			if len(f) > len(toks) && slices.Equal(f[:len(toks)], toks) {
+				copy(drafts, f[len(toks):])
+				break
+			}
+		}
+		if rounds%3 == 0 && len(drafts) > 1 {
+			drafts[1] = (drafts[1] + 1) % int32(vocab)
+		}
+	}
+}
