@@ -1,6 +1,9 @@
 package server
 
-import "github.com/cpmla/cpmla/engine"
+import (
+	"github.com/cpmla/cpmla/engine"
+	"github.com/cpmla/cpmla/spec"
+)
 
 // EngineStats adapts an engine's counters to Stats. Every rank's cache
 // holds the same block ids (each block id stands for --block-size positions
@@ -43,4 +46,10 @@ func (s engineStats) Preemptions() int64 { return s.e.Stats().Preemptions }
 func (s engineStats) PrefixCache() (queries, hits int64) {
 	st := s.e.Stats()
 	return st.PrefixQueryTokens, st.PrefixHitTokens
+}
+
+// SpecDecode is the engine's speculative-decoding counters
+// (vllm:spec_decode_*), and whether it speculates at all.
+func (s engineStats) SpecDecode() (spec.Stats, bool) {
+	return s.e.Stats().Spec, s.e.Options().Speculative != nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cpmla/cpmla/spec"
 )
 
 // Stats is what the server reads from the engine when /metrics is scraped.
@@ -37,6 +39,13 @@ type SchedulerStats interface {
 	// PrefixCache counts the prompt tokens looked up in the prefix cache
 	// and those found there.
 	PrefixCache() (queries, hits int64)
+}
+
+// SpecStats is the optional part of Stats for engines that decode
+// speculatively; ok is false when speculation is off (then the series are
+// left out, as vLLM leaves them out).
+type SpecStats interface {
+	SpecDecode() (st spec.Stats, ok bool)
 }
 
 // Bucket boundaries are vLLM's, so that dashboards and alerts written for
@@ -139,6 +148,9 @@ type statsCollector struct {
 	stats                       Stats
 	kvUsage, collective, builds *prometheus.Desc
 	preemptions, queries, hits  *prometheus.Desc
+	// vLLM's spec-decode counters, when the engine speculates.
+	spec                                  SpecStats
+	drafts, draftTokens, accepted, perPos *prometheus.Desc
 }
 
 func newStatsCollector(prefix string, labels prometheus.Labels, s Stats) *statsCollector {
@@ -153,7 +165,22 @@ func newStatsCollector(prefix string, labels prometheus.Labels, s Stats) *statsC
 		preemptions: d("num_preemptions_total", "Cumulative number of preemption from the engine."),
 		queries:     d("prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
 		hits:        d("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
+		drafts:      d("spec_decode_num_drafts_total", "Number of spec decoding drafts."),
+		draftTokens: d("spec_decode_num_draft_tokens_total", "Number of draft tokens."),
+		accepted:    d("spec_decode_num_accepted_tokens_total", "Number of accepted tokens."),
+		perPos:      d("spec_decode_num_accepted_tokens_per_pos_total", "Accepted tokens per draft position.", "position"),
+		spec:        specStats(s),
 	}
+}
+
+// specStats is s's SpecStats when the engine speculates, else nil.
+func specStats(s Stats) SpecStats {
+	if ss, ok := s.(SpecStats); ok {
+		if _, on := ss.SpecDecode(); on {
+			return ss
+		}
+	}
+	return nil
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -167,6 +194,12 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.hits
 	}
 	ch <- c.builds
+	if c.spec != nil {
+		ch <- c.drafts
+		ch <- c.draftTokens
+		ch <- c.accepted
+		ch <- c.perPos
+	}
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -183,6 +216,15 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(h))
 	}
 	ch <- prometheus.MustNewConstMetric(c.builds, prometheus.CounterValue, float64(c.stats.PlanBuildsAfterWarmup()))
+	if c.spec != nil {
+		st, _ := c.spec.SpecDecode()
+		ch <- prometheus.MustNewConstMetric(c.drafts, prometheus.CounterValue, float64(st.Drafts))
+		ch <- prometheus.MustNewConstMetric(c.draftTokens, prometheus.CounterValue, float64(st.DraftTokens))
+		ch <- prometheus.MustNewConstMetric(c.accepted, prometheus.CounterValue, float64(st.AcceptedTokens))
+		for i, v := range st.PerPos() {
+			ch <- prometheus.MustNewConstMetric(c.perPos, prometheus.CounterValue, float64(v), strconv.Itoa(i))
+		}
+	}
 }
 
 // requestTimer follows one engine request through the waiting and running

@@ -10,6 +10,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/cpmla/cpmla/spec"
 )
 
 // scrape reads /metrics and parses the text exposition.
@@ -134,5 +136,54 @@ func TestCollectiveMetricIsOptional(t *testing.T) {
 	}
 	if got := fams["vllm:kv_cache_usage_perc"].GetMetric()[0].GetGauge().GetValue(); got != 1 {
 		t.Errorf("KV usage %v, want 1", got)
+	}
+}
+
+// specOn is a Stats of an engine that speculates.
+type specOn struct {
+	kvOnly
+	st spec.Stats
+}
+
+func (s specOn) SpecDecode() (spec.Stats, bool) { return s.st, true }
+
+// specOff implements SpecStats for an engine with speculation off.
+type specOff struct{ kvOnly }
+
+func (specOff) SpecDecode() (spec.Stats, bool) { return spec.Stats{}, false }
+
+// TestSpecDecodeMetrics: vLLM's spec-decode counters, with one
+// per-position series per draft position, are exported when the engine
+// speculates and left out when it does not.
+func TestSpecDecodeMetrics(t *testing.T) {
+	st := spec.NewStats(3)
+	for _, a := range []int{3, 1, 0, 2} {
+		st.Add(3, a)
+	}
+	e := newTestEnv(t, func(_ *fakeEngine, c *Config) { c.Stats = specOn{st: st} })
+	fams := e.scrape(t)
+	got := map[string]float64{}
+	for _, name := range []string{"vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"} {
+		got[name] = fams[name].GetMetric()[0].GetCounter().GetValue()
+	}
+	for _, m := range fams["vllm:spec_decode_num_accepted_tokens_per_pos_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "position" {
+				got["position "+l.GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"vllm:spec_decode_num_drafts_total": 4, "vllm:spec_decode_num_draft_tokens_total": 12, "vllm:spec_decode_num_accepted_tokens_total": 6,
+		"position 0": 3, "position 1": 2, "position 2": 1,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("spec-decode metrics (-want +got):\n%s", d)
+	}
+	for _, s := range []Stats{kvOnly{}, specOff{}} {
+		fams := newTestEnv(t, func(_ *fakeEngine, c *Config) { c.Stats = s }).scrape(t)
+		if _, ok := fams["vllm:spec_decode_num_drafts_total"]; ok {
+			t.Errorf("%T: spec-decode counters exported without speculation", s)
+		}
 	}
 }
