@@ -56,6 +56,14 @@ type ResultFile struct {
 	StartTimes            []float64   `json:"start_times"`
 	GeneratedTexts        []string    `json:"generated_texts"`
 	Errors                []string    `json:"errors"`
+	// Speculative decoding, from the server's vllm:spec_decode_* counters
+	// over the run; absent when the server exports none.
+	SpecDecodeAcceptanceRate   *float64  `json:"spec_decode_acceptance_rate,omitempty"`
+	SpecDecodeAcceptanceLength *float64  `json:"spec_decode_acceptance_length,omitempty"`
+	SpecDecodeNumDrafts        *float64  `json:"spec_decode_num_drafts,omitempty"`
+	SpecDecodeDraftTokens      *float64  `json:"spec_decode_draft_tokens,omitempty"`
+	SpecDecodeAcceptedTokens   *float64  `json:"spec_decode_accepted_tokens,omitempty"`
+	SpecDecodePerPosition      []float64 `json:"spec_decode_per_position_acceptance_rates,omitempty"`
 }
 
 // File returns the result in the --result-file layout.
@@ -86,6 +94,12 @@ func (r *Result) File() ResultFile {
 	if o.MaxConcurrency > 0 {
 		c := o.MaxConcurrency
 		f.MaxConcurrency = &c
+	}
+	if c := r.Spec; c != nil {
+		rate, length, drafts, draft, acc := c.AcceptanceRate(), c.AcceptanceLength(), c.Drafts, c.DraftTokens, c.AcceptedTokens
+		f.SpecDecodeAcceptanceRate, f.SpecDecodeAcceptanceLength = &rate, &length
+		f.SpecDecodeNumDrafts, f.SpecDecodeDraftTokens, f.SpecDecodeAcceptedTokens = &drafts, &draft, &acc
+		f.SpecDecodePerPosition = c.PerPosRates()
 	}
 	for _, out := range r.Outputs {
 		f.InputLens = append(f.InputLens, out.PromptLen)
@@ -158,6 +172,19 @@ func (r *Result) WriteReport(w io.Writer) error {
 		row(fmt.Sprintf("Mean %s (ms):", s.name), s.v.Mean)
 		row(fmt.Sprintf("Median %s (ms):", s.name), s.v.Median)
 		row(fmt.Sprintf("P99 %s (ms):", s.name), s.v.P99)
+	}
+	if c := r.Spec; c != nil {
+		header("Speculative Decoding", "-")
+		row("Acceptance rate (%):", 100*c.AcceptanceRate())
+		row("Acceptance length:", c.AcceptanceLength())
+		row("Drafts:", int64(c.Drafts))
+		row("Draft tokens:", int64(c.DraftTokens))
+		row("Accepted tokens:", int64(c.AcceptedTokens))
+		var per []string
+		for _, v := range c.PerPosRates() {
+			per = append(per, fmt.Sprintf("%.2f", 100*v))
+		}
+		row("Per-position acceptance (%):", strings.Join(per, ", "))
 	}
 	b.WriteString(strings.Repeat("=", 50) + "\n")
 	if m.Failed > 0 {

@@ -113,6 +113,9 @@ type Result struct {
 	Outputs  []RequestOutput
 	Metrics  Metrics
 	Date     time.Time
+	// Spec is the growth of the server's spec-decode counters over the
+	// run (nil when it exports none).
+	Spec *SpecCounters
 }
 
 // Run sends every prompt, measures the responses and computes the metrics.
@@ -141,6 +144,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		bodies[i] = b
 	}
+	// The spec-decode counters before and after: a server that serves no
+	// /metrics, or cannot be read, simply has none.
+	specBefore, _ := ScrapeSpec(ctx, o.Client, base)
 	at := arrivals(len(o.Prompts), o.RequestRate, o.Seed)
 	var slots chan struct{}
 	if o.MaxConcurrency > 0 {
@@ -179,7 +185,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("benchmark interrupted: %w", err)
 	}
-	return &Result{Options: o, Duration: duration, Outputs: outputs, Metrics: Compute(outputs, duration), Date: start}, nil
+	res := &Result{Options: o, Duration: duration, Outputs: outputs, Metrics: Compute(outputs, duration), Date: start}
+	if after, err := ScrapeSpec(ctx, o.Client, base); err == nil && after != nil {
+		res.Spec = after.Since(specBefore)
+	}
+	return res, nil
 }
 
 // one sends one request and measures it.
