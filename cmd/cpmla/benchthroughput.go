@@ -42,6 +42,7 @@ type throughputOptions struct {
 	workspaces                   []string
 	asJSON, quiet                bool
 	expertParallel               bool
+	speculative                  string
 	quantization                 string
 }
 
@@ -83,6 +84,9 @@ type throughputResult struct {
 	KVBlocks                    int     `json:"kv_blocks"`
 	KVTokensPerRank             int64   `json:"kv_tokens_per_rank"`
 	Failed                      int     `json:"failed_requests"`
+	// Speculative decoding (--speculative-config), as vLLM's bench reports
+	// it: absent without speculation.
+	Spec *specResult `json:"spec_decode,omitempty"`
 }
 
 // engineOptions turns the flags into engine options, refusing impossible
@@ -98,6 +102,9 @@ func (o *throughputOptions) engineOptions(cfg *config.Model) (engine.Options, er
 	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
 	eo.RanksPerHost = o.tp * o.pcp
 	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, o.kvCacheMemory, o.workspaces); err != nil {
+		return eo, err
+	}
+	if err := applySpeculative(&eo, o.speculative); err != nil {
 		return eo, err
 	}
 	eo.MaxQueue = max(o.numPrompts, 1)
@@ -312,6 +319,7 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 		ProcessAllocsPerDecodeStep:  st.AllocsPerDecodeStep(),
 		KernelPlansBuiltAfterWarmup: st.KernelPlansBuiltAfterWarmup,
 		Preemptions:                 st.Preemptions,
+		Spec:                        newSpecResult(e.Options().Speculative, st.Spec),
 		KVUsagePeak:                 st.KVUsagePeak(),
 		PrefixCacheHitRate:          st.PrefixHitRate(),
 		KVBlocks:                    mem.NumBlocks,
@@ -357,6 +365,7 @@ func newBenchThroughputCmd() *cobra.Command {
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
 	addModelFlags(f, &o.expertParallel, &o.quantization)
+	addSpeculativeFlag(f, &o.speculative)
 	f.IntVar(&o.numPrompts, "num-prompts", 64, "requests to run")
 	f.IntVar(&o.inputLen, "input-len", 128, "prompt tokens per request")
 	f.IntVar(&o.outLen, "output-len", 32, "generated tokens per request (end-of-sequence is ignored)")
@@ -396,5 +405,10 @@ func printThroughput(out io.Writer, res *throughputResult, asJSON bool) error {
 	fmt.Fprintf(out, "prefix-cache hit rate:  %.1f%%\n", 100*res.PrefixCacheHitRate)
 	fmt.Fprintf(out, "allocs per decode step: %.2f by the engine (%.2f in the whole process)\n", res.AllocsPerDecodeStep, res.ProcessAllocsPerDecodeStep)
 	fmt.Fprintf(out, "kernel plans built after warm-up: %d\n", res.KernelPlansBuiltAfterWarmup)
+	if s := res.Spec; s != nil {
+		fmt.Fprintf(out, "spec decode (K %d):     %d drafts, %d draft tokens, %d accepted (%.1f%%), mean acceptance length %.3f\n",
+			s.K, s.Drafts, s.DraftTokens, s.AcceptedTokens, 100*s.AcceptanceRate, s.MeanAcceptanceLength)
+		fmt.Fprintf(out, "acceptance per position: %s\n", formatRates(s.AcceptanceRatePerPos))
+	}
 	return nil
 }

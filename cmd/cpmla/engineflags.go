@@ -7,7 +7,28 @@ import (
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/plan"
+	"github.com/cpmla/cpmla/spec"
+
+	"github.com/spf13/pflag"
 )
+
+// specConfigUsage is --speculative-config's help, the same on every command.
+const specConfigUsage = `MTP speculative decoding, vLLM's JSON: '{"method":"mtp","num_speculative_tokens":K}'`
+
+// addSpeculativeFlag registers --speculative-config.
+func addSpeculativeFlag(f *pflag.FlagSet, dst *string) {
+	f.StringVar(dst, "speculative-config", "", specConfigUsage)
+}
+
+// applySpeculative parses --speculative-config into eo (nil when unset).
+func applySpeculative(eo *engine.Options, s string) error {
+	c, err := spec.ParseConfig(s)
+	if err != nil {
+		return fmt.Errorf("--speculative-config: %w", err)
+	}
+	eo.Speculative = c
+	return nil
+}
 
 // applyCacheFlags parses the cache and memory flags every engine command
 // shares (--kv-cache-dtype, --indexer-cache-dtype, --memory-limit,
@@ -46,4 +67,41 @@ func applyCacheFlags(eo *engine.Options, kvDType, idxDType, memoryLimit, kvCache
 		eo.WorkspaceBytes[name] = b
 	}
 	return nil
+}
+
+// specResult is the speculative-decoding part of a bench report, in the
+// terms of vLLM's spec-decode metrics.
+type specResult struct {
+	K                    int       `json:"num_speculative_tokens"`
+	Drafts               int64     `json:"num_drafts"`
+	DraftTokens          int64     `json:"num_draft_tokens"`
+	AcceptedTokens       int64     `json:"num_accepted_tokens"`
+	AcceptanceRate       float64   `json:"acceptance_rate"`
+	MeanAcceptanceLength float64   `json:"mean_acceptance_length"`
+	AcceptanceRatePerPos []float64 `json:"acceptance_rate_per_position"`
+}
+
+// newSpecResult reports st, or nil without speculation.
+func newSpecResult(c *spec.Config, st spec.Stats) *specResult {
+	if c == nil {
+		return nil
+	}
+	r := &specResult{K: c.K(), Drafts: st.Drafts, DraftTokens: st.DraftTokens, AcceptedTokens: st.AcceptedTokens,
+		MeanAcceptanceLength: st.MeanAcceptanceLength(), AcceptanceRatePerPos: st.AcceptanceRatePerPos()}
+	if st.DraftTokens > 0 {
+		r.AcceptanceRate = float64(st.AcceptedTokens) / float64(st.DraftTokens)
+	}
+	return r
+}
+
+// formatRates prints rates as percentages.
+func formatRates(r []float64) string {
+	var b strings.Builder
+	for i, v := range r {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%.1f%%", 100*v)
+	}
+	return b.String()
 }

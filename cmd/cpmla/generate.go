@@ -39,6 +39,7 @@ type generateOptions struct {
 	threads     int
 	// expertParallel and quantization: --enable-expert-parallel, --quantization
 	expertParallel bool
+	speculative    string
 	quantization   string
 	// beforeLoad, if set, runs once the flags are checked and before any
 	// weight loads (the command loads its tokenizer there).
@@ -97,6 +98,11 @@ func generate(o generateOptions) (*generateResult, error) {
 	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, "", nil); err != nil {
 		return nil, err
 	}
+	if err := applySpeculative(&eo, o.speculative); err != nil {
+		return nil, err
+	}
+	// A verification step carries the last token and K drafts.
+	eo.MaxNumBatchedTokens = max(eo.MaxNumBatchedTokens, 1+eo.Speculative.K())
 	eo = eo.WithDefaults(cfg)
 	if err := eo.Validate(cfg); err != nil {
 		return nil, err
@@ -249,6 +255,7 @@ func newGenerateCmd() *cobra.Command {
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
 	addModelFlags(f, &o.expertParallel, &o.quantization)
+	addSpeculativeFlag(f, &o.speculative)
 	addThreadsFlag(cmd, &o.threads)
 	f.StringVar(&o.memoryLimit, "memory-limit", "1GiB", "memory of one rank, e.g. 1GiB or 1073741824 (the KV cache gets what the budget leaves)")
 	f.BoolVar(&asJSON, "json", false, "print tokens and logprobs as JSON")

@@ -93,3 +93,44 @@ func TestEveryCommandRefusesStrayArguments(t *testing.T) {
 		t.Fatalf("checked only %d commands", checked)
 	}
 }
+
+// generate --speculative-config prints what plain decoding prints (greedy
+// and seeded sampling, on one rank and on TP 2 × DCP 2), and a
+// --speculative-config the model or the engine cannot serve is refused by
+// name.
+func TestGenerateSpeculative(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs glm5-moe-mini")
+	}
+	const sc = `{"method":"mtp","num_speculative_tokens":3}`
+	for _, args := range [][]string{
+		{"--prompt-ids", "3,1,4,1,5,9,2,6", "--max-tokens", "7", "--json"},
+		{"--prompt-ids", "7", "--max-tokens", "9", "--temperature", "0.8", "--seed", "4", "--json"},
+		{"--prompt-ids", "3,1,4,1,5", "--max-tokens", "6", "--tensor-parallel-size", "2", "--decode-context-parallel-size", "2"},
+	} {
+		base := append([]string{"generate", "--model", "glm5-moe-mini"}, args...)
+		plain := runCLI(t, base...)
+		if got := runCLI(t, append(base, "--speculative-config", sc)...); got != plain {
+			t.Errorf("%v: plain decoding printed\n%s\nspeculative decoding printed\n%s", args, plain, got)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", "glm5-mini", "--speculative-config", sc}, "num_nextn_predict_layers 0"},
+		{[]string{"--model", "glm5-moe-mini", "--speculative-config", `{"method":"eagle3","num_speculative_tokens":2}`}, "eagle3"},
+		{[]string{"--model", "glm5-moe-mini", "--speculative-config", `{"method":"mtp","num_speculative_tokens":2,"parallel_drafting":true}`}, "parallel_drafting"},
+		{[]string{"--model", "glm5-moe-mini", "--speculative-config", `{"method":"mtp"`}, "--speculative-config"},
+	} {
+		root := newRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append([]string{"generate", "--prompt-ids", "1,2"}, tc.args...))
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -53,6 +53,7 @@ type serveOptions struct {
 	threadsPerRank             int
 	collectiveTimeout          time.Duration
 	expertParallel             bool
+	speculative                string
 	quantization               string
 
 	maxLogprobs                             int
@@ -93,6 +94,9 @@ func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) 
 	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
 	eo.RanksPerHost = o.tp * o.pcp
 	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, o.kvCacheMemory, o.workspaces); err != nil {
+		return eo, err
+	}
+	if err := applySpeculative(&eo, o.speculative); err != nil {
 		return eo, err
 	}
 	eo = eo.WithDefaults(cfg)
@@ -421,6 +425,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
 	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
 	addModelFlags(f, &o.expertParallel, &o.quantization)
+	addSpeculativeFlag(f, &o.speculative)
 	f.IntVar(&o.engine.MaxNumBatchedTokens, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "tokens per step")
 	f.IntVar(&o.engine.MaxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "sequences per step")
 	f.IntVar(&o.engine.MaxModelLen, "max-model-len", 0, "longest request in tokens, prompt plus output (0: the model's max_position_embeddings)")

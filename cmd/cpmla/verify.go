@@ -51,7 +51,7 @@ It exits 0 only when everything agrees.`,
 				return err
 			}
 			if c.Spec, err = spec.ParseConfig(specConfig); err != nil {
-				return err
+				return fmt.Errorf("--speculative-config: %w", err)
 			}
 			if err := checkVerify(c, commName == "mpi"); err != nil {
 				return err
@@ -131,7 +131,7 @@ It exits 0 only when everything agrees.`,
 	f.Float64Var(&c.Tolerance, "tolerance", 1e-4, "max |Δ logprob| allowed against the single rank and the oracle")
 	f.BoolVar(&c.SkipOracle, "skip-oracle", false, "compare with the single-rank engine only")
 	addModelFlags(f, &c.ExpertParallel, &c.Quantization)
-	f.StringVar(&specConfig, "speculative-config", "", `MTP speculative decoding, vLLM's JSON: '{"method":"mtp","num_speculative_tokens":K}'`)
+	addSpeculativeFlag(f, &specConfig)
 	f.BoolVar(&c.InjectMismatch, "inject-collective-mismatch", false, "make one rank enter one collective with a wrong count (the run must fail with the ledger's error)")
 	f.DurationVar(&c.CollectiveTimeout, "collective-timeout", 30*time.Second, "deadline of every collective")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
