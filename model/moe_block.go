@@ -111,14 +111,19 @@ func newMoEBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *RouteTra
 		b.replIdx = i32("replicated row routing", T*b.K)
 		b.replAcc, b.replPack, b.replSum = f("replicated row experts", T*D), f("replicated row pack", T*D), f("replicated row sum", T*D)
 	}
-	// Indexed by cache layer: the decoder layers, then the MTP layers.
-	b.load = make([][]int64, len(m.Layers)+len(m.MTP))
+	// Indexed by cache layer: the decoder layers, then the MTP layers of a
+	// runner that drafts.
+	mtp := 0
+	if opt.MTP {
+		mtp = len(m.MTP)
+	}
+	b.load = make([][]int64, len(m.Layers)+mtp)
 	for i := range m.Layers {
 		if w := m.Layers[i].MoE; w != nil {
 			b.load[i] = make([]int64, len(w.Experts))
 		}
 	}
-	for k := range m.MTP {
+	for k := range mtp {
 		if w := m.MTP[k].Block.MoE; w != nil {
 			b.load[len(m.Layers)+k] = make([]int64, len(w.Experts))
 		}

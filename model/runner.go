@@ -152,8 +152,9 @@ func (r *Runner) BufferBytes() int64 {
 	return n
 }
 
-// ExpertLoad returns, per decoder layer, the rows routed to each of this
-// rank's experts since the runner was built (nil for dense layers).
+// ExpertLoad returns, per cache layer (the decoder layers, then the MTP
+// layers of a runner built with RunnerOptions.MTP), the rows routed to each
+// of this rank's experts since the runner was built (nil for dense layers).
 func (r *Runner) ExpertLoad() [][]int64 {
 	if r.moe == nil {
 		return nil
