@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -321,5 +322,165 @@ func scriptFrom(reqs []specRequest, plain []specOutput, vocab int) func(toks, dr
 		if rounds%3 == 0 && len(drafts) > 1 {
 			drafts[1] = (drafts[1] + 1) % int32(vocab)
 		}
+	}
+}
+
+// TestDrafterRowsLandWhereTheTargetsDo: the MTP layer's caches are layers of
+// the target runner's cache on every rank, so the drafter has no layout of
+// its own to get wrong. The test runs a prompt and the draft pass over it on
+// DCP ranks (two interleave sizes) and checks, slot by slot on every rank,
+// that the drafter wrote exactly the rows the target wrote: those of the
+// positions the ownership function gives the rank. A drafter run with
+// DCP = 1 against the sharded cache (vLLM's silent failure) would write
+// every position on every rank.
+func TestDrafterRowsLandWhereTheTargetsDo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs glm5-moe-mini on DCP ranks")
+	}
+	cfg, err := config.Load("glm5-moe-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := model.RandomTensors(cfg, model.DefaultWeightSeed)
+	const B, n = 8, 13
+	for _, tc := range []struct {
+		l          comm.Layout
+		interleave int
+	}{{comm.Layout{TP: 2, PCP: 1, DCP: 2}, 1}, {comm.Layout{TP: 2, PCP: 2, DCP: 4}, 2}} {
+		t.Run(fmt.Sprintf("TP%d-PCP%d-DCP%d-I%d", tc.l.TP, tc.l.PCP, tc.l.DCP, tc.interleave), func(t *testing.T) {
+			bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: tc.l, Interleave: tc.interleave, BlockSize: B / tc.l.DCP, KVDtype: "f32",
+				Backend: "auto", HeadsPerRank: cfg.NumHeads / tc.l.TP, QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, _, err := InProcess(cfg, src, Parallel{Layout: tc.l, Interleave: tc.interleave, Backend: bp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex, err := f(model.RunnerOptions{MaxTokens: 16, MaxModelLen: 32, MaxLogitRows: 16, MaxSeqs: 1, BlockSize: B / tc.l.DCP, NumBlocks: 4, MTP: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeExecutor(ex)
+			toks := make([]int32, n+1)
+			for i := range toks {
+				toks[i] = int32(3 + 5*i)
+			}
+			table := []int32{2, 0} // not the identity, so that a wrong table shows
+			if err := ex.Forward(&model.Batch{Seqs: []model.Seq{{Tokens: toks[:n], BlockTable: table}}}); err != nil {
+				t.Fatal(err)
+			}
+			hidden := make([]int32, n)
+			for i := range hidden {
+				hidden[i] = int32(i)
+			}
+			if err := ex.Draft(0, &model.Batch{Seqs: []model.Seq{{Tokens: toks[1 : n+1], BlockTable: table, Hidden: hidden}}}, model.TargetBank); err != nil {
+				t.Fatal(err)
+			}
+			layout := kvcache.Layout{N: tc.l.DCP, I: tc.interleave}
+			g := ex.(*rankGroup)
+			for rank, r := range g.runners {
+				d := tc.l.DCPRank(rank)
+				want := map[int32]bool{}
+				for p := range n {
+					if layout.Owner(p) == d {
+						want[int32(layout.Slot(table, B/tc.l.DCP, p, d))] = true
+					}
+				}
+				target, drafter := r.Cache.Layer(0), r.Cache.Layer(cfg.NumLayers)
+				scratch := make([]float32, cfg.KVLoraRank+cfg.QKRopeHeadDim)
+				written := func(lc *kvcache.LayerCache) map[int32]bool {
+					got := map[int32]bool{}
+					for s := range int32(lc.Slots()) {
+						if slices.ContainsFunc(lc.Row(s, scratch), func(v float32) bool { return v != 0 }) {
+							got[s] = true
+						}
+					}
+					return got
+				}
+				if d := cmp.Diff(want, written(target)); d != "" {
+					t.Errorf("rank %d (DCP rank %d): target rows (-owned +written):\n%s", rank, tc.l.DCPRank(rank), d)
+				}
+				if d := cmp.Diff(want, written(drafter)); d != "" {
+					t.Errorf("rank %d (DCP rank %d): drafter rows (-owned +written):\n%s", rank, tc.l.DCPRank(rank), d)
+				}
+			}
+		})
+	}
+}
+
+// TestSpecSamplingPreservesTheDistribution is the statistical test of
+// speculative sampling. The fake model's logits are 1 at one token and 0
+// elsewhere, so at temperature T every token it emits is, whatever came
+// before, its peak with probability e^{1/T}/Z and any other token with 1/Z
+// (Z = e^{1/T} + V − 1): the offsets of the emitted tokens from their peaks
+// are independent draws of one known distribution. With drafts that are
+// the peak (accepted unless the draw differs) and drafts that are not
+// (rejected unless the draw is them), over 400 seeds × 12 tokens, Pearson's
+// χ² of the offsets against that distribution must stay below 99.6, the
+// 0.1 % tail of χ² with 60 degrees of freedom (the seeds are fixed, so the
+// test is deterministic).
+func TestSpecSamplingPreservesTheDistribution(t *testing.T) {
+	cfg := fakeModel(t)
+	cfg.NumNextNPredict = 1
+	V := cfg.VocabSize
+	const temp, seeds, maxOut = 0.7, 400, 12
+	prompt := []int{4, 8, 15, 16, 23, 42}
+	p0 := math.Exp(1/temp) / (math.Exp(1/temp) + float64(V-1))
+	for _, wrong := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wrong-drafts-%v", wrong), func(t *testing.T) {
+			o := Options{MaxNumBatchedTokens: 64, MaxNumSeqs: 8, MaxModelLen: 32, BlockSize: 8, MemoryLimit: 1 << 30, MaxQueue: seeds,
+				Speculative: mtpConfig(3)}
+			factory, made := fakeFactory(kvcache.Layout{N: 1, I: 1}, V)
+			e, err := New(cfg, 1<<20, factory, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			(*made)[len(*made)-1].wrongDrafts = wrong
+			reqs := make([]specRequest, seeds)
+			for s := range reqs {
+				reqs[s] = specRequest{prompt: prompt, maxOut: maxOut, params: sampler.Params{Temperature: temp, Seed: uint64(s)}}
+			}
+			counts := make([]float64, V)
+			total := 0.0
+			for _, out := range serveAll(t, e, reqs) {
+				seq := make([]int32, 0, len(prompt)+maxOut)
+				for _, id := range prompt {
+					seq = append(seq, int32(id))
+				}
+				for _, tok := range out.Toks[0] {
+					peak := fakeNext(seq, V)
+					counts[(int(tok)-int(peak)+V)%V]++
+					total++
+					seq = append(seq, tok)
+				}
+			}
+			chi2 := 0.0
+			for off, c := range counts {
+				p := (1 - p0) / float64(V-1)
+				if off == 0 {
+					p = p0
+				}
+				chi2 += (c - total*p) * (c - total*p) / (total * p)
+			}
+			st := e.Stats().Spec
+			if chi2 > 99.6 {
+				t.Errorf("χ² = %.1f over %v tokens, above 99.6: the emitted tokens do not follow the model's distribution", chi2, total)
+			}
+			// The first draft is accepted exactly when the draw is the draft:
+			// with probability p0 when it is the peak, (1 − p0)/(V − 1) when
+			// it is not. Within four standard deviations:
+			want := p0
+			if wrong {
+				want = (1 - p0) / float64(V-1)
+			}
+			n := float64(st.Drafts)
+			if got := float64(st.PerPos()[0]); n == 0 || math.Abs(got-n*want) > 4*math.Sqrt(n*want*(1-want)) {
+				t.Errorf("first drafts accepted in %v of %v rounds, want %.1f ± %.1f", got, n, n*want, 4*math.Sqrt(n*want*(1-want)))
+			}
+			t.Logf("χ² = %.1f over %v tokens (peak share %.4f, expected %.4f); %d of %d drafts accepted",
+				chi2, total, counts[0]/total, p0, st.AcceptedTokens, st.DraftTokens)
+		})
 	}
 }
