@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/sampler"
+	"github.com/cpmla/cpmla/spec"
 )
 
 // fakeModel is a config for the fake executor: glm5-mini's cache shapes with
@@ -445,7 +447,21 @@ func TestEngineMatchesRequestsRunAlone(t *testing.T) {
 // all-prefill, all-decode and mixed, on a runner sized the way the engine
 // sizes it: no step may be refused or grow a buffer.
 func TestWorkspaceSweep(t *testing.T) {
-	cfg, err := config.Load("glm5-mini")
+	for _, tc := range []struct {
+		preset string
+		k      int // speculative tokens (0: none)
+	}{{"glm5-mini", 0}, {"glm5-moe-mini", 5}} {
+		t.Run(fmt.Sprintf("%s-K%d", tc.preset, tc.k), func(t *testing.T) { workspaceSweep(t, tc.preset, tc.k) })
+	}
+}
+
+// workspaceSweep is TestWorkspaceSweep for one preset; with k > 0 the
+// runner drafts (MTP caches and buffers), decoding sequences carry 1 + k
+// rows with logits, and every target step is followed by the draft pass
+// over its rows and a chained draft step of one row per sequence, as the
+// engine runs them.
+func workspaceSweep(t *testing.T, preset string, k int) {
+	cfg, err := config.Load(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +470,11 @@ func TestWorkspaceSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{MaxNumBatchedTokens: 40, MaxNumSeqs: 5, MaxModelLen: 32, BlockSize: 8}.WithDefaults(cfg)
+	o := Options{MaxNumBatchedTokens: 40, MaxNumSeqs: 5, MaxModelLen: 32, BlockSize: 8}
+	if k > 0 {
+		o.Speculative = &spec.Config{Method: "mtp", NumSpeculativeTokens: k}
+	}
+	o = o.WithDefaults(cfg)
 	sc := o.scheduler(0)
 	sc.NumBlocks = o.MaxNumSeqs * sc.BlocksFor(o.MaxModelLen)
 	r, err := model.NewRunner(m, o.runnerOptions(sc.NumBlocks))
@@ -466,7 +486,12 @@ func TestWorkspaceSweep(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = int32(i % cfg.VocabSize)
 	}
-	// Each sequence gets its own blocks; contexts are as long as allowed.
+	rows := make([]int32, o.MaxNumBatchedTokens)
+	for i := range rows {
+		rows[i] = int32(i)
+	}
+	// Each sequence gets its own blocks; contexts are as long as allowed. A
+	// decoding sequence has 1 + k rows (the last token and its drafts).
 	batch := func(decodes, prefill int) *model.Batch {
 		b := &model.Batch{}
 		next := int32(0)
@@ -479,7 +504,7 @@ func TestWorkspaceSweep(t *testing.T) {
 			return t
 		}
 		for range decodes {
-			b.Seqs = append(b.Seqs, model.Seq{Tokens: tokens[:1], Start: o.MaxModelLen - 1, BlockTable: table()})
+			b.Seqs = append(b.Seqs, model.Seq{Tokens: tokens[:1+k], Start: o.MaxModelLen - 1 - k, BlockTable: table(), LogitsAll: k > 0})
 		}
 		seqsLeft := o.MaxNumSeqs - decodes
 		for left := prefill; left > 0; seqsLeft-- {
@@ -492,14 +517,34 @@ func TestWorkspaceSweep(t *testing.T) {
 		}
 		return b
 	}
-	steps := 0
+	// draft runs the pass over every row of b, then one chained row per
+	// sequence.
+	draft := func(b *model.Batch) error {
+		pass, chain := &model.Batch{}, &model.Batch{}
+		row := 0
+		for _, s := range b.Seqs {
+			pass.Seqs = append(pass.Seqs, model.Seq{Tokens: s.Tokens, Start: s.Start, BlockTable: s.BlockTable, Hidden: rows[row : row+len(s.Tokens)]})
+			row += len(s.Tokens)
+		}
+		if err := r.Draft(0, pass, model.TargetBank); err != nil {
+			return fmt.Errorf("draft pass: %w", err)
+		}
+		for i, s := range b.Seqs {
+			chain.Seqs = append(chain.Seqs, model.Seq{Tokens: s.Tokens[:1], Start: s.Start + len(s.Tokens) - 1, BlockTable: s.BlockTable, Hidden: rows[i : i+1]})
+		}
+		if err := r.Draft(0, chain, model.DraftBank); err != nil {
+			return fmt.Errorf("chained draft: %w", err)
+		}
+		return nil
+	}
+	prefills, decodes, mixed := 0, map[int]bool{}, 0
 	for T := 1; T <= o.MaxNumBatchedTokens; T++ {
 		shapes := [][2]int{{0, T}}
-		if T <= o.MaxNumSeqs {
-			shapes = append(shapes, [2]int{T, 0})
+		if T%(1+k) == 0 && T/(1+k) <= o.MaxNumSeqs {
+			shapes = append(shapes, [2]int{T / (1 + k), 0})
 		}
-		if d := min(T-1, o.MaxNumSeqs-1); d > 0 {
-			shapes = append(shapes, [2]int{d, T - d})
+		if d := min((T-1)/(1+k), o.MaxNumSeqs-1); d > 0 {
+			shapes = append(shapes, [2]int{d, T - d*(1+k)})
 		}
 		for _, sh := range shapes {
 			b := batch(sh[0], sh[1])
@@ -514,13 +559,27 @@ func TestWorkspaceSweep(t *testing.T) {
 			if err := r.Forward(b); err != nil {
 				t.Fatalf("%d tokens (%d decodes, %d prefill): %v", T, sh[0], sh[1], err)
 			}
-			steps++
+			if k > 0 {
+				if err := draft(b); err != nil {
+					t.Fatalf("%d tokens (%d decodes, %d prefill): %v", T, sh[0], sh[1], err)
+				}
+			}
+			switch {
+			case sh[0] == 0:
+				prefills++
+			case sh[1] == 0:
+				decodes[sh[0]] = true
+			default:
+				mixed++
+			}
 		}
 	}
 	if d := cmp.Diff(want, r.Buffers()); d != "" {
 		t.Errorf("buffers changed over the sweep (-start +end):\n%s", d)
 	}
-	if got := plan.FormatBytes(r.BufferBytes()); steps < 2*o.MaxNumBatchedTokens {
-		t.Errorf("sweep ran only %d steps over %s of buffers", steps, got)
+	maxDecodes := min(o.MaxNumSeqs, o.MaxNumBatchedTokens/(1+k))
+	if prefills != o.MaxNumBatchedTokens || len(decodes) != maxDecodes || mixed < o.MaxNumBatchedTokens/2 {
+		t.Errorf("sweep over %s of buffers ran %d prefill-only steps, decode-only steps of %d sizes and %d mixed steps; want %d, %d and at least %d",
+			plan.FormatBytes(r.BufferBytes()), prefills, len(decodes), mixed, o.MaxNumBatchedTokens, maxDecodes, o.MaxNumBatchedTokens/2)
 	}
 }

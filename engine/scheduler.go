@@ -7,6 +7,7 @@ import (
 
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/plan"
 )
 
 // SchedulerConfig sizes a Scheduler. Every field is fixed at start-up.
@@ -38,7 +39,7 @@ type SchedulerConfig struct {
 // MaxLogitRows is the most logit rows one step can ask for: one per
 // sequence (1 + SpecTokens under speculation) plus the prompt rows.
 func (c SchedulerConfig) MaxLogitRows() int {
-	return c.MaxNumSeqs*(1+c.SpecTokens) + c.MaxPromptLogitRows
+	return c.MaxNumSeqs*plan.SpecTokensPerSeq(c.SpecTokens, false) + c.MaxPromptLogitRows
 }
 
 // hashExtra is the number of tokens after a block its prefix-cache hash
