@@ -197,8 +197,8 @@ func TestSpecRefusals(t *testing.T) {
 // drafting K = 2 tokens, on one rank and on in-process layouts (TP with
 // DCP, PCP with DCP and expert parallelism): greedy and seeded sampled
 // outputs must be plain decoding's on the same layout — tokens identical,
-// logprobs within 1e-9 — and on one rank measured decode steps allocate
-// nothing.
+// logprobs within 1e-9 — the acceptance counts one rank's, and on one rank
+// measured decode steps allocate nothing.
 func TestSpecDecodingOnMoEModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs glm5-moe-mini with its MTP layer on several layouts")
@@ -220,6 +220,9 @@ func TestSpecDecodingOnMoEModel(t *testing.T) {
 		{prompt: []int{5, 6}, maxOut: 12, n: 2, params: sampler.Params{Temperature: 1, Seed: 2}},
 	}
 	const B = 8
+	// The acceptance counts of the first layout (one rank), per drafter:
+	// every layout must accept the same drafts at the same positions.
+	firstStats := map[string]spec.Stats{}
 	for _, tc := range []struct {
 		l  comm.Layout
 		ep bool
@@ -288,6 +291,11 @@ func TestSpecDecodingOnMoEModel(t *testing.T) {
 				}
 				if st.KernelPlansBuiltAfterWarmup != 0 {
 					t.Errorf("%s: %d kernel plans built after warm-up", tc.name, st.KernelPlansBuiltAfterWarmup)
+				}
+				if want, ok := firstStats[tc.name]; !ok {
+					firstStats[tc.name] = s
+				} else if d := cmp.Diff(want, s); d != "" {
+					t.Errorf("%s: acceptance differs from one rank's (-one rank +this layout):\n%s", tc.name, d)
 				}
 				t.Logf("%s: %d steps (plain %d per run); %d rounds, %d drafts, %d accepted (per position %v), mean acceptance length %.2f",
 					tc.name, st.Steps, plainSt.Steps, s.Drafts, s.DraftTokens, s.AcceptedTokens, s.PerPos(), s.MeanAcceptanceLength())
