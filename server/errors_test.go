@@ -146,3 +146,19 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("%d requests reached the engine, want only the valid one", n)
 	}
 }
+
+// A text prompt or a chat whose tokens the model does not have (a tokenizer
+// larger than the model's vocabulary) is the client's 400 naming the field,
+// not the engine's 503.
+func TestTokenizerBeyondTheModelsVocabulary(t *testing.T) {
+	e := newTestEnv(t, func(_ *fakeEngine, c *Config) { c.VocabSize = 1000 })
+	for _, tc := range []struct{ path, body, param string }{
+		{"/v1/completions", `{"prompt":"Quantum chromodynamics in Zürich"}`, "prompt"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, "messages"},
+	} {
+		status, eb, raw := e.post(t, tc.path, tc.body)
+		if status != 400 || eb == nil || eb.Error.Param == nil || *eb.Error.Param != tc.param || !strings.Contains(eb.Error.Message, "tokenizer does not match the model") {
+			t.Errorf("%s %s: status %d, body %s; want 400 naming %q and the tokenizer", tc.path, tc.body, status, raw, tc.param)
+		}
+	}
+}

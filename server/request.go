@@ -488,6 +488,14 @@ func (s *Server) promptJob(ids []int, text, promptParam, field string, limit *in
 	if n == 0 {
 		return pj, badRequest(promptParam, "the prompt is empty; give at least one token")
 	}
+	for k, id := range ids {
+		// Ids a client sent were checked already; these come from the
+		// tokenizer, whose vocabulary may be larger than the model's.
+		if id < 0 || id >= s.cfg.VocabSize {
+			return pj, badRequest(promptParam, "the prompt tokenizes to id %d at token %d, but the model has ids 0 to %d only: the tokenizer does not match the model; start the server with the model's own tokenizer (--tokenizer DIR)",
+				id, k, s.cfg.VocabSize-1)
+		}
+	}
 	if n >= s.cfg.MaxModelLen && !(limit != nil && *limit == 0 && j.echo && n == s.cfg.MaxModelLen) {
 		return pj, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: promptParam, code: "context_length_exceeded",
 			msg: fmt.Sprintf("the prompt has %d tokens but the maximum model length (--max-model-len) is %d, which leaves no room to generate; shorten the prompt to at most %d tokens or start the server with --max-model-len %d or more",
