@@ -290,6 +290,13 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 		if err != nil {
 			return nil, fmt.Errorf("request %s: %w", req.ID, err)
 		}
+		if req.Constraint != nil {
+			c, err := req.Constraint.NewConstraint(sp.StopTokenIDs, maxOut)
+			if err != nil {
+				return nil, fmt.Errorf("request %s: structured output: %w", req.ID, err)
+			}
+			st.Constrain(c)
+		}
 		sq := &sequence{req: r, index: k, sampler: st}
 		if r.topN > 0 {
 			sq.top = make([]sampler.TokenLogprob, maxOut*r.topN)
@@ -583,7 +590,11 @@ func (e *Engine) step(p *StepPlan) {
 		if !en.Sample {
 			continue
 		}
-		sq := e.live[en.ID]
+		sq, ok := e.live[en.ID]
+		if !ok { // its request failed earlier in this step
+			nf += en.Fork
+			continue
+		}
 		if en.Drafts > 0 {
 			e.deliverRound(sq, p.Batch.Seqs[i].Tokens[1:1+sp.accepted[i]], e.sampled[i], sp.tokLP[i*(1+sp.k):], taken[i])
 			continue
@@ -649,6 +660,16 @@ func (e *Engine) deliverRound(sq *sequence, accepted []int32, last int32, lps []
 // it. A request that only scores its prompt (max tokens 0) delivers no token.
 func (e *Engine) deliver(sq *sequence, tok int, lp float64) {
 	r := sq.req
+	if sq.ended {
+		return // its request failed earlier in this step
+	}
+	if err := sq.sampler.Err(); err != nil {
+		e.endRequest(r, Event{Finish: FinishAbort, Err: fmt.Errorf("request sequence %d: structured output: %w", sq.index, err)})
+		e.mu.Lock()
+		e.stats.Aborted++
+		e.mu.Unlock()
+		return
+	}
 	if r.maxTokens == 0 {
 		e.end(sq, Event{Finish: FinishLength})
 		return

@@ -34,6 +34,18 @@ type Request struct {
 	// and its PromptTopLogprobs most likely alternatives (Event.Prompt).
 	ScorePrompt       bool
 	PromptTopLogprobs int
+	// Constraint, when set, constrains every sequence's output (structured
+	// output): each sequence gets its own sampler.Constraint, whose mask
+	// applies to every draw. A sequence whose constraint fails (no token
+	// allowed, a token refused) ends its request with the error.
+	Constraint ConstraintFactory
+}
+
+// ConstraintFactory makes the constraint of one sequence: endTokens are the
+// ids that end it (the model's EOS unless IgnoreEOS, and the request's stop
+// ids), maxTokens the most tokens it generates.
+type ConstraintFactory interface {
+	NewConstraint(endTokens []int, maxTokens int) (sampler.Constraint, error)
 }
 
 // Finish reasons, as OpenAI reports them.

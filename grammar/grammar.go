@@ -136,7 +136,16 @@ func (g *Grammar) NewMatcher(opt MatcherOptions) (*Matcher, error) {
 	}
 	m.ns = newNodeStore(1024, len(g.a.states))
 	m.st.init(g.a, m.ns, g.lim.MaxStackDepth)
+	// Sized for the sequences a grammar usually sees, so that steps do not
+	// grow them.
+	m.st.seen = make([]uint32, 2048)
+	m.st.out = make([]int32, 0, 64)
+	m.tmp = make([]int32, 0, 64)
+	m.maskFor = make([]int32, 0, 64)
+	m.ranges = make([]int32, 0, 512)
 	m.w = newWalker(g.v, &m.st)
+	m.w.arena = make([]int32, 0, 4096)
+	m.prefix = make([]byte, 0, g.v.maxLen)
 	m.w.mask = make([]uint64, g.v.words)
 	m.mask = m.w.mask
 	n := max(opt.MaxTokens, 16) + 1

@@ -1,7 +1,8 @@
 // Package sampler turns a row of logits into a token the way vLLM's
 // SamplingParams define it, and reports the model's log-probabilities.
 //
-// One sampling step applies, in vLLM's order: allowed_token_ids, min_tokens
+// One sampling step applies, in vLLM's order: a structured output's mask
+// (State.Constrain: the tokens its grammar allows next), allowed_token_ids, min_tokens
 // (the stop ids are masked until that many tokens exist), logit_bias, the
 // penalties (repetition, multiplicative on every token of the prompt and the
 // output; frequency and presence, additive on output tokens), then greedy

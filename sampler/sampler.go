@@ -1,8 +1,10 @@
 package sampler
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 )
@@ -108,7 +110,33 @@ type State struct {
 	stops     []int32
 	hist      *history // nil without penalties
 	generated int
+	c         Constraint // nil: unconstrained
+	err       error      // the constraint's refusal of the last token
 }
+
+// Constraint restricts the tokens a sequence may draw (structured output):
+// FillMask sets bit t (word t/64, bit t%64) of mask for every token t
+// allowed next and clears the others; Accept advances over the token
+// drawn.
+type Constraint interface {
+	FillMask(mask []uint64)
+	Accept(tok int) error
+}
+
+// ErrNoTokenAllowed is the error of a constrained step in which no token
+// survives the constraint's mask and the request's own restrictions
+// (allowed_token_ids, min_tokens).
+var ErrNoTokenAllowed = errors.New("no token is allowed both by the structured output and by the request's other restrictions")
+
+// Constrain makes every draw of s respect c. Its mask is applied to the
+// logits before every other step (as vLLM applies its grammar bitmask);
+// log-probabilities stay those of the model's own distribution.
+func (s *State) Constrain(c Constraint) { s.c = c }
+
+// Err is the error of the last draw under the constraint: the constraint
+// refused the token, or no token was allowed (ErrNoTokenAllowed). The
+// sequence must end then.
+func (s *State) Err() error { return s.err }
 
 // NewState validates p and returns the sampler of one sequence whose prompt
 // is prompt and which generates at most maxOut tokens. Everything it needs
@@ -161,7 +189,7 @@ func (s *State) Generated() int { return s.generated }
 
 // processes reports whether the logits must be changed before sampling.
 func (s *State) processes() bool {
-	return len(s.allowed) > 0 || len(s.biasIDs) > 0 || s.hist != nil ||
+	return s.c != nil || len(s.allowed) > 0 || len(s.biasIDs) > 0 || s.hist != nil ||
 		(s.generated < s.p.MinTokens && len(s.stops) > 0)
 }
 
@@ -171,12 +199,13 @@ type Scratch struct {
 	probs []float64
 	order []int32
 	sel   []float32
+	mask  []uint64 // a constraint's allowed tokens
 }
 
 // NewScratch allocates the work buffers for a vocabulary of vocab tokens.
 func NewScratch(vocab int) *Scratch {
 	return &Scratch{work: make([]float32, vocab), probs: make([]float64, vocab),
-		order: make([]int32, vocab), sel: make([]float32, vocab)}
+		order: make([]int32, vocab), sel: make([]float32, vocab), mask: make([]uint64, (vocab+63)/64)}
 }
 
 // Sample draws the next token from logits, records it in the state, and
@@ -187,6 +216,14 @@ func (s *State) Sample(sc *Scratch, logits []float32) (token int, logprob float6
 	if s.processes() {
 		w = sc.work[:len(logits)]
 		s.process(w, logits)
+		if s.c != nil {
+			s.c.FillMask(sc.mask)
+			applyMask(w, sc.mask)
+			if !anyFinite(w) {
+				s.err = ErrNoTokenAllowed
+				return 0, math.Inf(-1)
+			}
+		}
 	}
 	if s.p.Greedy() {
 		token = Argmax(w)
@@ -365,10 +402,46 @@ func nucleus(order []int32, probs []float64, target float64) int {
 
 // accept records a generated token.
 func (s *State) accept(tok int32) {
+	if s.c != nil {
+		if err := s.c.Accept(int(tok)); err != nil {
+			s.err = err
+		}
+	}
 	s.generated++
 	if s.hist != nil {
 		s.hist.add(tok, true)
 	}
+}
+
+// applyMask sets the logits of the tokens mask does not allow to -∞.
+func applyMask(w []float32, mask []uint64) {
+	ninf := float32(math.Inf(-1))
+	for i, m := range mask {
+		lo := i * 64
+		hi := min(lo+64, len(w))
+		switch m {
+		case ^uint64(0):
+		case 0:
+			for j := lo; j < hi; j++ {
+				w[j] = ninf
+			}
+		default:
+			for z := ^m; z != 0; z &= z - 1 {
+				if j := lo + bits.TrailingZeros64(z); j < hi {
+					w[j] = ninf
+				}
+			}
+		}
+	}
+}
+
+func anyFinite(w []float32) bool {
+	for _, v := range w {
+		if !math.IsInf(float64(v), -1) {
+			return true
+		}
+	}
+	return false
 }
 
 // kthLargest returns the k-th largest value of v (1-based), reordering v.
