@@ -26,12 +26,16 @@ type Memory struct {
 	// Overrides are the --workspace-bytes values, each at least the need.
 	Overrides map[string]int64
 
-	// KVCacheMemory is the --kv-cache-memory setting (0: from the budget).
+	// KVCacheMemory is the --kv-cache-memory setting (0: the default,
+	// DefaultKVCacheMemory within the budget).
 	KVCacheMemory int64
-	NumBlocks     int   // block ids each rank's cache holds
-	LocalBlock    int   // token slots per block on one rank
-	KVBytes       int64 // each rank's cache: NumBlocks × LocalBlock × SlotBytes
-	MaxNumSeqs    int
+	// KVDefaultCapped is set when the default KV space was more than the
+	// budget leaves, which the cache got instead.
+	KVDefaultCapped bool
+	NumBlocks       int   // block ids each rank's cache holds
+	LocalBlock      int   // token slots per block on one rank
+	KVBytes         int64 // each rank's cache: NumBlocks × LocalBlock × SlotBytes
+	MaxNumSeqs      int
 }
 
 // budgetFlags are the flag names refusals point to.
@@ -82,6 +86,16 @@ func sizeKV(o Options, sc SchedulerConfig, slot int64, mem *Memory) error {
 				flagLimit, limit, source, flagLimit, r.MinDeviceBytes, flagUtilization, r.MinUtilization, err)
 		}
 		tokens = mem.Result.KVTokensPerRank
+		// The default, as vLLM's CPU backend sizes its KV cache: a fixed
+		// space (at least one max-model-len request) rather than whatever
+		// the host's memory leaves; a budget too small for it caps it.
+		lb := int64(mem.LocalBlock)
+		def := max(DefaultKVCacheMemory/slot/lb, int64(sc.BlocksFor(sc.MaxModelLen))) * lb
+		if def <= tokens {
+			tokens = def
+		} else {
+			mem.KVDefaultCapped = true
+		}
 	}
 	mem.NumBlocks = int(tokens / int64(mem.LocalBlock))
 	mem.KVBytes = int64(mem.NumBlocks) * int64(mem.LocalBlock) * slot
@@ -120,11 +134,16 @@ func (m *Memory) WriteTable(w io.Writer) error {
 	row("non-KV", b.NonKVBytes, "weights + activation peak + workspaces")
 	row("KV budget", r.KVBudgetBytes, "budget − non-KV")
 	kvNote := fmt.Sprintf("%d blocks × %d slots × %d B", m.NumBlocks, m.LocalBlock, b.SlotBytes)
-	if m.KVCacheMemory > 0 {
+	switch {
+	case m.KVCacheMemory > 0:
 		kvNote += fmt.Sprintf(" (--kv-cache-memory %d)", m.KVCacheMemory)
 		if m.KVCacheMemory > r.KVBudgetBytes {
 			kvNote += "; exceeds the KV budget"
 		}
+	case m.KVDefaultCapped:
+		kvNote += fmt.Sprintf(" (the KV budget, less than the default %s)", plan.FormatBytes(DefaultKVCacheMemory))
+	default:
+		kvNote += fmt.Sprintf(" (the default KV space %s)", plan.FormatBytes(DefaultKVCacheMemory))
 	}
 	row("KV cache", m.KVBytes, kvNote)
 	fmt.Fprintf(tw, "KV tokens per rank\t%d\t\n", int64(m.NumBlocks)*int64(m.LocalBlock))

@@ -33,7 +33,9 @@ type Options struct {
 	// (--memory-utilization); default 0.9.
 	MemoryUtilization float64
 	// KVCacheMemory, when > 0, sets each rank's KV cache bytes directly
-	// (--kv-cache-memory) instead of deriving them from the budget.
+	// (--kv-cache-memory). 0 gives the cache DefaultKVCacheMemory (at least
+	// one MaxModelLen request), or what the budget leaves after weights and
+	// workspaces when that is less.
 	KVCacheMemory int64
 	// WorkspaceBytes overrides named workspaces (--workspace-bytes NAME=BYTES).
 	// An override smaller than the worst step needs is refused at start-up.
@@ -68,6 +70,10 @@ const (
 	// MaxBlockSize bounds --block-size (and DCP size × interleave, which
 	// must divide it).
 	MaxBlockSize = 1 << 20
+	// DefaultKVCacheMemory is the KV cache of a rank when --kv-cache-memory
+	// is not given: a fixed space, 4 GiB as vLLM's CPU backend gives it
+	// (VLLM_CPU_KVCACHE_SPACE), rather than a fraction of the host's RAM.
+	DefaultKVCacheMemory int64 = 4 << 30
 )
 
 // WithDefaults fills the zero fields for cfg.
@@ -172,7 +178,7 @@ func (o Options) Validate(cfg *config.Model) error {
 	case !(o.MemoryUtilization > 0 && o.MemoryUtilization <= 1):
 		return fmt.Errorf("--memory-utilization must be in (0, 1], got %g; 0.9 is the usual setting", o.MemoryUtilization)
 	case o.KVCacheMemory < 0:
-		return fmt.Errorf("--kv-cache-memory must be ≥ 0 bytes (0: derive it from the budget), got %d", o.KVCacheMemory)
+		return fmt.Errorf("--kv-cache-memory must be ≥ 0 bytes (0: the default %s within the budget), got %d", plan.FormatBytes(DefaultKVCacheMemory), o.KVCacheMemory)
 	case o.MaxQueue < 1:
 		return fmt.Errorf("max queue must be ≥ 1 request, got %d", o.MaxQueue)
 	}

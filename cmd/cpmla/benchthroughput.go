@@ -380,7 +380,7 @@ func newBenchThroughputCmd() *cobra.Command {
 	f.StringVar(&o.idxDType, "indexer-cache-dtype", "f32", "indexer key cache dtype: f32, fp8")
 	f.StringVar(&o.memoryLimit, "memory-limit", "", "memory of one rank, e.g. 8GiB (default: this host's RAM)")
 	f.Float64Var(&o.engine.MemoryUtilization, "memory-utilization", plan.DefaultUtilization, "fraction of --memory-limit the engine may use")
-	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 512MiB (overrides the budget)")
+	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 8GiB (default: 4GiB, as vLLM's CPU backend; what --memory-limit leaves after weights and workspaces when that is less)")
 	f.StringArrayVar(&o.workspaces, "workspace-bytes", nil, "NAME=BYTES: size a workspace explicitly (refused if smaller than the worst step needs)")
 	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress bar on stderr")

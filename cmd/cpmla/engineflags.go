@@ -2,14 +2,15 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/spec"
-
-	"github.com/spf13/pflag"
 )
 
 // specConfigUsage is --speculative-config's help, the same on every command.
@@ -105,3 +106,65 @@ func formatRates(r []float64) string {
 	}
 	return b.String()
 }
+
+// sizeValue is a flag of a byte count that accepts what plan.ParseSize
+// reads ("4GiB", "512MiB", "1.5GB", "1073741824"), so that every size flag
+// of every command takes the same forms. It stores into an int64 or an int.
+type sizeValue struct {
+	i64 *int64
+	i   *int
+}
+
+// sizeVar registers a size flag stored in *p with default def.
+func sizeVar(f *pflag.FlagSet, p *int64, name string, def int64, usage string) {
+	*p = def
+	f.Var(sizeValue{i64: p}, name, usage)
+}
+
+// sizeIntVar is sizeVar for an int.
+func sizeIntVar(f *pflag.FlagSet, p *int, name string, def int, usage string) {
+	*p = def
+	f.Var(sizeValue{i: p}, name, usage)
+}
+
+func (v sizeValue) get() int64 {
+	if v.i64 != nil {
+		return *v.i64
+	}
+	if v.i != nil {
+		return int64(*v.i)
+	}
+	return 0
+}
+
+// String writes the size with the largest binary unit that divides it.
+func (v sizeValue) String() string {
+	b := v.get()
+	for _, u := range []struct {
+		name string
+		n    int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && b%u.n == 0 {
+			return fmt.Sprintf("%d%s", b/u.n, u.name)
+		}
+	}
+	return fmt.Sprint(b)
+}
+
+func (v sizeValue) Set(s string) error {
+	b, err := plan.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	if v.i != nil {
+		if b > math.MaxInt {
+			return fmt.Errorf("size %q is larger than %d bytes", s, math.MaxInt)
+		}
+		*v.i = int(b)
+		return nil
+	}
+	*v.i64 = b
+	return nil
+}
+
+func (v sizeValue) Type() string { return "size" }

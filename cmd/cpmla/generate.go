@@ -21,22 +21,23 @@ import (
 func init() { register(newGenerateCmd) }
 
 type generateOptions struct {
-	model       string
-	weightSeed  uint64
-	promptIDs   []int
-	maxTokens   int
-	params      sampler.Params
-	kvDType     string
-	idxDType    string
-	blockSize   int
-	stopAtEOS   bool
-	tp, pcp     int
-	dcp         int
-	interleave  int
-	backend     string
-	dcpComm     string
-	memoryLimit string
-	threads     int
+	model         string
+	weightSeed    uint64
+	promptIDs     []int
+	maxTokens     int
+	params        sampler.Params
+	kvDType       string
+	idxDType      string
+	blockSize     int
+	stopAtEOS     bool
+	tp, pcp       int
+	dcp           int
+	interleave    int
+	backend       string
+	dcpComm       string
+	memoryLimit   string
+	kvCacheMemory string
+	threads       int
 	// expertParallel and quantization: --enable-expert-parallel, --quantization
 	expertParallel bool
 	speculative    string
@@ -95,7 +96,7 @@ func generate(o generateOptions) (*generateResult, error) {
 		BlockSize: o.blockSize, Layout: kvcache.Layout{N: o.dcp, I: o.interleave}, RanksPerHost: o.tp * o.pcp,
 	}
 	eo.MaxModelLen = min(eo.MaxModelLen, cfg.MaxPositionEmbeddings)
-	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, "", nil); err != nil {
+	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, o.kvCacheMemory, nil); err != nil {
 		return nil, err
 	}
 	if err := applySpeculative(&eo, o.speculative); err != nil {
@@ -257,7 +258,8 @@ func newGenerateCmd() *cobra.Command {
 	addModelFlags(f, &o.expertParallel, &o.quantization)
 	addSpeculativeFlag(f, &o.speculative)
 	addThreadsFlag(cmd, &o.threads)
-	f.StringVar(&o.memoryLimit, "memory-limit", "1GiB", "memory of one rank, e.g. 1GiB or 1073741824 (the KV cache gets what the budget leaves)")
+	f.StringVar(&o.memoryLimit, "memory-limit", "", "memory of one rank, e.g. 8GiB (default: this host's RAM)")
+	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 8GiB (default: 4GiB, as vLLM's CPU backend; what --memory-limit leaves after weights and workspaces when that is less)")
 	f.BoolVar(&asJSON, "json", false, "print tokens and logprobs as JSON")
 	return cmd
 }

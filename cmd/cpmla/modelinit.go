@@ -72,7 +72,7 @@ bf16 and the router's bias float32.`,
 	f.Uint64Var(&seed, "seed", model.DefaultWeightSeed, "weight seed")
 	f.StringVar(&out, "out", "", "checkpoint directory to write")
 	f.StringVar(&dtype, "weight-dtype", "", "weights: fp8 (F8_E4M3 + 128×128 block scales), bf16 or f32 (default: the preset's torch_dtype)")
-	f.Int64Var(&shard, "max-shard-bytes", 2<<30, "split the tensors into safetensors shards of at most this many bytes")
+	sizeVar(f, &shard, "max-shard-bytes", 2<<30, "split the tensors into safetensors shards of at most this size, e.g. 2GiB")
 	return c
 }
 
