@@ -16,14 +16,15 @@ import (
 // RunnerBytes is what model.NewRunner allocates for ro on one rank of layout
 // l with DCP interleave, computed without allocating: buffers are the step
 // buffers (model.Runner.Buffers and the cross-rank helpers' own), cache the
-// paged KV cache of ro.NumBlocks blocks. Both are upper bounds that
+// paged KV cache of ro.NumBlocks blocks (with ro.MTP, the MTP layers' caches
+// and the drafter's hidden banks and glue too). Both are upper bounds that
 // saturate at math.MaxInt64 instead of overflowing, so absurd sizes compare
 // as absurd. ro.Parallel is ignored; l says where the rank sits.
 func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, interleave int) (buffers, cache int64, err error) {
 	if l.TP < 1 || l.PCP < 1 || l.DCP < 1 {
 		return 0, 0, fmt.Errorf("runner bytes: parallel sizes must be ≥ 1, got TP=%d PCP=%d DCP=%d", l.TP, l.PCP, l.DCP)
 	}
-	slot, err := plan.KVSlotBytes(cfg, kvOrDefault(ro.KVDType), idxOrDefault(ro.IndexerDType), plan.CacheLayers(cfg, false))
+	slot, err := plan.KVSlotBytes(cfg, kvOrDefault(ro.KVDType), idxOrDefault(ro.IndexerDType), plan.CacheLayers(cfg, ro.MTP))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -116,11 +117,14 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 			f(T, E), f(2, T, K), // router logits, routed experts and weights
 			f(2, rows, K), f(rows, D), f(max(rows, T), D), // expert pairs, rows, outputs
 			f(2, max(rows, T), width),                           // expert gate, up
-			mulSat(2, E+1, 4), mulSat(i64(cfg.NumLayers), E, 8), // counts, load
+			mulSat(2, E+1, 4), mulSat(i64(plan.CacheLayers(cfg, ro.MTP)), E, 8), // counts, load
 		)
 		if P > 1 {
 			parts = append(parts, f(4, P, T, K), f(P, T), f(4, P, T, D), f(T, K), f(3, T, D)) // dispatch and combine
 		}
+	}
+	if ro.MTP {
+		parts = append(parts, f(2, T, D), f(T, 2, D)) // hidden banks (target, draft), eh_proj input
 	}
 	if P > 1 {
 		kvw := dc + dr

@@ -57,11 +57,15 @@ func TestRunnerBytesBoundsWhatRunnersAllocate(t *testing.T) {
 		{cfg: &dense, l: comm.Layout{TP: 1, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 256, MaxModelLen: 2048, MaxLogitRows: 8, MaxSeqs: 8, BlockSize: 16, NumBlocks: 200}, kv: kvcache.KVBF16},
 		{cfg: moe, l: comm.Layout{TP: 1, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 16, NumBlocks: 200}},
 		{cfg: moe, l: comm.Layout{TP: 2, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 16, NumBlocks: 200}},
+		// A drafting runner: the MTP layer's KV and indexer caches, its
+		// expert load and the drafter's hidden banks.
+		{cfg: moe, l: comm.Layout{TP: 1, PCP: 1, DCP: 1}, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 96, MaxSeqs: 16, BlockSize: 16, NumBlocks: 200, MTP: true}},
+		{cfg: moe, l: comm.Layout{TP: 2, PCP: 2, DCP: 2}, I: 1, ro: model.RunnerOptions{MaxTokens: 256, MaxModelLen: 1024, MaxLogitRows: 48, MaxSeqs: 8, BlockSize: 8, NumBlocks: 200, MTP: true}},
 		{cfg: sparse, l: comm.Layout{TP: 2, PCP: 1, DCP: 2}, I: 1, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 8, NumBlocks: 200}},
 		{cfg: sparse, l: comm.Layout{TP: 1, PCP: 2, DCP: 2}, I: 2, ro: model.RunnerOptions{MaxTokens: 512, MaxModelLen: 2048, MaxLogitRows: 16, MaxSeqs: 16, BlockSize: 8, NumBlocks: 200}},
 		{cfg: sparse, l: comm.Layout{TP: 2, PCP: 2, DCP: 4}, I: 1, ro: model.RunnerOptions{MaxTokens: 256, MaxModelLen: 1024, MaxLogitRows: 8, MaxSeqs: 8, BlockSize: 4, NumBlocks: 200}},
 	} {
-		name := fmt.Sprintf("%s/TP%d-PCP%d-DCP%d/T%d-L%d", map[bool]string{true: "sparse", false: "dense"}[tc.cfg.Sparse()], tc.l.TP, tc.l.PCP, tc.l.DCP, tc.ro.MaxTokens, tc.ro.MaxModelLen)
+		name := fmt.Sprintf("%s/TP%d-PCP%d-DCP%d/T%d-L%d", map[bool]string{true: "sparse", false: "dense"}[tc.cfg.Sparse()], tc.l.TP, tc.l.PCP, tc.l.DCP, tc.ro.MaxTokens, tc.ro.MaxModelLen) + map[bool]string{true: "/mtp"}[tc.ro.MTP]
 		t.Run(name, func(t *testing.T) {
 			ro := tc.ro
 			ro.KVDType, ro.IndexerDType = tc.kv, tc.idx
