@@ -116,7 +116,7 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 		parts = append(parts,
 			f(T, E), f(2, T, K), // router logits, routed experts and weights
 			f(2, rows, K), f(rows, D), f(max(rows, T), D), // expert pairs, rows, outputs
-			f(2, max(rows, T), width),                           // expert gate, up
+			f(2, max(rows, T), width),                                           // expert gate, up
 			mulSat(2, E+1, 4), mulSat(i64(plan.CacheLayers(cfg, ro.MTP)), E, 8), // counts, load
 		)
 		if P > 1 {
