@@ -649,9 +649,11 @@ func (e *Engine) deliverRound(sq *sequence, accepted []int32, last int32, lps []
 		if j < len(accepted) {
 			tok = accepted[j]
 		}
-		if j == n-1 {
-			sq.finish = finish
+		if j < n-1 {
+			e.emit(sq, int(tok), lps[j]) // drawn before the round's last draw, which alone can fail
+			continue
 		}
+		sq.finish = finish
 		e.deliver(sq, int(tok), lps[j])
 	}
 }
@@ -669,6 +671,15 @@ func (e *Engine) deliver(sq *sequence, tok int, lp float64) {
 		e.stats.Aborted++
 		e.mu.Unlock()
 		return
+	}
+	e.emit(sq, tok, lp)
+}
+
+// emit sends sq's token, ending sq when the scheduler finished it.
+func (e *Engine) emit(sq *sequence, tok int, lp float64) {
+	r := sq.req
+	if sq.ended {
+		return // its request failed earlier in this step
 	}
 	if r.maxTokens == 0 {
 		e.end(sq, Event{Finish: FinishLength})

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/sampler"
@@ -69,14 +70,34 @@ func newSpeculator(c *spec.Config, maxSeqs, maxTokens int) *speculator {
 // logit row first on) until a draw differs from its draft, recording the
 // logprob of every token; it returns the drafts accepted and the token after
 // them.
+//
+// Only positions plain decoding reaches are drawn: none after an accepted
+// draft that is one of the request's stop tokens (the sequence ends there,
+// and the token after it, -1, is never taken), none after a draw that
+// failed the sequence's constraint. So the sampler's state — its history
+// and a structured output's matcher — advances over exactly the tokens
+// emitted, and a constrained position is masked by the constraint's state
+// after the tokens accepted before it.
 func (e *Engine) verify(sq *sequence, i, first int, drafts []int32) (int32, int32) {
 	sp := e.spec
+	stops := sq.req.stopIDs
+	failed := false
 	a, tok := spec.AcceptGreedy(drafts, func(j int) int32 {
+		if j > 0 && slices.Contains(stops, drafts[j-1]) {
+			return -1
+		}
 		_, logits := e.exec.Logits(first + j)
 		t, lp := e.sampleAt(sq, logits, j)
 		sp.tokLP[i*(1+sp.k)+j] = lp
+		if sq.sampler.Err() != nil {
+			failed = true
+			return -1 // never a draft: verification stops here
+		}
 		return t
 	})
+	if failed {
+		tok = 0 // what a failed plain draw returns; deliver ends the request
+	}
 	sp.stats.Add(len(drafts), a)
 	return int32(a), tok
 }

@@ -4,13 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/cp"
 	"github.com/cpmla/cpmla/grammar"
+	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/sampler"
+	"github.com/cpmla/cpmla/spec"
 	"github.com/cpmla/cpmla/tokenizer"
 )
 
@@ -149,4 +157,150 @@ func int32Bytes(x []int32) []byte {
 		out = append(out, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
 	}
 	return out
+}
+
+// TestStructuredOutputSpeculative: constrained speculative decoding emits
+// exactly what constrained plain decoding emits — greedy, seeded sampling
+// and n = 2, token for token with the same logprobs — on glm5-moe-mini with
+// K = 3 drafts, from its MTP layer (random weights: rarely right) and
+// scripted from plain decoding's outputs (right but for every third
+// round's second draft, and ending in the end token, so verification meets
+// accepted drafts, a rejected one, and an accepted stop token with drafts
+// after it), on one rank and on TP 2 × DCP 2. Verification masks position
+// i with the matcher's state after the tokens accepted before it and
+// advances it only over the tokens emitted; a draw after an accepted stop
+// token, which the matcher refuses, would fail the request. Both layouts
+// emit the same tokens (logprobs within 1e-5: the layouts sum in different
+// orders).
+func TestStructuredOutputSpeculative(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs glm5-moe-mini with its MTP layer on two layouts")
+	}
+	cfg, err := config.Load("glm5-moe-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := grammar.VocabFromTokenizer(tok, cfg.VocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const schema = `{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"type":"integer","minimum":0,"maximum":99},"tag":{"enum":["x","yy"]}},"required":["ok","n","tag"],"additionalProperties":false}`
+	g, err := grammar.Compile(grammar.Spec{Kind: grammar.KindJSONSchema, NoWhitespace: true, Text: schema}, v, grammar.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := model.RandomTensors(cfg, model.DefaultWeightSeed)
+	one, err := model.Build(cfg, src, model.Shard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []specRequest{
+		{prompt: []int{11, 200, 3000, 45, 7}, maxOut: 30},
+		{prompt: []int{11, 200, 3000, 45, 7, 8191, 12}, maxOut: 30, params: sampler.Params{Temperature: 1, TopP: 1, Seed: 9}},
+		{prompt: []int{5, 6}, maxOut: 30, n: 2, params: sampler.Params{Temperature: 0.8, TopP: 0.95, Seed: 4}},
+	}
+	for i := range reqs {
+		reqs[i].stop = cfg.EOSTokenIDs
+	}
+	serve := func(t *testing.T, e *Engine) []specOutput {
+		t.Helper()
+		finished := e.Stats().Finished
+		chans := make([]<-chan Event, len(reqs))
+		for i, r := range reqs {
+			finished += int64(max(r.n, 1))
+			ch, err := e.Submit(context.Background(), Request{ID: strconv.Itoa(i), PromptIDs: r.prompt, MaxTokens: r.maxOut, N: r.n,
+				Sampling: r.params, StopTokenIDs: r.stop, Constraint: matchers{g}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chans[i] = ch
+		}
+		waitFinished(t, e, finished)
+		out := make([]specOutput, len(reqs))
+		for i, ch := range chans {
+			n := max(reqs[i].n, 1)
+			toks, lps, last, _, _ := choices(t, ch, n)
+			o := specOutput{Toks: toks, LPs: lps, Finish: make([]string, n)}
+			for k, ev := range last {
+				if ev.Err != nil || ev.Finish != FinishStop {
+					t.Fatalf("request %d sequence %d ended %q (%v) after %v", i, k, ev.Finish, ev.Err, toks[k])
+				}
+				o.Finish[k] = ev.Finish
+				ids := make([]int, 0, len(toks[k]))
+				for _, t := range toks[k][:len(toks[k])-1] { // the last is the end token
+					ids = append(ids, int(t))
+				}
+				var obj struct {
+					OK  *bool   `json:"ok"`
+					N   *int    `json:"n"`
+					Tag *string `json:"tag"`
+				}
+				text := tok.Decode(ids, true)
+				if err := json.Unmarshal([]byte(text), &obj); err != nil || obj.OK == nil || obj.N == nil || obj.Tag == nil || *obj.N < 0 || *obj.N > 99 {
+					t.Fatalf("request %d sequence %d: %q is not an object of the schema (%v)", i, k, text, err)
+				}
+			}
+			out[i] = o
+		}
+		return out
+	}
+	const B = 8
+	var oneRank []specOutput
+	for _, l := range []comm.Layout{{TP: 1, PCP: 1, DCP: 1}, {TP: 2, PCP: 1, DCP: 2}} {
+		t.Run(fmt.Sprintf("TP%d-DCP%d", l.TP, l.DCP), func(t *testing.T) {
+			factory, weights := SingleRank(one), WeightBytes(one)
+			if l.World() > 1 {
+				bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: l, Interleave: 1, BlockSize: B / l.DCP, KVDtype: "f32",
+					Backend: "auto", HeadsPerRank: cfg.NumHeads / l.TP, QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if factory, weights, err = InProcess(cfg, src, Parallel{Layout: l, Interleave: 1, Backend: bp}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o := Options{MaxNumBatchedTokens: 24, MaxNumSeqs: 4, MaxModelLen: 48, BlockSize: B, KVDType: kvcache.KVF32,
+				Layout: kvcache.Layout{N: l.DCP, I: 1}, MemoryLimit: 1 << 30}
+			run := func(sp *spec.Config, script func(toks, drafts []int32)) ([]specOutput, Stats) {
+				o := o
+				o.Speculative = sp
+				e, err := New(cfg, weights, factory, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				if script != nil {
+					e.spec.script = script
+				}
+				out := serve(t, e)
+				e.Close()
+				return out, e.Stats()
+			}
+			plain, _ := run(nil, nil)
+			if oneRank == nil {
+				oneRank = plain
+			} else if d := cmp.Diff(oneRank, plain, cmpopts.EquateApprox(0, 1e-5)); d != "" {
+				t.Errorf("constrained plain decoding differs from one rank's (-one rank +this layout):\n%s", d)
+			}
+			for _, tc := range []struct {
+				name   string
+				script func(toks, drafts []int32)
+			}{{"mtp drafts", nil}, {"scripted drafts", scriptFrom(reqs, plain, cfg.VocabSize)}} {
+				got, st := run(mtpConfig(3), tc.script)
+				if d := cmp.Diff(plain, got, cmpopts.EquateApprox(0, 1e-9)); d != "" {
+					t.Errorf("%s: constrained speculative decoding differs from constrained plain decoding (-plain +spec):\n%s", tc.name, d)
+				}
+				s := st.Spec
+				if s.DraftTokens == 0 || (tc.script != nil && (s.AcceptedTokens == s.DraftTokens || s.AcceptedPerPos[2] == 0)) {
+					t.Errorf("%s: %d of %d drafts accepted (per position %v): want drafts kept at every position and some rejected",
+						tc.name, s.AcceptedTokens, s.DraftTokens, s.PerPos())
+				}
+				t.Logf("%s: %d rounds, %d drafts, %d accepted (per position %v)", tc.name, s.Drafts, s.DraftTokens, s.AcceptedTokens, s.PerPos())
+			}
+		})
+	}
 }
