@@ -68,8 +68,7 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 		f(T, H),                          // attention lse
 		f(T, H, dv),                      // value heads
 		f(T, D),                          // layer out
-		f(T, max(dn, dc)),                // head gather
-		f(T, max(dc, dv)),                // head gather out
+		f(T, max(dn+dc, dc+dv)),          // head gather (W_UK, W_UV)
 		f(2, T, il),                      // mlp gate, up
 		f(sel, topk),                     // top-k slots
 		f(2, sel),                        // top-k counts, row requests

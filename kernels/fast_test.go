@@ -391,6 +391,11 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 	decViews := make([][]float32, nr)
 	longScores := randSlice(r, 40000, 1)
 	picked := make([]int32, 2048)
+	heads4 := make([]Matrix, 4) // four 16 × 64 heads of w
+	for h := range heads4 {
+		heads4[h] = Matrix{Rows: 16, Cols: 64, F32: w.F32[h*16*64 : (h+1)*16*64]}
+	}
+	headsScratch := make([]float32, MatMulTHeadsScratch(8, heads4))
 	forEachImpl(t, func(t *testing.T) {
 		for _, threads := range []int{1, 2} {
 			SetThreads(threads)
@@ -402,6 +407,8 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 				{"MatMulT", func() { MatMulT(y, x, 8, w) }},
 				{"MatMulT fp8", func() { MatMulT(y, x, 8, wq) }},
 				{"MatVecT fp8", func() { MatVecT(y[:64], x[:256], wq) }},
+				{"MatMulTHeads", func() { MatMulTHeads(y, 64, 16, x, 256, 64, 8, heads4, headsScratch) }},
+				{"MatMulTHeads n=1", func() { MatMulTHeads(y[:64], 64, 16, x[:256], 256, 64, 1, heads4, nil) }},
 				{"WeightedReLUScores", func() { WeightedReLUScores(scores, q[:4*128], iw, 4, rows) }},
 				{"TopK (split on two threads)", func() { TopK(picked, longScores) }},
 				{"AttendDecodedRows", func() {

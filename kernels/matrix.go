@@ -332,6 +332,11 @@ func MatMulT(dst, x []float32, n int, w *Matrix) {
 	if matMulTFast(dst, x, n, w) {
 		return
 	}
+	matMulTRef(dst, x, n, w)
+}
+
+// matMulTRef is the reference MatMulT.
+func matMulTRef(dst, x []float32, n int, w *Matrix) {
 	if n == 0 {
 		return
 	}

@@ -33,7 +33,7 @@ type attentionBlock struct {
 	layer               int   // layer being run (for the trace)
 
 	cq, q, kva, qabs, attnOut, lse, o []float32
-	gather, gatherOut                 []float32
+	headScratch                       []float32 // the per-head products' rows (kernels.MatMulTHeads)
 	qI, kI, wI, scores                []float32
 	idxPos, idxCount, indices, valid  []int32
 	ends, rowReq                      []int32
@@ -73,7 +73,9 @@ func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *Se
 	a.qabs = f("absorbed q", T*H*mla.RowDim)
 	a.attnOut, a.lse = f("attention out", T*H*mla.LatentDim), f("attention lse", T*H)
 	a.o = f("value heads", T*H*dv)
-	a.gather, a.gatherOut = f("head gather", T*max(dn, dc)), f("head gather out", T*max(dc, dv))
+	// The per-head products gather a head's rows and take their product:
+	// W_UKᵀ [dc, dn] from q_nope, W_UV [dv, dc] from the attention output.
+	a.headScratch = f("head gather", T*max(dn+dc, dc+dv))
 	localKeys := steps.layout.LocalLen(opt.MaxModelLen, 0) // rank 0 owns the most
 	if cfg.Sparse() {
 		a.idxWidth = cfg.IndexNHeads*cfg.IndexHeadDim + cfg.IndexNHeads
@@ -196,18 +198,13 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	if err := a.writeKV(lc); err != nil {
 		return err
 	}
-	// Absorb q_nope through W_UK per head: Q = [W_UKᵀ q_nope | q_pe].
-	for h := 0; h < H; h++ {
-		g := a.gather[:M*dn]
-		for t := 0; t < M; t++ {
-			copy(g[t*dn:(t+1)*dn], q[(t*H+h)*qw:(t*H+h)*qw+dn])
-		}
-		gout := a.gatherOut[:M*dc]
-		a.reads.mul(gout, g, M, &at.WUKT[h])
-		for t := 0; t < M; t++ {
-			dst := a.qabs[(t*H+h)*mla.RowDim : (t*H+h+1)*mla.RowDim]
-			copy(dst[:dc], gout[t*dc:(t+1)*dc])
-			copy(dst[dc:], q[(t*H+h)*qw+dn:(t*H+h+1)*qw])
+	// Absorb q_nope through W_UK per head: Q = [W_UKᵀ q_nope | q_pe], the
+	// heads' products split across threads.
+	qabs := a.qabs[:M*H*mla.RowDim]
+	a.reads.mulHeads(qabs, H*mla.RowDim, mla.RowDim, q, H*qw, qw, M, at.WUKT, a.headScratch)
+	for t := 0; t < M; t++ {
+		for h := 0; h < H; h++ {
+			copy(qabs[(t*H+h)*mla.RowDim+dc:(t*H+h+1)*mla.RowDim], q[(t*H+h)*qw+dn:(t*H+h+1)*qw])
 		}
 	}
 	out := a.attnOut[:M*H*mla.LatentDim]
@@ -219,17 +216,7 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	}
 	// Up-project values per head and the output projection.
 	o := a.o[:M*H*dv]
-	for h := 0; h < H; h++ {
-		g := a.gather[:M*dc]
-		for t := 0; t < M; t++ {
-			copy(g[t*dc:(t+1)*dc], out[(t*H+h)*mla.LatentDim:(t*H+h+1)*mla.LatentDim])
-		}
-		gout := a.gatherOut[:M*dv]
-		a.reads.mul(gout, g, M, &at.WUV[h])
-		for t := 0; t < M; t++ {
-			copy(o[(t*H+h)*dv:(t*H+h+1)*dv], gout[t*dv:(t+1)*dv])
-		}
-	}
+	a.reads.mulHeads(o, H*dv, dv, out, H*mla.LatentDim, mla.LatentDim, M, at.WUV, a.headScratch)
 	a.reads.mul(u, o, M, at.O)
 	return nil
 }

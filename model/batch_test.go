@@ -4,7 +4,10 @@ import (
 	"math"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/kernels"
 )
 
 // TestMixedBatchEqualsSeparateRuns runs a prefill chunk of one request and a
@@ -126,4 +129,89 @@ func TestBuffersAccountEveryAllocation(t *testing.T) {
 	if big.BufferBytes() <= small.BufferBytes() {
 		t.Errorf("doubling max tokens did not grow the buffers: %d vs %d B", big.BufferBytes(), small.BufferBytes())
 	}
+}
+
+// TestForwardSameOnEveryThreadCount runs prefills, a decode of one sequence
+// and a decode of two on one, two and three kernel threads: every logit has
+// the same bits, and a sequence decoded alone equals it decoded next to
+// another (on bf16 and fp8 weights).
+func TestForwardSameOnEveryThreadCount(t *testing.T) {
+	for _, weights := range []string{WeightBF16, WeightFP8} {
+		t.Run(weights, func(t *testing.T) {
+			cfg, err := config.Load("glm5-mini")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg, err = WithWeightDType(cfg, weights); err != nil {
+				t.Fatal(err)
+			}
+			m, err := Build(cfg, RandomTensors(cfg, 5), Shard{TPSize: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := make([]int32, 19), make([]int32, 23)
+			for i := range a {
+				a[i] = int32(30 + 41*i)
+			}
+			for i := range b {
+				b[i] = int32(900 + 13*i)
+			}
+			tabA, tabB := []int32{0, 1, 2, 3}, []int32{4, 5, 6, 7}
+			// run returns the logits of: A's prefill, A decoded alone, then A
+			// and B decoded together (B prefilled in between).
+			run := func(threads int) [][]float32 {
+				defer kernels.SetThreads(kernels.SetThreads(threads))
+				r, err := NewRunner(m, RunnerOptions{MaxTokens: 32, MaxModelLen: 32, MaxLogitRows: 2, MaxSeqs: 2, BlockSize: 8, NumBlocks: 8, KVDType: "bf16"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out [][]float32
+				keep := func() {
+					for i := range r.NumLogitRows() {
+						_, l := r.Logits(i)
+						out = append(out, append([]float32(nil), l...))
+					}
+				}
+				mustForward(t, r, Seq{Tokens: a[:17], BlockTable: tabA})
+				keep()
+				mustForward(t, r, Seq{Tokens: a[17:18], Start: 17, BlockTable: tabA})
+				keep()
+				mustForward(t, r, Seq{Tokens: b[:22], BlockTable: tabB})
+				mustForward(t, r, Seq{Tokens: a[18:19], Start: 18, BlockTable: tabA}, Seq{Tokens: b[22:23], Start: 22, BlockTable: tabB})
+				keep()
+				return out
+			}
+			want := run(1)
+			if len(want) != 4 {
+				t.Fatalf("%d logit rows, want 4", len(want))
+			}
+			for _, threads := range []int{2, 3} {
+				got := run(threads)
+				for i := range want {
+					if d := cmp.Diff(f32Bits(want[i]), f32Bits(got[i])); d != "" {
+						t.Errorf("logit row %d on %d threads differs from one thread (-1 +%d):\n%s", i, threads, threads, d)
+					}
+				}
+			}
+			// A's decode at position 18 alone, on a runner that saw the same steps.
+			r, err := NewRunner(m, RunnerOptions{MaxTokens: 32, MaxModelLen: 32, MaxLogitRows: 2, MaxSeqs: 2, BlockSize: 8, NumBlocks: 8, KVDType: "bf16"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustForward(t, r, Seq{Tokens: a[:18], BlockTable: tabA})
+			mustForward(t, r, Seq{Tokens: a[18:19], Start: 18, BlockTable: tabA})
+			_, alone := r.Logits(0)
+			if d := cmp.Diff(f32Bits(want[2]), f32Bits(alone)); d != "" {
+				t.Errorf("A's decode next to B differs from A decoded alone (-batch +alone):\n%s", d)
+			}
+		})
+	}
+}
+
+func f32Bits(x []float32) []uint32 {
+	b := make([]uint32, len(x))
+	for i, v := range x {
+		b[i] = math.Float32bits(v)
+	}
+	return b
 }

@@ -212,6 +212,17 @@ func (r *weightReads) mul(dst, x []float32, n int, w *kernels.Matrix) {
 	r.flops += 2 * int64(n) * int64(w.Rows) * int64(w.Cols)
 }
 
+// mulHeads is kernels.MatMulTHeads (one product per head of ws over rows
+// strided in x and dst), counted as one mul per head.
+func (r *weightReads) mulHeads(dst []float32, ldd, hd int, x []float32, ldx, hx, n int, ws []kernels.Matrix, scratch []float32) {
+	kernels.MatMulTHeads(dst, ldd, hd, x, ldx, hx, n, ws, scratch)
+	for h := range ws {
+		w := &ws[h]
+		r.bytes += matrixBytes(w)
+		r.flops += 2 * int64(n) * int64(w.Rows) * int64(w.Cols)
+	}
+}
+
 // reset starts the count of a step.
 func (r *weightReads) reset() { *r = weightReads{} }
 

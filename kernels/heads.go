@@ -1,0 +1,118 @@
+package kernels
+
+import "fmt"
+
+// headsTask is one parallel MatMulTHeads call of one row; parts split the
+// heads.
+type headsTask struct {
+	dst, x []float32
+	hd, hx int
+	ws     []Matrix
+	l      level
+	join   joiner
+}
+
+var headsTasks = make(chan *headsTask, 64)
+
+// MatMulTHeadsScratch is the scratch MatMulTHeads needs for n rows of
+// heads ws: none for one row, n·(Cols + Rows) of the largest head
+// otherwise.
+func MatMulTHeadsScratch(n int, ws []Matrix) int {
+	if n <= 1 {
+		return 0
+	}
+	m := 0
+	for h := range ws {
+		m = max(m, ws[h].Cols+ws[h].Rows)
+	}
+	return n * m
+}
+
+// MatMulTHeads is one Linear layer per head: for every head h < len(ws) and
+// row t < n it computes
+//
+//	dst[t·ldd + h·hd : … + ws[h].Rows] = x[t·ldx + h·hx : … + ws[h].Cols] · ws[h]ᵀ
+//
+// with exactly the bits of MatMulT on head h's rows gathered into a
+// contiguous [n, ws[h].Cols] matrix, so a head's result never depends on n,
+// on the other heads or on SetThreads. It is for the per-head products of
+// MLA (the absorbed W_UK and W_UV). One row (a decode step of one
+// sequence) is read and written in place, and its heads, each too small to
+// pay for splitting its weight rows across threads, are split across the
+// threads instead. More rows are gathered head by head into scratch (at
+// least MatMulTHeadsScratch(n, ws) values) and each head's product is a
+// MatMulT. The heads' regions of dst must not overlap each other or x. It
+// panics on a malformed matrix, strides that do not hold the regions, or a
+// short scratch.
+func MatMulTHeads(dst []float32, ldd, hd int, x []float32, ldx, hx int, n int, ws []Matrix, scratch []float32) {
+	if n < 0 {
+		panic(fmt.Sprintf("kernels: MatMulTHeads: n=%d", n))
+	}
+	var flops float64
+	for h := range ws {
+		w := &ws[h]
+		if err := w.Validate(); err != nil {
+			panic(fmt.Sprintf("kernels: MatMulTHeads: head %d: %v", h, err))
+		}
+		if n == 0 {
+			continue
+		}
+		if hd < 0 || hx < 0 || ldd < h*hd+w.Rows || ldx < h*hx+w.Cols ||
+			len(dst) < (n-1)*ldd+h*hd+w.Rows || len(x) < (n-1)*ldx+h*hx+w.Cols {
+			panic(fmt.Sprintf("kernels: MatMulTHeads: head %d [%d, %d] at n=%d, dst stride %d + %d·h of %d values, x stride %d + %d·h of %d values: out of range",
+				h, w.Rows, w.Cols, n, ldd, hd, len(dst), ldx, hx, len(x)))
+		}
+		flops += 2 * float64(w.Rows) * float64(w.Cols)
+	}
+	if need := MatMulTHeadsScratch(n, ws); len(scratch) < need {
+		panic(fmt.Sprintf("kernels: MatMulTHeads: %d rows of %d heads need %d scratch values, got %d", n, len(ws), need, len(scratch)))
+	}
+	if n == 0 || len(ws) == 0 {
+		return
+	}
+	if n > 1 {
+		for h := range ws {
+			w := &ws[h]
+			g, out := scratch[:n*w.Cols], scratch[n*w.Cols:n*(w.Cols+w.Rows)]
+			for i := range n {
+				copy(g[i*w.Cols:(i+1)*w.Cols], x[i*ldx+h*hx:])
+			}
+			MatMulT(out, g, n, w)
+			for i := range n {
+				copy(dst[i*ldd+h*hd:i*ldd+h*hd+w.Rows], out[i*w.Rows:(i+1)*w.Rows])
+			}
+		}
+		return
+	}
+	l := activeLevel()
+	if l == levelRef {
+		for h := range ws {
+			w := &ws[h]
+			matMulTRef(dst[h*hd:h*hd+w.Rows], x[h*hx:h*hx+w.Cols], 1, w)
+		}
+		return
+	}
+	var t *headsTask
+	select {
+	case t = <-headsTasks:
+	default:
+		t = new(headsTask)
+	}
+	t.dst, t.x, t.hd, t.hx, t.ws, t.l = dst, x, hd, hx, ws, l
+	runParts(t, planParts(len(ws), flops), &t.join)
+	t.dst, t.x, t.ws = nil, nil, nil
+	select {
+	case headsTasks <- t:
+	default:
+	}
+}
+
+func (t *headsTask) runPart(p, parts int) {
+	h0, h1 := partRange(len(t.ws), 1, p, parts)
+	for h := h0; h < h1; h++ {
+		w := &t.ws[h]
+		if w.Rows > 0 {
+			gemmRange(t.dst[h*t.hd:h*t.hd+w.Rows], t.x[h*t.hx:h*t.hx+w.Cols], 1, w, t.l, 0, w.Rows)
+		}
+	}
+}

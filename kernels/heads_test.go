@@ -1,0 +1,101 @@
+package kernels
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// MatMulTHeads gives every head exactly the bits of MatMulT on its rows
+// gathered, for every implementation, dtype, row count and thread count,
+// and leaves the values between the heads' regions alone.
+func TestMatMulTHeads(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(90)
+		for _, sh := range []struct{ heads, out, in, n int }{
+			{1, 5, 7, 1}, {3, 8, 16, 1}, {16, 64, 48, 1}, {16, 64, 48, 3}, {16, 200, 128, 1}, {5, 300, 200, 1}, {4, 300, 200, 2}, {5, 17, 33, 8}, {4, 0, 8, 2}, {2, 9, 0, 2}, {7, 12, 24, 0},
+		} {
+			for _, dtype := range []string{"f32", "bf16", "fp8"} {
+				name := fmt.Sprintf("%s heads=%d [%d,%d] n=%d", dtype, sh.heads, sh.out, sh.in, sh.n)
+				ws := make([]Matrix, sh.heads)
+				for h := range ws {
+					wf := randSlice(r, sh.out*sh.in, 1)
+					switch dtype {
+					case "f32":
+						ws[h] = Matrix{Rows: sh.out, Cols: sh.in, F32: wf}
+					case "bf16":
+						wb := make([]uint16, len(wf))
+						for i, v := range wf {
+							wb[i] = toBF16(v)
+						}
+						ws[h] = Matrix{Rows: sh.out, Cols: sh.in, BF16: wb}
+					default:
+						ws[h] = *randFP8(r, sh.out, sh.in, 0, 0)
+					}
+				}
+				// Heads' inputs and outputs interleaved with other values, as
+				// the per-head parts of MLA's [rows, heads, dim] activations.
+				hx, hd := sh.in+3, sh.out+2
+				ldx, ldd := sh.heads*hx+1, sh.heads*hd+5
+				x := randSlice(r, max(1, sh.n*ldx), 1)
+				want := randSlice(r, max(1, sh.n*ldd), 1)
+				for h := range ws {
+					g := make([]float32, sh.n*sh.in)
+					for i := range sh.n {
+						copy(g[i*sh.in:(i+1)*sh.in], x[i*ldx+h*hx:])
+					}
+					out := make([]float32, sh.n*sh.out)
+					MatMulT(out, g, sh.n, &ws[h])
+					for i := range sh.n {
+						copy(want[i*ldd+h*hd:i*ldd+h*hd+sh.out], out[i*sh.out:(i+1)*sh.out])
+					}
+				}
+				for _, threads := range []int{1, 2, 3} {
+					SetThreads(threads)
+					got := make([]float32, len(want))
+					copy(got, want)
+					for i := range sh.n { // the heads' regions must be written
+						for h := range ws {
+							for j := range sh.out {
+								got[i*ldd+h*hd+j] = 12345
+							}
+						}
+					}
+					MatMulTHeads(got, ldd, hd, x, ldx, hx, sh.n, ws, make([]float32, MatMulTHeadsScratch(sh.n, ws)))
+					if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
+						t.Errorf("%s on %d threads: MatMulTHeads vs MatMulT per head (-want +got):\n%s", name, threads, d)
+					}
+				}
+				SetThreads(1)
+			}
+		}
+	})
+}
+
+// MatMulTHeads refuses strides that do not hold the heads' regions.
+func TestMatMulTHeadsRefusesShortStrides(t *testing.T) {
+	ws := []Matrix{{Rows: 4, Cols: 8, F32: make([]float32, 32)}, {Rows: 4, Cols: 8, F32: make([]float32, 32)}}
+	for _, tc := range []struct {
+		name               string
+		ldd, hd, ldx, hx   int
+		dstLen, xLen, rows int
+		scratch            int
+	}{
+		{"x stride", 8, 4, 12, 8, 16, 24, 2, 24},
+		{"dst stride", 7, 4, 16, 8, 16, 32, 2, 24},
+		{"short x", 8, 4, 16, 8, 16, 23, 2, 24},
+		{"short dst", 8, 4, 16, 8, 11, 32, 2, 24},
+		{"short scratch", 8, 4, 16, 8, 16, 32, 2, 23},
+		{"one row, x stride", 8, 4, 12, 8, 8, 16, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("accepted")
+				}
+			}()
+			MatMulTHeads(make([]float32, tc.dstLen), tc.ldd, tc.hd, make([]float32, tc.xLen), tc.ldx, tc.hx, tc.rows, ws, make([]float32, tc.scratch))
+		})
+	}
+}
