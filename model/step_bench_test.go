@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,14 +18,22 @@ import (
 // same threads right before each case:
 //
 //	decode/ctx=C/batch=B  one decode step of B sequences holding C cached
-//	                      tokens each (bf16 KV, f32 indexer keys);
+//	                      tokens each (bf16 KV, f32 indexer keys; the KV
+//	                      of one prompt, copied to every sequence);
 //	prefill/len=L         a prompt of L tokens from position 0, in steps of
 //	                      512 tokens (the engine's --max-num-batched-tokens).
 //
 // roofline is Σ max((weight + KV bytes) / read bandwidth, FLOPs / FMA peak)
 // over the steps against their time, with the bytes and FLOPs of
-// Runner.StepCost (routed experts only where selected); of-fma is the FLOPs
-// over the time against the FMA peak. The models are built one at a time
+// Runner.StepCost (routed experts only where selected); of-bw and of-fma
+// are the two terms alone. A case runs its steps in stepRounds rounds (a
+// prefill case one prompt per round), each against the probes taken right
+// before it, and reports the medians of the rounds. On a machine shared with
+// other jobs the step gets only part of its cores while the short FMA probe
+// sees them whole: of-fma-of-cpu is the FLOPs against the CPU time the
+// process got per thread instead of the wall time (workers polling for
+// their next part count as busy). The bandwidth probe, 256 MiB a pass,
+// shares the memory system with the other jobs as the step does. The models are built one at a time
 // (glm5-moe-shape takes a minute and 8 GiB); select with -bench, e.g.
 //
 //	go test ./model -run XXX -bench 'Step/glm5-dense-350m/bf16/threads=1/decode' -benchtime 20x
@@ -55,13 +65,14 @@ func BenchmarkStep(b *testing.B) {
 	}
 }
 
-// stepModels holds the one model BenchmarkStep is on, and its runners by
-// context and batch, so that repeated runs of a case decode on from where
-// the previous one stopped instead of prefilling again.
+// stepModels holds the one model BenchmarkStep is on, and its decode
+// runners by context, so that repeated runs of a case, other batch sizes
+// and other thread counts decode on from where the previous one stopped
+// instead of prefilling again.
 var stepModels struct {
 	key     string
 	m       *Model
-	runners map[[2]int]*stepRun
+	runners map[int]*stepRun
 }
 
 type stepRun struct {
@@ -71,9 +82,13 @@ type stepRun struct {
 	ctx    int
 }
 
-// stepRoom is how many decode positions a runner has past its context
-// before its sequences start over at the context.
-const stepRoom = 256
+const (
+	// stepRoom is how many decode positions a runner has past its context
+	// before its sequences start over at the context.
+	stepRoom = 256
+	// stepBatch is the most sequences a decode case runs.
+	stepBatch = 8
+)
 
 func stepModel(b *testing.B, name, weights string) *Model {
 	key := name + "/" + weights
@@ -95,7 +110,7 @@ func stepModel(b *testing.B, name, weights string) *Model {
 	if err != nil {
 		b.Fatal(err)
 	}
-	stepModels.key, stepModels.m, stepModels.runners = key, m, map[[2]int]*stepRun{}
+	stepModels.key, stepModels.m, stepModels.runners = key, m, map[int]*stepRun{}
 	return m
 }
 
@@ -108,45 +123,43 @@ func stepTokens(vocab, start, n int) []int32 {
 	return t
 }
 
-// decodeRunner returns the runner of batch sequences holding ctx tokens
-// each: the first sequence prefilled in 512-token steps, its blocks copied
-// to the others' (the same KV, computed once).
-func decodeRunner(b *testing.B, m *Model, ctx, batch int) *stepRun {
-	key := [2]int{ctx, batch}
-	if d := stepModels.runners[key]; d != nil {
+// decodeRunner returns the runner of stepBatch sequences holding ctx tokens
+// each: the first sequence prefilled in 512-token steps (on every core, as
+// set-up), its blocks copied to the others' (the same KV, computed once).
+func decodeRunner(b *testing.B, m *Model, ctx int) *stepRun {
+	if d := stepModels.runners[ctx]; d != nil {
 		return d
 	}
-	// A runner at most: free the others' caches first.
-	clear(stepModels.runners)
 	const bs, chunk = 64, 512
 	seqBlocks := (ctx + stepRoom + bs - 1) / bs
-	r, err := NewRunner(m, RunnerOptions{MaxTokens: max(chunk, batch), MaxModelLen: seqBlocks * bs, MaxLogitRows: batch,
-		MaxSeqs: batch, BlockSize: bs, NumBlocks: batch * seqBlocks, KVDType: "bf16"})
+	r, err := NewRunner(m, RunnerOptions{MaxTokens: max(chunk, stepBatch), MaxModelLen: seqBlocks * bs, MaxLogitRows: stepBatch,
+		MaxSeqs: stepBatch, BlockSize: bs, NumBlocks: stepBatch * seqBlocks, KVDType: "bf16"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	d := &stepRun{r: r, pos: ctx, ctx: ctx}
-	for s := range batch {
+	for s := range stepBatch {
 		t := make([]int32, seqBlocks)
 		for i := range t {
 			t[i] = int32(s*seqBlocks + i)
 		}
 		d.tables = append(d.tables, t)
 	}
+	defer kernels.SetThreads(kernels.SetThreads(runtime.NumCPU()))
 	for start := 0; start < ctx; start += chunk {
 		toks := stepTokens(m.Cfg.VocabSize, start, min(chunk, ctx-start))
 		if err := r.Forward(&Batch{Seqs: []Seq{{Tokens: toks, Start: start, BlockTable: d.tables[0]}}}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	for s := 1; s < batch; s++ {
+	for s := 1; s < stepBatch; s++ {
 		for i := 0; i < (ctx+bs-1)/bs; i++ {
 			if err := r.Cache.CopyBlock(d.tables[s][i], d.tables[0][i]); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
-	stepModels.runners[key] = d
+	stepModels.runners[ctx] = d
 	return d
 }
 
@@ -196,49 +209,73 @@ func stepProbeBuf() []float32 {
 	return stepProbe.buf
 }
 
-// benchDecode times decode steps of batch sequences at context ctx.
+// stepRounds is how many rounds a case's b.N steps are measured in, each
+// against probes taken right before it; the reported numbers are the
+// medians of the rounds.
+const stepRounds = 5
+
+// benchDecode times decode steps of batch sequences at context ctx, in
+// stepRounds rounds.
 func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
-	d := decodeRunner(b, m, ctx, batch)
+	d := decodeRunner(b, m, ctx)
 	vocab := m.Cfg.VocabSize
 	seqs := make([]Seq, batch)
 	toks := make([]int32, batch)
-	fma, bw := machinePeaks(threads)
-	var roof, memT, compT float64
+	var rate, roof, memF, compF, cpuFMA, bws, fmas []float64
 	var cost StepCost
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for s := range seqs {
-			toks[s] = int32((d.pos*31 + s) % vocab)
-			seqs[s] = Seq{Tokens: toks[s : s+1], Start: d.pos, BlockTable: d.tables[s]}
+	for round := range stepRounds {
+		steps := b.N/stepRounds + min(1, max(0, b.N%stepRounds-round))
+		if steps == 0 {
+			continue
 		}
-		if err := d.r.Forward(&Batch{Seqs: seqs}); err != nil {
-			b.Fatal(err)
+		b.StopTimer()
+		fma, bw := machinePeaks(threads)
+		b.StartTimer()
+		var rt, mt, ct float64
+		t0, cpu0 := time.Now(), processCPUSeconds()
+		for range steps {
+			for s := range seqs {
+				toks[s] = int32((d.pos*31 + s) % vocab)
+				seqs[s] = Seq{Tokens: toks[s : s+1], Start: d.pos, BlockTable: d.tables[s]}
+			}
+			if err := d.r.Forward(&Batch{Seqs: seqs}); err != nil {
+				b.Fatal(err)
+			}
+			c := d.r.StepCost()
+			m, f := float64(c.WeightBytes+c.KVBytes)/bw, float64(c.FLOPs)/fma
+			rt, mt, ct = rt+max(m, f), mt+m, ct+f
+			cost = c
+			if d.pos++; d.pos == d.ctx+stepRoom {
+				d.pos = d.ctx
+			}
 		}
-		c := d.r.StepCost()
-		mt, ct := float64(c.WeightBytes+c.KVBytes)/bw, float64(c.FLOPs)/fma
-		roof, memT, compT = roof+max(mt, ct), memT+mt, compT+ct
-		cost = c
-		if d.pos++; d.pos == d.ctx+stepRoom {
-			d.pos = d.ctx
+		el, cpu := time.Since(t0).Seconds(), processCPUSeconds()-cpu0
+		rate, roof, memF, compF = append(rate, float64(batch*steps)/el), append(roof, rt/el), append(memF, mt/el), append(compF, ct/el)
+		if cpu > 0 {
+			cpuFMA = append(cpuFMA, ct/(cpu/float64(threads)))
 		}
+		bws, fmas = append(bws, bw), append(fmas, fma)
 	}
 	b.StopTimer()
-	el := b.Elapsed().Seconds()
-	b.ReportMetric(float64(batch*b.N)/el, "tokens/s")
-	b.ReportMetric(roof/el, "roofline")
-	b.ReportMetric(memT/el, "of-bw")
-	b.ReportMetric(compT/el, "of-fma")
+	b.ReportMetric(medianOf(rate), "tokens/s")
+	b.ReportMetric(medianOf(roof), "roofline")
+	b.ReportMetric(medianOf(memF), "of-bw")
+	b.ReportMetric(medianOf(compF), "of-fma")
+	if len(cpuFMA) > 0 {
+		b.ReportMetric(medianOf(cpuFMA), "of-fma-of-cpu")
+	}
 	b.ReportMetric(float64(cost.WeightBytes+cost.KVBytes)/1e6, "MB/step")
 	b.ReportMetric(float64(cost.FLOPs)/1e9, "GFLOP/step")
-	b.ReportMetric(bw/1e9, "bw-GB/s")
-	b.ReportMetric(fma/1e9, "fma-GFLOP/s")
+	b.ReportMetric(medianOf(bws)/1e9, "bw-GB/s")
+	b.ReportMetric(medianOf(fmas)/1e9, "fma-GFLOP/s")
 }
 
 // benchPrefill times prompts of n tokens, each from position 0 of one
-// sequence in 512-token steps.
+// sequence in 512-token steps, each prompt a round against the FMA peak
+// measured right before it.
 func benchPrefill(b *testing.B, m *Model, n, threads int) {
 	const bs, chunk = 64, 512
-	clear(stepModels.runners)
 	r, err := NewRunner(m, RunnerOptions{MaxTokens: chunk, MaxModelLen: n, MaxSeqs: 1, BlockSize: bs, NumBlocks: (n + bs - 1) / bs, KVDType: "bf16"})
 	if err != nil {
 		b.Fatal(err)
@@ -248,20 +285,43 @@ func benchPrefill(b *testing.B, m *Model, n, threads int) {
 		table[i] = int32(i)
 	}
 	toks := stepTokens(m.Cfg.VocabSize, 0, n)
-	fma, _ := machinePeaks(threads)
-	var flops float64
+	var rate, frac, cpuFrac, fmas []float64
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for range b.N {
+		b.StopTimer()
+		fma, _ := machinePeaks(threads)
+		b.StartTimer()
+		var flops float64
+		t0, cpu0 := time.Now(), processCPUSeconds()
 		for start := 0; start < n; start += chunk {
 			if err := r.Forward(&Batch{Seqs: []Seq{{Tokens: toks[start:min(n, start+chunk)], Start: start, BlockTable: table}}}); err != nil {
 				b.Fatal(err)
 			}
 			flops += float64(r.StepCost().FLOPs)
 		}
+		el, cpu := time.Since(t0).Seconds(), processCPUSeconds()-cpu0
+		rate, frac, fmas = append(rate, float64(n)/el), append(frac, flops/el/fma), append(fmas, fma)
+		if cpu > 0 {
+			cpuFrac = append(cpuFrac, flops/(cpu/float64(threads))/fma)
+		}
 	}
 	b.StopTimer()
-	el := b.Elapsed().Seconds()
-	b.ReportMetric(float64(n*b.N)/el, "tokens/s")
-	b.ReportMetric(flops/el/fma, "of-fma")
-	b.ReportMetric(fma/1e9, "fma-GFLOP/s")
+	b.ReportMetric(medianOf(rate), "tokens/s")
+	b.ReportMetric(medianOf(frac), "of-fma")
+	if len(cpuFrac) > 0 {
+		b.ReportMetric(medianOf(cpuFrac), "of-fma-of-cpu")
+	}
+	b.ReportMetric(medianOf(fmas)/1e9, "fma-GFLOP/s")
+}
+
+func medianOf(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
