@@ -379,7 +379,17 @@ func (a *automaton) addRule(id int32, name string, n *nfa, start, final int32, l
 		rows = append(rows, row)
 		calls = append(calls, cs)
 	}
-	block := minimize(finals, rows, calls)
+	// Moore's refinement needs as many rounds as the longest distinguishing
+	// string, which counted repetitions make long: large DFAs stay as built
+	// (their equivalent states still share masks, see newGrammar).
+	block := make([]int32, len(finals))
+	if len(finals) <= maxMinimizeStates {
+		block = minimize(finals, rows, calls)
+	} else {
+		for i := range block {
+			block[i] = int32(i)
+		}
+	}
 	// Number the blocks breadth first from the start's.
 	order := []int32{block[0]}
 	num := map[int32]int32{block[0]: 0}
@@ -431,6 +441,9 @@ func (a *automaton) addRule(id int32, name string, n *nfa, start, final int32, l
 	a.rules = append(a.rules, r)
 	return nil
 }
+
+// maxMinimizeStates bounds the DFAs minimize runs on.
+const maxMinimizeStates = 2048
 
 // minimize returns the block of each DFA state under Moore's partition
 // refinement: states are equivalent when they agree on being final and

@@ -19,6 +19,10 @@ import (
 
 type stateKey [16]byte
 
+// maxKeyStates bounds the sub-automaton a state's key describes; a state
+// that reaches more is keyed by its rule's key and its index in the rule.
+const maxKeyStates = 64
+
 // maskCache holds the masks computed for one vocabulary.
 type maskCache struct {
 	mu    sync.Mutex
@@ -134,7 +138,9 @@ func (a *automaton) stateKeys() []stateKey {
 	// it (comp's hash must then be part of the key), others by their key.
 	var order []int32
 	num := map[int32]int64{}
-	serialize := func(r int32, s int32, comp []int32) (selfCalls bool) {
+	// serialize returns false (writing nothing more) when more than limit
+	// states are reachable from s.
+	serialize := func(r int32, s int32, comp []int32, limit int) (selfCalls, ok bool) {
 		ri := &a.rules[r]
 		order = append(order[:0], s)
 		clear(num)
@@ -146,6 +152,9 @@ func (a *automaton) stateKeys() []stateKey {
 			}
 		}
 		for i := 0; i < len(order); i++ {
+			if len(order) > limit {
+				return false, false
+			}
 			st := &a.states[order[i]]
 			if st.hasBytes {
 				for _, t := range a.trans[st.trans : st.trans+ri.nclass] {
@@ -195,12 +204,12 @@ func (a *automaton) stateKeys() []stateKey {
 				put(num[c.next])
 			}
 		}
-		return selfCalls
+		return selfCalls, true
 	}
 	for _, comp := range comps {
 		buf = buf[:0]
 		for _, r := range comp {
-			serialize(r, a.rules[r].start, comp)
+			serialize(r, a.rules[r].start, comp, len(a.states))
 		}
 		sum := sha256.Sum256(buf)
 		var h [16]byte
@@ -222,7 +231,15 @@ func (a *automaton) stateKeys() []stateKey {
 				continue
 			}
 			buf = buf[:0]
-			if serialize(int32(r), s, compOf[r]) {
+			self, small := serialize(int32(r), s, compOf[r], maxKeyStates)
+			if !small {
+				// A large sub-automaton: keyed by its rule and place in it.
+				buf = buf[:0]
+				buf = append(buf, 2)
+				buf = append(buf, ruleKey[r].scc[:]...)
+				put(int64(ruleKey[r].rule))
+				put(int64(s - a.rules[r].start))
+			} else if self {
 				rk := ruleKey[r]
 				buf = append(buf, rk.scc[:]...)
 				put(int64(rk.rule))

@@ -221,3 +221,36 @@ func TestAcceptRefusals(t *testing.T) {
 		t.Fatal("something allowed after the end")
 	}
 }
+
+// TestSharedMasksEqualAccept: the states of counted repetitions take the
+// masks of k-equivalent states computed before them (whole, or their short
+// tokens); at every step of sampled outputs the mask must still be exactly
+// the tokens Accept takes.
+func TestSharedMasksEqualAccept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("walks the whole vocabulary per step")
+	}
+	v, eos := dsVocab(t)
+	spec := Spec{Kind: KindJSONSchema, NoWhitespace: true, Text: `{"type":"object","properties":{
+		"s":{"type":"string","minLength":2,"maxLength":40},
+		"p":{"type":"string","pattern":"^[a-z]{3,12}-[0-9]{2,6}$"}},"required":["s","p"],"additionalProperties":false}`}
+	g := mustCompile(t, spec, v)
+	if st := g.Stats(); st.SharedStates+st.PartlySharedStates == 0 {
+		t.Fatalf("no state shared a mask: %+v", st)
+	}
+	for seed := range uint64(3) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		m, _ := g.NewMatcher(MatcherOptions{EndTokens: []int{eos}})
+		mask := make([]uint64, v.MaskWords())
+		for step := 0; step < 40 && !m.Done(); step++ {
+			if step%4 == 0 {
+				checkMaskAgainstAccept(t, m, v, step)
+			}
+			m.FillMask(mask)
+			tok := sample(rng, mask, v.Size(), eos, 0.05)
+			if err := m.Accept(tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -29,6 +29,7 @@ type Vocab struct {
 	trieEnd    []int32
 	trieTokOff []int32
 	trieTok    []int32
+	trieMax    []uint16 // the longest token in node i's subtree, in bytes
 	// nodeOf is the trie node of each token id (-1 for ids without text).
 	nodeOf []int32
 	cache  maskCache
@@ -138,6 +139,18 @@ func (v *Vocab) buildTrie() {
 	}
 	for _, o := range stack {
 		v.trieEnd[o.node] = int32(len(v.trieByte))
+	}
+	v.trieMax = make([]uint16, len(v.trieByte))
+	for i := len(v.trieByte) - 1; i >= 0; i-- {
+		m := uint16(0)
+		if v.trieTokOff[i+1] > v.trieTokOff[i] {
+			m = v.trieDepth[i]
+		}
+		// Children are the nodes right after i at depth+1.
+		for c := int32(i + 1); c < v.trieEnd[i]; c = v.trieEnd[c] {
+			m = max(m, v.trieMax[c])
+		}
+		v.trieMax[i] = m
 	}
 }
 

@@ -23,6 +23,9 @@ type walker struct {
 	lvlEsc   []bool
 
 	precompute bool
+	// minLen > 0 (precompute): only tokens of at least minLen bytes count;
+	// subtrees without one are skipped.
+	minLen int
 	// precompute results: tokens accepted whatever the stack below the
 	// walked state holds, and trie ranges [lo, hi) whose tokens depend on it.
 	accepted []int32
@@ -75,6 +78,10 @@ func (w *walker) subtree(lo, hi int32) {
 			}
 		}
 		d := int(v.trieDepth[i])
+		if w.minLen > 0 && int(v.trieMax[i]) < w.minLen {
+			i = v.trieEnd[i]
+			continue
+		}
 		w.ns.release(w.lvlMark[d])
 		w.st.step(w.level(d-1), v.trieByte[i])
 		alive := len(w.st.out) > 0
@@ -88,7 +95,9 @@ func (w *walker) subtree(lo, hi int32) {
 				i = v.trieEnd[i]
 				continue
 			}
-			w.accepted = append(w.accepted, v.nodeTokens(i)...)
+			if d >= w.minLen {
+				w.accepted = append(w.accepted, v.nodeTokens(i)...)
+			}
 			if !alive {
 				if v.trieEnd[i] > i+1 {
 					w.open = append(w.open, i+1, v.trieEnd[i])
