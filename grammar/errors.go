@@ -30,7 +30,7 @@ func syntaxError(format string, args ...any) *Error {
 }
 
 func limitError(limit string, format string, args ...any) *Error {
-	return &Error{Limit: limit, msg: fmt.Sprintf(format, args...)}
+	return &Error{Limit: limit, msg: fmt.Sprintf(format, args...) + " [grammar limit " + limit + "]"}
 }
 
 // ErrUnsatisfiable is wrapped by the *Error of a constraint no output can

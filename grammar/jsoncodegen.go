@@ -8,11 +8,13 @@ import (
 	"unicode/utf8"
 )
 
-// From constraint sets to grammar expressions over JSON text. Strings are
-// spelled canonically (", \ and control characters escaped, everything
-// else as UTF-8; appendJSONString), so a string's value and its spelling
-// determine each other and patterns, formats, lengths and property names
-// can be enforced on the spelling. Numbers are canonical decimals
+// From constraint sets to grammar expressions over JSON text. Strings
+// that a pattern, format or enum constrains are spelled canonically (",
+// \ and control characters escaped, everything else as UTF-8;
+// appendJSONString), so that their value and their spelling determine each
+// other and the constraint can be enforced on the spelling; free strings,
+// bounded by length or not, also take the other one-character escapes
+// (\/, \u00XX for controls). Numbers are canonical decimals
 // (no leading zeros) of at most 18 integer and 18 fraction digits (so
 // that they fit int64 and float64) unless bounds need more. Properties
 // come in the order the schema lists them; a property the schema does not
@@ -37,7 +39,12 @@ func jsonChar(c charset) *expr {
 	return alt(alts...)
 }
 
-var anyJSONChar = jsonChar(anyChar())
+// anyJSONChar is one character of any JSON string: any character but ",
+// \ and controls as itself, or one of the escapes that stands for exactly
+// one character (\" \\ \/ \b \f \n \r \t and \u00XX for controls; no
+// surrogate halves, whose pairs would count as two characters).
+var anyJSONChar = alt(utf8Expr(anyChar().minus(jsonSpecial)),
+	seq(lit(`\`), alt(bytesExpr(setOf(`"\/bfnrt`)), seq(lit("u00"), bytesExpr(setOf("01")), bytesExpr(setOf("0123456789abcdefABCDEF"))))))
 
 // formatPatterns are the string formats the compiler generates, each a
 // regex (full match) whose strings every validator accepts: dates without
@@ -99,7 +106,7 @@ func (c *schemaCompiler) ruleFor(cj conj) (int32, error) {
 	}
 	name := "schema"
 	if len(cj) > 0 {
-		name = pathOrRoot(cj[0].path)
+		name = "the schema at " + pathOrRoot(cj[0].path)
 	}
 	r, err := c.b.rule(name)
 	if err != nil {

@@ -273,3 +273,43 @@ func TestCanonicalStrings(t *testing.T) {
 		t.Fatal(diff)
 	}
 }
+
+// TestStringEscapes: a free string (and one bounded only by its length)
+// reads every one-character escape JSON has, \u00XX for controls included,
+// each counting one character; a string a pattern, format or enum
+// constrains reads only its canonical spelling, so the constraint holds on
+// the value.
+func TestStringEscapes(t *testing.T) {
+	v, end := toyVocab(t)
+	for _, c := range []struct {
+		schema, text string
+		ok           bool
+	}{
+		{`{"type":"string"}`, `"a\/b\u001F\n\"\\"`, true},
+		{`{"type":"string","maxLength":2}`, `"\/\u0001"`, true},
+		{`{"type":"string","maxLength":2}`, `"\/\u0001x"`, false},
+		{`{"type":"string","minLength":2}`, `"\/"`, false},
+		{`{"type":"string"}`, `"\u0041"`, false},       // not a control: spelled as itself
+		{`{"type":"string"}`, `"\ud83d\ude00"`, false}, // surrogate halves
+		{`{"type":"string","pattern":"^a/b$"}`, `"a\/b"`, false},
+		{`{"type":"string","pattern":"^a/b$"}`, `"a/b"`, true},
+		{`{"enum":["a/b"]}`, `"a\/b"`, false},
+	} {
+		g := mustCompile(t, Spec{Kind: KindJSONSchema, Text: c.schema}, v)
+		m, _ := g.NewMatcher(MatcherOptions{EndTokens: []int{end}})
+		ok := true
+		for i := 0; i < len(c.text) && ok; i++ {
+			ok = m.Accept(int(c.text[i])) == nil
+		}
+		ok = ok && m.Accept(end) == nil
+		if ok != c.ok {
+			t.Errorf("%s reading %s: accepted %v, want %v", c.schema, c.text, ok, c.ok)
+		}
+		if c.ok {
+			var s string
+			if err := json.Unmarshal([]byte(c.text), &s); err != nil {
+				t.Errorf("%s is not a JSON string: %v", c.text, err)
+			}
+		}
+	}
+}
