@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cpmla/cpmla/tokenizer"
 )
@@ -84,6 +85,23 @@ func VocabFromTokenizer(t *tokenizer.Tokenizer, vocabSize int) (*Vocab, error) {
 		s := d.Add(id) + d.Flush()
 		return []byte(s), true
 	})
+}
+
+type sharedKey struct {
+	t    *tokenizer.Tokenizer
+	size int
+}
+
+var shared sync.Map // sharedKey → func() (*Vocab, error)
+
+// SharedVocab is VocabFromTokenizer(t, vocabSize), built once per process
+// for each tokenizer and size: servers of the same model share it, and its
+// mask cache.
+func SharedVocab(t *tokenizer.Tokenizer, vocabSize int) (*Vocab, error) {
+	f, _ := shared.LoadOrStore(sharedKey{t, vocabSize}, sync.OnceValues(func() (*Vocab, error) {
+		return VocabFromTokenizer(t, vocabSize)
+	}))
+	return f.(func() (*Vocab, error))()
 }
 
 // Size is the number of ids, the length of a mask in bits.
