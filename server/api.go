@@ -19,12 +19,6 @@ type StreamOptions struct {
 	ContinuousUsageStats bool `json:"continuous_usage_stats"`
 }
 
-// ResponseFormat is the response_format object; only {"type":"text"} (the
-// default) is served.
-type ResponseFormat struct {
-	Type string `json:"type"`
-}
-
 // samplingFields are the request fields shared by both endpoints: OpenAI's
 // and vLLM's SamplingParams.
 type samplingFields struct {
@@ -47,17 +41,17 @@ type samplingFields struct {
 	AllowedTokenIDs   []int              `json:"allowed_token_ids"`
 	MinTokens         *int               `json:"min_tokens"`
 	// IgnoreEOS keeps generating through end-of-sequence tokens.
-	IgnoreEOS              bool            `json:"ignore_eos"`
-	IncludeStopStrInOutput bool            `json:"include_stop_str_in_output"`
-	SkipSpecialTokens      *bool           `json:"skip_special_tokens"`
-	PromptLogprobs         *int            `json:"prompt_logprobs"`
-	TruncatePromptTokens   *int            `json:"truncate_prompt_tokens"`
-	ReturnTokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
-	RequestID              string          `json:"request_id"`
-	Priority               *int            `json:"priority"`
-	UseBeamSearch          bool            `json:"use_beam_search"`
-	BestOf                 *int            `json:"best_of"`
-	ResponseFormat         *ResponseFormat `json:"response_format"`
+	IgnoreEOS              bool   `json:"ignore_eos"`
+	IncludeStopStrInOutput bool   `json:"include_stop_str_in_output"`
+	SkipSpecialTokens      *bool  `json:"skip_special_tokens"`
+	PromptLogprobs         *int   `json:"prompt_logprobs"`
+	TruncatePromptTokens   *int   `json:"truncate_prompt_tokens"`
+	ReturnTokensAsTokenIDs bool   `json:"return_tokens_as_token_ids"`
+	RequestID              string `json:"request_id"`
+	Priority               *int   `json:"priority"`
+	UseBeamSearch          bool   `json:"use_beam_search"`
+	BestOf                 *int   `json:"best_of"`
+	structuredFields
 }
 
 // ChatRequest is the body of POST /v1/chat/completions.

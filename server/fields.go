@@ -12,13 +12,13 @@ import (
 // neither served nor inert is refused, so no field is ever silently ignored.
 
 // servedCommon are the fields both endpoints decode and use.
-var servedCommon = []string{
+var servedCommon = append([]string{
 	"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
 	"stop", "stop_token_ids", "n", "frequency_penalty", "presence_penalty", "repetition_penalty",
 	"logit_bias", "allowed_token_ids", "min_tokens", "ignore_eos", "include_stop_str_in_output",
 	"skip_special_tokens", "prompt_logprobs", "truncate_prompt_tokens", "return_tokens_as_token_ids",
-	"request_id", "priority", "use_beam_search", "best_of", "response_format",
-}
+	"request_id", "priority", "use_beam_search", "best_of",
+}, structuredFieldNames...)
 
 var (
 	servedChat = append(slices.Clone(servedCommon), "messages", "logprobs", "top_logprobs", "max_completion_tokens", "add_generation_prompt",

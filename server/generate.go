@@ -99,6 +99,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job, arriva
 		return
 	}
 	defer s.release(len(j.prompts))
+	var constraint engine.ConstraintFactory
+	if g, e := s.compileConstraint(j); e != nil {
+		s.reject(w, e)
+		return
+	} else if g != nil {
+		constraint = matchers{g}
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 
@@ -124,6 +131,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job, arriva
 			ID: fmt.Sprintf("%s-%d", id, p), PromptIDs: pj.ids, MaxTokens: pj.maxTokens, N: j.n, Sampling: j.params,
 			StopTokenIDs: stop, IgnoreEOS: j.ignoreEOS, TopLogprobs: j.topLogprobs,
 			ScorePrompt: j.promptLogprobs >= 0, PromptTopLogprobs: max(j.promptLogprobs, 0),
+			Constraint: constraint,
 		})
 		if err != nil {
 			for _, o := range streams[:p+1] {

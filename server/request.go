@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/cpmla/cpmla/chatparse"
+	"github.com/cpmla/cpmla/grammar"
 	"github.com/cpmla/cpmla/sampler"
 	"github.com/cpmla/cpmla/tokenizer"
 )
@@ -32,6 +33,10 @@ type job struct {
 	n       int
 	params  sampler.Params
 	stops   []string
+	// spec is the request's structured output (nil: none), given by the
+	// field specParam.
+	spec      *grammar.Spec
+	specParam string
 	// stopIDs are the request's stop_token_ids (the model's EOS is added
 	// unless ignoreEOS).
 	stopIDs         []int
@@ -301,6 +306,11 @@ func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 	if e := s.parseSampling(&req.samplingFields, j); e != nil { // truncate_prompt_tokens decides how to tokenize
 		return nil, e
 	}
+	if j.spec != nil {
+		// The constraint holds from the first token, so there is no
+		// reasoning to split off (vLLM instead lets the model reason first).
+		j.reasoningParser = ""
+	}
 	text, err := s.cfg.Tokenizer.RenderChat(in)
 	if err != nil {
 		return nil, badRequest("messages", "render chat template: %v", err)
@@ -545,8 +555,6 @@ func (s *Server) parseSampling(f *samplingFields, j *job) *apiError {
 		return badRequest("use_beam_search", "use_beam_search is true; this server samples without beam search: leave it out or set it to false")
 	case f.Priority != nil && *f.Priority != 0:
 		return badRequest("priority", "priority is %d; this server schedules first come, first served: leave priority out or set it to 0", *f.Priority)
-	case f.ResponseFormat != nil && f.ResponseFormat.Type != "text":
-		return badRequest("response_format", "response_format type %q is not supported (no structured output); use {\"type\":\"text\"} or leave it out", f.ResponseFormat.Type)
 	}
 	j.keepSpecial = f.SkipSpecialTokens != nil && !*f.SkipSpecialTokens
 	if len(f.Stop) > maxStops {
@@ -675,5 +683,5 @@ func (s *Server) parseSampling(f *samplingFields, j *job) *apiError {
 		p.Seed = rand.Uint64()
 	}
 	j.params = p
-	return nil
+	return s.parseStructured(&f.structuredFields, j)
 }

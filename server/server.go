@@ -18,6 +18,7 @@ import (
 
 	"github.com/cpmla/cpmla/chatparse"
 	"github.com/cpmla/cpmla/engine"
+	"github.com/cpmla/cpmla/grammar"
 	"github.com/cpmla/cpmla/tokenizer"
 )
 
@@ -87,6 +88,9 @@ type Server struct {
 	slots   chan struct{}
 	prompts *promptPool
 	created int64
+	// grammars compiles structured-output constraints over the model's
+	// vocabulary (built on the first such request).
+	grammars *grammar.Compiler
 }
 
 // New checks cfg and returns a server.
@@ -146,6 +150,8 @@ func New(cfg Config) (*Server, error) {
 		slots:   make(chan struct{}, cfg.MaxInFlight),
 		prompts: newPromptPool(cfg.PromptWorkers),
 		created: time.Now().Unix(),
+		grammars: grammar.NewCompiler(func() (*grammar.Vocab, error) { return grammar.SharedVocab(cfg.Tokenizer, cfg.VocabSize) },
+			grammar.DefaultLimits(), keptGrammarBytes),
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
