@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -99,6 +100,58 @@ func BenchmarkGEMV(b *testing.B) {
 					b.ReportMetric(100*bytes/s/1e9/streamRate(buf, threads), "stream-%")
 				})
 			}
+		}
+	}
+}
+
+// skinnyRows are the activation row counts of decode-shaped products: one
+// row, the 1 + K rows a speculative round verifies per sequence (K ≤ 5),
+// batch-8 decode and a batch of 16.
+var skinnyRows = []int{1, 2, 3, 4, 6, 8, 16}
+
+// BenchmarkSkinnyGEMM times MatMulT with few activation rows on GLM-5's
+// q_a_proj shape (2048×6144) in fp8 and bf16 on one thread, the weights
+// streamed from memory. GB/s counts the weight bytes once per call;
+// roofline-% is the time the product needs at best, the larger of the
+// weight bytes over the StreamSum read bandwidth and the FLOPs over the FMA
+// peak, both measured in the same run right after the calls, over the time
+// it took. cpu-ms is the CPU time of the calling thread per call (Linux):
+// on a machine shared with other work it leaves out the time spent waiting
+// for a core, so it is the steadier of the two times to compare.
+func BenchmarkSkinnyGEMM(b *testing.B) {
+	const out, in = 2048, 6144
+	buf := make([]float32, 64<<20)
+	for i := range buf {
+		buf[i] = float32(i & 1023)
+	}
+	for _, dtype := range []string{"fp8", "bf16"} {
+		ws := benchWeights(newRand(81), dtype, out, in)
+		for _, n := range skinnyRows {
+			b.Run(fmt.Sprintf("%s/%dx%d/rows=%d", dtype, out, in, n), func(b *testing.B) {
+				x := randSlice(newRand(82), n*in, 1)
+				dst := make([]float32, n*out)
+				defer SetThreads(SetThreads(1))
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				MatMulT(dst, x, n, ws[0])
+				k := 0
+				cpu0, cpuOK := threadCPU()
+				for b.Loop() {
+					MatMulT(dst, x, n, ws[k])
+					k = (k + 1) % len(ws)
+				}
+				if cpu1, _ := threadCPU(); cpuOK {
+					b.ReportMetric((cpu1-cpu0)*1e3/float64(b.N), "cpu-ms")
+				}
+				s := b.Elapsed().Seconds() / float64(b.N)
+				bytes := float64(out*in) * float64(ws[0].bytesPerWeight())
+				flops := 2 * float64(n*out*in)
+				t0 := time.Now()
+				peak := FMAPeakLoop(2_000_000) / time.Since(t0).Seconds()
+				best := max(bytes/(streamRate(buf, 1)*1e9), flops/peak)
+				b.ReportMetric(bytes/s/1e9, "GB/s")
+				b.ReportMetric(100*best/s, "roofline-%")
+			})
 		}
 	}
 }
