@@ -76,6 +76,7 @@ func main() {
 	decodeE4M3256()
 	gemvFP8512()
 	gemvFP8256()
+	decodeFP8Row256()
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -2224,6 +2225,120 @@ func fp8GEMVTile(g fp8GEMV) {
 		reduce4x256([4]int{0, 1, 2, 3}, X15, false)
 		VMOVUPS(X0, Mem{Base: out})
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// decodeFP8Row256 emits decodeFP8RowAVX2: one fp8 weight row's kn (a
+// multiple of 8) e4m3 codes at w decoded to float32 at dst, with the
+// in-register decoding of fp8GEMVTile: sign and EEEEMMM bits shifted into
+// float32 position, then one multiply by scale·2^120, exact for |scale| <
+// 2^8 (the caller guarantees it), so every value is float32(code·scale)
+// rounded once, the dequantized weight. Block b of the row (b = 0, 1, …;
+// the first holds first vectors of eight codes, every later one 16) uses
+// the scale at sc + 4b. A NaN code would decode as 480·scale: the kernel
+// returns nonzero when any of the kn codes is one (0x7F or 0xFF; unsigned
+// and signed byte maxima over the row), and the caller then decodes the row
+// another way. While it decodes it prefetches kn bytes at pf, two lines per
+// block of 128 codes: the codes the caller decodes a few calls later.
+func decodeFP8Row256() {
+	name := "decodeFP8RowAVX2"
+	TEXT(name, NOSPLIT, "func(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int")
+	Pragma("noescape")
+	Doc(name + " decodes kn (a multiple of 8) fp8 codes of one block-scaled weight row to float32 and reports NaN codes.")
+	dst := Load(Param("dst"), GP64())
+	w := Load(Param("w"), GP64())
+	kn := Load(Param("kn"), GP64())
+	sc := Load(Param("sc"), GP64())
+	seg := Load(Param("first"), GP64())
+	pf := Load(Param("pf"), GP64())
+	mask, c120, s, nanU, nanS := Y15, Y14, Y13, Y12, Y11
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	VMOVD(tmp.As32(), X15)
+	VPBROADCASTD(X15, mask)
+	broadcastConst256(float32(math.Ldexp(1, 120)), c120, X10)
+	VXORPS(nanU, nanU, nanU)
+	VXORPS(nanS, nanS, nanS)
+	off := GP64() // codes decoded
+	XORQ(off, off)
+	steps := GP64()
+	MOVQ(kn, steps)
+	SHRQ(U8(3), steps)
+	JZ(LabelRef(name + "_nan"))
+	cnt, pairs := GP64(), GP64()
+	decode := func(v int, y VecPhysical) {
+		VPMOVSXBD(Mem{Base: w, Index: off, Scale: 1, Disp: 8 * v}, y)
+		VPSLLD(U8(20), y, y)
+		VPAND(mask, y, y)
+		VMULPS(s, y, y)
+		VMOVUPS(y, Mem{Base: dst, Index: off, Scale: 4, Disp: 32 * v})
+	}
+	Label(name + "_block")
+	VBROADCASTSS(Mem{Base: sc}, s)
+	VMULPS(c120, s, s)
+	ADDQ(U8(4), sc)
+	MOVQ(seg, cnt)
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	// Two lines of pf per block of 128 codes, then pairs of vectors.
+	PREFETCHT0(Mem{Base: pf, Index: off, Scale: 1})
+	PREFETCHT0(Mem{Base: pf, Index: off, Scale: 1, Disp: 64})
+	MOVQ(cnt, pairs)
+	SHRQ(U8(1), pairs)
+	JZ(LabelRef(name + "_single"))
+	Label(name + "_pair")
+	decode(0, Y0)
+	decode(1, Y1)
+	ADDQ(U8(16), off)
+	DECQ(pairs)
+	JNZ(LabelRef(name + "_pair"))
+	Label(name + "_single")
+	TESTQ(U32(1), cnt)
+	JZ(LabelRef(name + "_blockdone"))
+	decode(0, Y0)
+	ADDQ(U8(8), off)
+	Label(name + "_blockdone")
+	MOVQ(U32(128/8), seg)
+	TESTQ(steps, steps)
+	JNZ(LabelRef(name + "_block"))
+	// NaN codes: whole 32-byte chunks, then 8-byte vectors (broadcast to
+	// every quarter of the register).
+	Label(name + "_nan")
+	MOVQ(kn, cnt)
+	SHRQ(U8(5), cnt)
+	JZ(LabelRef(name + "_rest"))
+	Label(name + "_chunk")
+	VPMAXUB(Mem{Base: w}, nanU, nanU)
+	VPMAXSB(Mem{Base: w}, nanS, nanS)
+	ADDQ(U8(32), w)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_chunk"))
+	Label(name + "_rest")
+	ANDQ(U8(31), kn)
+	SHRQ(U8(3), kn)
+	JZ(LabelRef(name + "_check"))
+	Label(name + "_vec")
+	VPBROADCASTQ(Mem{Base: w}, Y0)
+	VPMAXUB(Y0, nanU, nanU)
+	VPMAXSB(Y0, nanS, nanS)
+	ADDQ(U8(8), w)
+	DECQ(kn)
+	JNZ(LabelRef(name + "_vec"))
+	Label(name + "_check")
+	// nonzero if a byte of nanU is 0xFF or a byte of nanS is 0x7F.
+	VPCMPEQB(Y0, Y0, Y0)
+	VPCMPEQB(Y0, nanU, nanU)
+	MOVL(U32(0x7F7F7F7F), tmp.As32())
+	VMOVD(tmp.As32(), X1)
+	VPBROADCASTD(X1, Y1)
+	VPCMPEQB(Y1, nanS, nanS)
+	VPOR(nanU, nanS, nanS)
+	res := GP64()
+	XORQ(res, res)
+	VPMOVMSKB(nanS, res.As32())
+	Store(res, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }

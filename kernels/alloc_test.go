@@ -19,6 +19,10 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	wq := randFP8(r, rows, cols, 64, 16)
 	x8 := randSlice(r, 8*cols, 1)
 	dst8 := make([]float32, 8*rows)
+	// A width without a scalar tail: the decoded fp8 path's strips.
+	wq256 := randFP8(r, 16, 256, 0, 0)
+	x5 := randSlice(r, 5*256, 1)
+	dst5 := make([]float32, 5*16)
 	row := make([]float32, 64)
 	wrow := make([]float32, cols)
 	w := randSlice(r, 64, 1)
@@ -37,6 +41,7 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatVecT bf16", func() { MatVecT(dst[:rows], x[:cols], wb) }},
 		{"MatMulT fp8", func() { MatMulT(dst, x, n, wq) }},
 		{"MatMulT fp8 n=8", func() { MatMulT(dst8, x8, 8, wq) }},
+		{"MatMulT fp8 n=5 no tail", func() { MatMulT(dst5, x5, 5, wq256) }},
 		{"MatVecT fp8", func() { MatVecT(dst[:rows], x[:cols], wq) }},
 		{"Matrix.Row", func() { wrow = wb.Row(1, wrow) }},
 		{"Matrix.Row fp8", func() { wrow = wq.Row(1, wrow) }},

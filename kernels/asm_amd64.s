@@ -9079,6 +9079,110 @@ dotTile1x4FP8AVX2_nan:
 	VZEROUPPER
 	RET
 
+// func decodeFP8RowAVX2(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·decodeFP8RowAVX2(SB), NOSPLIT, $0-56
+	MOVQ         dst+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         kn+16(FP), DX
+	MOVQ         sc+24(FP), BX
+	MOVQ         first+32(FP), SI
+	MOVQ         pf+40(FP), DI
+	MOVL         $0x87f00000, R8
+	VMOVD        R8, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x7b800000, R8
+	VMOVD        R8, X10
+	VBROADCASTSS X10, Y14
+	VXORPS       Y12, Y12, Y12
+	VXORPS       Y11, Y11, Y11
+	XORQ         R8, R8
+	MOVQ         DX, R9
+	SHRQ         $0x03, R9
+	JZ           decodeFP8RowAVX2_nan
+
+decodeFP8RowAVX2_block:
+	VBROADCASTSS (BX), Y13
+	VMULPS       Y14, Y13, Y13
+	ADDQ         $0x04, BX
+	CMPQ         R9, SI
+	CMOVQLT      R9, SI
+	SUBQ         SI, R9
+	PREFETCHT0   (DI)(R8*1)
+	PREFETCHT0   64(DI)(R8*1)
+	MOVQ         SI, R10
+	SHRQ         $0x01, R10
+	JZ           decodeFP8RowAVX2_single
+
+decodeFP8RowAVX2_pair:
+	VPMOVSXBD (CX)(R8*1), Y0
+	VPSLLD    $0x14, Y0, Y0
+	VPAND     Y15, Y0, Y0
+	VMULPS    Y13, Y0, Y0
+	VMOVUPS   Y0, (AX)(R8*4)
+	VPMOVSXBD 8(CX)(R8*1), Y1
+	VPSLLD    $0x14, Y1, Y1
+	VPAND     Y15, Y1, Y1
+	VMULPS    Y13, Y1, Y1
+	VMOVUPS   Y1, 32(AX)(R8*4)
+	ADDQ      $0x10, R8
+	DECQ      R10
+	JNZ       decodeFP8RowAVX2_pair
+
+decodeFP8RowAVX2_single:
+	TESTQ     $0x00000001, SI
+	JZ        decodeFP8RowAVX2_blockdone
+	VPMOVSXBD (CX)(R8*1), Y0
+	VPSLLD    $0x14, Y0, Y0
+	VPAND     Y15, Y0, Y0
+	VMULPS    Y13, Y0, Y0
+	VMOVUPS   Y0, (AX)(R8*4)
+	ADDQ      $0x08, R8
+
+decodeFP8RowAVX2_blockdone:
+	MOVQ  $0x00000010, SI
+	TESTQ R9, R9
+	JNZ   decodeFP8RowAVX2_block
+
+decodeFP8RowAVX2_nan:
+	MOVQ DX, SI
+	SHRQ $0x05, SI
+	JZ   decodeFP8RowAVX2_rest
+
+decodeFP8RowAVX2_chunk:
+	VPMAXUB (CX), Y12, Y12
+	VPMAXSB (CX), Y11, Y11
+	ADDQ    $0x20, CX
+	DECQ    SI
+	JNZ     decodeFP8RowAVX2_chunk
+
+decodeFP8RowAVX2_rest:
+	ANDQ $0x1f, DX
+	SHRQ $0x03, DX
+	JZ   decodeFP8RowAVX2_check
+
+decodeFP8RowAVX2_vec:
+	VPBROADCASTQ (CX), Y0
+	VPMAXUB      Y0, Y12, Y12
+	VPMAXSB      Y0, Y11, Y11
+	ADDQ         $0x08, CX
+	DECQ         DX
+	JNZ          decodeFP8RowAVX2_vec
+
+decodeFP8RowAVX2_check:
+	VPCMPEQB     Y0, Y0, Y0
+	VPCMPEQB     Y0, Y12, Y12
+	MOVL         $0x7f7f7f7f, R8
+	VMOVD        R8, X1
+	VPBROADCASTD X1, Y1
+	VPCMPEQB     Y1, Y11, Y11
+	VPOR         Y12, Y11, Y11
+	XORQ         AX, AX
+	VPMOVMSKB    Y11, AX
+	MOVQ         AX, ret+48(FP)
+	VZEROUPPER
+	RET
+
 // func decodeRecordsAVX512(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)
 // Requires: AVX, AVX512F, MMX+
 TEXT ·decodeRecordsAVX512(SB), NOSPLIT, $0-80

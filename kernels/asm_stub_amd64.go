@@ -388,6 +388,11 @@ func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32,
 //go:noescape
 func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
 
+// decodeFP8RowAVX2 decodes kn (a multiple of 8) fp8 codes of one block-scaled weight row to float32 and reports NaN codes.
+//
+//go:noescape
+func decodeFP8RowAVX2(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int
+
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //
 //go:noescape

@@ -149,6 +149,14 @@ func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first int
 	return dotTile1x4FP8AVX2(x, w, ldw, kn, sc, first, &out[0]) != 0
 }
 
+// decodeFP8Row decodes kn (a multiple of 8) codes of one fp8 weight row
+// into dst with the AVX2 in-register decoding (see gemmFP8Decoded),
+// prefetching kn bytes at pf, and reports whether one of them was a NaN
+// code.
+func decodeFP8Row(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) bool {
+	return decodeFP8RowAVX2(dst, w, kn, sc, first, pf) != 0
+}
+
 // axpyFast runs Axpy with vectors on an assembly level (the caller checked
 // the lengths) and reports whether it did. Elements past the last multiple
 // of 64 (32 for AVX2) and calls shorter than that use the scalar loop; long

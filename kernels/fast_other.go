@@ -76,6 +76,10 @@ func dotTile1x4FP8(*float32, *uint8, int, int, *[4]*float32, int, *[4]float32) b
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func decodeFP8Row(*float32, *uint8, int, *float32, int, *uint8) bool {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func decodeE4M3Fast([]float32, []byte, float32) int { return 0 }
 
 func scoreTile8T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32) {

@@ -139,6 +139,16 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	}
 }
 
+// passRows is how many of the r activation rows left the next AVX2 pass
+// over a group of weight rows takes: at most three (the tallest AVX2 tile),
+// as even a share as the passes allow (four rows as two and two keep eight
+// FMA chains in flight where three and one leave the last pass four).
+// Which rows share a tile never changes an output's bits.
+func passRows(r int) int {
+	passes := (r + 2) / 3
+	return (r + passes - 1) / passes
+}
+
 // gemmStrip computes, where level l has a strip kernel (AVX2) and block
 // [k0, k0+gemmKC) has no scalar tail, the tiles of activation rows
 // [i0, i0+maxTileRows) and the whole groups of four weight rows in
@@ -167,11 +177,14 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 	return 4 * groups
 }
 
-// gemmRangeFP8 is gemmRange for an FP8 matrix: the tiles' weight rows are
-// dequantized, a reduction block at a time, into an f32 panel that the f32
-// tiles then read, so every output element has the bits of the f32 product
-// with the dequantized matrix. A product of more than one activation tile
-// dequantizes a block of rows once for all activation rows.
+// gemmRangeFP8 is gemmRange for an FP8 matrix, with every output element
+// the bits of the f32 product with the dequantized matrix. Where the codes
+// can be decoded in registers (fp8InRegister), one activation row goes
+// through the fp8 GEMV tiles and, on AVX2, 2 to fp8DecodedMaxRows rows
+// through gemmFP8Decoded; the rest (and every other case) dequantize the
+// tiles' weight rows, a reduction block at a time, into an f32 panel that
+// the f32 tiles then read, a block of rows once for all activation rows
+// when there is more than one activation tile.
 func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	in := w.Cols
 	mr := maxTileRows(l)
@@ -189,6 +202,12 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 				gemvTileFP8(dst, x, w, l, buf, j0, rows, k0)
 			}
 		}
+	}
+	if n > 1 && n <= fp8DecodedMaxRows && l == levelAVX2 && in > 0 && fp8InRegister(w, l, j0, j1) {
+		// Groups of four weight rows decoded once per reduction block into
+		// an L1 scratch that every activation row reads; the rows left
+		// over (fewer than four) go through the panel.
+		j0 = gemmFP8Decoded(dst, x, n, w, buf, j0, j1)
 	}
 	if n <= mr {
 		jt := j0
@@ -229,6 +248,82 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 			}
 		}
 	}
+}
+
+// fp8DecodedMaxRows bounds the activation rows of gemmFP8Decoded: each
+// group of four weight rows reads one reduction block of every activation
+// row, which must stay in L2 (n·gemmKC f32 values within gemmBlockBytes:
+// 64 rows); taller products go through the panel, whose blocks of weight
+// rows are read once per tile of activation rows instead.
+const fp8DecodedMaxRows = gemmBlockBytes / (4 * gemmKC)
+
+// gemmFP8Decoded computes, on AVX2, the whole groups of four weight rows
+// in [j0, j1) of an FP8 matrix that fp8InRegister accepts, for all n
+// activation rows, and returns the first row it left (j1 minus fewer than
+// four). Each group walks the reduction blocks in order; for each block the
+// four rows' codes are decoded once (decodeFP8Row: the in-register
+// arithmetic of the GEMV tile, exact, so the values are the dequantized
+// weights Matrix.Row gives; a scalar tail dequantized in Go) into an f32
+// scratch that stays in L1, and the activation rows pass over it in tiles
+// of at most three rows (stripF32, or gemmTile for a block with a scalar
+// tail): exactly the f32 tiles' arithmetic on the dequantized rows, so every
+// output has the bits of the f32 product, alone or in any batch, however
+// the rows are grouped. A block whose codes hold a NaN code is decoded again
+// by dequantPanel, whose f32 NaN weights give the f32 product's results.
+func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j0, j1 int) int {
+	in, out := w.Cols, w.Rows
+	s := w.Scales
+	jt := j0
+	for ; jt+4 <= j1; jt += 4 {
+		for k0 := 0; k0 < in; k0 += gemmKC {
+			kc := min(k0+gemmKC, in) - k0
+			kv := kc &^ 7
+			b0 := (k0 + s.ColOff) / FP8Block
+			first := (FP8Block - (k0+s.ColOff)%FP8Block) / 8
+			nan := false
+			for c := range 4 {
+				j := jt + c
+				srow := s.scaleRow(j)
+				row := buf[c*kc : (c+1)*kc]
+				codes := w.FP8[j*in+k0 : j*in+k0+kc]
+				if kv > 0 {
+					// Prefetch what this row's next call decodes: its next
+					// block or, after its last, the first block of the row
+					// four below (the next group); past the last group, the
+					// codes at hand.
+					pf := &codes[0]
+					switch {
+					case k0+gemmKC < in:
+						pf = &w.FP8[j*in+k0+gemmKC]
+					case j+4 < w.Rows:
+						pf = &w.FP8[(j+4)*in]
+					}
+					nan = decodeFP8Row(&row[0], &codes[0], kv, &srow[b0], first, pf) || nan
+				}
+				for k := kv; k < kc; k++ {
+					row[k] = numfmt.F32FromE4M3(codes[k]) * srow[(k0+k+s.ColOff)/FP8Block]
+				}
+			}
+			p := f32Rows{v: buf[:], j0: jt, k0: k0, ld: kc}
+			if nan {
+				p = dequantPanel(buf, w, jt, jt+4, k0)
+			}
+			add := 0
+			if k0 > 0 {
+				add = 1
+			}
+			for i0 := 0; i0 < n; {
+				m := passRows(n - i0)
+				if kv == kc {
+					stripF32(m, &x[i0*in+k0], in, &buf[0], kc, 1, kc, &dst[i0*out+jt], out, add)
+				} else {
+					gemmTile(dst, x, i0+m, w, &p, levelAVX2, i0, jt, 4, k0)
+				}
+				i0 += m
+			}
+		}
+	}
+	return jt
 }
 
 // fp8InRegister reports whether the fp8 GEMV tiles of level l can decode

@@ -1,0 +1,180 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// fewRows are the batch sizes of the few-row tests: 1 to 20, and both
+// sides of fp8DecodedMaxRows.
+var fewRows = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, fp8DecodedMaxRows, fp8DecodedMaxRows + 1}
+
+// skinnyCase is an fp8 weight for the few-row product tests: a matrix made
+// by make, and whether the AVX2 decoded path (gemmFP8Decoded) must take it.
+type skinnyCase struct {
+	name     string
+	make     func() *Matrix
+	register bool
+}
+
+// skinnyFP8Cases are the weights of TestMatMulTFP8FewRows: whole and
+// partial groups of four rows, columns not a multiple of 8 (a scalar tail
+// in the last reduction block) or of 16, several reduction blocks, row and
+// column slices of a bigger matrix (block-splitting row offsets; column
+// offsets the tiles take, a multiple of 16, and ones they do not), NaN codes
+// in the vectors and in the tail, and scales of every kind including ones
+// the in-register decoding refuses (magnitude 2^8 and more).
+func skinnyFP8Cases() []skinnyCase {
+	r := newRand(90)
+	plain := func(rows, cols, rowOff, colOff int) func() *Matrix {
+		return func() *Matrix { return randFP8(r, rows, cols, rowOff, colOff) }
+	}
+	big := randFP8(r, 70, 2*FP8Block+300, 0, 0)
+	withNaN := func(rows, cols int, at [][2]int) func() *Matrix {
+		return func() *Matrix {
+			w := randFP8(r, rows, cols, 0, 0)
+			for k, p := range at {
+				w.FP8[p[0]*cols+p[1]] = 0x7F | uint8(k&1)<<7
+			}
+			return w
+		}
+	}
+	withScales := func(rows, cols int, specials []float32) func() *Matrix {
+		return func() *Matrix {
+			w := randFP8(r, rows, cols, 0, 0)
+			for k, s := range specials {
+				w.Scales.S[(3*k)%len(w.Scales.S)] = s
+			}
+			return w
+		}
+	}
+	return []skinnyCase{
+		{"[8,256]", plain(8, 256, 0, 0), true},
+		{"[13,1037] tail 5", plain(13, 1037, 0, 0), true},
+		{"[9,301] tail 5", plain(9, 301, 0, 0), true},
+		{"[12,2100] three blocks", plain(12, 2*gemmKC+52, 0, 0), true},
+		{"[7,200] at (5,32)", plain(7, 200, 5, 32), true},
+		{"[11,333] at (3,8) splits pairs", plain(11, 333, 3, 8), false},
+		{"[6,130] at (0,1) splits vectors", plain(6, 130, 0, 1), false},
+		{"[4,16]", plain(4, 16, 0, 0), true},
+		{"[5,7] no vector", plain(5, 7, 0, 0), true},
+		{"SliceRows(3,41) of [70,556]", func() *Matrix { return big.SliceRows(3, 41) }, true},
+		{"SliceRows(60,10).SliceCols(144,300)", func() *Matrix { return big.SliceRows(60, 10).SliceCols(144, 300) }, true},
+		{"SliceCols(100,212) of [70,556]", func() *Matrix { return big.SliceCols(100, 212) }, false},
+		{"NaN codes", withNaN(10, 1100, [][2]int{{1, 0}, {2, 517}, {6, 1099}, {9, 1024}}), true},
+		{"NaN code in the tail", withNaN(8, 301, [][2]int{{5, 299}}), true},
+		{"zero, negative, subnormal scales", withScales(8, 520, []float32{0, -0.5, math.Float32frombits(3), -1e-30}), true},
+		{"scale 300", withScales(8, 520, []float32{300}), false},
+		{"scale 1e30", withScales(9, 300, []float32{1e30}), false},
+		{"infinite scale", withScales(9, 300, []float32{float32(math.Inf(-1))}), true},
+	}
+}
+
+// TestMatMulTFP8FewRows: under every implementation, for n = 1…20, 64 and
+// 65, an fp8
+// product has exactly the bits of (a) MatVecT on each row alone and (b) the
+// product with the dequantized f32 matrix, on one and two threads; on AVX2
+// the decoded path is the one taken exactly when its conditions hold.
+func TestMatMulTFP8FewRows(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(91)
+		for _, c := range skinnyFP8Cases() {
+			w := c.make()
+			if l := activeLevel(); l == levelAVX2 && fp8InRegister(w, l, 0, w.Rows) != c.register {
+				t.Fatalf("%s: fp8InRegister = %v, want %v", c.name, !c.register, c.register)
+			}
+			d := w.Dequantize()
+			for _, n := range fewRows {
+				x := randSlice(r, n*w.Cols, 1)
+				want := make([]float32, n*w.Rows)
+				MatMulT(want, x, n, d)
+				alone := make([]float32, n*w.Rows)
+				for i := range n {
+					MatVecT(alone[i*w.Rows:(i+1)*w.Rows], x[i*w.Cols:(i+1)*w.Cols], w)
+				}
+				if diff := cmp.Diff(bitsOf(want), bitsOf(alone)); diff != "" {
+					t.Errorf("%s n=%d: MatVecT row by row vs dequantized f32 (-f32 +fp8):\n%s", c.name, n, diff)
+				}
+				for _, threads := range []int{1, 2} {
+					SetThreads(threads)
+					got := make([]float32, n*w.Rows)
+					MatMulT(got, x, n, w)
+					if diff := cmp.Diff(bitsOf(want), bitsOf(got)); diff != "" {
+						t.Errorf("%s n=%d, %d threads: fp8 vs dequantized f32 (-f32 +fp8):\n%s", c.name, n, threads, diff)
+					}
+				}
+				SetThreads(1)
+			}
+		}
+	})
+}
+
+// TestMatMulTFP8NaNRows: a NaN code makes exactly its weight row's outputs
+// NaN in every activation row, wherever the code lies (a checked chunk, the
+// 8-byte rest, a later reduction block, the scalar tail), for batches that
+// take the decoded path.
+func TestMatMulTFP8NaNRows(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(92)
+		const rows, cols = 9, 1100
+		for _, col := range []int{0, 31, 32, 127, 128, 1023, 1024, 1095, 1099} {
+			w := randFP8(r, rows, cols, 0, 0)
+			bad := col % rows
+			w.FP8[bad*cols+col] = 0xFF
+			for _, n := range []int{2, 5, 8} {
+				x := randSlice(r, n*cols, 1)
+				dst := make([]float32, n*rows)
+				MatMulT(dst, x, n, w)
+				for i := range n {
+					for j := range rows {
+						if v := dst[i*rows+j]; (v != v) != (j == bad) {
+							t.Errorf("NaN code at (%d, %d), n=%d: output (%d, %d) = %v", bad, col, n, i, j, v)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestMatMulTBF16FewRows: the bf16 product of n = 1…20, 64 and 65 rows has
+// the bits
+// of MatVecT row by row and of the product with the widened f32 matrix,
+// on one and two threads.
+func TestMatMulTBF16FewRows(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(93)
+		for _, sh := range []struct{ rows, cols int }{{8, 256}, {13, 1037}, {9, 2*gemmKC + 52}, {5, 7}, {130, 300}} {
+			w := &Matrix{Rows: sh.rows, Cols: sh.cols, BF16: make([]uint16, sh.rows*sh.cols)}
+			for i, v := range randSlice(r, sh.rows*sh.cols, 1) {
+				w.BF16[i] = toBF16(v)
+			}
+			d := w.Dequantize()
+			for _, n := range fewRows {
+				name := fmt.Sprintf("[%d,%d] n=%d", sh.rows, sh.cols, n)
+				x := randSlice(r, n*sh.cols, 1)
+				want := make([]float32, n*sh.rows)
+				MatMulT(want, x, n, d)
+				alone := make([]float32, n*sh.rows)
+				for i := range n {
+					MatVecT(alone[i*sh.rows:(i+1)*sh.rows], x[i*sh.cols:(i+1)*sh.cols], w)
+				}
+				if diff := cmp.Diff(bitsOf(want), bitsOf(alone)); diff != "" {
+					t.Errorf("%s: MatVecT row by row vs widened f32 (-f32 +bf16):\n%s", name, diff)
+				}
+				for _, threads := range []int{1, 2} {
+					SetThreads(threads)
+					got := make([]float32, n*sh.rows)
+					MatMulT(got, x, n, w)
+					if diff := cmp.Diff(bitsOf(want), bitsOf(got)); diff != "" {
+						t.Errorf("%s, %d threads: bf16 vs widened f32 (-f32 +bf16):\n%s", name, threads, diff)
+					}
+				}
+				SetThreads(1)
+			}
+		}
+	})
+}
