@@ -86,3 +86,36 @@ func TestConstrainedSamplingAllocatesNothing(t *testing.T) {
 		t.Fatalf("a constrained Sample allocates %v times", n)
 	}
 }
+
+func TestArgmaxMasked(t *testing.T) {
+	logits := make([]float32, 130)
+	for i := range logits {
+		logits[i] = float32(i % 7)
+	}
+	logits[3] = 50
+	mask := make([]uint64, 3)
+	if got := ArgmaxMasked(logits, mask); got != -1 {
+		t.Errorf("nothing allowed: %d, want -1", got)
+	}
+	for _, i := range []int{1, 64, 70, 129} {
+		mask[i/64] |= 1 << (i % 64)
+	}
+	// 70 % 7 = 0, 64 % 7 = 1, 1 % 7 = 1, 129 % 7 = 3: the largest allowed.
+	if got := ArgmaxMasked(logits, mask); got != 129 {
+		t.Errorf("got %d, want 129", got)
+	}
+	mask[2] = ^uint64(0) // bits past the logits are ignored
+	if got := ArgmaxMasked(logits, mask); got != 129 {
+		t.Errorf("bits past the end: got %d, want 129", got)
+	}
+	for i := range mask {
+		mask[i] = ^uint64(0)
+	}
+	if got, want := ArgmaxMasked(logits, mask), Argmax(logits); got != want {
+		t.Errorf("all allowed: %d, Argmax %d", got, want)
+	}
+	logits[100] = 50 // a tie with 3: the first wins
+	if got := ArgmaxMasked(logits, mask); got != 3 {
+		t.Errorf("tie: got %d, want 3", got)
+	}
+}

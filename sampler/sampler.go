@@ -123,6 +123,14 @@ type Constraint interface {
 	Accept(tok int) error
 }
 
+// DraftConstraint is a Constraint that also takes back its last k accepted
+// tokens, so that speculative decoding can propose drafts under it and
+// withdraw them before verification draws the tokens for good.
+type DraftConstraint interface {
+	Constraint
+	Rollback(k int) error
+}
+
 // ErrNoTokenAllowed is the error of a constrained step in which no token
 // survives the constraint's mask and the request's own restrictions
 // (allowed_token_ids, min_tokens).
@@ -137,6 +145,9 @@ func (s *State) Constrain(c Constraint) { s.c = c }
 // refused the token, or no token was allowed (ErrNoTokenAllowed). The
 // sequence must end then.
 func (s *State) Err() error { return s.err }
+
+// Constraint is the constraint set by Constrain (nil: none).
+func (s *State) Constraint() Constraint { return s.c }
 
 // NewState validates p and returns the sampler of one sequence whose prompt
 // is prompt and which generates at most maxOut tokens. Everything it needs
@@ -542,6 +553,25 @@ func Argmax(logits []float32) int {
 	for i, v := range logits {
 		if v > logits[best] {
 			best = i
+		}
+	}
+	return best
+}
+
+// ArgmaxMasked is the index of the largest of the logits that mask allows
+// (bit i of word i/64; the first on ties, as Argmax), or -1 when it allows
+// none.
+func ArgmaxMasked(logits []float32, mask []uint64) int {
+	best := -1
+	for w, m := range mask {
+		for ; m != 0; m &= m - 1 {
+			i := w*64 + bits.TrailingZeros64(m)
+			if i >= len(logits) {
+				return best
+			}
+			if best < 0 || logits[i] > logits[best] {
+				best = i
+			}
 		}
 	}
 	return best
