@@ -215,7 +215,7 @@ func New(cfg *config.Model, weightBytes int64, newExec ExecutorFactory, opt Opti
 	e.forked = make([]int32, opt.MaxNumSeqs)
 	e.forkLP = make([]float64, opt.MaxNumSeqs)
 	if opt.Speculative != nil {
-		e.spec = newSpeculator(opt.Speculative, opt.MaxNumSeqs, opt.MaxNumBatchedTokens)
+		e.spec = newSpeculator(opt.Speculative, opt.MaxNumSeqs, opt.MaxNumBatchedTokens, cfg.VocabSize)
 	}
 	e.stats.KVBlocks = mem.NumBlocks
 	go e.loop()

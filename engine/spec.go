@@ -41,14 +41,19 @@ type speculator struct {
 	drafts   []int32 // per drafting sequence, k
 	allowed  []int
 	chainRow []int32 // per drafting sequence: its row in the last draft step
-	stats    spec.Stats
+	// held is, per drafting sequence, the drafts its structured output's
+	// constraint accepted while they were proposed (withdrawn before
+	// verification); mask is the constraint's mask of one draft.
+	held  []int
+	mask  []uint64
+	stats spec.Stats
 	// script, set only by tests, rewrites the drafts of a sequence whose
 	// tokens so far are toks, so that verification on a real model meets
 	// drafts that are right, wrong or right in part.
 	script func(toks, drafts []int32)
 }
 
-func newSpeculator(c *spec.Config, maxSeqs, maxTokens int) *speculator {
+func newSpeculator(c *spec.Config, maxSeqs, maxTokens, vocab int) *speculator {
 	k := c.K()
 	return &speculator{
 		k:        k,
@@ -62,6 +67,8 @@ func newSpeculator(c *spec.Config, maxSeqs, maxTokens int) *speculator {
 		drafts:   make([]int32, maxSeqs*k),
 		allowed:  make([]int, maxSeqs),
 		chainRow: make([]int32, maxSeqs),
+		held:     make([]int, maxSeqs),
+		mask:     make([]uint64, (vocab+63)/64),
 		stats:    spec.NewStats(k),
 	}
 }
@@ -100,6 +107,28 @@ func (e *Engine) verify(sq *sequence, i, first int, drafts []int32) (int32, int3
 	}
 	sp.stats.Add(len(drafts), a)
 	return int32(a), tok
+}
+
+// propose picks the next draft of drafting sequence c (sp.ids[c]) from the
+// drafter's logits lg: their argmax, or, under a structured output whose
+// constraint can take drafts back, the argmax of the tokens it allows after
+// the sequence's tokens and drafts so far, which it then accepts (draft
+// withdraws them). Drafts the grammar refuses would only be rejected; the
+// grammar's forced tokens are drafted right. ok is false when the
+// constraint allows no token (a draft ended the output).
+func (e *Engine) propose(c int, lg []float32) (int32, bool) {
+	sp := e.spec
+	dc, _ := e.live[sp.ids[c]].sampler.Constraint().(sampler.DraftConstraint)
+	if dc == nil {
+		return int32(sampler.Argmax(lg)), true
+	}
+	dc.FillMask(sp.mask)
+	t := sampler.ArgmaxMasked(lg, sp.mask)
+	if t < 0 || dc.Accept(t) != nil {
+		return 0, false
+	}
+	sp.held[c]++
+	return int32(t), true
 }
 
 // draft runs the drafter after target step p: the pass over every entry's
@@ -145,9 +174,13 @@ func (e *Engine) draft(p *StepPlan) error {
 		if k == 0 {
 			continue
 		}
-		sp.ids[n], sp.allowed[n] = id, k
+		sp.ids[n], sp.allowed[n], sp.held[n] = id, k, 0
 		_, lg := e.exec.Logits(i) // one logit row per pass sequence
-		sp.drafts[n*sp.k] = int32(sampler.Argmax(lg))
+		d, ok := e.propose(n, lg)
+		if !ok {
+			continue // its constraint allows nothing to draft
+		}
+		sp.drafts[n*sp.k] = d
 		sp.chainRow[n] = int32(sp.passEnd[i] - 1)
 		n++
 	}
@@ -175,12 +208,22 @@ func (e *Engine) draft(p *StepPlan) error {
 				continue
 			}
 			_, lg := e.exec.Logits(r)
-			sp.drafts[c*sp.k+j] = int32(sampler.Argmax(lg))
 			sp.chainRow[c] = int32(r)
 			r++
+			d, ok := e.propose(c, lg)
+			if !ok {
+				sp.allowed[c] = j // drafts 0 … j-1 only
+				continue
+			}
+			sp.drafts[c*sp.k+j] = d
 		}
 	}
 	for c, id := range sp.ids {
+		if h := sp.held[c]; h > 0 {
+			if err := e.live[id].sampler.Constraint().(sampler.DraftConstraint).Rollback(h); err != nil {
+				return fmt.Errorf("withdraw %d drafts from request %d's structured output: %w", h, id, err)
+			}
+		}
 		if sp.script != nil {
 			toks, _ := e.sched.Tokens(id)
 			sp.script(toks, sp.drafts[c*sp.k:c*sp.k+sp.allowed[c]])
