@@ -44,6 +44,9 @@ def e4m3_table():
 
 
 _E4M3 = e4m3_table()
+# Anchors of the format: 1.0, the largest finite value, the smallest normal and subnormal, NaN.
+assert _E4M3[0x38] == 1.0 and _E4M3[0x7E] == 448.0 and _E4M3[0xFE] == -448.0
+assert _E4M3[0x08] == 2.0 ** -6 and _E4M3[0x01] == 2.0 ** -9 and np.isnan(_E4M3[0x7F]) and np.isnan(_E4M3[0xFF])
 
 
 def read_header(path):

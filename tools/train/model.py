@@ -319,8 +319,10 @@ class Model(nn.Module):
         return self.model.embed_tokens.weight if self.cfg.tie_word_embeddings else self.lm_head.weight
 
     def rope_tables(self, positions):
+        """cos and sin [T, d_rope/2], computed in float64, in the model's dtype."""
         ang = positions.to(torch.float64).unsqueeze(-1) * self.freq
-        return ang.cos() * self.attn_factor, ang.sin() * self.attn_factor
+        dt = self.model.embed_tokens.weight.dtype
+        return (ang.cos() * self.attn_factor).to(dt), (ang.sin() * self.attn_factor).to(dt)
 
     def forward(self, tokens, traces=None):
         """tokens: [T] at positions 0..T-1. Returns (logits [T, V], hidden [T, D] after the

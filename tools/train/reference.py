@@ -159,6 +159,8 @@ def main():
     ap.add_argument("--out", default="model/testdata/torchref", help="directory of the reference files")
     ap.add_argument("--work", default=None, help="scratch directory for the checkpoints (default: a temporary one)")
     ap.add_argument("--case", action="append", help="preset/dtype/seed to write (default: all)")
+    ap.add_argument("--allow-near-ties", action="store_true",
+                    help="write cases with decisions within TIE_REL of a tie (float32 may decide them otherwise)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cases = CASES
@@ -178,6 +180,8 @@ def main():
                 with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename="") as g:
                     g.write(data)
             print(f"{name}: {len(data)} bytes of JSON, near ties {rec['near_ties']}")
+            if rec["near_ties"] and not args.allow_near_ties:
+                sys.exit(f"{name} has near ties {rec['near_ties']}: pick another seed or prompt, or pass --allow-near-ties")
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
