@@ -202,3 +202,52 @@ func TestRequestTimeout(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A body over the 16 MiB limit is answered 413: at once when its
+// Content-Length says so, even if it is sent slower than the body timeout,
+// and when read without a declared length once it runs over.
+func TestOversizedBodyIsRefused(t *testing.T) {
+	hs, fake, _ := limitedServer(t, HTTPLimits{BodyTimeout: 300 * time.Millisecond}, nil)
+	t.Run("declared", func(t *testing.T) {
+		c := dial(t, hs)
+		// Only the headers are sent: the answer may not wait for the body.
+		if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+			itoa(maxBodyBytes+1)+"\r\n\r\n{"); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "HTTP/1.1 413") {
+			t.Fatalf("status line %q (%v), want 413 before the body arrives", line, err)
+		}
+	})
+	t.Run("chunked", func(t *testing.T) {
+		body := io.MultiReader(strings.NewReader(`{"prompt":"`), io.LimitReader(zeros{}, maxBodyBytes), strings.NewReader(`"}`))
+		req, err := http.NewRequest(http.MethodPost, hs.URL+"/v1/completions", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("status %d, want 413", resp.StatusCode)
+		}
+	})
+	if n := len(fake.submitted); n != 0 {
+		t.Errorf("%d requests reached the engine", n)
+	}
+}
+
+// zeros reads as an endless run of '0' bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = '0'
+	}
+	return len(p), nil
+}

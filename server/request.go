@@ -75,18 +75,32 @@ type promptJob struct {
 	maxTokens int
 }
 
+// tooLarge is the refusal of a body over maxBodyBytes (its declared length,
+// or -1 when it had none and ran over while read).
+func tooLarge(declared int64) *apiError {
+	msg := fmt.Sprintf("request body is larger than %d bytes; send a shorter prompt", int64(maxBodyBytes))
+	if declared >= 0 {
+		msg = fmt.Sprintf("request body of %d bytes (Content-Length) is larger than %d bytes; send a shorter prompt", declared, int64(maxBodyBytes))
+	}
+	return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", msg: msg}
+}
+
 // decodeBody reads a JSON request body into v and returns the body. A body
 // that is not JSON, or whose field has the wrong JSON type, is refused with
 // a message in the request's terms (the field's JSON path in param, the JSON
 // type wanted and the one sent), never the decoder's Go types.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, *apiError) {
+	if r.ContentLength > maxBodyBytes {
+		// Declared too large: refused before a byte of it is read, so the
+		// answer does not depend on how fast the client sends it.
+		return nil, tooLarge(r.ContentLength)
+	}
 	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(body); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
-				msg: fmt.Sprintf("request body is larger than %d bytes; send a shorter prompt", tooBig.Limit)}
+			return nil, tooLarge(-1)
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error",
