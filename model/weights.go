@@ -75,6 +75,9 @@ func FP8Quantization(cfg *config.Model) *config.Quantization {
 	return q
 }
 
+// embedName is the main embedding's tensor name.
+const embedName = "model.embed_tokens.weight"
+
 // RandomTensors returns deterministic random weights for cfg under HF names,
 // in the layout real checkpoints use. Each tensor draws from its own PCG
 // stream keyed by (seed, name), so the values do not depend on the order or
@@ -82,13 +85,23 @@ func FP8Quantization(cfg *config.Model) *config.Quantization {
 // is "bfloat16", else as f32; with an fp8 cfg.Quantization the quantizable
 // Linear weights are F8_E4M3 with a weight_scale_inv beside them; tensors
 // real checkpoints keep in float32 (the router's bias) are F32 in every
-// case.
+// case. An MTP layer's copy of the embedding (DeepSeek-V3.2) holds the main
+// embedding's values, as published checkpoints do (the MTP layer shares the
+// embedding of the main model).
 func RandomTensors(cfg *config.Model, seed uint64) TensorMap {
 	out := make(TensorMap)
 	bf16 := cfg.TorchDtype == "bfloat16"
 	fp8 := cfg.Quantization != nil
+	var embed []float32
 	for _, s := range TensorSpecs(cfg) {
-		vals := randomValues(s, seed)
+		vals := embed
+		switch {
+		case !sharesEmbedding(cfg, s.Name):
+			vals = randomValues(s, seed)
+		case embed == nil:
+			embed = randomValues(TensorSpec{Name: embedName, Shape: s.Shape, Kind: InitEmbedding}, seed)
+			vals = embed
+		}
 		switch {
 		case s.F32:
 			out[s.Name] = safetensors.FromF32(s.Name, s.Shape, vals)
@@ -109,6 +122,20 @@ func RandomTensors(cfg *config.Model, seed uint64) TensorMap {
 		}
 	}
 	return out
+}
+
+// sharesEmbedding reports whether tensor name holds the main embedding's
+// values: the embedding itself or an MTP layer's copy of it.
+func sharesEmbedding(cfg *config.Model, name string) bool {
+	if name == embedName {
+		return true
+	}
+	for k := 0; k < cfg.NumNextNPredict; k++ {
+		if name == LayerPrefix(cfg.NumLayers+k)+"embed_tokens.weight" {
+			return true
+		}
+	}
+	return false
 }
 
 func randomValues(s TensorSpec, seed uint64) []float32 {
