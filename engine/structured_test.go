@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -317,3 +319,96 @@ func TestStructuredOutputSpeculative(t *testing.T) {
 	}
 }
 
+// BenchmarkStructuredDecode: the cost of structured output in decoding.
+// One greedy request per iteration on glm5-mini and glm5-shape (random
+// weights, one rank), constrained by a small and by the large benchmark
+// schema (grammar/testdata), against the same request unconstrained with
+// as many tokens (ignore EOS, max tokens = the constrained output's
+// length): both take the same steps, so the difference is what masking
+// costs (the matcher's FillMask and Accept and the sampler's mask). The
+// grammar is compiled before the loop (as the server's Compiler keeps it);
+// every iteration starts a fresh matcher, as a request does.
+func BenchmarkStructuredDecode(b *testing.B) {
+	large, err := os.ReadFile("../grammar/testdata/large-schema.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	schemas := []struct{ name, text string }{
+		{"small", `{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"type":"integer","minimum":0,"maximum":99},"tag":{"enum":["x","yy"]}},"required":["ok","n","tag"],"additionalProperties":false}`},
+		{"large", string(large)},
+	}
+	tok, err := tokenizer.Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, preset := range []string{"glm5-mini", "glm5-shape"} {
+		cfg, src, err := model.Source(preset, model.DefaultWeightSeed)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		v, err := grammar.VocabFromTokenizer(tok, cfg.VocabSize)
+		if err != nil {
+			b.Fatal(err)
+		}
+		o := Options{MaxNumBatchedTokens: 32, MaxNumSeqs: 2, MaxModelLen: 96, BlockSize: 16, KVDType: kvcache.KVF32,
+			Layout: kvcache.Layout{N: 1, I: 1}, MemoryLimit: 8 << 30, DisablePrefixCaching: true}
+		e, err := New(cfg, WeightBytes(m), SingleRank(m), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gen := func(b *testing.B, req Request) int {
+			ch, err := e.Submit(context.Background(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for ev := range ch {
+				if ev.Err != nil {
+					b.Fatal(ev.Err)
+				}
+				if ev.Finish != FinishAbort {
+					n++
+				}
+			}
+			return n
+		}
+		prompt := []int{11, 200, 3000, 45, 7}
+		for _, s := range schemas {
+			lim := grammar.DefaultLimits()
+			lim.MaxCompileTime = time.Minute // measured, not served: the machine may be loaded
+			g, err := grammar.Compile(grammar.Spec{Kind: grammar.KindJSONSchema, NoWhitespace: true, Text: s.text}, v, lim)
+			if err != nil {
+				b.Fatal(err)
+			}
+			constrained := Request{ID: "c", PromptIDs: prompt, MaxTokens: 64, StopTokenIDs: cfg.EOSTokenIDs, Constraint: matchers{g}}
+			n := gen(b, constrained) // warm-up, and the output's length
+			plain := Request{ID: "p", PromptIDs: prompt, MaxTokens: n, IgnoreEOS: true}
+			b.Run(fmt.Sprintf("%s/%s", preset, s.name), func(b *testing.B) {
+				// Interleaved, so that both see the same load.
+				var tPlain, tCons time.Duration
+				for b.Loop() {
+					for _, tc := range []struct {
+						req Request
+						t   *time.Duration
+					}{{plain, &tPlain}, {constrained, &tCons}} {
+						start := time.Now()
+						if got := gen(b, tc.req); got != n {
+							b.Fatalf("%d tokens, want %d", got, n)
+						}
+						*tc.t += time.Since(start)
+					}
+				}
+				per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N*n) / 1e6 }
+				b.ReportMetric(per(tPlain), "plain-ms/token")
+				b.ReportMetric(per(tCons), "constrained-ms/token")
+				b.ReportMetric(100*(per(tCons)-per(tPlain))/per(tPlain), "overhead-%")
+				b.ReportMetric(float64(n), "tokens")
+			})
+		}
+		e.Close()
+	}
+}
