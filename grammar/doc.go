@@ -13,7 +13,11 @@
 // accepts whatever the stack below it holds, and the tokens that leave
 // the state's rule and so depend on that stack. Those per-state masks are
 // cached per vocabulary under a structural key, so the rules most grammars
-// share (JSON strings, numbers, free values) are walked once per process.
+// share (JSON strings, numbers, free values) are walked once per process;
+// within a grammar, a state that no string of up to k bytes tells apart
+// from one computed before it (the many states of a counted repetition)
+// takes that state's tokens of up to k bytes and walks only the longer
+// ones. A Compiler keeps a server's recent grammars within a byte budget.
 //
 // A Matcher follows one sequence: Accept advances over a token (all its
 // bytes, across rule and JSON-token boundaries), FillMask writes the
@@ -42,7 +46,8 @@
 // mask cache (safe for concurrent use), and never let a grammar's
 // language grow past its constraint to make compilation cheaper: where
 // an exact construction is too costly it generates a documented subset
-// (property order, canonical string escapes, bounded number digits and
-// format lengths, extra property names that differ from listed ones in
-// their first character).
+// (property order, canonical escapes in strings a pattern, format or enum
+// constrains, bounded number digits and format lengths, extra property
+// names that differ from listed ones in their first character). Global
+// state: the vocabulary's mask cache, and SharedVocab's vocabularies.
 package grammar

@@ -21,6 +21,12 @@
 // decoder's Go types. An engine that has failed (its Err is set) makes
 // /health answer 503 and new requests 503 engine_failed.
 //
+// Structured output (response_format, structured_outputs, guided_*;
+// structured.go) is compiled by the grammar package after admission,
+// within its limits, and every sequence of the request draws under its own
+// matcher; what the grammar cannot enforce is refused with 400 naming the
+// field and the keyword, never approximated.
+//
 // Text leaves the server only in whole characters (the tokenizer's stream
 // decoder holds back incomplete UTF-8) and never past a stop string: text
 // that could still become the start of a stop string is held back until

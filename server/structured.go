@@ -228,14 +228,14 @@ func (s *Server) parseStructured(f *structuredFields, j *job) *apiError {
 		return badRequest(set[1].param, "the request asks for %d constraints (%s); give exactly one", len(set), strings.Join(names, ", "))
 	}
 	spec, param := set[0].spec, set[0].param
-	json := spec.Kind == grammar.KindJSONSchema || spec.Kind == grammar.KindJSONObject
+	isJSON := spec.Kind == grammar.KindJSONSchema || spec.Kind == grammar.KindJSONObject
 	if so != nil {
 		spec.NoWhitespace = so.DisableAnyWhitespace
 		spec.NoAdditionalProperties = so.DisableAdditionalProperties
 		if so.WhitespacePattern != nil {
 			spec.WhitespacePattern = *so.WhitespacePattern
 		}
-		if !json && (so.DisableAnyWhitespace || so.DisableAdditionalProperties || so.WhitespacePattern != nil) {
+		if !isJSON && (so.DisableAnyWhitespace || so.DisableAdditionalProperties || so.WhitespacePattern != nil) {
 			return badRequest("structured_outputs", "disable_any_whitespace, disable_additional_properties and whitespace_pattern apply to JSON constraints, and the request's is %s", spec.Kind)
 		}
 	}
