@@ -1,6 +1,7 @@
 // Package kernels holds the numeric building blocks of the engine: the Linear
 // layer (MatMulT/MatVecT over f32, bf16 or fp8 block-scaled weights, a
-// Matrix cut into tensor-parallel shards by SliceRows and SliceCols), dot
+// Matrix cut into tensor-parallel shards by SliceRows and SliceCols, and
+// MatMulTHeads for one small product per attention head), dot
 // products, RMSNorm and
 // LayerNorm, SiLU/SwiGLU, softmax and log-sum-exp, a deterministic top-k,
 // rotary position embeddings with DeepSeek-style YaRN, multi-query softmax
@@ -58,7 +59,7 @@
 //
 // Invariants and what the package must never do:
 //
-//   - The hot functions (MatMulT, MatVecT, Dot, Axpy, RMSNorm, LayerNorm,
+//   - The hot functions (MatMulT, MatVecT, MatMulTHeads, Dot, Axpy, RMSNorm, LayerNorm,
 //     SwiGLU, Softmax, LogSumExp, TopK, Rope.Apply, Rope.Apply64, the
 //     Attend* functions, WeightedReLUScores, ScoreKeys, ScoreGatheredKeys,
 //     DecodeE4M3Scaled, WidenBF16, DecodeRecords)
