@@ -2029,7 +2029,11 @@ func gemvFP8256() {
 
 func fp8GEMVTile(g fp8GEMV) {
 	name := g.name
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w *uint8, ldw int, kn int, sc *[%d]*float32, first int, out *float32) int", g.rows))
+	sig := fmt.Sprintf("func(x *float32, w *uint8, ldw int, kn int, sc *[%d]*float32, first int, out *float32) int", g.rows)
+	if g.rows == 4 {
+		sig = "func(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int"
+	}
+	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes one activation row's dot products with %d fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of %d) elements and reports NaN codes.", name, g.rows, g.lanes))
 	R := g.rows
@@ -2069,6 +2073,8 @@ func fp8GEMVTile(g fp8GEMV) {
 	}
 	off := GP64() // code bytes consumed per row
 	XORQ(off, off)
+	var pfo Register // pfd + off, on AVX2
+	pf := func(j int) Mem { return row(j, gemvPrefetch) }
 	xmem := func(v int) Mem { return Mem{Base: x, Disp: 4 * g.lanes * v} }
 	if R == 4 {
 		// Four row pointers indexed by off, and x by 4·off: one add per
@@ -2079,6 +2085,11 @@ func fp8GEMVTile(g fp8GEMV) {
 		}
 		row = func(j, disp int) Mem { return Mem{Base: r[j], Index: off, Scale: 1, Disp: disp} }
 		xmem = func(v int) Mem { return Mem{Base: x, Index: off, Scale: 4, Disp: 4 * g.lanes * v} }
+		// The prefetches run pfd bytes ahead of off: the caller points
+		// them at what its next call reads (the next block of each row,
+		// or after a row's last block the first of the row four below).
+		pfo = Load(Param("pfd"), GP64())
+		pf = func(j int) Mem { return Mem{Base: r[j], Index: pfo, Scale: 1} }
 	}
 	kn := Load(Param("kn"), GP64())
 	sc := Load(Param("sc"), GP64())
@@ -2147,7 +2158,7 @@ func fp8GEMVTile(g fp8GEMV) {
 		for j := range R {
 			VPMAXUB(row(j, -g.chunk), nanU, nanU)
 			VPMAXSB(row(j, -g.chunk), nanS, nanS)
-			PREFETCHT0(row(j, gemvPrefetch))
+			PREFETCHT0(pf(j))
 		}
 		Label(next)
 	}
@@ -2169,6 +2180,7 @@ func fp8GEMVTile(g fp8GEMV) {
 		vecStep(0)
 		vecStep(1)
 		ADDQ(U32(2*g.lanes), off)
+		ADDQ(U32(2*g.lanes), pfo)
 		chunkCheck(name + "_next")
 		DECQ(pairs)
 		JNZ(LabelRef(name + "_pair"))
@@ -2177,6 +2189,7 @@ func fp8GEMVTile(g fp8GEMV) {
 		JZ(LabelRef(name + "_blockdone"))
 		vecStep(0)
 		ADDQ(U32(g.lanes), off)
+		ADDQ(U32(g.lanes), pfo)
 		Label(name + "_blockdone")
 	} else {
 		Label(name + "_step")

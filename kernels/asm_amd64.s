@@ -8909,9 +8909,9 @@ dotTile1x8FP8AVX512_nan:
 	VZEROUPPER
 	RET
 
-// func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+// func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·dotTile1x4FP8AVX2(SB), NOSPLIT, $0-64
+TEXT ·dotTile1x4FP8AVX2(SB), NOSPLIT, $0-72
 	MOVQ         x+0(FP), AX
 	MOVQ         w+8(FP), CX
 	MOVQ         ldw+16(FP), DX
@@ -8919,50 +8919,51 @@ TEXT ·dotTile1x4FP8AVX2(SB), NOSPLIT, $0-64
 	LEAQ         (CX)(DX*1), SI
 	LEAQ         (SI)(DX*1), DI
 	LEAQ         (DI)(DX*1), DX
-	MOVQ         kn+24(FP), R8
-	MOVQ         sc+32(FP), R9
-	MOVQ         first+40(FP), R10
+	MOVQ         pfd+48(FP), R8
+	MOVQ         kn+24(FP), R9
+	MOVQ         sc+32(FP), R10
+	MOVQ         first+40(FP), R11
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 	VXORPS       Y14, Y14, Y14
 	VXORPS       Y15, Y15, Y15
-	MOVL         $0x87f00000, R11
-	VMOVD        R11, X13
+	MOVL         $0x87f00000, R12
+	VMOVD        R12, X13
 	VPBROADCASTD X13, Y13
-	SHRQ         $0x03, R8
+	SHRQ         $0x03, R9
 	JZ           dotTile1x4FP8AVX2_nan
 
 dotTile1x4FP8AVX2_block:
-	MOVL         $0x7b800000, R11
-	VMOVD        R11, X9
+	MOVL         $0x7b800000, R12
+	VMOVD        R12, X9
 	VBROADCASTSS X9, Y8
-	MOVQ         (R9), R11
-	VBROADCASTSS (R11), Y4
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Y4
 	VMULPS       Y8, Y4, Y4
-	ADDQ         $0x04, R11
-	MOVQ         R11, (R9)
-	MOVQ         8(R9), R11
-	VBROADCASTSS (R11), Y5
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Y5
 	VMULPS       Y8, Y5, Y5
-	ADDQ         $0x04, R11
-	MOVQ         R11, 8(R9)
-	MOVQ         16(R9), R11
-	VBROADCASTSS (R11), Y6
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Y6
 	VMULPS       Y8, Y6, Y6
-	ADDQ         $0x04, R11
-	MOVQ         R11, 16(R9)
-	MOVQ         24(R9), R11
-	VBROADCASTSS (R11), Y7
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Y7
 	VMULPS       Y8, Y7, Y7
-	ADDQ         $0x04, R11
-	MOVQ         R11, 24(R9)
-	CMPQ         R8, R10
-	CMOVQLT      R8, R10
-	SUBQ         R10, R8
-	MOVQ         R10, R11
-	SHRQ         $0x01, R11
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
+	MOVQ         R11, R12
+	SHRQ         $0x01, R12
 	JZ           dotTile1x4FP8AVX2_single
 
 dotTile1x4FP8AVX2_pair:
@@ -9009,27 +9010,28 @@ dotTile1x4FP8AVX2_pair:
 	VMULPS      Y7, Y11, Y11
 	VFMADD231PS Y11, Y12, Y3
 	ADDQ        $0x00000010, BX
+	ADDQ        $0x00000010, R8
 	TESTQ       $0x0000001f, BX
 	JNZ         dotTile1x4FP8AVX2_next
 	VPMAXUB     -32(CX)(BX*1), Y14, Y14
 	VPMAXSB     -32(CX)(BX*1), Y15, Y15
-	PREFETCHT0  1024(CX)(BX*1)
+	PREFETCHT0  (CX)(R8*1)
 	VPMAXUB     -32(SI)(BX*1), Y14, Y14
 	VPMAXSB     -32(SI)(BX*1), Y15, Y15
-	PREFETCHT0  1024(SI)(BX*1)
+	PREFETCHT0  (SI)(R8*1)
 	VPMAXUB     -32(DI)(BX*1), Y14, Y14
 	VPMAXSB     -32(DI)(BX*1), Y15, Y15
-	PREFETCHT0  1024(DI)(BX*1)
+	PREFETCHT0  (DI)(R8*1)
 	VPMAXUB     -32(DX)(BX*1), Y14, Y14
 	VPMAXSB     -32(DX)(BX*1), Y15, Y15
-	PREFETCHT0  1024(DX)(BX*1)
+	PREFETCHT0  (DX)(R8*1)
 
 dotTile1x4FP8AVX2_next:
-	DECQ R11
+	DECQ R12
 	JNZ  dotTile1x4FP8AVX2_pair
 
 dotTile1x4FP8AVX2_single:
-	TESTQ       $0x00000001, R10
+	TESTQ       $0x00000001, R11
 	JZ          dotTile1x4FP8AVX2_blockdone
 	VMOVUPS     (AX)(BX*4), Y12
 	VPMOVSXBD   (CX)(BX*1), Y8
@@ -9053,23 +9055,24 @@ dotTile1x4FP8AVX2_single:
 	VMULPS      Y7, Y11, Y11
 	VFMADD231PS Y11, Y12, Y3
 	ADDQ        $0x00000008, BX
+	ADDQ        $0x00000008, R8
 
 dotTile1x4FP8AVX2_blockdone:
-	MOVQ  $0x00000010, R10
-	TESTQ R8, R8
+	MOVQ  $0x00000010, R11
+	TESTQ R9, R9
 	JNZ   dotTile1x4FP8AVX2_block
 
 dotTile1x4FP8AVX2_nan:
 	VPCMPEQB     Y8, Y8, Y8
 	VPCMPEQB     Y8, Y14, Y14
-	MOVL         $0x7f7f7f7f, R11
-	VMOVD        R11, X9
+	MOVL         $0x7f7f7f7f, R12
+	VMOVD        R12, X9
 	VPBROADCASTD X9, Y9
 	VPCMPEQB     Y9, Y15, Y15
 	VPOR         Y14, Y15, Y15
 	VPMOVMSKB    Y15, AX
-	MOVQ         AX, ret+56(FP)
-	MOVQ         out+48(FP), AX
+	MOVQ         AX, ret+64(FP)
+	MOVQ         out+56(FP), AX
 	VHADDPS      Y1, Y0, Y0
 	VHADDPS      Y3, Y2, Y2
 	VHADDPS      Y2, Y0, Y0

@@ -144,9 +144,10 @@ func dotTile1x8FP8(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first int
 	return dotTile1x8FP8AVX512(x, w, ldw, kn, sc, first, &out[0]) != 0
 }
 
-// dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks.
-func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first int, out *[4]float32) bool {
-	return dotTile1x4FP8AVX2(x, w, ldw, kn, sc, first, &out[0]) != 0
+// dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,
+// each row prefetched pfd bytes past the codes it reads.
+func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[4]float32) bool {
+	return dotTile1x4FP8AVX2(x, w, ldw, kn, sc, first, pfd, &out[0]) != 0
 }
 
 // decodeFP8Row decodes kn (a multiple of 8) codes of one fp8 weight row

@@ -370,7 +370,14 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	if l == levelAVX512 {
 		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, &tile)
 	} else {
-		nan = dotTile1x4FP8(&x[k0], &codes[0], in, kv, (*[4]*float32)(sc[:4]), first, (*[4]float32)(tile[:4]))
+		// Prefetch what the next call reads: each row's next block or,
+		// after its last, the first block of the row four below (the
+		// next tile's rows), whose first block would otherwise start cold.
+		pfd := gemmKC
+		if k1 == in {
+			pfd = rows*in - k0
+		}
+		nan = dotTile1x4FP8(&x[k0], &codes[0], in, kv, (*[4]*float32)(sc[:4]), first, pfd, (*[4]float32)(tile[:4]))
 	}
 	// The tile checks whole chunks of four vectors; the rest here.
 	if chunk := 4 * lanes; !nan && kv%chunk != 0 {
