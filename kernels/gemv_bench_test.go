@@ -73,7 +73,9 @@ func streamRate(buf []float32, threads int) float64 {
 // BenchmarkGEMV times MatVecT at GLM-5's projection and expert shapes in
 // fp8, bf16 and f32 on one and two threads. GB/s counts the weight bytes
 // (one per fp8 weight); stream-% is that rate over the StreamSum read
-// bandwidth measured on the same threads right after the calls.
+// bandwidth measured on the same threads right after the calls. On one
+// thread cpu-ms is the calling thread's CPU time per call (Linux), the
+// steadier time on a shared machine (see BenchmarkSkinnyGEMM).
 func BenchmarkGEMV(b *testing.B) {
 	buf := make([]float32, 64<<20)
 	for i := range buf {
@@ -88,13 +90,19 @@ func BenchmarkGEMV(b *testing.B) {
 					x := randSlice(r, sh.in, 1)
 					dst := make([]float32, sh.out)
 					defer SetThreads(SetThreads(threads))
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
 					MatVecT(dst, x, ws[0])
 					k := 0
+					cpu0, cpuOK := threadCPU()
 					for b.Loop() {
 						MatVecT(dst, x, ws[k])
 						k = (k + 1) % len(ws)
 					}
 					bytes := float64(sh.out*sh.in) * float64(ws[0].bytesPerWeight())
+					if cpu1, _ := threadCPU(); cpuOK && threads == 1 {
+						b.ReportMetric((cpu1-cpu0)*1e3/float64(b.N), "cpu-ms")
+					}
 					s := b.Elapsed().Seconds() / float64(b.N)
 					b.ReportMetric(bytes/s/1e9, "GB/s")
 					b.ReportMetric(100*bytes/s/1e9/streamRate(buf, threads), "stream-%")
