@@ -23,7 +23,7 @@ func TestCompilerKeepsRecentGrammars(t *testing.T) {
 	}
 
 	// A budget of one byte keeps only the last grammar.
-	one := NewCompiler(vocab, DefaultLimits(), 1)
+	one := NewCompiler(vocab, testLimits(), 1)
 	a := compile(one, "a+")
 	if a.Stats().MaskBytes <= 1 {
 		t.Fatalf("a+ has %d mask bytes; the test needs more than the budget", a.Stats().MaskBytes)
@@ -39,7 +39,7 @@ func TestCompilerKeepsRecentGrammars(t *testing.T) {
 	// A large budget keeps them all; shrunk below what they take, the
 	// least recently used goes first.
 	v, _ = toyVocab(t) // no masks cached
-	all := NewCompiler(func() (*Vocab, error) { built++; return v, nil }, DefaultLimits(), 1<<30)
+	all := NewCompiler(func() (*Vocab, error) { built++; return v, nil }, testLimits(), 1<<30)
 	a, b := compile(all, "a+"), compile(all, "b+")
 	if compile(all, "a+") != a || compile(all, "b+") != b {
 		t.Error("grammars within the budget were compiled again")

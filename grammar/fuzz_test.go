@@ -170,7 +170,7 @@ func FuzzMatcher(f *testing.F) {
 	f.Add([]byte{123, 34, 110, 97, 109, 101, 34, 58, 34, 120, 34, 125})
 	f.Add([]byte{2, 9, 250, 4, 0, 7})
 	v, end := toyVocab(f)
-	g, err := Compile(Spec{Kind: KindJSONSchema, Text: featureSchemas[7].schema}, v, DefaultLimits())
+	g, err := Compile(Spec{Kind: KindJSONSchema, Text: featureSchemas[7].schema}, v, testLimits())
 	if err != nil {
 		f.Fatal(err)
 	}

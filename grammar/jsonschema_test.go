@@ -137,7 +137,7 @@ x ::= y "a" | "c"
 y ::= "" | x`}, "left recursion", ""},
 		{Spec{Kind: KindChoice, Choices: []string{strings.Repeat("x", 2<<20)}}, "", "MaxSpecBytes"},
 	} {
-		_, err := Compile(c.spec, v, DefaultLimits())
+		_, err := Compile(c.spec, v, testLimits())
 		var ge *Error
 		if !errors.As(err, &ge) {
 			t.Errorf("%v %q: got %v, want a refusal", c.spec.Kind, trunc(c.spec.Text), err)
@@ -154,7 +154,7 @@ y ::= "" | x`}, "left recursion", ""},
 		{Kind: KindJSONSchema, Text: `{"type":"string","enum":[1,2]}`},
 		{Kind: KindJSONSchema, Text: `{"type":"object","properties":{"a":false},"required":["a"]}`},
 	} {
-		if _, err := Compile(spec, v, DefaultLimits()); !errors.Is(err, ErrUnsatisfiable) {
+		if _, err := Compile(spec, v, testLimits()); !errors.Is(err, ErrUnsatisfiable) {
 			t.Errorf("%q: got %v, want ErrUnsatisfiable", spec.Text, err)
 		}
 	}
@@ -167,7 +167,7 @@ y ::= "" | x`}, "left recursion", ""},
 		{Kind: KindRegex, Text: `a(b`},
 		{Kind: KindChoice},
 	} {
-		if _, err := Compile(spec, v, DefaultLimits()); err == nil {
+		if _, err := Compile(spec, v, testLimits()); err == nil {
 			t.Errorf("%v %q compiled", spec.Kind, spec.Text)
 		}
 	}
@@ -183,7 +183,7 @@ func trunc(s string) string {
 // TestNumberRanges checks the bounded-number automata against exact
 // arithmetic on many decimals near the bounds.
 func TestNumberRanges(t *testing.T) {
-	lim := DefaultLimits()
+	lim := testLimits()
 	rng := rand.New(rand.NewPCG(9, 9))
 	bounds := []string{"0", "-0.5", "0.125", "3", "-120", "1000", "1.05", "-7.25", "99.99", "100", "1e2", "2.5e-3"}
 	for _, lo := range append([]string{""}, bounds...) {

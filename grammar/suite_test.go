@@ -138,7 +138,7 @@ func TestSuiteSchemas(t *testing.T) {
 	accepted, refused, natural, total := 0, 0, 0, 0
 	byKeyword := map[string]int{}
 	for i, s := range suite {
-		g, err := Compile(Spec{Kind: KindJSONSchema, Text: string(s.schema)}, v, DefaultLimits())
+		g, err := Compile(Spec{Kind: KindJSONSchema, Text: string(s.schema)}, v, testLimits())
 		if err != nil {
 			var ge *Error
 			if errors.Is(err, ErrUnsatisfiable) {
