@@ -53,35 +53,6 @@ func AvailableMemory() (Available, error) {
 	return Available{Bytes: best.bytes, Source: best.source, Unmapped: best.unmapped}, nil
 }
 
-// mulSat multiplies non-negative sizes, saturating at math.MaxInt64 instead
-// of overflowing, so that a product of absurd flag values compares as
-// absurdly large.
-func mulSat(v ...int64) int64 {
-	p := int64(1)
-	for _, x := range v {
-		if x <= 0 {
-			return 0
-		}
-		if p > math.MaxInt64/x {
-			return math.MaxInt64
-		}
-		p *= x
-	}
-	return p
-}
-
-// addSat adds non-negative sizes, saturating at math.MaxInt64.
-func addSat(v ...int64) int64 {
-	s := int64(0)
-	for _, x := range v {
-		if x > math.MaxInt64-s {
-			return math.MaxInt64
-		}
-		s += x
-	}
-	return s
-}
-
 // formatNeed prints bytes as GiB with the exact count, or "more than
 // 8 EiB" when a product saturated.
 func formatNeed(b int64) string {

@@ -28,7 +28,7 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 	if err != nil {
 		return 0, 0, err
 	}
-	cache = mulSat(int64(max(ro.NumBlocks, 0)), int64(max(ro.BlockSize, 0)), slot)
+	cache = plan.MulSat(int64(max(ro.NumBlocks, 0)), int64(max(ro.BlockSize, 0)), slot)
 
 	i64 := func(v int) int64 { return int64(max(v, 0)) }
 	T := i64(ro.MaxTokens)
@@ -42,7 +42,7 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 	I := i64(max(interleave, 1))
 	maxLen := i64(ro.MaxModelLen)
 	// The most positions of one sequence any DCP rank holds.
-	localKeys := addSat(mulSat(maxLen/max(N*I, 1)+1, I))
+	localKeys := plan.AddSat(plan.MulSat(maxLen/max(N*I, 1)+1, I))
 	topk := maxLen
 	if cfg.Sparse() {
 		topk = i64(cfg.IndexTopK)
@@ -51,13 +51,13 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 	if N > 1 {
 		blocks = P // the distinct PCP row blocks of a DCP group
 	}
-	sel := mulSat(blocks, T)
-	f := func(v ...int64) int64 { return mulSat(append(v, 4)...) } // float32 and int32 buffers
+	sel := plan.MulSat(blocks, T)
+	f := func(v ...int64) int64 { return plan.MulSat(append(v, 4)...) } // float32 and int32 buffers
 
 	parts := []int64{
 		f(4, T),                          // row positions, sequences, tokens, local rows
 		f(seqs, localKeys),               // key slots
-		mulSat(seqs, 8*3+24),             // key offsets, lengths, tables (headers)
+		plan.MulSat(seqs, 8*3+24),        // key offsets, lengths, tables (headers)
 		f(logitRows),                     // logit rows
 		f(2, T, D),                       // hidden, normed hidden
 		f(T, qIn),                        // q latent
@@ -76,8 +76,8 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 	}
 	// The attention workspace (mla.WorkspaceBytes): gathered rows, row
 	// headers, and the kernel's logits scratch with its split partials.
-	nh := mulSat(N, H)
-	parts = append(parts, f(topk, mla.RowDim), mulSat(topk, 48), f(2, nh, topk), f(nh, mla.LatentDim+2), f(topk))
+	nh := plan.MulSat(N, H)
+	parts = append(parts, f(topk, mla.RowDim), plan.MulSat(topk, 48), f(2, nh, topk), f(nh, mla.LatentDim+2), f(topk))
 	if l.TP > 1 {
 		parts = append(parts, f(T, D)) // tp all-reduce
 	}
@@ -110,13 +110,13 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 		// The MoE block, sized as if its rows were dispatched across PCP
 		// under expert parallelism (the most it holds).
 		K, moe := i64(cfg.NumExpertsPerTok), i64(cfg.MoEIntermediateSize)
-		rows := mulSat(P, T)
+		rows := plan.MulSat(P, T)
 		width := max(moe, i64(cfg.NSharedExperts)*moe/i64(l.TP))
 		parts = append(parts,
 			f(T, E), f(2, T, K), // router logits, routed experts and weights
 			f(2, rows, K), f(rows, D), f(max(rows, T), D), // expert pairs, rows, outputs
-			f(2, max(rows, T), width),                                           // expert gate, up
-			mulSat(2, E+1, 4), mulSat(i64(plan.CacheLayers(cfg, ro.MTP)), E, 8), // counts, load
+			f(2, max(rows, T), width),                                                     // expert gate, up
+			plan.MulSat(2, E+1, 4), plan.MulSat(i64(plan.CacheLayers(cfg, ro.MTP)), E, 8), // counts, load
 		)
 		if P > 1 {
 			parts = append(parts, f(4, P, T, K), f(P, T), f(4, P, T, D), f(T, K), f(3, T, D)) // dispatch and combine
@@ -131,13 +131,13 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 			kvw += i64(cfg.IndexHeadDim)
 		}
 		parts = append(parts,
-			f(2, P, T), f(T), mulSat(P, 8), // partition tables, restore index
-			mulSat(seqs, 5),         // partition lengths and prefill flags
+			f(2, P, T), f(T), plan.MulSat(P, 8), // partition tables, restore index
+			plan.MulSat(seqs, 5),    // partition lengths and prefill flags
 			f(T, kvw), f(P, T, kvw), // pcp kv pack, gather
 			f(P, T, D), f(T, D), // pcp hidden gather, restore
 		)
 	}
-	return addSat(parts...), cache, nil
+	return plan.AddSat(parts...), cache, nil
 }
 
 func kvOrDefault(k kvcache.KVDType) string {
@@ -164,7 +164,7 @@ type Start struct {
 }
 
 // Bytes is the total of s.
-func (s Start) Bytes() int64 { return addSat(s.WeightBytes, s.BufferBytes, s.KVBytes) }
+func (s Start) Bytes() int64 { return plan.AddSat(s.WeightBytes, s.BufferBytes, s.KVBytes) }
 
 // Start computes what starting an engine with o (defaults filled, valid)
 // allocates on one rank of layout l, holding weightBytes of weights.
@@ -179,7 +179,7 @@ func (o Options) Start(cfg *config.Model, l comm.Layout, weightBytes int64) (Sta
 	if err != nil {
 		return Start{}, err
 	}
-	kv := max(profileKV, mulSat(int64(sc.BlocksFor(o.MaxModelLen)), int64(sc.LocalBlockSize()), slot))
+	kv := max(profileKV, plan.MulSat(int64(sc.BlocksFor(o.MaxModelLen)), int64(sc.LocalBlockSize()), slot))
 	if o.KVCacheMemory > 0 {
 		kv = max(profileKV, o.KVCacheMemory)
 	}
@@ -204,7 +204,7 @@ func (o Options) CheckMemory(cfg *config.Model, l comm.Layout, weightBytes int64
 	if st.Bytes() == math.MaxInt64 {
 		perRank = math.MaxInt64
 	}
-	if ranks > 1 && mulSat(perRank, ranks) > avail.Bytes {
+	if ranks > 1 && plan.MulSat(perRank, ranks) > avail.Bytes {
 		most := avail.Bytes / max(perRank, 1)
 		fix := fmt.Sprintf("set --tensor-parallel-size × --prefill-context-parallel-size to at most %d ranks in one process (--comm mpi spreads them over processes)", most)
 		if most < 1 {
@@ -212,11 +212,11 @@ func (o Options) CheckMemory(cfg *config.Model, l comm.Layout, weightBytes int64
 		}
 		return fmt.Errorf("%d ranks in this process need %s each at start-up (weights %s, step buffers %s, KV cache %s, over --memory-utilization %g), %s in all, more than the %s this process may use; %s",
 			ranks, formatNeed(perRank), plan.FormatBytes(st.WeightBytes), formatNeed(st.BufferBytes), formatNeed(st.KVBytes), o.MemoryUtilization,
-			formatNeed(mulSat(perRank, ranks)), avail, fix)
+			formatNeed(plan.MulSat(perRank, ranks)), avail, fix)
 	}
-	if o.MemoryLimit > 0 && mulSat(o.MemoryLimit, ranks) > avail.Bytes {
+	if o.MemoryLimit > 0 && plan.MulSat(o.MemoryLimit, ranks) > avail.Bytes {
 		return fmt.Errorf("--memory-limit %s for each of the %d ranks of this process is %s, more than the %s this process may use; set --memory-limit to at most %d",
-			plan.FormatBytes(o.MemoryLimit), ranks, formatNeed(mulSat(o.MemoryLimit, ranks)), avail, avail.Bytes/ranks)
+			plan.FormatBytes(o.MemoryLimit), ranks, formatNeed(plan.MulSat(o.MemoryLimit, ranks)), avail, avail.Bytes/ranks)
 	}
 	limit, source := o.MemoryLimit, "--memory-limit"
 	if limit == 0 {
@@ -227,7 +227,7 @@ func (o Options) CheckMemory(cfg *config.Model, l comm.Layout, weightBytes int64
 		return nil
 	}
 	var fixes []string
-	if need := int64(float64(st.Bytes())/o.MemoryUtilization) + 1; mulSat(need, ranks) <= avail.Bytes && need < (1<<62) {
+	if need := int64(float64(st.Bytes())/o.MemoryUtilization) + 1; plan.MulSat(need, ranks) <= avail.Bytes && need < (1<<62) {
 		fixes = append(fixes, fmt.Sprintf("--memory-limit %d", need))
 	}
 	fits := func(m Options) bool {

@@ -145,9 +145,9 @@ func (o Options) Validate(cfg *config.Model) error {
 	switch l := o.Layout; {
 	case o.BlockSize > MaxBlockSize:
 		return fmt.Errorf("--block-size %d is more than %d positions per block; 16 is the usual setting", o.BlockSize, MaxBlockSize)
-	case l.N > MaxBlockSize || l.I > MaxBlockSize || (l.N > 0 && l.I > 0 && mulSat(int64(l.N), int64(l.I)) > int64(max(o.BlockSize, 1))):
+	case l.N > MaxBlockSize || l.I > MaxBlockSize || (l.N > 0 && l.I > 0 && plan.MulSat(int64(l.N), int64(l.I)) > int64(max(o.BlockSize, 1))):
 		return fmt.Errorf("DCP size %d × --cp-kv-cache-interleave-size %d exceeds --block-size %d: each block must hold whole interleave runs of every DCP rank; set --block-size to a multiple of %d or lower the interleave",
-			l.N, l.I, o.BlockSize, mulSat(int64(l.N), int64(l.I)))
+			l.N, l.I, o.BlockSize, plan.MulSat(int64(l.N), int64(l.I)))
 	}
 	if err := o.scheduler(1 << 30).Validate(); err != nil {
 		return err
@@ -192,7 +192,7 @@ func (o Options) Validate(cfg *config.Model) error {
 		return err
 	}
 	sc := o.scheduler(1)
-	reqBytes := mulSat(int64(sc.BlocksFor(o.MaxModelLen)), int64(sc.LocalBlockSize()), slot)
+	reqBytes := plan.MulSat(int64(sc.BlocksFor(o.MaxModelLen)), int64(sc.LocalBlockSize()), slot)
 	if reqBytes == math.MaxInt64 {
 		return fmt.Errorf("the KV cache of one --max-model-len %d request would need more than 8 EiB; lower --max-model-len or --block-size", o.MaxModelLen)
 	}

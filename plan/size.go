@@ -132,3 +132,32 @@ func groupDigits(v int64) string {
 	}
 	return b.String()
 }
+
+// MulSat multiplies non-negative sizes, saturating at math.MaxInt64 instead
+// of overflowing, so that a product of absurd flag values compares as
+// absurdly large; a factor ≤ 0 gives 0.
+func MulSat(v ...int64) int64 {
+	p := int64(1)
+	for _, x := range v {
+		if x <= 0 {
+			return 0
+		}
+		if p > math.MaxInt64/x {
+			return math.MaxInt64
+		}
+		p *= x
+	}
+	return p
+}
+
+// AddSat adds non-negative sizes, saturating at math.MaxInt64.
+func AddSat(v ...int64) int64 {
+	s := int64(0)
+	for _, x := range v {
+		if x > math.MaxInt64-s {
+			return math.MaxInt64
+		}
+		s += x
+	}
+	return s
+}

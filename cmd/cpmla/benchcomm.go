@@ -16,6 +16,7 @@ import (
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/comm/inproc"
 	"github.com/cpmla/cpmla/comm/mpi"
+	"github.com/cpmla/cpmla/plan"
 )
 
 func init() { register(newBenchParentWithComm) }
@@ -179,7 +180,7 @@ func (o *benchCommOptions) check() error {
 			for _, t := range o.tokens {
 				for _, sh := range commShapes {
 					n := int64(sh.perRank(p, t))
-					worst = max(worst, mulSat(int64(p), addSat(n, mulSat(n, int64(p))), 4))
+					worst = max(worst, plan.MulSat(int64(p), plan.AddSat(n, plan.MulSat(n, int64(p))), 4))
 				}
 			}
 		}

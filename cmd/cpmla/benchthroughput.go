@@ -148,8 +148,8 @@ func (o *throughputOptions) preflight() (*config.Model, engine.Options, error) {
 	}
 	// Each request: its prompt (kept here and in the engine), its output
 	// and its goroutine.
-	perRequest := addSat(mulSat(int64(o.inputLen), 8+4), mulSat(int64(o.outLen), 16), 8<<10)
-	if err := checkProcessFits("the requests of bench throughput", []namedBytes{{fmt.Sprintf("%d requests", o.numPrompts), mulSat(int64(o.numPrompts), perRequest)}},
+	perRequest := plan.AddSat(plan.MulSat(int64(o.inputLen), 8+4), plan.MulSat(int64(o.outLen), 16), 8<<10)
+	if err := checkProcessFits("the requests of bench throughput", []namedBytes{{fmt.Sprintf("%d requests", o.numPrompts), plan.MulSat(int64(o.numPrompts), perRequest)}},
 		fmt.Sprintf("lower --num-prompts to at most %d", maxCount(perRequest))); err != nil {
 		return nil, eo, err
 	}

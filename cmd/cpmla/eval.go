@@ -15,6 +15,7 @@ import (
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/eval"
 	"github.com/cpmla/cpmla/model"
+	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/server"
 )
 
@@ -111,8 +112,8 @@ It exits non-zero if any configuration agrees less than --min-agreement.`,
 			case int64(maxLen)+int64(maxTokens)+16 > maxPos:
 				return fmt.Errorf("--max-prompt-len %d + --max-tokens %d + 16 exceeds max_position_embeddings %d; lower them", maxLen, maxTokens, maxPos)
 			}
-			perPrompt := addSat(mulSat(int64(maxLen), 8+4), mulSat(int64(maxTokens), 64), 1<<10)
-			if err := checkProcessFits("the prompts of eval", []namedBytes{{fmt.Sprintf("%d prompts", numPrompts), mulSat(int64(numPrompts), perPrompt)}},
+			perPrompt := plan.AddSat(plan.MulSat(int64(maxLen), 8+4), plan.MulSat(int64(maxTokens), 64), 1<<10)
+			if err := checkProcessFits("the prompts of eval", []namedBytes{{fmt.Sprintf("%d prompts", numPrompts), plan.MulSat(int64(numPrompts), perPrompt)}},
 				fmt.Sprintf("lower --num-prompts to at most %d", maxCount(perPrompt))); err != nil {
 				return err
 			}

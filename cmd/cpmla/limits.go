@@ -103,12 +103,12 @@ func sourceOf(modelArg string, cfg *config.Model) (weightSource, error) {
 	for _, s := range model.TensorSpecs(cfg) {
 		n := int64(1)
 		for _, d := range s.Shape {
-			n = mulSat(n, int64(max(d, 0)))
+			n = plan.MulSat(n, int64(max(d, 0)))
 		}
-		total = addSat(total, mulSat(n, bpp))
+		total = plan.AddSat(total, plan.MulSat(n, bpp))
 		largest = max(largest, n)
 	}
-	return weightSource{bytes: addSat(total, mulSat(largest, 4)), bytesPerParam: float64(bpp)}, nil
+	return weightSource{bytes: plan.AddSat(total, plan.MulSat(largest, 4)), bytesPerParam: float64(bpp)}, nil
 }
 
 // rankWeights estimates one rank's weights of layout d (TP-split groups
@@ -143,15 +143,15 @@ func rankWeights(cfg *config.Model, src weightSource, d deployment) (weights, co
 	}
 	heads := int64(cfg.NumHeads / tp)
 	layers := int64(cfg.NumLayers)
-	copied = mulSat(layers, heads, int64(cfg.KVLoraRank), int64(cfg.QKNopeHeadDim), 4)
+	copied = plan.MulSat(layers, heads, int64(cfg.KVLoraRank), int64(cfg.QKNopeHeadDim), 4)
 	if tp > 1 {
 		cols := float64(cfg.HiddenSize) * (float64(heads)*float64(cfg.VHeadDim) + float64(cfg.IntermediateSize/tp))
-		copied = addSat(copied, int64(math.Min(float64(layers)*cols*src.bytesPerParam, math.MaxInt64/2)))
+		copied = plan.AddSat(copied, int64(math.Min(float64(layers)*cols*src.bytesPerParam, math.MaxInt64/2)))
 	}
 	if w > math.MaxInt64/2 {
 		return math.MaxInt64, copied
 	}
-	return addSat(int64(w), copied), copied
+	return plan.AddSat(int64(w), copied), copied
 }
 
 // availableMemory is what this process may use (engine.AvailableMemory).
@@ -174,7 +174,7 @@ func checkProcessFits(what string, parts []namedBytes, fix string) error {
 func sumBytes(parts []namedBytes) int64 {
 	var total int64
 	for _, p := range parts {
-		total = addSat(total, p.bytes)
+		total = plan.AddSat(total, p.bytes)
 	}
 	return total
 }
@@ -260,37 +260,10 @@ func checkEngineStart(modelArg string, cfg *config.Model, eo engine.Options, d d
 	ranks := int64(max(eo.RanksPerHost, 1))
 	return checkProcessFits(fmt.Sprintf("starting %d rank(s) in this process", ranks), []namedBytes{
 		{"weights of --model " + modelArg, src.bytes},
-		{"per-rank copies", mulSat(ranks, copied)},
-		{"step buffers", mulSat(ranks, st.BufferBytes)},
-		{"KV caches at start-up", mulSat(ranks, st.KVBytes)},
+		{"per-rank copies", plan.MulSat(ranks, copied)},
+		{"step buffers", plan.MulSat(ranks, st.BufferBytes)},
+		{"KV caches at start-up", plan.MulSat(ranks, st.KVBytes)},
 	}, "use fewer ranks in one process (or --comm mpi across hosts), a larger --tensor-parallel-size, or smaller batch and length limits")
-}
-
-// mulSat and addSat are saturating size arithmetic (math.MaxInt64 instead
-// of an overflow).
-func mulSat(v ...int64) int64 {
-	p := int64(1)
-	for _, x := range v {
-		if x <= 0 {
-			return 0
-		}
-		if p > math.MaxInt64/x {
-			return math.MaxInt64
-		}
-		p *= x
-	}
-	return p
-}
-
-func addSat(v ...int64) int64 {
-	s := int64(0)
-	for _, x := range v {
-		if x > math.MaxInt64-s {
-			return math.MaxInt64
-		}
-		s += x
-	}
-	return s
 }
 
 // maxConfigFileBytes bounds a config file named by --model (real ones are a

@@ -275,19 +275,19 @@ func verifyFootprint(cfg *config.Model, src weightSource, c verify.Config, mpi b
 		if c.PrefillChunk > 0 {
 			chunk = min(chunk, int64(c.PrefillChunk))
 		}
-		tokens = addSat(tokens, max(chunk, int64(1+c.SpecTokens)))
-		positions = addSat(positions, l)
+		tokens = plan.AddSat(tokens, max(chunk, int64(1+c.SpecTokens)))
+		positions = plan.AddSat(positions, l)
 	}
 	B, dcp, I := int64(c.BlockSize), int64(c.DCP), int64(c.Interleave)
-	span := mulSat(dcp, I)
+	span := plan.MulSat(dcp, I)
 	local := longest/span*I + min(longest%span, I)
 	blocksPerSeq := (local + B - 1) / B
 	seqs := int64(len(c.PromptLens))
 	clamp := func(v int64) int { return int(min(v, math.MaxInt32)) }
 	ro := model.RunnerOptions{
-		MaxTokens: clamp(tokens), MaxModelLen: clamp(max(mulSat(blocksPerSeq, B, dcp), longest)),
+		MaxTokens: clamp(tokens), MaxModelLen: clamp(max(plan.MulSat(blocksPerSeq, B, dcp), longest)),
 		MaxLogitRows: clamp(tokens), MaxSeqs: clamp(seqs), BlockSize: int(B),
-		NumBlocks: clamp(mulSat(blocksPerSeq, seqs)), KVDType: kvcache.KVDType(c.KVDType), IndexerDType: kvcache.IndexerDType(c.IndexerDType),
+		NumBlocks: clamp(plan.MulSat(blocksPerSeq, seqs)), KVDType: kvcache.KVDType(c.KVDType), IndexerDType: kvcache.IndexerDType(c.IndexerDType),
 	}
 	l := comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
 	buf, cache, err := engine.RunnerBytes(cfg, ro, l, c.Interleave)
@@ -295,7 +295,7 @@ func verifyFootprint(cfg *config.Model, src weightSource, c verify.Config, mpi b
 		buf = math.MaxInt64
 	}
 	single := ro
-	single.MaxModelLen, single.NumBlocks = clamp(longest), clamp(mulSat((longest+B-1)/B, seqs))
+	single.MaxModelLen, single.NumBlocks = clamp(longest), clamp(plan.MulSat((longest+B-1)/B, seqs))
 	singleBuf, singleCache, err := engine.RunnerBytes(cfg, single, comm.Layout{TP: 1, PCP: 1, DCP: 1}, 1)
 	if err != nil {
 		singleBuf = math.MaxInt64
@@ -308,14 +308,14 @@ func verifyFootprint(cfg *config.Model, src weightSource, c verify.Config, mpi b
 	vocab := int64(cfg.VocabSize)
 	parts := []namedBytes{
 		{"weights of --model " + c.Model, src.bytes},
-		{fmt.Sprintf("copies, step buffers and caches of %d rank(s)", ranks), mulSat(ranks, addSat(copied, buf, cache))},
-		{"the single-rank reference", addSat(singleBuf, singleCache)},
-		{"logprobs of both runs", mulSat(2, positions, vocab, 8)},
+		{fmt.Sprintf("copies, step buffers and caches of %d rank(s)", ranks), plan.MulSat(ranks, plan.AddSat(copied, buf, cache))},
+		{"the single-rank reference", plan.AddSat(singleBuf, singleCache)},
+		{"logprobs of both runs", plan.MulSat(2, positions, vocab, 8)},
 	}
 	if !c.SkipOracle {
 		params := plan.TotalParams(plan.ParamGroups(cfg, false))
 		width := int64(2*cfg.HiddenSize+cfg.NumHeads*(2*cfg.QKNopeHeadDim+cfg.QKRopeHeadDim+cfg.VHeadDim)+cfg.KVLoraRank+cfg.QKRopeHeadDim) + vocab
-		parts = append(parts, namedBytes{"the float64 oracle", addSat(mulSat(params, 4), mulSat(longest, width, 8), mulSat(longest, longest, 8))})
+		parts = append(parts, namedBytes{"the float64 oracle", plan.AddSat(plan.MulSat(params, 4), plan.MulSat(longest, width, 8), plan.MulSat(longest, longest, 8))})
 	}
 	return parts
 }
