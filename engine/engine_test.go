@@ -448,10 +448,15 @@ func TestEngineMatchesRequestsRunAlone(t *testing.T) {
 // sizes it: no step may be refused or grow a buffer.
 func TestWorkspaceSweep(t *testing.T) {
 	for _, tc := range []struct {
-		preset string
-		k      int // speculative tokens (0: none)
-	}{{"glm5-mini", 0}, {"glm5-moe-mini", 5}} {
-		t.Run(fmt.Sprintf("%s-K%d", tc.preset, tc.k), func(t *testing.T) { workspaceSweep(t, tc.preset, tc.k) })
+		preset   string
+		k        int  // speculative tokens (0: none)
+		parallel bool // size for parallel drafting's 1 + 2K rows per sequence
+	}{{"glm5-mini", 0, false}, {"glm5-moe-mini", 5, false}, {"glm5-moe-mini", 5, true}} {
+		name := fmt.Sprintf("%s-K%d", tc.preset, tc.k)
+		if tc.parallel {
+			name += "-parallel-drafting"
+		}
+		t.Run(name, func(t *testing.T) { workspaceSweep(t, tc.preset, tc.k, tc.parallel) })
 	}
 }
 
@@ -459,8 +464,11 @@ func TestWorkspaceSweep(t *testing.T) {
 // runner drafts (MTP caches and buffers), decoding sequences carry 1 + k
 // rows with logits, and every target step is followed by the draft pass
 // over its rows and a chained draft step of one row per sequence, as the
-// engine runs them.
-func workspaceSweep(t *testing.T, preset string, k int) {
+// engine runs them. With parallel, the runner's logit rows are sized by the
+// planner's formula for parallel drafting and decoding sequences carry its
+// 1 + 2k rows: the shape a GPU deployment with parallel drafting sizes its
+// workspaces for (the engine's MTP drafter chains, so it never sends it).
+func workspaceSweep(t *testing.T, preset string, k int, parallel bool) {
 	cfg, err := config.Load(preset)
 	if err != nil {
 		t.Fatal(err)
@@ -473,11 +481,26 @@ func workspaceSweep(t *testing.T, preset string, k int) {
 	o := Options{MaxNumBatchedTokens: 40, MaxNumSeqs: 5, MaxModelLen: 32, BlockSize: 8}
 	if k > 0 {
 		o.Speculative = &spec.Config{Method: "mtp", NumSpeculativeTokens: k}
+		// No logit rows for prompt logprobs: the decoding sequences' rows
+		// alone must fit the logits the formula sizes.
+		o.MaxPromptLogitRows = -1
+	}
+	if parallel {
+		// Room for every sequence to decode with 1 + 2k rows in one step.
+		o.MaxNumBatchedTokens = 64
 	}
 	o = o.WithDefaults(cfg)
 	sc := o.scheduler(0)
 	sc.NumBlocks = o.MaxNumSeqs * sc.BlocksFor(o.MaxModelLen)
-	r, err := model.NewRunner(m, o.runnerOptions(sc.NumBlocks))
+	ro := o.runnerOptions(sc.NumBlocks)
+	seqRows := 1 // rows of a decoding sequence: its last token and its drafts
+	if k > 0 {
+		seqRows = plan.SpecTokensPerSeq(k, parallel)
+	}
+	if parallel {
+		ro.MaxLogitRows = o.MaxNumSeqs*seqRows + sc.MaxPromptLogitRows
+	}
+	r, err := model.NewRunner(m, ro)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +514,7 @@ func workspaceSweep(t *testing.T, preset string, k int) {
 		rows[i] = int32(i)
 	}
 	// Each sequence gets its own blocks; contexts are as long as allowed. A
-	// decoding sequence has 1 + k rows (the last token and its drafts).
+	// decoding sequence has seqRows rows.
 	batch := func(decodes, prefill int) *model.Batch {
 		b := &model.Batch{}
 		next := int32(0)
@@ -504,7 +527,7 @@ func workspaceSweep(t *testing.T, preset string, k int) {
 			return t
 		}
 		for range decodes {
-			b.Seqs = append(b.Seqs, model.Seq{Tokens: tokens[:1+k], Start: o.MaxModelLen - 1 - k, BlockTable: table(), LogitsAll: k > 0})
+			b.Seqs = append(b.Seqs, model.Seq{Tokens: tokens[:seqRows], Start: o.MaxModelLen - seqRows, BlockTable: table(), LogitsAll: k > 0})
 		}
 		seqsLeft := o.MaxNumSeqs - decodes
 		for left := prefill; left > 0; seqsLeft-- {
@@ -540,11 +563,11 @@ func workspaceSweep(t *testing.T, preset string, k int) {
 	prefills, decodes, mixed := 0, map[int]bool{}, 0
 	for T := 1; T <= o.MaxNumBatchedTokens; T++ {
 		shapes := [][2]int{{0, T}}
-		if T%(1+k) == 0 && T/(1+k) <= o.MaxNumSeqs {
-			shapes = append(shapes, [2]int{T / (1 + k), 0})
+		if T%seqRows == 0 && T/seqRows <= o.MaxNumSeqs {
+			shapes = append(shapes, [2]int{T / seqRows, 0})
 		}
-		if d := min((T-1)/(1+k), o.MaxNumSeqs-1); d > 0 {
-			shapes = append(shapes, [2]int{d, T - d*(1+k)})
+		if d := min((T-1)/seqRows, o.MaxNumSeqs-1); d > 0 {
+			shapes = append(shapes, [2]int{d, T - d*seqRows})
 		}
 		for _, sh := range shapes {
 			b := batch(sh[0], sh[1])
@@ -577,7 +600,7 @@ func workspaceSweep(t *testing.T, preset string, k int) {
 	if d := cmp.Diff(want, r.Buffers()); d != "" {
 		t.Errorf("buffers changed over the sweep (-start +end):\n%s", d)
 	}
-	maxDecodes := min(o.MaxNumSeqs, o.MaxNumBatchedTokens/(1+k))
+	maxDecodes := min(o.MaxNumSeqs, o.MaxNumBatchedTokens/seqRows)
 	if prefills != o.MaxNumBatchedTokens || len(decodes) != maxDecodes || mixed < o.MaxNumBatchedTokens/2 {
 		t.Errorf("sweep over %s of buffers ran %d prefill-only steps, decode-only steps of %d sizes and %d mixed steps; want %d, %d and at least %d",
 			plan.FormatBytes(r.BufferBytes()), prefills, len(decodes), mixed, o.MaxNumBatchedTokens, maxDecodes, o.MaxNumBatchedTokens/2)
