@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,6 +158,13 @@ func TestNetworkFaults(t *testing.T) {
 				if strings.Contains(got, fmt.Sprintf("ranks [%d] did not arrive", victim)) || strings.Contains(got, fmt.Sprintf("exchange with rank %d did not finish", victim)) {
 					named = true
 				}
+				// A slowed link lets every member arrive; the collective's
+				// data exchange then stalls, and a survivor whose pending
+				// exchanges include the slowed host's names every peer it
+				// still waits on, the slowed host among them.
+				if tc.name == "slow link" && pendingNames(got, victim) {
+					named = true
+				}
 			}
 			// A killed process is reported by mpirun itself; a link fault by
 			// the survivors' collective deadline.
@@ -166,4 +174,20 @@ func TestNetworkFaults(t *testing.T) {
 			t.Logf("ended %v after the fault", ended.Round(100*time.Millisecond))
 		})
 	}
+}
+
+// pendingNames reports whether a rank's error says that its data exchange
+// with a set of ranks holding victim did not finish.
+func pendingNames(got string, victim int) bool {
+	const lead = "data exchange with one or more of ranks ["
+	i := strings.Index(got, lead)
+	if i < 0 {
+		return false
+	}
+	rest := got[i+len(lead):]
+	j := strings.Index(rest, "]")
+	if j < 0 {
+		return false
+	}
+	return slices.Contains(strings.Fields(rest[:j]), fmt.Sprint(victim))
 }
