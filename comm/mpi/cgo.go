@@ -29,21 +29,6 @@ static int cp_isend(const void *b, int nb, int dest, int tag, MPI_Comm c, MPI_Re
 static int cp_irecv(void *b, int nb, int src, int tag, MPI_Comm c, MPI_Request *q) {
 	return MPI_Irecv(b, nb, MPI_BYTE, src, tag, c, q);
 }
-static int cp_iallgather(const void *s, int nb, void *r, MPI_Comm c, MPI_Request *q) {
-	return MPI_Iallgather(s, nb, MPI_BYTE, r, nb, MPI_BYTE, c, q);
-}
-static int cp_iallgatherv_in_place(void *r, const int *counts, const int *displs, MPI_Comm c, MPI_Request *q) {
-	return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, r, counts, displs, MPI_BYTE, c, q);
-}
-static int cp_ialltoall(const void *s, int nb, void *r, MPI_Comm c, MPI_Request *q) {
-	return MPI_Ialltoall(s, nb, MPI_BYTE, r, nb, MPI_BYTE, c, q);
-}
-static int cp_ialltoallv(const void *s, const int *sc, const int *sd, void *r, const int *rc, const int *rd, MPI_Comm c, MPI_Request *q) {
-	return MPI_Ialltoallv(s, sc, sd, MPI_BYTE, r, rc, rd, MPI_BYTE, c, q);
-}
-static int cp_ibcast(void *b, int nb, int root, MPI_Comm c, MPI_Request *q) {
-	return MPI_Ibcast(b, nb, MPI_BYTE, root, c, q);
-}
 // cp_poll tests the n requests up to spins times and gives the processor
 // away between tests: sched_yield when sleep_ns is 0, else nanosleep. It
 // returns -1 when all completed, 0 when some are pending, or the (positive)
@@ -250,26 +235,6 @@ func irecv(b unsafe.Pointer, nb, src, tag int, c commHandle, q *C.MPI_Request) e
 	return check("MPI_Irecv", C.cp_irecv(b, cint(nb), cint(src), cint(tag), c, q))
 }
 
-func iallgather(s unsafe.Pointer, nb int, r unsafe.Pointer, c commHandle, q *C.MPI_Request) error {
-	return check("MPI_Iallgather", C.cp_iallgather(s, cint(nb), r, c, q))
-}
-
-func iallgathervInPlace(r unsafe.Pointer, counts, displs *C.int, c commHandle, q *C.MPI_Request) error {
-	return check("MPI_Iallgatherv", C.cp_iallgatherv_in_place(r, counts, displs, c, q))
-}
-
-func ialltoall(s unsafe.Pointer, nb int, r unsafe.Pointer, c commHandle, q *C.MPI_Request) error {
-	return check("MPI_Ialltoall", C.cp_ialltoall(s, cint(nb), r, c, q))
-}
-
-func ialltoallv(s unsafe.Pointer, sc, sd *C.int, r unsafe.Pointer, rc, rd *C.int, c commHandle, q *C.MPI_Request) error {
-	return check("MPI_Ialltoallv", C.cp_ialltoallv(s, sc, sd, r, rc, rd, c, q))
-}
-
-func ibcast(b unsafe.Pointer, nb, root int, c commHandle, q *C.MPI_Request) error {
-	return check("MPI_Ibcast", C.cp_ibcast(b, cint(nb), cint(root), c, q))
-}
-
 // createGroup creates the communicator of the listed ranks of parent (in
 // that order); only they call it.
 func createGroup(parent commHandle, ranks []int, tag int) (commHandle, int, int, error) {
@@ -290,16 +255,3 @@ func createGroup(parent commHandle, ranks []int, tag int) (commHandle, int, int,
 	}
 	return out, int(r), int(s), nil
 }
-
-// cintArray is a C array of ints for MPI's count and displacement
-// arguments.
-type cintArray struct{ buf cbuf }
-
-func newCIntArray(n int) *cintArray {
-	a := &cintArray{}
-	a.buf.grow(max(n, 1) * int(unsafe.Sizeof(C.int(0))))
-	return a
-}
-
-func (a *cintArray) set(i, v int)    { a.buf.cints(a.buf.n / 4)[i] = C.int(v) }
-func (a *cintArray) at(i int) *C.int { return &a.buf.cints(a.buf.n / 4)[i] }

@@ -18,11 +18,18 @@
 // counts) to every peer and receives theirs; every member then runs
 // comm.CheckLedger on the same records and reaches the same verdict, so a
 // disagreement becomes the same *comm.MismatchError on every process and no
-// data moves. Data: the bytes move with MPI_Iallgather, MPI_Ialltoall(v) or
-// MPI_Ibcast; reductions never use MPI's own reduction (whose summation
-// order is unspecified) but move the contributions and sum them in
-// group-rank order with comm.SumRankOrder, so every member, and the
-// in-process transport, gets the same bits.
+// data moves. Data: the bytes move in rounds of direct point-to-point
+// transfers, one MPI_Irecv and one MPI_Isend per peer (Broadcast: the root
+// sends to every member), never through a ring or a tree, so that no
+// transfer between two members waits on a third. When a round outlives the
+// deadline, each request is tested on its own and the error names the
+// peers whose transfers are still pending and what each moves (whole
+// message sizes: MPI reports no progress of a request before it
+// completes); a slowed or cut link to one host is then blamed on that host
+// alone. Reductions never use MPI's own reduction (whose summation order
+// is unspecified) but move the contributions and sum them in group-rank
+// order with comm.SumRankOrder, so every member, and the in-process
+// transport, gets the same bits.
 //
 // Sub-groups are MPI communicators created with MPI_Comm_create_group over
 // the listed members only (the comm.Group contract lets only members call

@@ -24,6 +24,8 @@ const (
 	tagRefusal = 2
 	tagSplit   = 3
 	tagCreate  = 4
+	tagData    = 5 // a collective's (first) data round
+	tagChunks  = 6 // the all-gather round of a chunked AllReduce
 )
 
 const (
@@ -59,14 +61,14 @@ type member struct {
 	recs     []comm.Record
 	counts   [][]int // decoded split counts, two per member
 	lastSeq  []int64 // last sequence number received from each member (−1: none)
-	recvReq  []int   // request index of the ledger receive from each member (−1: self)
 	reqs     *requests
+	xfers    []transfer // what request i of the current round moves
 	sendMsg  cbuf
 	recvMsg  cbuf
 
 	scratch cbuf // staging for reductions
 	srcs    [][]byte
-	cnt     [4]*cintArray // send counts, send displacements, receive counts, receive displacements
+	offs    [2][]int // AllToAllV: byte offset of each member's part in Send, in Recv
 	pin     runtime.Pinner
 	task    collective
 }
@@ -75,7 +77,8 @@ func newMember(p *process, c commHandle, name string, ranks []int, rank int) *me
 	n := len(ranks)
 	m := &member{p: p, comm: c, name: name, ranks: ranks, rank: rank, meter: comm.NewMeter(p.opts.TraceCapacity),
 		words: recordHeader + 2*n, recs: make([]comm.Record, n), counts: make([][]int, 2*n),
-		lastSeq: make([]int64, n), recvReq: make([]int, n), reqs: newRequests(2 * n), srcs: make([][]byte, n)}
+		lastSeq: make([]int64, n), reqs: newRequests(2 * n), xfers: make([]transfer, 0, 2*n), srcs: make([][]byte, n),
+		offs: [2][]int{make([]int, n), make([]int, n)}}
 	m.sendRec.grow(8 * m.words)
 	m.recvRecs.grow(8 * m.words * n)
 	m.sendMsg.grow(refusalBytes)
@@ -85,9 +88,6 @@ func newMember(p *process, c commHandle, name string, ranks []int, rank int) *me
 	}
 	for i := range m.lastSeq {
 		m.lastSeq[i] = -1
-	}
-	for i := range m.cnt {
-		m.cnt[i] = newCIntArray(n)
 	}
 	m.task.m = m
 	m.task.done = make(chan struct{}, 1)
@@ -256,19 +256,17 @@ func (t *collective) poll(now time.Time) bool {
 	switch t.stage {
 	case stageLedger:
 		m.encode(t)
-		m.reqs.reset()
+		m.newRound()
 		for j := range n {
-			m.recvReq[j] = -1
 			if j != m.rank {
-				m.recvReq[j] = m.reqs.n
-				if err := irecv(m.recvRecs.ptr(8*m.words*j), 8*m.words, j, tagLedger, m.comm, m.reqs.next()); err != nil {
+				if err := m.post(false, j, m.recvRecs.bytes(8*m.words*j, 8*m.words), tagLedger); err != nil {
 					return t.failPending(err)
 				}
 			}
 		}
 		for j := range n {
 			if j != m.rank {
-				if err := isend(m.sendRec.p, 8*m.words, j, tagLedger, m.comm, m.reqs.next()); err != nil {
+				if err := m.post(true, j, m.sendRec.bytes(0, 8*m.words), tagLedger); err != nil {
 					return t.failPending(err)
 				}
 			}
@@ -277,7 +275,7 @@ func (t *collective) poll(now time.Time) bool {
 		fallthrough
 	case stageLedgerWait:
 		if done, err := t.wait(now); err != nil || !done {
-			return t.stopWaiting(now, err, true)
+			return t.stopWaiting(now, err)
 		}
 		refused, err := m.decode()
 		if err != nil {
@@ -294,17 +292,17 @@ func (t *collective) poll(now time.Time) bool {
 		return t.startData()
 	case stageRefusalWait:
 		if done, err := t.wait(now); err != nil || !done {
-			return t.stopWaiting(now, err, false)
+			return t.stopWaiting(now, err)
 		}
 		return t.finish(p.fail(t.refusal()))
 	case stageDataWait:
 		if done, err := t.wait(now); err != nil || !done {
-			return t.stopWaiting(now, err, false)
+			return t.stopWaiting(now, err)
 		}
 		return t.dataDone()
 	case stageAllGatherChunks:
 		if done, err := t.wait(now); err != nil || !done {
-			return t.stopWaiting(now, err, false)
+			return t.stopWaiting(now, err)
 		}
 		return t.finish(nil)
 	}
@@ -328,7 +326,7 @@ func (t *collective) wait(now time.Time) (bool, error) {
 // stopWaiting decides, for a collective whose requests are not complete,
 // whether to keep waiting (false) or to end it: on an MPI error, a failed
 // world, a cancelled context or a passed deadline.
-func (t *collective) stopWaiting(now time.Time, err error, ledger bool) bool {
+func (t *collective) stopWaiting(now time.Time, err error) bool {
 	p := t.m.p
 	switch {
 	case err != nil:
@@ -336,37 +334,40 @@ func (t *collective) stopWaiting(now time.Time, err error, ledger bool) bool {
 	case p.failed.Load() != nil:
 		return t.failPending(nil)
 	case t.cancelled.Load():
-		return t.abort(t.cause, ledger)
+		return t.abort(t.cause)
 	case now.After(t.deadline):
-		return t.abort(comm.ErrTimeout, ledger)
+		return t.abort(comm.ErrTimeout)
 	}
 	return false
 }
 
-// abort ends the collective with an *comm.AbortError naming the members
-// whose ledger records had not arrived (none once the ledger has agreed).
-func (t *collective) abort(cause error, ledger bool) bool {
+// abort ends the collective with an *comm.AbortError naming the peers
+// whose transfers of the current round are still pending, each request
+// tested on its own: in the ledger round the members whose records had not
+// arrived (Missing); once they all had, the peers with which a transfer did
+// not complete (Unfinished), with the transfers themselves. If every
+// request completed after all, the round goes on.
+func (t *collective) abort(cause error) bool {
 	m := t.m
+	pend := m.pending()
+	if len(pend) == 0 {
+		return false
+	}
 	e := &comm.AbortError{Group: m.name, Record: t.c.Record(m.ranks[m.rank], t.seq), Timeout: m.p.opts.Timeout, Cause: cause}
 	e.Record.SendCounts = slices.Clone(e.Record.SendCounts)
 	e.Record.RecvCounts = slices.Clone(e.Record.RecvCounts)
-	if ledger {
-		for j, q := range m.recvReq {
-			if q >= 0 && !m.reqs.completed(q) {
-				e.Missing = append(e.Missing, m.ranks[j])
-				e.LastSeq = append(e.LastSeq, m.lastSeq[j])
+	if t.stage == stageLedgerWait {
+		for _, x := range pend {
+			if !x.send {
+				e.Missing = append(e.Missing, m.ranks[x.peer])
+				e.LastSeq = append(e.LastSeq, m.lastSeq[x.peer])
 			}
 		}
-	} else {
-		// The data moves in one MPI collective: which peer stalled it is
-		// not known, only that it is one of the others.
-		for j, r := range m.ranks {
-			if j != m.rank {
-				e.Unfinished = append(e.Unfinished, r)
-			}
+		if len(e.Missing) > 0 {
+			return t.failPending(e)
 		}
 	}
-	return t.failPending(e)
+	return t.failPending(stalled(e, t.round(), pend, m.ranks))
 }
 
 // failPending ends the collective with err (the world's error if nil)
@@ -408,17 +409,17 @@ func (t *collective) startRefusal() bool {
 		copy(msg[:refusalBytes-1], t.argErr.Error())
 	}
 	copy(m.recvMsg.bytes(m.rank*refusalBytes, refusalBytes), msg)
-	m.reqs.reset()
+	m.newRound()
 	for j := range n {
 		if j != m.rank {
-			if err := irecv(m.recvMsg.ptr(j*refusalBytes), refusalBytes, j, tagRefusal, m.comm, m.reqs.next()); err != nil {
+			if err := m.post(false, j, m.recvMsg.bytes(j*refusalBytes, refusalBytes), tagRefusal); err != nil {
 				return t.failPending(err)
 			}
 		}
 	}
 	for j := range n {
 		if j != m.rank {
-			if err := isend(m.sendMsg.p, refusalBytes, j, tagRefusal, m.comm, m.reqs.next()); err != nil {
+			if err := m.post(true, j, msg, tagRefusal); err != nil {
 				return t.failPending(err)
 			}
 		}
@@ -454,7 +455,8 @@ func chunk(n, p, r int) (lo, hi int) { return r * n / p, (r + 1) * n / p }
 
 func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
-// startData starts the data movement of a collective whose ledger agreed.
+// startData starts the data movement of a collective whose ledger agreed:
+// one round of direct transfers with every peer (see exchange).
 func (t *collective) startData() bool {
 	m, c := t.m, &t.c
 	n := len(m.ranks)
@@ -470,57 +472,34 @@ func (t *collective) startData() bool {
 		m.pin.Pin(unsafe.SliceData(c.Recv))
 		t.pinned = true
 	}
-	m.reqs.reset()
-	q := m.reqs.next()
-	var err error
 	switch c.Op {
-	case comm.OpAllGather:
-		err = iallgather(ptr(c.Send), len(c.Send), ptr(c.Recv), m.comm, q)
-	case comm.OpAllToAll:
-		err = ialltoall(ptr(c.Send), len(c.Send)/n, ptr(c.Recv), m.comm, q)
 	case comm.OpReduceScatter:
 		m.scratch.grow(len(c.Send))
-		err = ialltoall(ptr(c.Send), len(c.Send)/n, m.scratch.p, m.comm, q)
 	case comm.OpAllReduce:
 		if nb := len(c.Send); nb*n <= smallAllReduceBytes {
 			m.scratch.grow(nb * n)
-			err = iallgather(ptr(c.Send), nb, m.scratch.p, m.comm, q)
-			break
+		} else {
+			lo, hi := chunk(c.Count, n, m.rank)
+			m.scratch.grow((hi - lo) * es * n)
 		}
-		lo, hi := chunk(c.Count, n, m.rank)
-		mine := (hi - lo) * es
-		for j := range n {
-			lo, hi := chunk(c.Count, n, j)
-			m.cnt[0].set(j, (hi-lo)*es)
-			m.cnt[1].set(j, lo*es)
-			m.cnt[2].set(j, mine)
-			m.cnt[3].set(j, j*mine)
-		}
-		m.scratch.grow(mine * n)
-		err = ialltoallv(ptr(c.Send), m.cnt[0].at(0), m.cnt[1].at(0), m.scratch.p, m.cnt[2].at(0), m.cnt[3].at(0), m.comm, q)
 	case comm.OpAllToAllV:
 		so, ro := 0, 0
 		for j := range n {
-			m.cnt[0].set(j, c.SendCounts[j]*es)
-			m.cnt[1].set(j, so)
-			m.cnt[2].set(j, c.RecvCounts[j]*es)
-			m.cnt[3].set(j, ro)
+			m.offs[0][j], m.offs[1][j] = so, ro
 			so += c.SendCounts[j] * es
 			ro += c.RecvCounts[j] * es
 		}
-		err = ialltoallv(ptr(c.Send), m.cnt[0].at(0), m.cnt[1].at(0), ptr(c.Recv), m.cnt[2].at(0), m.cnt[3].at(0), m.comm, q)
-	case comm.OpBroadcast:
-		err = ibcast(ptr(c.Recv), len(c.Recv), c.Root, m.comm, q)
-	}
-	if err != nil {
-		return t.failPending(fmt.Errorf("%s seq %d in group %s: %w", c.Op, t.seq, m.name, err))
 	}
 	t.stage = stageDataWait
+	if err := t.exchange(tagData); err != nil {
+		return t.failPending(fmt.Errorf("%s seq %d in group %s: %w", c.Op, t.seq, m.name, err))
+	}
 	return false
 }
 
 // dataDone finishes a collective whose data round completed: reductions sum
-// the staged contributions in group-rank order.
+// the staged contributions in group-rank order; a chunked AllReduce then
+// all-gathers the summed chunks in a second round.
 func (t *collective) dataDone() bool {
 	m, c := t.m, &t.c
 	n := len(m.ranks)
@@ -536,16 +515,10 @@ func (t *collective) dataDone() bool {
 		}
 		lo, hi := chunk(c.Count, n, m.rank)
 		t.sumStaged(c.Recv[lo*es:hi*es], (hi-lo)*es)
-		for j := range n {
-			lo, hi := chunk(c.Count, n, j)
-			m.cnt[2].set(j, (hi-lo)*es)
-			m.cnt[3].set(j, lo*es)
-		}
-		m.reqs.reset()
-		if err := iallgathervInPlace(ptr(c.Recv), m.cnt[2].at(0), m.cnt[3].at(0), m.comm, m.reqs.next()); err != nil {
+		t.stage = stageAllGatherChunks
+		if err := t.exchange(tagChunks); err != nil {
 			return t.failPending(fmt.Errorf("%s seq %d in group %s: %w", c.Op, t.seq, m.name, err))
 		}
-		t.stage = stageAllGatherChunks
 		return false
 	}
 	return t.finish(nil)
