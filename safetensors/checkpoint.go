@@ -65,7 +65,13 @@ func (c *Checkpoint) open() error {
 		if err != nil {
 			return fmt.Errorf("safetensors: %w", err)
 		}
-		return c.openIndexed(indexPath, raw)
+		return c.openIndexed(indexPath, raw, func(shard string) (*File, error) {
+			p := filepath.Join(c.dir, shard)
+			if err := c.contained(p); err != nil {
+				return nil, err
+			}
+			return Open(p)
+		})
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("safetensors: %w", err)
 	}
@@ -138,7 +144,9 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return data, nil
 }
 
-func (c *Checkpoint) openIndexed(indexPath string, raw []byte) error {
+// openIndexed opens the shards the index raw lists, each with open, after
+// checking that every shard is named by a bare file name.
+func (c *Checkpoint) openIndexed(indexPath string, raw []byte, open func(shard string) (*File, error)) error {
 	var idx indexJSON
 	if err := json.Unmarshal(raw, &idx); err != nil {
 		return fmt.Errorf("safetensors: %s: %w", indexPath, err)
@@ -155,15 +163,12 @@ func (c *Checkpoint) openIndexed(indexPath string, raw []byte) error {
 		if shard == "" || shard != filepath.Base(shard) || shard == "." || shard == ".." || strings.ContainsAny(shard, "/\\\x00") || filepath.IsAbs(shard) {
 			return fmt.Errorf("safetensors: %s: shard %q must be a file name inside %s", indexPath, shard, c.dir)
 		}
-		if err := c.contained(filepath.Join(c.dir, shard)); err != nil {
-			return fmt.Errorf("shard of %s: %w", indexPath, err)
-		}
 		shards[shard] = nil
 		shardNames = append(shardNames, shard)
 	}
 	slices.Sort(shardNames)
 	for _, shard := range shardNames {
-		f, err := Open(filepath.Join(c.dir, shard))
+		f, err := open(shard)
 		if err != nil {
 			return fmt.Errorf("shard of %s: %w", indexPath, err)
 		}
@@ -189,18 +194,28 @@ func (c *Checkpoint) openAll(paths []string) error {
 		if err != nil {
 			return err
 		}
-		c.files = append(c.files, f)
-		for _, name := range f.header.names {
-			if other, ok := c.where[name]; ok {
-				return fmt.Errorf("safetensors: tensor %q is in both %s and %s; add a %s to say which one counts", name, other.path, f.path, IndexFile)
-			}
-			c.where[name] = f
+		if err := c.add(f); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// Dir returns the directory the checkpoint was opened from.
+// add makes every tensor of f part of the checkpoint, refusing a name
+// another file already holds.
+func (c *Checkpoint) add(f *File) error {
+	c.files = append(c.files, f)
+	for _, name := range f.header.names {
+		if other, ok := c.where[name]; ok {
+			return fmt.Errorf("safetensors: tensor %q is in both %s and %s; add a %s to say which one counts", name, other.path, f.path, IndexFile)
+		}
+		c.where[name] = f
+	}
+	return nil
+}
+
+// Dir returns the directory the checkpoint was opened from (for OpenFS, the
+// name it was given).
 func (c *Checkpoint) Dir() string { return c.dir }
 
 // Names returns the tensor names of the checkpoint, sorted.

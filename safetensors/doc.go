@@ -5,7 +5,9 @@
 // view into the mapping (when mmap is unavailable the file is read into
 // memory instead). Views stay valid until the File or Checkpoint is closed
 // and must never be written to: the mapping is read-only and writing to it
-// faults.
+// faults. OpenFS reads a checkpoint from an fs.FS (one embedded in the
+// binary): each file is read into memory after its size is checked, and the
+// index may name only files at the root.
 //
 // Opening validates the whole header before any tensor is handed out: the
 // 8-byte little-endian header length is at most MaxHeaderBytes and fits the
