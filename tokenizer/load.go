@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -49,6 +50,20 @@ func readBounded(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readOpened(f, path, limit)
+}
+
+// readFSBounded is readBounded for the file name of fsys.
+func readFSBounded(fsys fs.FS, name string, limit int64) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readOpened(f, name, limit)
+}
+
+func readOpened(f fs.File, path string, limit int64) ([]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -164,11 +179,23 @@ func (c *configToken) UnmarshalJSON(data []byte) error {
 // Load reads tokenizer.json (required) and tokenizer_config.json (optional)
 // from dir.
 func Load(dir string) (*Tokenizer, error) {
-	tokJSON, err := readBounded(filepath.Join(dir, TokenizerFile), MaxTokenizerFileBytes)
+	return load(dir, func(name string, limit int64) ([]byte, error) { return readBounded(filepath.Join(dir, name), limit) })
+}
+
+// LoadFS is Load for the files at the root of fsys (a checkpoint embedded in
+// the binary); where names it in messages.
+func LoadFS(fsys fs.FS, where string) (*Tokenizer, error) {
+	return load(where, func(name string, limit int64) ([]byte, error) { return readFSBounded(fsys, name, limit) })
+}
+
+// load reads the tokenizer's files with read, which refuses a file larger
+// than its limit before reading it.
+func load(dir string, read func(name string, limit int64) ([]byte, error)) (*Tokenizer, error) {
+	tokJSON, err := read(TokenizerFile, MaxTokenizerFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
 	}
-	cfgJSON, err := readBounded(filepath.Join(dir, ConfigFile), MaxConfigFileBytes)
+	cfgJSON, err := read(ConfigFile, MaxConfigFileBytes)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
 	}
@@ -176,7 +203,7 @@ func Load(dir string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", dir, err)
 	}
-	tpl, err := readBounded(filepath.Join(dir, ChatTemplateFile), jinja.MaxTemplateBytes)
+	tpl, err := read(ChatTemplateFile, jinja.MaxTemplateBytes)
 	switch {
 	case err == nil:
 		if t, err = t.WithChatTemplate(string(tpl)); err != nil {
