@@ -1,13 +1,9 @@
 package eval
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"sync"
 )
 
 // PromptOptions draw the fixed prompt set.
@@ -74,43 +70,16 @@ type completionResponse struct {
 // the completions in prompt order.
 func Collect(ctx context.Context, client *http.Client, baseURL, model string, prompts [][]int, maxTokens, concurrency int) []Completion {
 	out := make([]Completion, len(prompts))
-	sem := make(chan struct{}, max(concurrency, 1))
-	var wg sync.WaitGroup
-	for i, p := range prompts {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			out[i] = complete(ctx, client, baseURL, model, p, maxTokens)
-		}()
-	}
-	wg.Wait()
+	forEach(len(prompts), concurrency, func(i int) {
+		out[i] = complete(ctx, client, baseURL, model, prompts[i], maxTokens)
+	})
 	return out
 }
 
 func complete(ctx context.Context, client *http.Client, baseURL, model string, prompt []int, maxTokens int) Completion {
-	body, _ := json.Marshal(completionRequest{Model: model, Prompt: prompt, MaxTokens: maxTokens, IgnoreEOS: true})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		return Completion{Reason: err.Error()}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return Completion{Reason: err.Error()}
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return Completion{Reason: err.Error()}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return Completion{Reason: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(data))}
-	}
 	var r completionResponse
-	if err := json.Unmarshal(data, &r); err != nil {
-		return Completion{Reason: "malformed body: " + err.Error()}
+	if err := postJSON(ctx, client, baseURL+"/v1/completions", completionRequest{Model: model, Prompt: prompt, MaxTokens: maxTokens, IgnoreEOS: true}, &r); err != nil {
+		return Completion{Reason: err.Error()}
 	}
 	if len(r.Choices) != 1 {
 		return Completion{Reason: fmt.Sprintf("%d choices, want 1", len(r.Choices))}
@@ -128,6 +97,7 @@ type Outcome struct {
 	Total       int      `json:"total"`
 	InvalidRate float64  `json:"invalid_rate"`
 	Agreement   float64  `json:"agreement"`
+	Agreed      int      `json:"agreed"`
 	Problems    []string `json:"problems,omitempty"`
 }
 
@@ -156,5 +126,6 @@ func Score(config string, got, ref []Completion) Outcome {
 		o.InvalidRate = float64(o.Total-o.Completed) / float64(o.Total)
 		o.Agreement = float64(agree) / float64(o.Total)
 	}
+	o.Agreed = agree
 	return o
 }

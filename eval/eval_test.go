@@ -40,7 +40,7 @@ func TestScore(t *testing.T) {
 	ref := []Completion{{OK: true, Text: "a"}, {OK: true, Text: "b"}, {OK: true, Text: "c"}, {Reason: "down"}}
 	got := []Completion{{OK: true, Text: "a"}, {OK: true, Text: "x"}, {Reason: "HTTP 500"}, {OK: true, Text: "d"}}
 	o := Score("tp2", got, ref)
-	want := Outcome{Config: "tp2", Completed: 3, Total: 4, InvalidRate: 0.25, Agreement: 0.25}
+	want := Outcome{Config: "tp2", Completed: 3, Total: 4, InvalidRate: 0.25, Agreement: 0.25, Agreed: 1}
 	o.Problems = nil
 	if d := cmp.Diff(want, o); d != "" {
 		t.Error(d)
