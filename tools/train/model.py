@@ -82,8 +82,8 @@ def inv_freq(cfg: Config):
 
 
 def rope(x, cos, sin, interleaved):
-    """Rotate the last dim of x ([T, ..., d]) by angles whose cos/sin are [T, d/2]."""
-    shape = [x.shape[0]] + [1] * (x.dim() - 2) + [cos.shape[-1]]
+    """Rotate the last dim of x ([B, T, d] or [B, T, H, d]) by angles whose cos/sin are [T, d/2]."""
+    shape = [1, x.shape[1]] + [1] * (x.dim() - 3) + [cos.shape[-1]]
     c, s = cos.reshape(shape), sin.reshape(shape)
     if interleaved:
         a, b = x[..., 0::2], x[..., 1::2]
@@ -111,16 +111,16 @@ class Indexer(nn.Module):
         self.weights_proj = nn.Linear(cfg.hidden_size, hi, bias=False)
 
     def scores(self, a, cq, cos, sin):
-        """Index scores [T, T] (−inf above the diagonal)."""
+        """Index scores [B, T, T] (−inf above the diagonal)."""
         cfg = self.cfg
-        T, hi, di, dr = a.shape[0], cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
-        q = self.wq_b(cq).view(T, hi, di)
+        B, T, hi, di, dr = a.shape[0], a.shape[1], cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
+        q = self.wq_b(cq).view(B, T, hi, di)
         k = self.k_norm(self.wk(a))
         q = torch.cat((rope(q[..., :dr], cos, sin, cfg.indexer_rope_interleave), q[..., dr:]), dim=-1)
         k = torch.cat((rope(k[..., :dr], cos, sin, cfg.indexer_rope_interleave), k[..., dr:]), dim=-1)
-        w = self.weights_proj(a) * hi ** -0.5                       # [T, H_I]
-        dots = torch.einsum("thd,sd->ths", q, k) * di ** -0.5       # [T, H_I, S]
-        idx = torch.einsum("th,ths->ts", w, F.relu(dots))
+        w = self.weights_proj(a) * hi ** -0.5                       # [B, T, H_I]
+        dots = torch.einsum("bthd,bsd->bths", q, k) * di ** -0.5    # [B, T, H_I, S]
+        idx = torch.einsum("bth,bths->bts", w, F.relu(dots))
         causal = torch.ones(T, T, dtype=torch.bool).tril()
         return idx.masked_fill(~causal, float("-inf"))
 
@@ -144,48 +144,67 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(H * dv, cfg.hidden_size, bias=False)
         if cfg.sparse:
             self.indexer = Indexer(cfg)
+        # Training switches (train.py): dense_attention attends to every earlier key
+        # whatever the indexer selects (the indexer's warm-up stage); with
+        # indexer_loss set, forward stores in index_kl the per-row KL divergence of the
+        # indexer's distribution from the heads' summed attention, over the attended
+        # keys, on inputs detached from the rest of the model (DeepSeek-V3.2).
+        self.dense_attention = False
+        self.indexer_loss = False
+        self.index_kl = None
 
     def forward(self, a, cos, sin, trace=None):
-        """a: [T, D] normed input. trace, when a dict, receives 'selected' ([T] lists of
-        attended positions) and 'margin' (per row with more than index_topk keys: the
-        k-th minus the (k+1)-th index score, and the k-th score)."""
+        """a: [B, T, D] normed input. trace (B = 1), when a dict, receives 'selected' ([T]
+        lists of attended positions) and 'margin' (per row with more than index_topk keys:
+        the k-th minus the (k+1)-th index score, and the k-th score)."""
         cfg = self.cfg
-        T = a.shape[0]
+        B, T = a.shape[0], a.shape[1]
         H, dn, dr, dv, dc = cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
         if cfg.q_lora_rank:
             cq = self.q_a_layernorm(self.q_a_proj(a))
             q = self.q_b_proj(cq)
         else:
             cq, q = None, self.q_proj(a)
-        q = q.view(T, H, dn + dr)
+        q = q.view(B, T, H, dn + dr)
         q_nope, q_pe = q[..., :dn], rope(q[..., dn:], cos, sin, cfg.rope_interleave)
         kv = self.kv_a_proj_with_mqa(a)
-        c = self.kv_a_layernorm(kv[:, :dc])
-        k_pe = rope(kv[:, dc:], cos, sin, cfg.rope_interleave)    # [T, d_rope], one per token
-        ukv = self.kv_b_proj(c).view(T, H, dn + dv)
+        c = self.kv_a_layernorm(kv[..., :dc])
+        k_pe = rope(kv[..., dc:], cos, sin, cfg.rope_interleave)  # [B, T, d_rope], one per token
+        ukv = self.kv_b_proj(c).view(B, T, H, dn + dv)
         k_nope, v = ukv[..., :dn], ukv[..., dn:]
-        logit = torch.einsum("thd,shd->hts", q_nope, k_nope) + torch.einsum("thd,sd->hts", q_pe, k_pe)
+        logit = torch.einsum("bthd,bshd->bhts", q_nope, k_nope) + torch.einsum("bthd,bsd->bhts", q_pe, k_pe)
         logit = logit * cfg.softmax_scale()
-        allowed = torch.ones(T, T, dtype=torch.bool).tril()
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        allowed = causal.expand(B, T, T)
         if cfg.sparse:
-            scores = self.indexer.scores(a, cq, cos, sin)
-            sel = torch.zeros(T, T, dtype=torch.bool)
+            if self.indexer_loss:
+                scores = self.indexer.scores(a.detach(), cq.detach(), cos, sin)
+            else:
+                scores = self.indexer.scores(a, cq, cos, sin)
             K = cfg.index_topk
             picked = select_topk(scores, min(K, T))
-            for t in range(T):
-                n = min(K, t + 1)
-                sel[t, picked[t, :n]] = True
-            allowed = allowed & sel
+            # The k best of row t are its min(k, t+1) keys at or before t: scores after t
+            # are -inf and sort last, and the causal mask drops the ones picked past t.
+            sel = torch.zeros(B, T, T, dtype=torch.bool).scatter_(-1, picked, True) & causal
+            if not self.dense_attention:
+                allowed = sel
             if trace is not None:
-                srt = torch.sort(scores, dim=-1, descending=True, stable=True).values
-                trace["selected"] = [sorted(picked[t, :min(K, t + 1)].tolist()) for t in range(T)]
+                srt = torch.sort(scores[0], dim=-1, descending=True, stable=True).values
+                trace["selected"] = [sorted(picked[0, t, :min(K, t + 1)].tolist()) for t in range(T)]
                 trace["margin"] = {t: (float(srt[t, K - 1] - srt[t, K]), float(srt[t, K - 1])) for t in range(T) if t + 1 > K}
         elif trace is not None:
             trace["selected"] = [list(range(t + 1)) for t in range(T)]
             trace["margin"] = {}
-        logit = logit.masked_fill(~allowed, float("-inf"))
+        logit = logit.masked_fill(~allowed.unsqueeze(1), float("-inf"))
         p = torch.softmax(logit, dim=-1)
-        o = torch.einsum("hts,shd->thd", p, v).reshape(T, H * dv)
+        if cfg.sparse and self.indexer_loss:
+            with torch.no_grad():
+                target = p.sum(1).masked_fill(~allowed, 0.0)
+                target = target / target.sum(-1, keepdim=True)
+            logq = torch.log_softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+            term = torch.where(target > 0, target * (torch.log(target.clamp_min(1e-30)) - logq), torch.zeros_like(logq))
+            self.index_kl = term.sum(-1)                              # [B, T]
+        o = torch.einsum("bhts,bshd->bthd", p, v).reshape(B, T, H * dv)
         return self.o_proj(o)
 
 
@@ -208,7 +227,8 @@ class Router(nn.Module):
         self.e_score_correction_bias = nn.Parameter(torch.zeros(cfg.n_routed_experts))
 
     def forward(self, a):
-        """Experts [T, K] and their weights [T, K]; also the selection margin per row."""
+        """Experts [N, K] and their weights [N, K] of rows a [N, D]; also the selection
+        margin per row."""
         cfg = self.cfg
         T, E, K = a.shape[0], cfg.n_routed_experts, cfg.num_experts_per_tok
         s = torch.sigmoid(a @ self.weight.t())
@@ -242,7 +262,10 @@ class MoE(nn.Module):
             self.shared_experts = MLP(cfg.hidden_size, cfg.n_shared_experts * cfg.moe_intermediate_size)
 
     def forward(self, a, trace=None):
+        shape = a.shape
+        a = a.reshape(-1, shape[-1])
         idx, w, margin = self.gate(a)
+        self.last_experts = idx.detach()
         y = torch.zeros_like(a)
         for e in torch.unique(idx).tolist():
             rows, slot = (idx == e).nonzero(as_tuple=True)
@@ -252,7 +275,7 @@ class MoE(nn.Module):
         if trace is not None:
             trace["experts"] = [sorted(r) for r in idx.tolist()]
             trace["route_margin"] = margin.tolist()
-        return y
+        return y.reshape(shape)
 
 
 class DecoderLayer(nn.Module):
@@ -325,9 +348,13 @@ class Model(nn.Module):
         return (ang.cos() * self.attn_factor).to(dt), (ang.sin() * self.attn_factor).to(dt)
 
     def forward(self, tokens, traces=None):
-        """tokens: [T] at positions 0..T-1. Returns (logits [T, V], hidden [T, D] after the
-        final norm). traces, when a list, gets one dict per decoder layer."""
-        T = tokens.shape[0]
+        """tokens: [T] or [B, T] at positions 0..T-1. Returns (logits [(B,) T, V], hidden
+        [(B,) T, D] after the final norm). traces (one sequence only), when a list, gets
+        one dict per decoder layer."""
+        if tokens.dim() == 1:
+            logits, hn = self.forward(tokens.unsqueeze(0), traces)
+            return logits[0], hn[0]
+        T = tokens.shape[1]
         cos, sin = self.rope_tables(torch.arange(T))
         h = self.model.embed_tokens(tokens)
         for i in range(self.cfg.num_hidden_layers):
@@ -340,14 +367,18 @@ class Model(nn.Module):
 
     def mtp(self, k, tokens, prev_hidden, trace=None):
         """MTP layer k over rows at positions 0..T-1: tokens[i] is the token after position i,
-        prev_hidden[i] the hidden state it continues. Returns (logits, shared_head.norm output)."""
+        prev_hidden[i] the hidden state it continues (tokens [T] or [B, T], prev_hidden
+        [(B,) T, D]). Returns (logits, shared_head.norm output)."""
+        if tokens.dim() == 1:
+            logits, out = self.mtp(k, tokens.unsqueeze(0), prev_hidden.unsqueeze(0), trace)
+            return logits[0], out[0]
         cfg = self.cfg
         layer = self.model.layers[cfg.num_hidden_layers + k]
-        T = tokens.shape[0]
+        T = tokens.shape[1]
         pos = torch.arange(T)
         cos, sin = self.rope_tables(pos)
         e = self.model.embed_tokens(tokens)
-        e = e.masked_fill((pos == 0).unsqueeze(-1), 0.0)
+        e = e.masked_fill((pos == 0).view(1, T, 1), 0.0)
         x = layer.eh_proj(torch.cat((layer.enorm(e), layer.hnorm(prev_hidden)), dim=-1))
         x = DecoderLayer.forward(layer, x, cos, sin, trace)
         out = layer.shared_head.norm(x)

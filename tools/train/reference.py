@@ -97,16 +97,46 @@ def near_ties(rec, rel):
     return out
 
 
-def run_case(cpmla, work, preset, dtype, seed):
-    d = os.path.join(work, f"{preset}-{dtype}-{seed}")
-    subprocess.run([cpmla, "model", "init", "--preset", preset, "--seed", str(seed), "--weight-dtype", dtype, "--out", d],
-                   check=True, stdout=subprocess.DEVNULL)
+def task_prompts(d):
+    """Three prompts of the trained model's own tasks, in its own tokenizer: a passkey
+    chat of about 300 tokens (well past index_topk 128, so the indexer selects), a
+    held-out arithmetic question with its answer, and a copy request."""
+    import random
+
+    import bpe
+    import tasks
+    with open(os.path.join(d, "tokenizer.json")) as f:
+        tj = json.load(f)
+    tok = bpe.Tokenizer([tuple(m) for m in tj["model"]["merges"]])
+    rng = random.Random(11)
+    key = 40917
+    hay = tasks.passkey_haystack(rng, 40, 0.3, key)
+    h = tasks.heldout_arithmetic(1)[0]
+    p, t = tasks.arithmetic_plain(h["question"], h["working"], h["answer"])
+    texts = [f"{tasks.USER}{tasks.passkey_prompt(hay)}{tasks.ASSISTANT}{tasks.passkey_reply(key)}",
+             p + t,
+             f"{tasks.USER}Repeat exactly: ab cd{tasks.ASSISTANT}"]
+    out = [tok.encode(x) for x in texts]
+    for x, ids in zip(texts, out):
+        if tok.decode(ids) != x:
+            raise ValueError(f"the training encoder does not round-trip {x!r}")
+    return out
+
+
+def run_case(cpmla, work, preset, dtype, seed, checkpoint=None):
+    """A case of a `cpmla model init` checkpoint, or (checkpoint set) of a committed one."""
+    if checkpoint is None:
+        d = os.path.join(work, f"{preset}-{dtype}-{seed}")
+        subprocess.run([cpmla, "model", "init", "--preset", preset, "--seed", str(seed), "--weight-dtype", dtype, "--out", d],
+                       check=True, stdout=subprocess.DEVNULL)
+    else:
+        d = checkpoint
     ck = Checkpoint(d)
     m = tm.load(ck)
     cfg = m.cfg
     V, K = cfg.vocab_size, max(cfg.index_topk, 1)
     fixed = [0, 1, V - 1]
-    ps = prompts(V)
+    ps = prompts(V) if checkpoint is None else task_prompts(d)
     out = {
         "format": FORMAT,
         "preset": preset, "weight_dtype": dtype, "seed": seed,
@@ -149,7 +179,8 @@ def run_case(cpmla, work, preset, dtype, seed):
             ties += [("mtp", cfg.num_hidden_layers) + x for x in near_ties(rec["trace"], TIE_REL)]
             out["mtp"] = rec
     out["near_ties"] = [list(map(str, t)) for t in ties]
-    shutil.rmtree(d)
+    if checkpoint is None:
+        shutil.rmtree(d)
     return out
 
 
@@ -159,22 +190,34 @@ def main():
     ap.add_argument("--out", default="model/testdata/torchref", help="directory of the reference files")
     ap.add_argument("--work", default=None, help="scratch directory for the checkpoints (default: a temporary one)")
     ap.add_argument("--case", action="append", help="preset/dtype/seed to write (default: all)")
+    ap.add_argument("--checkpoint", action="append",
+                    help="NAME=DIR: a committed checkpoint (the trained cpmla-tiny), with prompts of its own tasks; "
+                         "replaces the default cases")
     ap.add_argument("--allow-near-ties", action="store_true",
                     help="write cases with decisions within TIE_REL of a tie (float32 may decide them otherwise)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    cases = CASES
+    cases = CASES if not args.checkpoint else []
     if args.case:
         cases = []
         for c in args.case:
             preset, dtype, seed = c.split("/")
-            cases.append((preset, dtype, int(seed)))
+            cases.append((preset, dtype, int(seed), None))
+    cases = [c if len(c) == 4 else c + (None,) for c in cases]
+    for c in args.checkpoint or []:
+        name, d = c.split("=", 1)
+        with open(os.path.join(d, "config.json")) as f:
+            dtype = "fp8" if "quantization_config" in json.load(f) else "bf16"
+        cases.append((name, dtype, 0, d))
     os.makedirs(args.out, exist_ok=True)
     work = args.work or tempfile.mkdtemp(prefix="torchref-")
     try:
-        for preset, dtype, seed in cases:
-            rec = run_case(os.path.abspath(args.cpmla), work, preset, dtype, seed)
-            name = os.path.join(args.out, f"{preset}-{dtype}-seed{seed}.json.gz")
+        for preset, dtype, seed, ckpt in cases:
+            rec = run_case(os.path.abspath(args.cpmla), work, preset, dtype, seed, ckpt)
+            if ckpt is not None:
+                rec["checkpoint"] = preset
+            base = f"{preset}-{dtype}-seed{seed}" if ckpt is None else f"trained-{preset}"
+            name = os.path.join(args.out, base + ".json.gz")
             data = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
             with open(name, "wb") as f:
                 with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename="") as g:
