@@ -47,6 +47,7 @@ const torchRefShardBytes = 2 << 30
 type torchRef struct {
 	Format      int               `json:"format"`
 	Preset      string            `json:"preset"`
+	Checkpoint  string            `json:"checkpoint"` // a built-in trained checkpoint, else one model init writes
 	WeightDType string            `json:"weight_dtype"`
 	Seed        uint64            `json:"seed"`
 	Generator   map[string]string `json:"generator"`
@@ -103,9 +104,15 @@ func readTorchRef(t *testing.T, path string) *torchRef {
 }
 
 // writeTorchRefCheckpoint writes the case's checkpoint as cpmla model init
-// does and checks that its tensor files are the bytes the reference read.
+// does, or for a trained case finds the committed checkpoint, and checks that
+// its tensor files are the bytes the reference read.
 func writeTorchRefCheckpoint(t *testing.T, ref *torchRef) string {
 	t.Helper()
+	if ref.Checkpoint != "" {
+		dir := filepath.Join("..", "checkpoints", ref.Checkpoint)
+		checkTorchRefFiles(t, dir, ref)
+		return dir
+	}
 	cfg, err := config.Load(ref.Preset)
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +123,17 @@ func writeTorchRefCheckpoint(t *testing.T, ref *torchRef) string {
 	dir := t.TempDir()
 	if err := WriteCheckpoint(dir, cfg, RandomTensors(cfg, ref.Seed), torchRefShardBytes); err != nil {
 		t.Fatal(err)
+	}
+	checkTorchRefFiles(t, dir, ref)
+	return dir
+}
+
+// checkTorchRefFiles requires dir's tensor files to have the hashes the
+// reference recorded.
+func checkTorchRefFiles(t *testing.T, dir string, ref *torchRef) {
+	t.Helper()
+	if len(ref.SHA256) == 0 {
+		t.Fatal("the reference names no checkpoint file")
 	}
 	for name, want := range ref.SHA256 {
 		f, err := os.Open(filepath.Join(dir, name))
@@ -129,11 +147,10 @@ func writeTorchRefCheckpoint(t *testing.T, ref *torchRef) string {
 			t.Fatal(err)
 		}
 		if got := hex.EncodeToString(h.Sum(nil)); got != want {
-			t.Fatalf("%s of %s seed %d (%s) has sha256 %s, the reference read %s: the checkpoint generator changed; regenerate with tools/train/reference.py",
+			t.Fatalf("%s of %s seed %d (%s) has sha256 %s, the reference read %s: the checkpoint changed; regenerate with tools/train/reference.py",
 				name, ref.Preset, ref.Seed, ref.WeightDType, got, want)
 		}
 	}
-	return dir
 }
 
 // torchRefReport collects a comparison's findings.
@@ -218,16 +235,33 @@ func runTorchRef(t *testing.T, dir string, ref *torchRef, perturb func(*config.M
 	const B, prefill = 16, 24
 	withMTP := cfg.NumNextNPredict > 0 && ref.MTP != nil
 	A := ref.Prompts[0].Tokens
-	first := prefill
-	for _, p := range ref.Prompts[1:] {
-		first += len(p.Tokens)
+	first, longest := prefill, 0
+	for i, p := range ref.Prompts {
+		if i > 0 {
+			first += len(p.Tokens)
+		}
+		longest = max(longest, len(p.Tokens))
 	}
-	r, err := NewRunner(m, RunnerOptions{MaxTokens: first, MaxModelLen: 48, MaxLogitRows: first, MaxSeqs: len(ref.Prompts), BlockSize: B, NumBlocks: 8,
+	maxLen := longest + 8 // the MTP chain runs past the prompt
+	// Each sequence gets the blocks it needs, prompt 0's in descending order so
+	// its table is not the identity.
+	tables := make([][]int32, len(ref.Prompts))
+	next := int32(0)
+	for i, p := range ref.Prompts {
+		n := int32((len(p.Tokens) + 8 + B - 1) / B)
+		for j := range n {
+			tables[i] = append(tables[i], next+j)
+		}
+		if i == 0 {
+			slices.Reverse(tables[i])
+		}
+		next += n
+	}
+	r, err := NewRunner(m, RunnerOptions{MaxTokens: first, MaxModelLen: maxLen, MaxLogitRows: first, MaxSeqs: len(ref.Prompts), BlockSize: B, NumBlocks: int(next),
 		KVDType: "f32", IndexerDType: "f32", MTP: withMTP})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables := [][]int32{{5, 2, 7}, {0}, {3}}
 	type site struct{ seq, layer, pos int }
 	sel, routes := map[site][]int32{}, map[site][]int32{}
 	r.Trace = func(layer int, pos, seq int32, positions []int32) {
