@@ -1,0 +1,324 @@
+"""Train cpmla-tiny from scratch on this machine's CPU and write its checkpoints.
+
+    /usr/bin/python3 tools/train/train.py --out /tmp/cpmla-tiny-train
+
+The run is fixed by its seed: the tokenizer's merges are fitted on a seeded
+sample of the tasks, the model is initialised and the data drawn from seeded
+generators, and torch runs deterministically on the CPU with a fixed thread
+count. Stages, as DeepSeek-V3.2 trained its indexer, adapted to training from
+scratch:
+
+  1. dense   (steps [0, dense_steps)): attention over every earlier key; the
+             model learns the tasks (next-token loss + 0.3 x the MTP layer's
+             next-next-token loss) while the indexer, on inputs detached from
+             the model, learns the heads' summed attention distribution (KL).
+  2. sparse  (the rest): attention over the indexer's top-k only; the same
+             losses, the indexer's KL now over the keys it selected.
+
+The router's e_score_correction_bias is updated outside backpropagation after
+every step, DeepSeek-V3's auxiliary-loss-free balancing: each expert's bias moves
+by `bias_rate` towards the mean load.
+
+Writes into --out: tokenizer.json, tokenizer_config.json, heldout.jsonl, the bf16
+checkpoint (cpmla-tiny/) and the fp8 one (cpmla-tiny-fp8/), train.log, and
+state.pt (the float32 weights and optimizer, for --resume).
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bpe  # noqa: E402
+import export  # noqa: E402
+import tasks  # noqa: E402
+from hfconfig import Config  # noqa: E402
+from model import Attention, Model, MoE  # noqa: E402
+
+N_MERGES = 252  # 256 bytes + 252 merges + 4 special tokens = 512 ids
+HELDOUT = 500
+
+
+def hf_config(tok):
+    """config.json of cpmla-tiny: a glm_moe_dsa model with GLM-5's attention shapes
+    (kv_lora_rank 512 + qk_rope_head_dim 64: the 576/512 latent), the DSA indexer,
+    one dense layer then MoE layers with noaux_tc routing, and one MTP layer."""
+    return {
+        "architectures": ["GlmMoeDsaForCausalLM"],
+        "model_type": "glm_moe_dsa",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": None,
+        "eos_token_id": [tok.special[tasks.EOT], tok.special[tasks.USER]],
+        "pad_token_id": tok.special[tasks.EOT],
+        "first_k_dense_replace": 1,
+        "head_dim": 32,
+        "hidden_act": "silu",
+        "hidden_size": 128,
+        "index_head_dim": 64,
+        "index_n_heads": 2,
+        "index_topk": 128,
+        "indexer_rope_interleave": True,
+        "initializer_range": 0.02,
+        "intermediate_size": 256,
+        "kv_lora_rank": 512,
+        "max_position_embeddings": 4096,
+        "moe_intermediate_size": 128,
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "norm_topk_prob": True,
+        "num_attention_heads": 2,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "num_nextn_predict_layers": 1,
+        "q_lora_rank": 64,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 64,
+        "rms_norm_eps": 1e-05,
+        "rope_interleave": True,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "routed_scaling_factor": 2.5,
+        "scoring_func": "sigmoid",
+        "tie_word_embeddings": False,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "v_head_dim": 32,
+        "vocab_size": tok.size,
+    }
+
+
+def init_weights(m, std):
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("e_score_correction_bias"):
+                p.zero_()
+            elif p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+                if name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+                    p.mul_(1 / math.sqrt(2 * 4))
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.fill_(1.0)
+
+
+class Batches:
+    """Seeded batches of whole documents (right-padded), one task per batch."""
+
+    def __init__(self, seed, tok, heldout, budget, mix):
+        self.mix = mix
+        self.gen = tasks.Generator(seed, [h["key"] for h in heldout])
+        self.rng = random.Random(seed + 1)
+        self.tok, self.budget = tok, budget
+        self.pad = tok.special[tasks.EOT]
+
+    def docs(self, kind):
+        g, rng = self.gen, self.rng
+        if kind == "passkey":
+            # Lengths up to the 4,096-token context, log-uniform.
+            n = int(math.exp(rng.uniform(math.log(8), math.log(560))))
+            ids = self.tok.encode(g.passkey(n))[:4096]
+            per = max(1, self.budget // len(ids))
+            out = [ids]
+            for _ in range(per - 1):
+                out.append(self.tok.encode(g.passkey(n))[:4096])
+            return out
+        make = g.arithmetic_doc if kind == "arithmetic" else g.copy
+        out, total = [], 0
+        while total < self.budget:
+            ids = self.tok.encode(make())
+            out.append(ids)
+            total += len(ids)
+        return out
+
+    def next(self):
+        r = self.rng.random()
+        a, p, _ = self.mix
+        kind = "arithmetic" if r < a else ("passkey" if r < a + p else "copy")
+        docs = self.docs(kind)
+        T = max(len(d) for d in docs)
+        x = torch.full((len(docs), T), self.pad, dtype=torch.long)
+        mask = torch.zeros(len(docs), T, dtype=torch.bool)
+        for i, d in enumerate(docs):
+            x[i, :len(d)] = torch.tensor(d)
+            mask[i, :len(d)] = True
+        return kind, x, mask
+
+
+def attention_modules(m):
+    return [mod for mod in m.modules() if isinstance(mod, Attention)]
+
+
+def losses(m, x, mask, mtp_weight):
+    logits, hn = m(x)
+    V = logits.shape[-1]
+    tmask = mask[:, 1:]
+    lm = F.cross_entropy(logits[:, :-1].reshape(-1, V), x[:, 1:].reshape(-1), reduction="none").view_as(tmask)
+    lm = (lm * tmask).sum() / tmask.sum()
+    mlog, _ = m.mtp(0, x[:, 1:], hn[:, :-1])
+    mmask = mask[:, 2:]
+    mtp = F.cross_entropy(mlog[:, :-1].reshape(-1, V), x[:, 2:].reshape(-1), reduction="none").view_as(mmask)
+    mtp = (mtp * mmask).sum() / mmask.sum()
+    kls = []
+    for a in attention_modules(m):
+        if a.index_kl is not None:
+            rows = mask[:, : a.index_kl.shape[1]]
+            kls.append((a.index_kl * rows).sum() / rows.sum())
+            a.index_kl = None
+    kl = torch.stack(kls).mean() if kls else torch.zeros(())
+    return lm + mtp_weight * mtp + kl, lm, mtp, kl
+
+
+def balance(m, rate):
+    for mod in m.modules():
+        if isinstance(mod, MoE) and getattr(mod, "last_experts", None) is not None:
+            E = mod.cfg.n_routed_experts
+            load = torch.bincount(mod.last_experts.reshape(-1), minlength=E).to(torch.float32)
+            with torch.no_grad():
+                mod.gate.e_score_correction_bias.add_(rate * torch.sign(load.mean() - load))
+            mod.last_experts = None
+
+
+@torch.no_grad()
+def greedy(m, tok, prompt, max_new, stops):
+    ids = tok.encode(prompt)
+    out = []
+    for _ in range(max_new):
+        logits, _ = m(torch.tensor(ids + out))
+        t = int(torch.argmax(logits[-1]))
+        if t in stops:
+            break
+        out.append(t)
+    return tok.decode(out)
+
+
+def quick_eval(m, tok, heldout, n):
+    stops = {tok.special[tasks.EOT], tok.special[tasks.USER]}
+    right = 0
+    for h in heldout[:n]:
+        p, _ = tasks.arithmetic_plain(h["question"], h["working"], h["answer"])
+        text = greedy(m, tok, p, 40, stops)
+        right += text.strip().endswith(f"#### {h['answer']}")
+    rng = random.Random(5)
+    found = 0
+    for i in range(4):
+        key = rng.randint(10000, 99999)
+        hay = tasks.passkey_haystack(rng, [40, 120, 250, 500][i], rng.random(), key)
+        text = greedy(m, tok, f"{tasks.USER}{tasks.passkey_prompt(hay)}{tasks.ASSISTANT}", 12, stops)
+        found += str(key) in text
+    return right / n, found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--dense-fraction", type=float, default=0.7)
+    ap.add_argument("--budget", type=int, default=2048, help="tokens per batch")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bias-rate", type=float, default=1e-3)
+    ap.add_argument("--eval-every", type=int, default=0, help="greedy check of held-out problems every N steps (0: at the end only)")
+    ap.add_argument("--save-every", type=int, default=100)
+    ap.add_argument("--resume", action="store_true", help="continue from state.pt in --out")
+    ap.add_argument("--mix", default="0.6,0.3,0.1", help="shares of arithmetic, passkey and copy batches")
+    ap.add_argument("--stop-after", type=int, default=0, help="save the state and stop after this many steps")
+    args = ap.parse_args()
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(args.out, exist_ok=True)
+    log = open(os.path.join(args.out, "train.log"), "a")
+
+    def say(s):
+        print(s, flush=True)
+        log.write(s + "\n")
+        log.flush()
+
+    heldout = tasks.heldout_arithmetic(HELDOUT)
+    fit = tasks.Generator(args.seed + 7, [h["key"] for h in heldout]).corpus_sample(3000)
+    tok = bpe.Tokenizer(bpe.fit_merges(fit, N_MERGES))
+    bpe.save(tok, args.out)
+    with open(os.path.join(args.out, "heldout.jsonl"), "w") as f:
+        for h in heldout:
+            f.write(json.dumps({"question": h["question"], "answer": h["answer"]}) + "\n")
+    hf = hf_config(tok)
+    cfg = Config.from_hf(hf)
+    m = Model(cfg)
+    init_weights(m, 0.02)
+    opt = torch.optim.AdamW(m.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    start = 0
+    state_path = os.path.join(args.out, "state.pt")
+    if args.resume and os.path.exists(state_path):
+        st = torch.load(state_path)
+        m.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        start = st["step"]
+    mix = [float(v) for v in args.mix.split(",")]
+    if len(mix) != 3 or min(mix) < 0 or abs(sum(mix) - 1) > 1e-9:
+        raise SystemExit(f"--mix {args.mix}: want three shares summing to 1, e.g. 0.6,0.3,0.1")
+    batches = Batches(args.seed, tok, heldout, args.budget, mix)
+    for _ in range(start):
+        batches.next()
+    dense_steps = int(args.steps * args.dense_fraction)
+    warm = 100
+    t0 = time.time()
+    say(f"params {sum(p.numel() for p in m.parameters())} steps {args.steps} dense {dense_steps} budget {args.budget}")
+    for step in range(start, args.steps):
+        dense = step < dense_steps
+        for a in attention_modules(m):
+            a.dense_attention = dense
+            a.indexer_loss = True
+        lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        kind, x, mask = batches.next()
+        loss, lm, mtp, kl = losses(m, x, mask, 0.3)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+        balance(m, args.bias_rate)
+        if step % 25 == 0:
+            say(f"step {step} {'dense' if dense else 'sparse'} {kind} T={x.shape[1]} B={x.shape[0]} lm {lm.item():.4f} "
+                f"mtp {mtp.item():.4f} kl {kl.item():.4f} lr {lr:.2e} t {time.time() - t0:.0f}s")
+        if (step + 1) % args.save_every == 0 or step + 1 == args.steps or step + 1 == args.stop_after:
+            torch.save({"model": m.state_dict(), "opt": opt.state_dict(), "step": step + 1}, state_path)
+        if step + 1 == args.stop_after:
+            say(f"stopped after step {step + 1}, t {time.time() - t0:.0f}s")
+            return
+        if (args.eval_every and (step + 1) % args.eval_every == 0) or step + 1 == args.steps:
+            for a in attention_modules(m):
+                a.indexer_loss = False
+                a.dense_attention = False
+            m.eval()
+            acc, found = quick_eval(m, tok, heldout[HELDOUT - 20:], 20)
+            m.train()
+            say(f"eval step {step + 1}: arithmetic {acc:.2f} (20 held-out), passkey {found}/4, t {time.time() - t0:.0f}s")
+    for a in attention_modules(m):
+        a.indexer_loss = False
+        a.dense_attention = False
+    for name, dtype in (("cpmla-tiny", "bf16"), ("cpmla-tiny-fp8", "fp8")):
+        export.export(m, hf, os.path.join(args.out, name), dtype)
+        bpe.save(tok, os.path.join(args.out, name))
+    say(f"done in {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
