@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/cpmla/cpmla/checkpoints"
 )
 
 // YaRN holds the rope-scaling parameters of DeepSeek-style YaRN
@@ -216,9 +219,11 @@ func (m *Model) Validate() error {
 	return nil
 }
 
-// Load resolves a model argument: a preset name, or a checkpoint directory
-// holding config.json. The configuration is validated as a whole before it
-// is returned. A file where a directory is expected is refused by name.
+// Load resolves a model argument: a preset name, the name of a checkpoint
+// built into the binary (package checkpoints), or a checkpoint directory
+// holding config.json; a name is looked up before any directory of that
+// name. The configuration is validated as a whole before it is returned. A
+// file where a directory is expected is refused by name.
 func Load(nameOrPath string) (*Model, error) {
 	if p, ok := presets[nameOrPath]; ok {
 		m := p()
@@ -228,9 +233,13 @@ func Load(nameOrPath string) (*Model, error) {
 		}
 		return m, nil
 	}
+	if fsys, ok := checkpoints.Open(nameOrPath); ok {
+		return loadBuiltin(nameOrPath, fsys)
+	}
 	st, err := os.Stat(nameOrPath)
 	if err != nil {
-		return nil, fmt.Errorf("model %q is neither a preset (%s) nor a checkpoint directory: %w", nameOrPath, strings.Join(PresetNames(), ", "), err)
+		return nil, fmt.Errorf("model %q is neither a preset (%s), a built-in checkpoint (%s) nor a checkpoint directory: %w",
+			nameOrPath, strings.Join(PresetNames(), ", "), strings.Join(checkpoints.Names(), ", "), err)
 	}
 	if !st.IsDir() {
 		return nil, fmt.Errorf("model %q is a file, not a checkpoint directory: pass the directory that holds config.json (e.g. --model %s)", nameOrPath, filepath.Dir(nameOrPath))
@@ -253,6 +262,30 @@ func Load(nameOrPath string) (*Model, error) {
 
 // maxConfigBytes bounds config.json: real ones are a few KiB.
 const maxConfigBytes = 1 << 20
+
+// loadBuiltin reads the config.json of the built-in checkpoint name.
+func loadBuiltin(name string, fsys fs.FS) (*Model, error) {
+	st, err := fs.Stat(fsys, "config.json")
+	if err != nil {
+		return nil, fmt.Errorf("built-in checkpoint %s: %w", name, err)
+	}
+	if st.Size() > maxConfigBytes {
+		return nil, fmt.Errorf("built-in checkpoint %s: config.json is %d bytes; a config.json holds at most %d", name, st.Size(), maxConfigBytes)
+	}
+	data, err := fs.ReadFile(fsys, "config.json")
+	if err != nil {
+		return nil, fmt.Errorf("built-in checkpoint %s: %w", name, err)
+	}
+	m, err := ParseHF(data)
+	if err != nil {
+		return nil, fmt.Errorf("built-in checkpoint %s: config.json: %w", name, err)
+	}
+	m.Name = name
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("built-in checkpoint %s: config.json: %w", name, err)
+	}
+	return m, nil
+}
 
 func readConfigFile(path string) ([]byte, error) {
 	f, err := os.Open(path)

@@ -679,7 +679,7 @@ before the iteration on the threads the ranks use (medians over the iterations).
 	f.Uint64Var(&o.seed, "seed", 0, "seed of the prompts and of sampling")
 	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
 
-	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
+	f.StringVar(&o.model, "model", config.DefaultPreset, modelUsage)
 	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
 	f.IntVar(&o.tp, "tensor-parallel-size", 1, "tensor-parallel ranks")
 	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")

@@ -353,7 +353,7 @@ func newBenchThroughputCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
+	f.StringVar(&o.model, "model", config.DefaultPreset, modelUsage)
 	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
 	f.IntVar(&o.tp, "tensor-parallel-size", 1, "tensor-parallel ranks")
 	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
@@ -185,8 +184,10 @@ func newGenerateCmd() *cobra.Command {
 		Use:   "generate",
 		Short: "Generate tokens for one prompt through the engine and print their ids and text",
 		Long: "Generate --max-tokens tokens for one prompt (--prompt-ids, or --prompt text tokenized with\n" +
-			"the model's tokenizer) and print the new token ids and their text. The built-in presets\n" +
-			"have seeded random weights, so their text is noise.",
+			"the model's tokenizer) and print the new token ids and their text. The built-in cpmla-tiny\n" +
+			"(the default) is trained on arithmetic word problems, pass keys and copying, e.g.\n" +
+			"--prompt $'Question: Ana has 12 apples. Ana buys 30 more apples. How many apples does Ana have now?\\nAnswer:'\n" +
+			"--stop-at-eos; the presets have seeded random weights, so their text is noise.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The tokenizer loads first only when the prompt is text; ids are
@@ -236,7 +237,7 @@ func newGenerateCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
+	f.StringVar(&o.model, "model", defaultModel, modelUsage)
 	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
 	f.StringVar(&ids, "prompt-ids", "0,4,8,15,16,23,42", "comma-separated prompt token ids")
 	f.StringVar(&prompt, "prompt", "", "prompt text, tokenized with the model's tokenizer (BOS added); instead of --prompt-ids")

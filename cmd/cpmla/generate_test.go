@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cpmla/cpmla/checkpoints"
 )
 
 func runCLI(t *testing.T, args ...string) string {
@@ -132,5 +135,36 @@ func TestGenerateSpeculative(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// A built-in checkpoint read from the binary generates what the same files
+// generate from a directory, on one rank and on two.
+func TestBuiltinCheckpointMatchesItsFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs cpmla-tiny-fp8 three times")
+	}
+	fsys, ok := checkpoints.Open("cpmla-tiny-fp8")
+	if !ok {
+		t.Fatal("no built-in cpmla-tiny-fp8")
+	}
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := os.CopyFS(dir, fsys); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--prompt", "Question: Ana has 12 apples. Ana buys 30 more apples. How many apples does Ana have now?\nAnswer:", "--max-tokens", "12", "--json"}
+	builtin := runCLI(t, append([]string{"generate", "--model", "cpmla-tiny-fp8"}, args...)...)
+	if fromDir := runCLI(t, append([]string{"generate", "--model", dir}, args...)...); fromDir != builtin {
+		t.Errorf("the built-in printed\n%s\nits files in a directory printed\n%s", builtin, fromDir)
+	}
+	// Ids and text (the logprobs of two ranks sum in another order).
+	args = args[:len(args)-1]
+	one := runCLI(t, append([]string{"generate", "--model", "cpmla-tiny-fp8"}, args...)...)
+	if tp2 := runCLI(t, append([]string{"generate", "--model", "cpmla-tiny-fp8", "--tensor-parallel-size", "2"}, args...)...); tp2 != one {
+		t.Errorf("one rank printed\n%s\ntwo printed\n%s", one, tp2)
+	}
+	// <|user|> is one token, id 509, only in the built-in's own tokenizer.
+	if ids := runCLI(t, "tokenize", "--model", "cpmla-tiny", "--text", "<|user|>1"); !strings.HasPrefix(ids, "[509,") {
+		t.Errorf("tokenize with the built-in's tokenizer printed %q", ids)
 	}
 }

@@ -2,11 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 
+	"github.com/cpmla/cpmla/checkpoints"
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
@@ -77,14 +78,19 @@ type weightSource struct {
 // sourceOf measures the weights behind --model without reading them.
 func sourceOf(modelArg string, cfg *config.Model) (weightSource, error) {
 	params := plan.TotalParams(plan.ParamGroups(cfg, false))
-	if st, err := os.Stat(modelArg); err == nil && st.IsDir() {
-		files, err := filepath.Glob(filepath.Join(modelArg, "*.safetensors"))
+	// A built-in checkpoint is read into memory, a directory's files mapped.
+	fsys, ok := checkpoints.Open(modelArg)
+	if st, err := os.Stat(modelArg); !ok && err == nil && st.IsDir() {
+		fsys, ok = os.DirFS(modelArg), true
+	}
+	if ok {
+		files, err := fs.Glob(fsys, "*.safetensors")
 		if err != nil {
 			return weightSource{}, err
 		}
 		var n int64
 		for _, f := range files {
-			if fi, err := os.Stat(f); err == nil {
+			if fi, err := fs.Stat(fsys, f); err == nil {
 				n += fi.Size()
 			}
 		}

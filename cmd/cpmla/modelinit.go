@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cpmla/cpmla/checkpoints"
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/plan"
@@ -100,7 +101,14 @@ per rank for the layout given.`,
 				return err
 			}
 			var src model.TensorSource
-			if st, err := os.Stat(name); err == nil && st.IsDir() {
+			if fsys, ok := checkpoints.Open(name); ok {
+				ck, err := safetensors.OpenFS(fsys, "built-in "+name)
+				if err != nil {
+					return fmt.Errorf("open built-in checkpoint %s: %w", name, err)
+				}
+				defer ck.Close()
+				src = ck
+			} else if st, err := os.Stat(name); err == nil && st.IsDir() {
 				ck, err := safetensors.OpenDir(name)
 				if err != nil {
 					return fmt.Errorf("open checkpoint %s: %w", name, err)
@@ -139,7 +147,7 @@ per rank for the layout given.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&name, "model", config.DefaultPreset, "checkpoint directory or preset ("+strings.Join(config.PresetNames(), ", ")+")")
+	f.StringVar(&name, "model", config.DefaultPreset, modelUsage)
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.IntVar(&tp, "tensor-parallel-size", 1, "tensor parallel size of the layout whose per-rank weight bytes to report")
 	f.IntVar(&pcp, "prefill-context-parallel-size", 1, "prefill context parallel size of that layout")

@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/cpmla/cpmla/checkpoints"
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/comm/mpi"
 	"github.com/cpmla/cpmla/config"
@@ -60,6 +62,16 @@ func checkCollectiveTimeout(d time.Duration) error {
 	}
 	return nil
 }
+
+// defaultModel is the --model of generate, serve and eval: the built-in
+// trained checkpoint, which answers what it was trained on. The other
+// commands (verify, bench, model) default to config.DefaultPreset, whose
+// shapes they were built around.
+const defaultModel = "cpmla-tiny"
+
+// modelUsage is the help of every --model flag.
+var modelUsage = "preset with random weights (" + strings.Join(config.PresetNames(), ", ") + "), built-in trained checkpoint (" +
+	strings.Join(checkpoints.Names(), ", ") + ") or checkpoint directory"
 
 // loadModel resolves --model (a preset's random weights or a checkpoint
 // directory) and applies --quantization.

@@ -366,7 +366,7 @@ func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the OpenAI API (chat and completions, streaming, /metrics) on in-process ranks",
-		Long: "Start the engine on the model (the built-in " + config.DefaultPreset + " preset by default) and serve\n" +
+		Long: "Start the engine on the model (the built-in trained " + defaultModel + " by default) and serve\n" +
 			"POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health and GET /metrics.\n" +
 			"At most --max-num-seqs + --max-queue requests are in flight; more get 429. Ctrl-C stops it.",
 		Args: cobra.NoArgs,
@@ -413,7 +413,7 @@ func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; rank 0 serves; build with -tags mpi)")
 	addCollectiveTimeoutFlag(f, &o.collectiveTimeout)
 	f.IntVar(&o.port, "port", 8000, "port to listen on (0: any free port)")
-	f.StringVar(&o.model, "model", config.DefaultPreset, "preset name or checkpoint directory")
+	f.StringVar(&o.model, "model", defaultModel, modelUsage)
 	f.StringVar(&o.servedName, "served-model-name", "", "model id clients use (default: --model)")
 	f.StringVar(&o.tokenizer, "tokenizer", "", "directory with tokenizer.json (default: the checkpoint's, else the embedded DeepSeek-V3 tokenizer)")
 	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")

@@ -29,7 +29,7 @@ func TestServeStartsAndAnswers(t *testing.T) {
 	var o serveOptions
 	cmd := &cobra.Command{}
 	addServeFlags(cmd, &o)
-	if err := cmd.ParseFlags([]string{"--port", "0", "--max-model-len", "64", "--max-num-batched-tokens", "16",
+	if err := cmd.ParseFlags([]string{"--model", "glm5-mini", "--port", "0", "--max-model-len", "64", "--max-num-batched-tokens", "16",
 		"--max-num-seqs", "2", "--max-queue", "2", "--memory-limit", "1GiB"}); err != nil {
 		t.Fatal(err)
 	}

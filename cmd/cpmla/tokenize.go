@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cpmla/cpmla/checkpoints"
 	"github.com/cpmla/cpmla/tokenizer"
 )
 
@@ -104,7 +105,7 @@ func newTokenizeCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&noSpecial, "no-special", false, "add no BOS and encode control-token strings as plain text")
 	cmd.Flags().BoolVar(&noAddSpecial, "no-add-special", false, "add no BOS but still read control-token strings as their ids (add_special_tokens=False)")
 	cmd.Flags().StringVar(&dir, "tokenizer", "", "directory with tokenizer.json (and tokenizer_config.json, chat_template.jinja)")
-	cmd.Flags().StringVar(&model, "model", "", "checkpoint directory whose tokenizer is used when it has one (default: the embedded DeepSeek-V3 tokenizer)")
+	cmd.Flags().StringVar(&model, "model", "", "built-in checkpoint ("+strings.Join(checkpoints.Names(), ", ")+") or checkpoint directory whose tokenizer is used when it has one (default: the embedded DeepSeek-V3 tokenizer)")
 	cmd.Flags().StringVar(&messagesFile, "messages", "", "JSON file with a list of chat messages, or an object with \"messages\", \"tools\", \"documents\" and \"add_generation_prompt\"")
 	cmd.Flags().StringVar(&chatTemplate, "chat-template", "", "chat template file (or the template itself) instead of the tokenizer's")
 	cmd.Flags().StringVar(&kwargs, "chat-template-kwargs", "", "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'")
@@ -223,7 +224,8 @@ func parseIDList(flag, s string) ([]int, error) {
 
 // loadTokenizer is a command's tokenizer: the tokenizer.json in --tokenizer
 // DIR when set (a directory without one is refused), else the --model
-// checkpoint's own when it has one, else the embedded DeepSeek-V3 tokenizer.
+// checkpoint's own (a built-in checkpoint's, or a directory's when it has
+// one), else the embedded DeepSeek-V3 tokenizer.
 func loadTokenizer(flag, model string) (*tokenizer.Tokenizer, error) {
 	if flag != "" {
 		tk, err := tokenizer.Load(flag)
@@ -231,6 +233,9 @@ func loadTokenizer(flag, model string) (*tokenizer.Tokenizer, error) {
 			return nil, fmt.Errorf("--tokenizer %s: %w", flag, err)
 		}
 		return tk, nil
+	}
+	if fsys, ok := checkpoints.Open(model); ok {
+		return tokenizer.LoadFS(fsys, "built-in "+model)
 	}
 	if st, err := os.Stat(model); err == nil && st.IsDir() {
 		return tokenizer.ForCheckpoint(model)

@@ -112,7 +112,7 @@ It exits 0 only when everything agrees.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.Model, "model", config.DefaultPreset, "preset name or checkpoint directory")
+	f.StringVar(&c.Model, "model", config.DefaultPreset, modelUsage)
 	f.Uint64Var(&c.WeightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
 	f.IntVar(&c.TP, "tensor-parallel-size", 1, "tensor parallel size")
 	f.IntVar(&c.PCP, "prefill-context-parallel-size", 1, "prefill context parallel size")
