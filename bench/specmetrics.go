@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -39,7 +40,15 @@ func ScrapeSpec(ctx context.Context, client *http.Client, base string) (*SpecCou
 	if resp.StatusCode != http.StatusOK {
 		return nil, nil
 	}
-	return parseSpec(io.LimitReader(resp.Body, maxMetricsBytes))
+	page, err := io.ReadAll(io.LimitReader(resp.Body, maxMetricsBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s/metrics: %w", base, err)
+	}
+	if len(page) > maxMetricsBytes {
+		// A page cut at the limit could parse as smaller counts.
+		return nil, fmt.Errorf("GET %s/metrics: the page is longer than the %d bytes read", base, maxMetricsBytes)
+	}
+	return parseSpec(bytes.NewReader(page))
 }
 
 // parseSpec reads the spec-decode counters of a Prometheus text page.

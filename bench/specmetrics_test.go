@@ -108,6 +108,19 @@ func TestRunReportsSpecDecode(t *testing.T) {
 	}
 }
 
+// A page longer than the bound is refused, not read as the counters of
+// its first 8 MiB.
+func TestScrapeSpecRefusesAnOverlongPage(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, specPage(8))
+		w.Write(bytes.Repeat([]byte("# padding\n"), maxMetricsBytes/10+1))
+	}))
+	defer hs.Close()
+	if c, err := ScrapeSpec(context.Background(), hs.Client(), hs.URL); err == nil || !strings.Contains(err.Error(), "longer than the 8388608 bytes read") {
+		t.Errorf("got %+v, %v; want a refusal naming the bound", c, err)
+	}
+}
+
 func FuzzParseSpec(f *testing.F) {
 	f.Add(specPage(8))
 	f.Add("vllm:spec_decode_num_drafts_total 1\nvllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"} 2\n")
