@@ -237,7 +237,8 @@ def main():
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--resume", action="store_true", help="continue from state.pt in --out")
     ap.add_argument("--mix", default="0.6,0.3,0.1", help="shares of arithmetic, passkey and copy batches")
-    ap.add_argument("--stop-after", type=int, default=0, help="save the state and stop after this many steps")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop after this many steps (of a schedule of --steps), saving the state and exporting the checkpoints")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -302,7 +303,7 @@ def main():
             torch.save({"model": m.state_dict(), "opt": opt.state_dict(), "step": step + 1}, state_path)
         if step + 1 == args.stop_after:
             say(f"stopped after step {step + 1}, t {time.time() - t0:.0f}s")
-            return
+            break
         if (args.eval_every and (step + 1) % args.eval_every == 0) or step + 1 == args.steps:
             for a in attention_modules(m):
                 a.indexer_loss = False
