@@ -11,7 +11,8 @@
 //     of chosen token lengths, asked for through /v1/chat/completions
 //     (PasskeyCases, RunPasskey);
 //   - MTP acceptance: the servers' vLLM spec-decode counters from /metrics
-//     (FetchSpecDecode), per draft position over the eval's requests.
+//     (read by bench.ScrapeSpec), per draft position over the eval's
+//     requests.
 //
 // Compare puts the lanes side by side against the reference lane and says
 // which differ: greedy decoding must give every lane the same tokens, so the
@@ -20,5 +21,5 @@
 // It talks to servers only over HTTP, so it judges what a client sees. It
 // must never sample (every request is greedy), reuse a response across
 // lanes, count a malformed or failed response as agreeing or correct, or
-// read a response, a metrics page or a problem file beyond its bound.
+// read a response or a problem file beyond its bound.
 package eval

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/cpmla/cpmla/bench"
 )
 
 // LaneResult is everything one lane's server answered.
@@ -16,9 +18,9 @@ type LaneResult struct {
 	Agreement  []Completion
 	Arithmetic []ArithmeticResult
 	Passkey    []PasskeyResult
-	// SpecDecode is the server's spec-decode counters over the eval's
-	// requests (nil for plain decoding).
-	SpecDecode *SpecDecode
+	// SpecDecode is the growth of the server's spec-decode counters
+	// (bench.ScrapeSpec) over the eval's requests (nil for plain decoding).
+	SpecDecode *bench.SpecCounters
 }
 
 // ArithmeticScore is a lane's arithmetic accuracy with both gsm8k filters.
@@ -46,9 +48,13 @@ type PasskeyScore struct {
 	ByLength []LengthScore `json:"by_length"`
 }
 
-// MTPScore is a lane's speculative decoding over the eval's requests.
+// MTPScore is a lane's speculative decoding over the eval's requests, in
+// the terms of vLLM's spec-decode counters.
 type MTPScore struct {
-	SpecDecode
+	Drafts               float64   `json:"num_drafts"`
+	DraftTokens          float64   `json:"num_draft_tokens"`
+	AcceptedTokens       float64   `json:"num_accepted_tokens"`
+	AcceptedPerPos       []float64 `json:"num_accepted_tokens_per_pos"`
 	AcceptanceRatePerPos []float64 `json:"acceptance_rate_per_position"`
 	MeanAcceptanceLength float64   `json:"mean_acceptance_length"`
 }
@@ -166,10 +172,9 @@ func Compare(model string, results []LaneResult, minAgreement float64) Report {
 				rep.IdenticalAcceptance = false
 				rep.Failures = append(rep.Failures, fmt.Sprintf("%s speculates with K = %d but its server reported no spec-decode counters", r.Lane, r.K))
 			} else {
-				lr.MTP = &MTPScore{SpecDecode: *r.SpecDecode, AcceptanceRatePerPos: r.SpecDecode.AcceptanceRatePerPos()}
-				if r.SpecDecode.Drafts > 0 {
-					lr.MTP.MeanAcceptanceLength = 1 + float64(r.SpecDecode.AcceptedTokens)/float64(r.SpecDecode.Drafts)
-				}
+				c := r.SpecDecode
+				lr.MTP = &MTPScore{Drafts: c.Drafts, DraftTokens: c.DraftTokens, AcceptedTokens: c.AcceptedTokens, AcceptedPerPos: c.AcceptedPerPos,
+					AcceptanceRatePerPos: c.PerPosRates(), MeanAcceptanceLength: c.AcceptanceLength()}
 				if firstSpec == nil {
 					firstSpec = r
 				} else if d := acceptanceDiff(*firstSpec.SpecDecode, *r.SpecDecode); firstSpec.K == r.K && d != "" {
@@ -190,17 +195,18 @@ func refText(ref []ArithmeticResult, j int) string {
 	return "(none)"
 }
 
-// acceptanceDiff names the first count in which a and b differ.
-func acceptanceDiff(a, b SpecDecode) string {
+// acceptanceDiff names the first count in which a and b differ (counts,
+// exact below 2^53 in float64; a NaN differs from everything).
+func acceptanceDiff(a, b bench.SpecCounters) string {
 	switch {
 	case a.Drafts != b.Drafts:
-		return fmt.Sprintf("%d drafts against %d", b.Drafts, a.Drafts)
+		return fmt.Sprintf("%v drafts against %v", b.Drafts, a.Drafts)
 	case a.DraftTokens != b.DraftTokens:
-		return fmt.Sprintf("%d draft tokens against %d", b.DraftTokens, a.DraftTokens)
+		return fmt.Sprintf("%v draft tokens against %v", b.DraftTokens, a.DraftTokens)
 	case !slices.Equal(a.AcceptedPerPos, b.AcceptedPerPos):
 		return fmt.Sprintf("accepted per position %v against %v", b.AcceptedPerPos, a.AcceptedPerPos)
 	case a.AcceptedTokens != b.AcceptedTokens:
-		return fmt.Sprintf("%d accepted tokens against %d", b.AcceptedTokens, a.AcceptedTokens)
+		return fmt.Sprintf("%v accepted tokens against %v", b.AcceptedTokens, a.AcceptedTokens)
 	}
 	return ""
 }
@@ -273,7 +279,7 @@ func (rep Report) WriteTable(w io.Writer) error {
 			for i, v := range m.AcceptanceRatePerPos {
 				parts[i] = fmt.Sprintf("%.1f%%", 100*v)
 			}
-			mtp = fmt.Sprintf("%s (%d drafts)", strings.Join(parts, " "), m.Drafts)
+			mtp = fmt.Sprintf("%s (%.0f drafts)", strings.Join(parts, " "), m.Drafts)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.3f\n", l.Lane, dec, arith, pass, mtp, l.AgreesWithReference)
 	}

@@ -7,11 +7,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cpmla/cpmla/bench"
 )
 
 // lane builds a lane whose answers are texts (problem i answered "#### texts[i]"
 // for a problem whose answer is i) and passkey replies (correct when true).
-func lane(name string, k int, texts []string, keys []bool, sd *SpecDecode) LaneResult {
+func lane(name string, k int, texts []string, keys []bool, sd *bench.SpecCounters) LaneResult {
 	r := LaneResult{Lane: name, K: k, SpecDecode: sd, Agreement: []Completion{{OK: true, Text: "a"}, {OK: true, Text: "b"}}}
 	for i, t := range texts {
 		r.Arithmetic = append(r.Arithmetic, ScoreArithmetic(Problem{Answer: i}, Reply{OK: true, Text: "#### " + t}))
@@ -30,8 +32,8 @@ func lane(name string, k int, texts []string, keys []bool, sd *SpecDecode) LaneR
 func TestCompare(t *testing.T) {
 	texts := []string{"0", "1", "7", "3"} // problem 2 wrong
 	keys := []bool{true, false, true, true}
-	sd := func(acc ...int64) *SpecDecode {
-		return &SpecDecode{Drafts: 40, DraftTokens: 80, AcceptedTokens: acc[0] + acc[1], AcceptedPerPos: acc}
+	sd := func(acc ...float64) *bench.SpecCounters {
+		return &bench.SpecCounters{Drafts: 40, DraftTokens: 80, AcceptedTokens: acc[0] + acc[1], AcceptedPerPos: acc}
 	}
 	t.Run("identical lanes pass", func(t *testing.T) {
 		rep := Compare("m", []LaneResult{lane("tp1", 0, texts, keys, nil), lane("tp1+mtp2", 2, texts, keys, sd(30, 20)), lane("tp2-pcp2+mtp2", 2, texts, keys, sd(30, 20))}, 1)
