@@ -25,8 +25,11 @@ type LaneResult struct {
 
 // ArithmeticScore is a lane's arithmetic accuracy with both gsm8k filters.
 type ArithmeticScore struct {
-	N               int     `json:"n"`
-	Invalid         int     `json:"invalid"`
+	N       int `json:"n"`
+	Invalid int `json:"invalid"`
+	// Formatted counts the replies in which strict-match finds "#### N":
+	// answered in the GSM8K format, right or wrong.
+	Formatted       int     `json:"strict_formatted"`
 	StrictCorrect   int     `json:"strict_correct"`
 	FlexibleCorrect int     `json:"flexible_correct"`
 	StrictMatch     float64 `json:"exact_match_strict_match"`
@@ -72,6 +75,19 @@ type LaneReport struct {
 	// equals the reference lane's.
 	AgreesWithReference float64  `json:"agrees_with_reference"`
 	Problems            []string `json:"problems,omitempty"`
+	// The replies themselves, when asked for (lm-eval's --log_samples).
+	ArithmeticSamples []ArithmeticResult `json:"arithmetic_samples,omitempty"`
+	PasskeySamples    []PasskeyResult    `json:"passkey_samples,omitempty"`
+}
+
+// WithSamples is rep with every lane's replies to the tasks.
+func (rep Report) WithSamples(results []LaneResult) Report {
+	for i := range rep.Lanes {
+		if i < len(results) {
+			rep.Lanes[i].ArithmeticSamples, rep.Lanes[i].PasskeySamples = results[i].Arithmetic, results[i].Passkey
+		}
+	}
+	return rep
 }
 
 // Report compares the lanes with the reference lane (the first).
@@ -217,6 +233,9 @@ func scoreArithmetic(rs []ArithmeticResult) *ArithmeticScore {
 		if !r.OK {
 			s.Invalid++
 		}
+		if r.Strict != invalidAnswer {
+			s.Formatted++
+		}
 		if r.StrictOK {
 			s.StrictCorrect++
 		}
@@ -265,7 +284,7 @@ func (rep Report) WriteTable(w io.Writer) error {
 		}
 		arith, pass, mtp := "-", "-", "-"
 		if a := l.Arithmetic; a != nil {
-			arith = fmt.Sprintf("%.3f / %.3f (%d)", a.StrictMatch, a.FlexibleExtract, a.N)
+			arith = fmt.Sprintf("%.3f / %.3f (%d; %d in format)", a.StrictMatch, a.FlexibleExtract, a.N, a.Formatted)
 		}
 		if p := l.Passkey; p != nil {
 			parts := make([]string, len(p.ByLength))

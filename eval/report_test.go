@@ -36,12 +36,13 @@ func TestCompare(t *testing.T) {
 		return &bench.SpecCounters{Drafts: 40, DraftTokens: 80, AcceptedTokens: acc[0] + acc[1], AcceptedPerPos: acc}
 	}
 	t.Run("identical lanes pass", func(t *testing.T) {
-		rep := Compare("m", []LaneResult{lane("tp1", 0, texts, keys, nil), lane("tp1+mtp2", 2, texts, keys, sd(30, 20)), lane("tp2-pcp2+mtp2", 2, texts, keys, sd(30, 20))}, 1)
+		results := []LaneResult{lane("tp1", 0, texts, keys, nil), lane("tp1+mtp2", 2, texts, keys, sd(30, 20)), lane("tp2-pcp2+mtp2", 2, texts, keys, sd(30, 20))}
+		rep := Compare("m", results, 1)
 		if len(rep.Failures) != 0 || !rep.IdenticalAccuracy || !rep.IdenticalAcceptance {
 			t.Fatalf("%+v", rep)
 		}
 		l := rep.Lanes[2]
-		want := ArithmeticScore{N: 4, StrictCorrect: 3, FlexibleCorrect: 3, StrictMatch: 0.75, FlexibleExtract: 0.75}
+		want := ArithmeticScore{N: 4, Formatted: 4, StrictCorrect: 3, FlexibleCorrect: 3, StrictMatch: 0.75, FlexibleExtract: 0.75}
 		if d := cmp.Diff(want, *l.Arithmetic); d != "" {
 			t.Error(d)
 		}
@@ -52,14 +53,17 @@ func TestCompare(t *testing.T) {
 		if d := cmp.Diff([]float64{0.75, 0.5}, l.MTP.AcceptanceRatePerPos); d != "" || l.MTP.MeanAcceptanceLength != 2.25 {
 			t.Errorf("%s, mean acceptance length %v", d, l.MTP.MeanAcceptanceLength)
 		}
-		if l.AgreesWithReference != 1 || rep.Lanes[0].MTP != nil {
+		if l.AgreesWithReference != 1 || rep.Lanes[0].MTP != nil || l.ArithmeticSamples != nil {
 			t.Errorf("%+v", rep.Lanes)
+		}
+		if s := rep.WithSamples(results).Lanes[2]; len(s.ArithmeticSamples) != 4 || s.ArithmeticSamples[2].Text != "#### 7" || len(s.PasskeySamples) != 4 {
+			t.Errorf("samples %+v", s)
 		}
 		var b bytes.Buffer
 		if err := rep.WriteTable(&b); err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range []string{"AGREES WITH TP1", "0.750 / 0.750 (4)", "3/4 (512: 2/2, 1024: 1/2)", "75.0% 50.0% (40 drafts)", "tp2-pcp2+mtp2"} {
+		for _, s := range []string{"AGREES WITH TP1", "0.750 / 0.750 (4; 4 in format)", "3/4 (512: 2/2, 1024: 1/2)", "75.0% 50.0% (40 drafts)", "tp2-pcp2+mtp2"} {
 			if !strings.Contains(b.String(), s) {
 				t.Errorf("table lacks %q:\n%s", s, b.String())
 			}

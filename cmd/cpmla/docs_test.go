@@ -1,16 +1,20 @@
 package main
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/cpmla/cpmla/tokenizer"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cpmla/cpmla/eval"
 )
 
 // repoRoot is the repository root, two levels above this package.
@@ -109,22 +113,41 @@ func TestDocsStayInsideTheRepository(t *testing.T) {
 }
 
 // shellWords splits a command line the way sh does for the README's
-// commands: blanks separate words, double or single quotes group them, and
-// an unquoted # starts a comment.
+// commands: blanks separate words, double or single quotes group them,
+// $'...' groups them with the escapes \n, \t, \\ and \' (POSIX's
+// dollar-single-quotes), and an unquoted # starts a comment.
 func shellWords(line string) []string {
 	var words []string
 	var cur strings.Builder
 	inWord := false
 	quote := byte(0)
+	dollar := false // inside $'...'
 	for i := 0; i < len(line); i++ {
 		c := line[i]
 		switch {
+		case dollar && c == '\\' && i+1 < len(line):
+			i++
+			switch e := line[i]; e {
+			case 'n':
+				cur.WriteByte('\n')
+			case 't':
+				cur.WriteByte('\t')
+			default:
+				cur.WriteByte(e)
+			}
+		case dollar && c == '\'':
+			dollar = false
+		case dollar:
+			cur.WriteByte(c)
 		case quote != 0:
 			if c == quote {
 				quote = 0
 			} else {
 				cur.WriteByte(c)
 			}
+		case c == '$' && i+1 < len(line) && line[i+1] == '\'':
+			dollar, inWord = true, true
+			i++
 		case c == '"' || c == '\'':
 			quote, inWord = c, true
 		case c == '#' && !inWord:
@@ -144,6 +167,21 @@ func shellWords(line string) []string {
 		words = append(words, cur.String())
 	}
 	return words
+}
+
+func TestShellWords(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{`a "b c" 'd e' # f`, []string{"a", "b c", "d e"}},
+		{`x $'q: 1\nA:' y`, []string{"x", "q: 1\nA:", "y"}},
+		{`$'it\'s\t\\'z "#"`, []string{"it's\t\\z", "#"}},
+	} {
+		if d := cmp.Diff(tc.want, shellWords(tc.in)); d != "" {
+			t.Errorf("%q: %s", tc.in, d)
+		}
+	}
 }
 
 // readmeCommands are the lines of the README's first sh block.
@@ -167,16 +205,45 @@ func readmeCommands(t *testing.T) (readme string, lines []string) {
 	return readme, lines
 }
 
-// The README's first command runs as written and shows the generated text
-// next to the ids: the text line is the tokenizer's decoding of the ids.
-func TestReadmeFirstCommandShowsText(t *testing.T) {
+// The README's first command runs as written, asks the built-in model one of
+// its held-out arithmetic questions and prints the right answer: the text
+// line is the tokenizer's decoding of the ids, and its "#### N" is the
+// answer computed from the question's own numbers.
+func TestReadmeFirstCommandAnswersItsQuestion(t *testing.T) {
 	_, lines := readmeCommands(t)
 	words := shellWords(lines[0])
 	const prefix = "go run ./cmd/cpmla"
 	if !strings.HasPrefix(strings.Join(words, " "), prefix+" ") {
 		t.Fatalf("the README's first command %q does not start with %q", lines[0], prefix)
 	}
-	out := runCLI(t, words[3:]...)
+	args := words[3:]
+	flag := func(name string) string {
+		for i, w := range args {
+			if w == name && i+1 < len(args) {
+				return args[i+1]
+			}
+		}
+		return ""
+	}
+	prompt, modelName := flag("--prompt"), flag("--model")
+	question, ok := strings.CutPrefix(prompt, "Question: ")
+	if question, ok2 := strings.CutSuffix(question, "\nAnswer:"); !ok || !ok2 {
+		t.Fatalf("the first command's --prompt %q is not lm-eval's gsm8k prompt \"Question: ...\\nAnswer:\"", prompt)
+	} else {
+		prompt = question
+	}
+	want, err := solveArithmetic(prompt)
+	if err != nil {
+		t.Fatalf("question %q: %v", prompt, err)
+	}
+	held, err := eval.HeldoutProblems()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(held, func(p eval.Problem) bool { return p.Question == prompt && p.Answer == want }) {
+		t.Errorf("question %q is not one of the held-out problems", prompt)
+	}
+	out := runCLI(t, args...)
 	var idsLine, textLine string
 	for _, l := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(l, "ids:"); ok {
@@ -197,13 +264,44 @@ func TestReadmeFirstCommandShowsText(t *testing.T) {
 	if err != nil {
 		t.Fatalf("text line %q is not a quoted string: %v", textLine, err)
 	}
-	tk, err := tokenizer.Default()
+	tk, err := loadTokenizer("", modelName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := tk.Decode(ids, false); text != want || text == "" {
-		t.Errorf("text %q, want the decoding of ids %v: %q", text, ids, want)
+	if d := tk.Decode(ids, false); text != d || text == "" {
+		t.Errorf("text %q, want the decoding of ids %v: %q", text, ids, d)
 	}
+	if got := eval.StrictMatch(text); got != strconv.Itoa(want) {
+		t.Errorf("the first command answered %q (strict match %q); %q has the answer %d", text, got, prompt, want)
+	}
+}
+
+var numberRE = regexp.MustCompile(`\d+`)
+
+// solveArithmetic computes the answer of one of the arithmetic task's
+// questions from its numbers: the first sentence says how many there are,
+// each later one but the question adds ("more") or takes away.
+func solveArithmetic(q string) (int, error) {
+	sentences := strings.Split(q, ". ")
+	if len(sentences) < 3 || !strings.HasPrefix(sentences[len(sentences)-1], "How many ") {
+		return 0, fmt.Errorf("not a question of the arithmetic task")
+	}
+	v := 0
+	for i, s := range sentences[:len(sentences)-1] {
+		n, err := strconv.Atoi(numberRE.FindString(s))
+		if err != nil {
+			return 0, fmt.Errorf("sentence %q has no number", s)
+		}
+		switch {
+		case i == 0:
+			v = n
+		case strings.Contains(s, " more "):
+			v += n
+		default:
+			v -= n
+		}
+	}
+	return v, nil
 }
 
 // The README installs the cpmla command before it first uses the bare name.

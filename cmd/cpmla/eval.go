@@ -149,7 +149,7 @@ func newEvalCmd() *cobra.Command {
 		limit, maxGenToks, maxReply, numSpec    int
 		concurrency                             int
 		minAgreement                            float64
-		asJSON                                  bool
+		asJSON, logSamples                      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "eval",
@@ -389,6 +389,9 @@ speculative lane (greedy decoding must give the same tokens on every layout).`,
 				results = append(results, res)
 			}
 			rep := eval.Compare(modelArg, results, minAgreement)
+			if logSamples {
+				rep = rep.WithSamples(results)
+			}
 			out := cmd.OutOrStdout()
 			if outputJSON != "" {
 				raw, err := json.MarshalIndent(rep, "", "  ")
@@ -437,5 +440,6 @@ speculative lane (greedy decoding must give the same tokens on every layout).`,
 	f.Float64Var(&minAgreement, "min-agreement", 1.0, "fail if a lane agrees with the reference on less than this fraction of its requests")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of the table")
 	f.StringVar(&outputJSON, "output-json", "", "also write the report as JSON to this file")
+	f.BoolVar(&logSamples, "log-samples", false, "put every lane's replies to the tasks in the JSON report (lm-eval's --log_samples)")
 	return cmd
 }
