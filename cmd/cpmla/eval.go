@@ -62,6 +62,12 @@ func parseEvalConfig(s string) (evalConfig, error) {
 	return c, nil
 }
 
+// evalRun is one server eval starts: a lane and its num_speculative_tokens.
+type evalRun struct {
+	lane evalConfig
+	k    int
+}
+
 // trainedTasks are the tasks a built-in checkpoint was trained on, which
 // --tasks auto runs.
 var trainedTasks = map[string][]string{
@@ -358,23 +364,15 @@ speculative lane (greedy decoding must give the same tokens on every layout).`,
 				}
 				return res, nil
 			}
+			// The plain single-rank reference, the same with MTP (unless a
+			// lane of one rank among --configs is that already), the lanes.
 			single := evalConfig{name: "tp1", tp: 1, pcp: 1, dcp: 1, interleave: 1, comm: "ag_rs"}
-			runs := []struct {
-				c evalConfig
-				k int
-			}{{single, 0}}
-			// A lane of one rank among --configs is the speculative reference itself.
+			runs := []evalRun{{single, 0}}
 			if k > 0 && !slices.ContainsFunc(lanes, func(c evalConfig) bool { c.name = single.name; return c == single }) {
-				runs = append(runs, struct {
-					c evalConfig
-					k int
-				}{single, k})
+				runs = append(runs, evalRun{single, k})
 			}
 			for _, c := range lanes {
-				runs = append(runs, struct {
-					c evalConfig
-					k int
-				}{c, k})
+				runs = append(runs, evalRun{c, k})
 			}
 			var results []eval.LaneResult
 			for _, r := range runs {
@@ -382,7 +380,7 @@ speculative lane (greedy decoding must give the same tokens on every layout).`,
 				if r.k > 0 {
 					js = specConfig
 				}
-				res, err := run(r.c, js, r.k)
+				res, err := run(r.lane, js, r.k)
 				if err != nil {
 					return err
 				}
