@@ -536,8 +536,7 @@ func (e *Engine) step(p *StepPlan) {
 	if err := e.exec.Forward(&p.Batch); err != nil {
 		err = fmt.Errorf("%w: step of %d tokens, %d sequences: %w", ErrFailed, p.NumTokens, len(p.Entries), err)
 		e.fail(p, err)
-		e.setFailed(err)
-		e.failAll(err)
+		e.die(err)
 		return
 	}
 	sp := e.spec
@@ -796,8 +795,17 @@ func (e *Engine) idle() {
 	select {
 	case <-e.wake:
 	case <-broken:
-		e.setFailed(fmt.Errorf("%w: %w", ErrFailed, e.exec.(breakable).BrokenErr()))
+		e.die(fmt.Errorf("%w: %w", ErrFailed, e.exec.(breakable).BrokenErr()))
 	}
+}
+
+// die ends every request the engine holds with err, publishes the emptied
+// scheduler's counters, and only then records err and closes Failed, so
+// whoever wakes on Failed sees no request running and no block held.
+func (e *Engine) die(err error) {
+	e.failAll(err)
+	e.publish(&StepPlan{}, false, 0)
+	e.setFailed(err)
 }
 
 // failAll ends every request the engine still holds, queued or running,
