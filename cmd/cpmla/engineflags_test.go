@@ -58,3 +58,32 @@ func TestSizeFlagsReadUnits(t *testing.T) {
 		})
 	}
 }
+
+// --weight-seed seeds a preset's random weights: every command that takes
+// it refuses it by name with a checkpoint (which has weights of its own),
+// and accepts it with a preset.
+func TestWeightSeedRefusedWithACheckpoint(t *testing.T) {
+	for _, cmd := range [][]string{
+		{"generate", "--prompt", "hi", "--max-tokens", "1"},
+		{"serve", "--port", "0"},
+		{"eval"},
+		{"bench", "latency"},
+		{"bench", "throughput"},
+		{"verify"},
+	} {
+		t.Run(strings.Join(cmd, " "), func(t *testing.T) {
+			_, err := runCLIErr(append(cmd, "--model", "cpmla-tiny", "--weight-seed", "5")...)
+			if err == nil {
+				t.Fatal("--weight-seed with --model cpmla-tiny was accepted")
+			}
+			for _, want := range []string{"--weight-seed 5", "--model cpmla-tiny", "drop --weight-seed", "glm5-mini"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+	if _, err := runCLIErr("generate", "--model", "glm5-mini", "--weight-seed", "5", "--prompt-ids", "1,2", "--max-tokens", "1"); err != nil {
+		t.Errorf("--weight-seed with a preset: %v", err)
+	}
+}

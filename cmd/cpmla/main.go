@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cpmla/cpmla/config"
 )
 
 // commands collects the subcommand constructors; each subcommand file adds
@@ -30,7 +33,24 @@ func newRoot() *cobra.Command {
 		root.AddCommand(c())
 	}
 	refuseArguments(root)
+	root.PersistentPreRunE = refuseSeedOfCheckpoint
 	return root
+}
+
+// refuseSeedOfCheckpoint refuses --weight-seed with a --model that is a
+// checkpoint: the seed draws a preset's random weights, and a checkpoint
+// brings its own, so the flag would be accepted and then ignored.
+func refuseSeedOfCheckpoint(cmd *cobra.Command, _ []string) error {
+	f := cmd.Flags()
+	seed, m := f.Lookup("weight-seed"), f.Lookup("model")
+	if seed == nil || m == nil || !seed.Changed {
+		return nil
+	}
+	if name := m.Value.String(); !slices.Contains(config.PresetNames(), name) {
+		return fmt.Errorf("--weight-seed %s seeds a preset's random weights, but --model %s is a checkpoint with weights of its own: drop --weight-seed, or name a preset (%s)",
+			seed.Value.String(), name, strings.Join(config.PresetNames(), ", "))
+	}
+	return nil
 }
 
 // refuseArguments makes every command that names no positional arguments of
