@@ -142,17 +142,26 @@ type Reply struct {
 	Problem      string `json:"problem,omitempty"` // why it is not OK
 }
 
+// responseProblem says what is wrong with a response of choices choices and
+// usage u to a request of at most maxTokens tokens, or "".
+func responseProblem(choices int, u usage, maxTokens int) string {
+	if choices != 1 {
+		return fmt.Sprintf("%d choices, want 1", choices)
+	}
+	if u.CompletionTokens < 0 || u.CompletionTokens > maxTokens {
+		return fmt.Sprintf("%d completion tokens, asked for at most %d", u.CompletionTokens, maxTokens)
+	}
+	return ""
+}
+
 // completeText sends one text completion request.
 func completeText(ctx context.Context, client *http.Client, baseURL string, req textRequest) Reply {
 	var r textResponse
 	if err := postJSON(ctx, client, baseURL+"/v1/completions", req, &r); err != nil {
 		return Reply{Problem: err.Error()}
 	}
-	if len(r.Choices) != 1 {
-		return Reply{Problem: fmt.Sprintf("%d choices, want 1", len(r.Choices))}
-	}
-	if r.Usage.CompletionTokens < 0 || r.Usage.CompletionTokens > req.MaxTokens {
-		return Reply{Problem: fmt.Sprintf("%d completion tokens, asked for at most %d", r.Usage.CompletionTokens, req.MaxTokens)}
+	if p := responseProblem(len(r.Choices), r.Usage, req.MaxTokens); p != "" {
+		return Reply{Problem: p}
 	}
 	c := r.Choices[0]
 	return Reply{OK: true, Text: c.Text, FinishReason: c.FinishReason, PromptTokens: r.Usage.PromptTokens}
@@ -164,11 +173,8 @@ func completeChat(ctx context.Context, client *http.Client, baseURL string, req 
 	if err := postJSON(ctx, client, baseURL+"/v1/chat/completions", req, &r); err != nil {
 		return Reply{Problem: err.Error()}
 	}
-	if len(r.Choices) != 1 {
-		return Reply{Problem: fmt.Sprintf("%d choices, want 1", len(r.Choices))}
-	}
-	if r.Usage.CompletionTokens < 0 || r.Usage.CompletionTokens > req.MaxTokens {
-		return Reply{Problem: fmt.Sprintf("%d completion tokens, asked for at most %d", r.Usage.CompletionTokens, req.MaxTokens)}
+	if p := responseProblem(len(r.Choices), r.Usage, req.MaxTokens); p != "" {
+		return Reply{Problem: p}
 	}
 	c := r.Choices[0]
 	if c.Message.Content == nil {
