@@ -182,10 +182,11 @@ class Attention(nn.Module):
             else:
                 scores = self.indexer.scores(a, cq, cos, sin)
             K = cfg.index_topk
-            picked = select_topk(scores, min(K, T))
-            # The k best of row t are its min(k, t+1) keys at or before t: scores after t
-            # are -inf and sort last, and the causal mask drops the ones picked past t.
-            sel = torch.zeros(B, T, T, dtype=torch.bool).scatter_(-1, picked, True) & causal
+            if not self.dense_attention or trace is not None:
+                picked = select_topk(scores, min(K, T))
+                # The k best of row t are its min(k, t+1) keys at or before t: scores after
+                # t are -inf and sort last, and the causal mask drops the ones picked past t.
+                sel = torch.zeros(B, T, T, dtype=torch.bool).scatter_(-1, picked, True) & causal
             if not self.dense_attention:
                 allowed = sel
             if trace is not None:
