@@ -325,3 +325,20 @@ func medianOf(x []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// BenchmarkLongContextDecode times one-sequence decode steps of glm5-shape
+// (bf16 weights, one thread) at 2 Ki, 8 Ki and 32 Ki tokens of context,
+// where the indexer scores every cached key but attention reads only its
+// top-k (2048) rows, so the step's growth past 2 Ki is the indexer's alone.
+// The split of a step between weights, indexer and attention is read from
+// a CPU profile of one case (docs/performance.md), e.g.
+//
+//	go test ./model -run XXX -bench 'LongContextDecode/ctx=32768' -benchtime 20x -cpuprofile /tmp/long.pprof
+func BenchmarkLongContextDecode(b *testing.B) {
+	defer kernels.SetThreads(kernels.SetThreads(1))
+	for _, ctx := range []int{2048, 8192, 32768} {
+		b.Run(fmt.Sprintf("ctx=%d", ctx), func(b *testing.B) {
+			benchDecode(b, stepModel(b, "glm5-shape", WeightBF16), ctx, 1, 1)
+		})
+	}
+}
