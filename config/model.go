@@ -249,15 +249,7 @@ func Load(nameOrPath string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := ParseHF(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	m.Name = nameOrPath
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
+	return parseNamed(data, nameOrPath, path)
 }
 
 // maxConfigBytes bounds config.json: real ones are a few KiB.
@@ -276,13 +268,19 @@ func loadBuiltin(name string, fsys fs.FS) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("built-in checkpoint %s: %w", name, err)
 	}
+	return parseNamed(data, name, "built-in checkpoint "+name+": config.json")
+}
+
+// parseNamed parses and validates config.json's data as the model name;
+// errors start with where.
+func parseNamed(data []byte, name, where string) (*Model, error) {
 	m, err := ParseHF(data)
 	if err != nil {
-		return nil, fmt.Errorf("built-in checkpoint %s: config.json: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	m.Name = name
 	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("built-in checkpoint %s: config.json: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	return m, nil
 }
