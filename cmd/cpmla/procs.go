@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/cp"
 	"github.com/cpmla/cpmla/engine"
+	"github.com/cpmla/cpmla/kernels"
 	"github.com/cpmla/cpmla/model"
 )
 
@@ -178,10 +180,24 @@ func runRanks(threadsPerRank int, d deployment, stderr io.Writer, lead func(proc
 		return lead(nil, 0)
 	}
 	defer mp.end()
+	roomBesideKernels(kernels.Threads())
 	if !mp.leader {
 		return mp.follow()
 	}
 	return lead(mp.procs, mp.weights)
+}
+
+// roomBesideKernels makes the Go runtime run at least one more goroutine at
+// once than the kernels' threads. mpirun binds each of two or fewer ranks to
+// one core by default, and Go sizes GOMAXPROCS from the affinity mask: one P,
+// on which the leader's step loop, the transport and the reader of the
+// tokens (the HTTP server, the benchmark) would wait for each other; a
+// measured first token came 0.57 s after its prefill. With a P to spare, the
+// kernel's scheduler shares the core between them instead.
+func roomBesideKernels(kernelThreads int) {
+	if want := kernelThreads + 1; runtime.GOMAXPROCS(0) < want {
+		runtime.GOMAXPROCS(want)
+	}
 }
 
 // follow runs a follower until the leader shuts the deployment down.

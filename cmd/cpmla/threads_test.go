@@ -30,3 +30,21 @@ func TestThreadsPerRank(t *testing.T) {
 		t.Error("--threads-per-rank -1 accepted")
 	}
 }
+
+// A rank that mpirun bound to one core still runs one goroutine more than
+// its kernel threads at once, and a runtime with more Ps keeps them.
+func TestRoomBesideKernels(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct{ procs, kernelThreads, want int }{
+		{procs: 1, kernelThreads: 1, want: 2},
+		{procs: 1, kernelThreads: 3, want: 4},
+		{procs: 2, kernelThreads: 1, want: 2},
+		{procs: 8, kernelThreads: 2, want: 8},
+	} {
+		runtime.GOMAXPROCS(tc.procs)
+		roomBesideKernels(tc.kernelThreads)
+		if got := runtime.GOMAXPROCS(0); got != tc.want {
+			t.Errorf("GOMAXPROCS %d, %d kernel threads: GOMAXPROCS became %d, want %d", tc.procs, tc.kernelThreads, got, tc.want)
+		}
+	}
+}
