@@ -86,4 +86,11 @@ func TestWeightSeedRefusedWithACheckpoint(t *testing.T) {
 	if _, err := runCLIErr("generate", "--model", "glm5-mini", "--weight-seed", "5", "--prompt-ids", "1,2", "--max-tokens", "1"); err != nil {
 		t.Errorf("--weight-seed with a preset: %v", err)
 	}
+	dir := t.TempDir()
+	if _, err := runCLIErr("generate", "--model", dir, "--weight-seed", "5"); err == nil || !strings.Contains(err.Error(), "drop --weight-seed") {
+		t.Errorf("--weight-seed with a checkpoint directory: %v, want the refusal", err)
+	}
+	if _, err := runCLIErr("generate", "--model", "no-such-model", "--weight-seed", "5"); err == nil || strings.Contains(err.Error(), "drop --weight-seed") || !strings.Contains(err.Error(), "neither a preset") {
+		t.Errorf("--weight-seed with an unknown model: %v, want the loader's error naming the presets", err)
+	}
 }

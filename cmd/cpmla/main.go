@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cpmla/cpmla/checkpoints"
 	"github.com/cpmla/cpmla/config"
 )
 
@@ -38,15 +38,20 @@ func newRoot() *cobra.Command {
 }
 
 // refuseSeedOfCheckpoint refuses --weight-seed with a --model that is a
-// checkpoint: the seed draws a preset's random weights, and a checkpoint
-// brings its own, so the flag would be accepted and then ignored.
+// checkpoint (built-in or a directory): the seed draws a preset's random
+// weights, and a checkpoint brings its own, so the flag would be accepted
+// and then ignored. A name that is neither is left to the model loader,
+// which says what the name could have been.
 func refuseSeedOfCheckpoint(cmd *cobra.Command, _ []string) error {
 	f := cmd.Flags()
 	seed, m := f.Lookup("weight-seed"), f.Lookup("model")
 	if seed == nil || m == nil || !seed.Changed {
 		return nil
 	}
-	if name := m.Value.String(); !slices.Contains(config.PresetNames(), name) {
+	name := m.Value.String()
+	_, builtin := checkpoints.Open(name)
+	st, err := os.Stat(name)
+	if builtin || (err == nil && st.IsDir()) {
 		return fmt.Errorf("--weight-seed %s seeds a preset's random weights, but --model %s is a checkpoint with weights of its own: drop --weight-seed, or name a preset (%s)",
 			seed.Value.String(), name, strings.Join(config.PresetNames(), ", "))
 	}
