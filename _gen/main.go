@@ -42,6 +42,9 @@ func main() {
 		for m := 1; m <= 3; m++ {
 			gemmStrip256(m, bf16)
 		}
+		for m := 1; m <= 6; m++ {
+			gemmStrip512(m, bf16)
+		}
 	}
 	for _, bf16 := range []bool{false, true} {
 		for m := 1; m <= 6; m++ {
@@ -77,6 +80,7 @@ func main() {
 	gemvFP8512()
 	gemvFP8256()
 	decodeFP8Row256()
+	decodeFP8Row512()
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -536,6 +540,198 @@ func gemmStrip256(m int, bf16 bool) {
 	for j := range 4 {
 		ADDQ(ldw, w[j])
 	}
+	ADDQ(U8(16), dst)
+	DECQ(groups)
+	JNZ(LabelRef(name + "_group"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// gemmStrip512 emits gemmStrip{m}x4{F32,BF16}AVX512 (m ≤ 6): dotTile512's
+// m×4 tile for groups consecutive groups of four weight rows in one call
+// (rows at w + r·ldw), each tile's sums stored to (add = 0) or added to
+// (add ≠ 0) dst[i·ldd + 4g + c], as the Go loop `d += s` does. Every output
+// has exactly dotTile512's accumulator and reduction, so the bits are the
+// same as a tile at a time. While it reads a 64-byte line of a weight row it
+// prefetches the line pfd bytes further on (pfd = 0: the line itself), so
+// that the rows the caller reads next are on their way.
+func gemmStrip512(m int, bf16 bool) {
+	name := fmt.Sprintf("gemmStrip%dx4%sAVX512", m, wName(bf16))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, ldx int, w %s, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)", wType(bf16)))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes groups %dx4 tiles of dot products over kn (a multiple of 16) elements into dst.", name, m))
+	x := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	xr := make([]Register, m)
+	for i := range m {
+		xr[i] = GP64()
+		if i == 0 {
+			MOVQ(x, xr[i])
+		} else {
+			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
+		}
+	}
+	// Weight rows 0–2 from w0 (index ldw), row 3 from w3; both advance.
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	if bf16 {
+		SHLQ(U8(1), ldw)
+	} else {
+		SHLQ(U8(2), ldw)
+	}
+	w3 := GP64()
+	LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, w3)
+	ADDQ(ldw, w3)
+	wrow := func(j, disp int) Mem {
+		switch j {
+		case 0:
+			return Mem{Base: w0, Disp: disp}
+		case 3:
+			return Mem{Base: w3, Disp: disp}
+		}
+		return Mem{Base: w0, Index: ldw, Scale: uint8(j), Disp: disp}
+	}
+	dst := Load(Param("dst"), GP64())
+	groups := Load(Param("groups"), GP64())
+	off, cnt, tmp := GP64(), GP64(), GP64()
+	wStep := 64 // bytes of weights per 16-value step
+	if bf16 {
+		wStep = 32
+	}
+	acc := func(i, j int) VecPhysical { return zmm[4*i+j] }
+	TESTQ(groups, groups)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_group")
+	for i := range m {
+		for j := range 4 {
+			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	XORQ(off, off)
+	Load(Param("kn"), cnt)
+	SHRQ(U8(4), cnt)
+	JZ(LabelRef(name + "_reduce"))
+	step := func(s int) {
+		for j := range 4 {
+			loadW(wrow(j, wStep*s), zmm[24+j], bf16)
+		}
+		for i := range m {
+			VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1, Disp: 64 * s}, Z28)
+			for j := range 4 {
+				VFMADD231PS(zmm[24+j], Z28, acc(i, j))
+			}
+		}
+	}
+	prefetch := func() {
+		Load(Param("pfd"), tmp)
+		ADDQ(w0, tmp)
+		for j := range 3 {
+			if j == 0 {
+				PREFETCHT0(Mem{Base: tmp})
+			} else {
+				PREFETCHT0(Mem{Base: tmp, Index: ldw, Scale: uint8(j)})
+			}
+		}
+		Load(Param("pfd"), tmp)
+		ADDQ(w3, tmp)
+		PREFETCHT0(Mem{Base: tmp})
+	}
+	// Whole 64-byte lines of the weight rows, then (bf16) one half line.
+	perLine := 64 / wStep
+	lines := GP64()
+	MOVQ(cnt, lines)
+	SHRQ(U8(bits(perLine)), lines)
+	JZ(LabelRef(name + "_rest"))
+	Label(name + "_loop")
+	prefetch()
+	for st := range perLine {
+		step(st)
+	}
+	ADDQ(U32(64*perLine), off)
+	ADDQ(U8(64), w0)
+	ADDQ(U8(64), w3)
+	DECQ(lines)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_rest")
+	if perLine > 1 {
+		TESTQ(U32(1), cnt)
+		JZ(LabelRef(name + "_reduce"))
+		prefetch()
+		step(0)
+		ADDQ(U8(64), off)
+		ADDQ(U8(int8(wStep)), w0)
+		ADDQ(U8(int8(wStep)), w3)
+	}
+	Label(name + "_reduce")
+	// Back to the start of the group's rows, then on to the next group.
+	MOVQ(off, tmp)
+	if bf16 {
+		SHRQ(U8(1), tmp)
+	}
+	SUBQ(tmp, w0)
+	SUBQ(tmp, w3)
+	LEAQ(Mem{Base: w0, Index: ldw, Scale: 4}, w0)
+	LEAQ(Mem{Base: w3, Index: ldw, Scale: 4}, w3)
+	for i := range min(m, 4) {
+		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
+	}
+	// Rows 4 and 5 live in Z16–Z23; VHADDPS reaches only Z0–Z15, so move
+	// them to Z24–Z31's place after rows 0–3 are reduced to xmm 0, 4, 8, 12:
+	// Z1–Z3, Z5–Z7 are free.
+	if m > 4 {
+		spare := [][4]int{{1, 2, 3, 5}, {6, 7, 9, 10}}
+		for i := 4; i < m; i++ {
+			a := spare[i-4]
+			for j := range 4 {
+				VMOVAPS(acc(i, j), zmm[a[j]])
+			}
+			reduce4x512(a)
+		}
+	}
+	sum := func(i int) VecPhysical {
+		if i < 4 {
+			return xmm[4*i]
+		}
+		return xmm[[]int{1, 6}[i-4]]
+	}
+	Load(Param("ldd"), cnt)
+	SHLQ(U8(2), cnt)
+	rowPtr := func(i int) Mem {
+		switch i {
+		case 0:
+			return Mem{Base: dst}
+		case 1, 2, 4:
+			return Mem{Base: dst, Index: cnt, Scale: uint8(i)}
+		}
+		return Mem{Base: tmp}
+	}
+	setTmp := func(i int) {
+		switch i {
+		case 3:
+			LEAQ(Mem{Base: dst, Index: cnt, Scale: 2}, tmp)
+			ADDQ(cnt, tmp)
+		case 5:
+			LEAQ(Mem{Base: dst, Index: cnt, Scale: 4}, tmp)
+			ADDQ(cnt, tmp)
+		}
+	}
+	CMPQ(NewParamAddr("add", 64), U8(0))
+	JE(LabelRef(name + "_store"))
+	for i := range m {
+		setTmp(i)
+		VMOVUPS(rowPtr(i), X28)
+		VADDPS(sum(i), X28, X28)
+		VMOVUPS(X28, rowPtr(i))
+	}
+	JMP(LabelRef(name + "_next"))
+	Label(name + "_store")
+	for i := range m {
+		setTmp(i)
+		VMOVUPS(sum(i), rowPtr(i))
+	}
+	Label(name + "_next")
 	ADDQ(U8(16), dst)
 	DECQ(groups)
 	JNZ(LabelRef(name + "_group"))
@@ -2238,6 +2434,110 @@ func fp8GEMVTile(g fp8GEMV) {
 		reduce4x256([4]int{0, 1, 2, 3}, X15, false)
 		VMOVUPS(X0, Mem{Base: out})
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// decodeFP8Row512 emits decodeFP8RowAVX512: decodeFP8RowAVX2 with 16-lane
+// vectors over kn (a multiple of 16) codes. Block b of the row (b = 0, 1,
+// …; the first holds first vectors of 16 codes, every later one 8) uses the
+// scale at sc + 4b; the values are the same exact float32(code·scale), and
+// the return value is nonzero exactly when a code is 0x7F or 0xFF. While it
+// decodes it prefetches kn bytes at pf, two lines per block of 128 codes.
+func decodeFP8Row512() {
+	name := "decodeFP8RowAVX512"
+	TEXT(name, NOSPLIT, "func(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int")
+	Pragma("noescape")
+	Doc(name + " decodes kn (a multiple of 16) fp8 codes of one block-scaled weight row to float32 and reports NaN codes.")
+	dst := Load(Param("dst"), GP64())
+	w := Load(Param("w"), GP64())
+	kn := Load(Param("kn"), GP64())
+	sc := Load(Param("sc"), GP64())
+	seg := Load(Param("first"), GP64())
+	pf := Load(Param("pf"), GP64())
+	mask, c120, s, nanU, nanS := Z15, Z14, Z13, Z12, Z11
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	VPBROADCASTD(tmp.As32(), mask)
+	broadcastConst(float32(math.Ldexp(1, 120)), c120)
+	VPXORD(nanU, nanU, nanU)
+	VPXORD(nanS, nanS, nanS)
+	off := GP64() // codes decoded
+	XORQ(off, off)
+	steps := GP64()
+	MOVQ(kn, steps)
+	SHRQ(U8(4), steps)
+	JZ(LabelRef(name + "_nan"))
+	cnt, pairs := GP64(), GP64()
+	decode := func(v int, z VecPhysical) {
+		VPMOVSXBD(Mem{Base: w, Index: off, Scale: 1, Disp: 16 * v}, z)
+		VPSLLD(U8(20), z, z)
+		VPANDD(mask, z, z)
+		VMULPS(s, z, z)
+		VMOVUPS(z, Mem{Base: dst, Index: off, Scale: 4, Disp: 64 * v})
+	}
+	Label(name + "_block")
+	VBROADCASTSS(Mem{Base: sc}, s)
+	VMULPS(c120, s, s)
+	ADDQ(U8(4), sc)
+	MOVQ(seg, cnt)
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	PREFETCHT0(Mem{Base: pf, Index: off, Scale: 1})
+	PREFETCHT0(Mem{Base: pf, Index: off, Scale: 1, Disp: 64})
+	MOVQ(cnt, pairs)
+	SHRQ(U8(1), pairs)
+	JZ(LabelRef(name + "_single"))
+	Label(name + "_pair")
+	decode(0, Z0)
+	decode(1, Z1)
+	ADDQ(U8(32), off)
+	DECQ(pairs)
+	JNZ(LabelRef(name + "_pair"))
+	Label(name + "_single")
+	TESTQ(U32(1), cnt)
+	JZ(LabelRef(name + "_blockdone"))
+	decode(0, Z0)
+	ADDQ(U8(16), off)
+	Label(name + "_blockdone")
+	MOVQ(U32(128/16), seg)
+	TESTQ(steps, steps)
+	JNZ(LabelRef(name + "_block"))
+	// NaN codes: whole 64-byte chunks, then 16-byte vectors (broadcast to
+	// every quarter of the register).
+	Label(name + "_nan")
+	MOVQ(kn, cnt)
+	SHRQ(U8(6), cnt)
+	JZ(LabelRef(name + "_rest"))
+	Label(name + "_chunk")
+	VPMAXUB(Mem{Base: w}, nanU, nanU)
+	VPMAXSB(Mem{Base: w}, nanS, nanS)
+	ADDQ(U8(64), w)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_chunk"))
+	Label(name + "_rest")
+	ANDQ(U8(63), kn)
+	SHRQ(U8(4), kn)
+	JZ(LabelRef(name + "_check"))
+	Label(name + "_vec")
+	VBROADCASTI32X4(Mem{Base: w}, Z0)
+	VPMAXUB(Z0, nanU, nanU)
+	VPMAXSB(Z0, nanS, nanS)
+	ADDQ(U8(16), w)
+	DECQ(kn)
+	JNZ(LabelRef(name + "_vec"))
+	Label(name + "_check")
+	// nonzero if a byte of nanU is 0xFF or a byte of nanS is 0x7F.
+	VPTERNLOGD(U8(0xFF), Z0, Z0, Z0)
+	VPCMPEQB(Z0, nanU, K1)
+	MOVL(U32(0x7F7F7F7F), tmp.As32())
+	VPBROADCASTD(tmp.As32(), Z1)
+	VPCMPEQB(Z1, nanS, K2)
+	KORQ(K1, K2, K1)
+	res := GP64()
+	KMOVQ(K1, res)
+	Store(res, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }

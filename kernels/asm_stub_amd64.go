@@ -72,6 +72,36 @@ func gemmStrip2x4F32AVX2(x *float32, ldx int, w *float32, ldw int, groups int, k
 //go:noescape
 func gemmStrip3x4F32AVX2(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int)
 
+// gemmStrip1x4F32AVX512 computes groups 1x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip1x4F32AVX512(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip2x4F32AVX512 computes groups 2x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip2x4F32AVX512(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip3x4F32AVX512 computes groups 3x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip3x4F32AVX512(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip4x4F32AVX512 computes groups 4x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip4x4F32AVX512(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip5x4F32AVX512 computes groups 5x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip5x4F32AVX512(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip6x4F32AVX512 computes groups 6x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip6x4F32AVX512(x *float32, ldx int, w *float32, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
 // dotTile1x4BF16AVX512 computes a 1x4 tile of dot products over kn (a multiple of 16) elements.
 //
 //go:noescape
@@ -141,6 +171,36 @@ func gemmStrip2x4BF16AVX2(x *float32, ldx int, w *uint16, ldw int, groups int, k
 //
 //go:noescape
 func gemmStrip3x4BF16AVX2(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int)
+
+// gemmStrip1x4BF16AVX512 computes groups 1x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip1x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip2x4BF16AVX512 computes groups 2x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip2x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip3x4BF16AVX512 computes groups 3x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip3x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip4x4BF16AVX512 computes groups 4x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip4x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip5x4BF16AVX512 computes groups 5x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip5x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+
+// gemmStrip6x4BF16AVX512 computes groups 6x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+//
+//go:noescape
+func gemmStrip6x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
 
 // axpyTile1x64F32AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //
@@ -392,6 +452,11 @@ func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, f
 //
 //go:noescape
 func decodeFP8RowAVX2(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int
+
+// decodeFP8RowAVX512 decodes kn (a multiple of 16) fp8 codes of one block-scaled weight row to float32 and reports NaN codes.
+//
+//go:noescape
+func decodeFP8RowAVX512(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int
 
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //

@@ -95,8 +95,27 @@ func dotTileBF16(l level, m int, x *float32, ldx int, w0, w1, w2, w3 *uint16, kn
 	}
 }
 
-// stripF32 runs the AVX2 m×4 strip kernel (m ≤ 3) over f32 weight rows.
-func stripF32(m int, x *float32, ldx int, w *float32, ldw, groups, kn int, dst *float32, ldd, add int) {
+// stripF32 runs the m×4 strip kernel of level l (m ≤ maxTileRows(l)) over
+// f32 weight rows; on AVX-512 each weight line read prefetches the line pfd
+// bytes further on (AVX2 ignores pfd: its callers stream one block of rows).
+func stripF32(l level, m int, x *float32, ldx int, w *float32, ldw, groups, kn int, dst *float32, ldd, add, pfd int) {
+	if l == levelAVX512 {
+		switch m {
+		case 1:
+			gemmStrip1x4F32AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		case 2:
+			gemmStrip2x4F32AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		case 3:
+			gemmStrip3x4F32AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		case 4:
+			gemmStrip4x4F32AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		case 5:
+			gemmStrip5x4F32AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		default:
+			gemmStrip6x4F32AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		}
+		return
+	}
 	switch m {
 	case 1:
 		gemmStrip1x4F32AVX2(x, ldx, w, ldw, groups, kn, dst, ldd, add)
@@ -108,7 +127,24 @@ func stripF32(m int, x *float32, ldx int, w *float32, ldw, groups, kn int, dst *
 }
 
 // stripBF16 is stripF32 with bf16 weights widened in registers.
-func stripBF16(m int, x *float32, ldx int, w *uint16, ldw, groups, kn int, dst *float32, ldd, add int) {
+func stripBF16(l level, m int, x *float32, ldx int, w *uint16, ldw, groups, kn int, dst *float32, ldd, add, pfd int) {
+	if l == levelAVX512 {
+		switch m {
+		case 1:
+			gemmStrip1x4BF16AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		case 2:
+			gemmStrip2x4BF16AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		case 3:
+			gemmStrip3x4BF16AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		case 4:
+			gemmStrip4x4BF16AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		case 5:
+			gemmStrip5x4BF16AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		default:
+			gemmStrip6x4BF16AVX512(x, ldx, w, ldw, groups, kn, dst, ldd, add, pfd)
+		}
+		return
+	}
 	switch m {
 	case 1:
 		gemmStrip1x4BF16AVX2(x, ldx, w, ldw, groups, kn, dst, ldd, add)
@@ -150,11 +186,14 @@ func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pf
 	return dotTile1x4FP8AVX2(x, w, ldw, kn, sc, first, pfd, &out[0]) != 0
 }
 
-// decodeFP8Row decodes kn (a multiple of 8) codes of one fp8 weight row
-// into dst with the AVX2 in-register decoding (see gemmFP8Decoded),
-// prefetching kn bytes at pf, and reports whether one of them was a NaN
-// code.
-func decodeFP8Row(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) bool {
+// decodeFP8Row decodes kn (a multiple of vecWidth(l)) codes of one fp8
+// weight row into dst with level l's in-register decoding (see
+// gemmFP8Decoded), prefetching kn bytes at pf, and reports whether one of
+// them was a NaN code.
+func decodeFP8Row(l level, dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) bool {
+	if l == levelAVX512 {
+		return decodeFP8RowAVX512(dst, w, kn, sc, first, pf) != 0
+	}
 	return decodeFP8RowAVX2(dst, w, kn, sc, first, pf) != 0
 }
 

@@ -76,7 +76,7 @@ func dotTile1x4FP8(*float32, *uint8, int, int, *[4]*float32, int, int, *[4]float
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func decodeFP8Row(*float32, *uint8, int, *float32, int, *uint8) bool {
+func decodeFP8Row(level, *float32, *uint8, int, *float32, int, *uint8) bool {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
@@ -108,11 +108,11 @@ func qkTileT8BF16(*float32, int, int, *[8]*uint16, *float32, int, int, int, floa
 
 func decodeRecordsFast([]float32, []byte, RecordLayout, []int32, int, int) bool { return false }
 
-func stripF32(int, *float32, int, *float32, int, int, int, *float32, int, int) {
+func stripF32(level, int, *float32, int, *float32, int, int, int, *float32, int, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func stripBF16(int, *float32, int, *uint16, int, int, int, *float32, int, int) {
+func stripBF16(level, int, *float32, int, *uint16, int, int, int, *float32, int, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

@@ -98,6 +98,18 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	if w.F32 != nil {
 		p = &f32Rows{v: w.F32, ld: in}
 	}
+	if n > 1 && n <= skinnyMaxRows && l == levelAVX512 && in > 0 {
+		j0 = gemmSkinny(dst, x, n, w, p, l, j0, j1)
+		n0 := n
+		for jt := j0; jt < j1; jt += 4 {
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				for i0 := 0; i0 < n0; i0 += mr {
+					gemmTile(dst, x, n0, w, p, l, i0, jt, j1-jt, k0)
+				}
+			}
+		}
+		return
+	}
 	if n <= mr {
 		// One activation tile: walk each group of four weight rows through
 		// all reduction blocks before the next, so the rows stream from
@@ -139,27 +151,96 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	}
 }
 
-// passRows is how many of the r activation rows left the next AVX2 pass
-// over a group of weight rows takes: at most three (the tallest AVX2 tile),
-// as even a share as the passes allow (four rows as two and two keep eight
-// FMA chains in flight where three and one leave the last pass four).
-// Which rows share a tile never changes an output's bits.
-func passRows(r int) int {
-	passes := (r + 2) / 3
+// passRows is how many of the r activation rows left the next pass of
+// level l over a group of weight rows takes: at most maxTileRows(l), as even
+// a share as the passes allow (eight rows on AVX-512 as four and four keep
+// sixteen FMA chains in flight in both passes where six and two leave the
+// second pass eight). Which rows share a tile never changes an output's bits.
+func passRows(l level, r int) int {
+	mr := maxTileRows(l)
+	passes := (r + mr - 1) / mr
 	return (r + passes - 1) / passes
 }
 
-// gemmStrip computes, where level l has a strip kernel (AVX2) and block
-// [k0, k0+gemmKC) has no scalar tail, the tiles of activation rows
-// [i0, i0+maxTileRows) and the whole groups of four weight rows in
-// [jt, j1) in one call, with gemmTile's per-element arithmetic (the weights
-// are f32 rows at p or, when p is nil, w's bf16 rows). It returns how many
-// weight rows it did: gemmTile does the rest.
+// skinnyMaxRows bounds the activation rows gemmSkinny takes: decode
+// batches and speculative rounds. Each group of four weight rows passes over
+// every activation row's reduction block (at most 64 KiB of f32 values,
+// from L2) while its own block stays in L1; taller products go a block of
+// weight rows at a time, the activation tiles read from L1 instead.
+const skinnyMaxRows = 16
+
+// skinnyGroups is how many groups of four weight rows a strip call of
+// gemmSkinny takes: sixteen rows keep sixteen weight streams in flight and
+// their block (32 KiB of bf16) in L1 between passes (measured best of 1, 2
+// and 4 on GLM-5's q_a shape at 2 to 16 rows).
+const skinnyGroups = 4
+
+// gemmSkinny computes, on AVX-512, the whole groups of four weight rows in
+// [j0, j1) for all n (2 ≤ n ≤ skinnyMaxRows) activation rows and returns the
+// first row it left (j1 minus fewer than four). Each group walks the
+// reduction blocks in order and, in each block, the activation rows in
+// passes of passRows rows (one strip call each), so its weights are read
+// from memory once, front to back, and from L1 by the later passes; every
+// weight line read prefetches the line the group reads next (its next block
+// or, after its last, the first block of the next group). Every output is
+// the tiles' per-element arithmetic: the same bits as any other grouping.
+// A block with a scalar tail goes through gemmTile.
+func gemmSkinny(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, j0, j1 int) int {
+	in, out := w.Cols, w.Rows
+	bpw := w.bytesPerWeight()
+	ld := in
+	if p != nil {
+		ld = p.ld
+	}
+	jt := j0
+	for jt+4 <= j1 {
+		g := min(skinnyGroups, (j1-jt)/4)
+		for k0 := 0; k0 < in; k0 += gemmKC {
+			kc := min(k0+gemmKC, in) - k0
+			if kc%vecWidth(l) != 0 {
+				for c := range g {
+					for i0 := 0; i0 < n; {
+						m := passRows(l, n-i0)
+						gemmTile(dst, x, i0+m, w, p, l, i0, jt+4*c, 4, k0)
+						i0 += m
+					}
+				}
+				continue
+			}
+			pfd := gemmKC * bpw
+			if k0+gemmKC >= in {
+				pfd = (4*g*ld - k0) * bpw
+			}
+			add := 0
+			if k0 > 0 {
+				add = 1
+			}
+			for i0 := 0; i0 < n; {
+				m := passRows(l, n-i0)
+				xp, d := &x[i0*in+k0], &dst[i0*out+jt]
+				if p != nil {
+					stripF32(l, m, xp, in, p.at(jt, k0), p.ld, g, kc, d, out, add, pfd)
+				} else {
+					stripBF16(l, m, xp, in, &w.BF16[jt*in+k0], in, g, kc, d, out, add, pfd)
+				}
+				i0 += m
+			}
+		}
+		jt += 4 * g
+	}
+	return jt
+}
+
+// gemmStrip computes, where block [k0, k0+gemmKC) has no scalar tail, the
+// tiles of activation rows [i0, i0+maxTileRows) and the whole groups of four
+// weight rows in [jt, j1) in one call, with gemmTile's per-element
+// arithmetic (the weights are f32 rows at p or, when p is nil, w's bf16
+// rows). It returns how many weight rows it did: gemmTile does the rest.
 func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, j1, k0 int) int {
 	in, out := w.Cols, w.Rows
 	k1 := min(k0+gemmKC, in)
 	groups := (j1 - jt) / 4
-	if l != levelAVX2 || groups == 0 || (k1-k0)%8 != 0 || k1 <= k0 {
+	if groups == 0 || (k1-k0)%vecWidth(l) != 0 || k1 <= k0 {
 		return 0
 	}
 	m := min(maxTileRows(l), n-i0)
@@ -169,11 +250,10 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 	}
 	xp, d := &x[i0*in+k0], &dst[i0*out+jt]
 	if p != nil {
-		stripF32(m, xp, in, p.at(jt, k0), p.ld, groups, k1-k0, d, out, add)
+		stripF32(l, m, xp, in, p.at(jt, k0), p.ld, groups, k1-k0, d, out, add, 0)
 	} else {
-		stripBF16(m, xp, in, &w.BF16[jt*in+k0], in, groups, k1-k0, d, out, add)
+		stripBF16(l, m, xp, in, &w.BF16[jt*in+k0], in, groups, k1-k0, d, out, add, 0)
 	}
-
 	return 4 * groups
 }
 
@@ -203,11 +283,11 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 			}
 		}
 	}
-	if n > 1 && n <= fp8DecodedMaxRows && l == levelAVX2 && in > 0 && fp8InRegister(w, l, j0, j1) {
+	if n > 1 && n <= fp8DecodedMaxRows && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// Groups of four weight rows decoded once per reduction block into
 		// an L1 scratch that every activation row reads; the rows left
 		// over (fewer than four) go through the panel.
-		j0 = gemmFP8Decoded(dst, x, n, w, buf, j0, j1)
+		j0 = gemmFP8Decoded(dst, x, n, w, l, buf, j0, j1)
 	}
 	if n <= mr {
 		jt := j0
@@ -257,29 +337,29 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 // rows are read once per tile of activation rows instead.
 const fp8DecodedMaxRows = gemmBlockBytes / (4 * gemmKC)
 
-// gemmFP8Decoded computes, on AVX2, the whole groups of four weight rows
+// gemmFP8Decoded computes, on an assembly level l, the whole groups of four weight rows
 // in [j0, j1) of an FP8 matrix that fp8InRegister accepts, for all n
 // activation rows, and returns the first row it left (j1 minus fewer than
 // four). Each group walks the reduction blocks in order; for each block the
 // four rows' codes are decoded once (decodeFP8Row: the in-register
 // arithmetic of the GEMV tile, exact, so the values are the dequantized
 // weights Matrix.Row gives; a scalar tail dequantized in Go) into an f32
-// scratch that stays in L1, and the activation rows pass over it in tiles
-// of at most three rows (stripF32, or gemmTile for a block with a scalar
-// tail): exactly the f32 tiles' arithmetic on the dequantized rows, so every
+// scratch that stays in L1, and the activation rows pass over it in passes
+// of passRows rows (stripF32, or gemmTile for a block with a scalar tail): exactly the f32 tiles' arithmetic on the dequantized rows, so every
 // output has the bits of the f32 product, alone or in any batch, however
 // the rows are grouped. A block whose codes hold a NaN code is decoded again
 // by dequantPanel, whose f32 NaN weights give the f32 product's results.
-func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j0, j1 int) int {
+func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloats]float32, j0, j1 int) int {
 	in, out := w.Cols, w.Rows
 	s := w.Scales
 	jt := j0
 	for ; jt+4 <= j1; jt += 4 {
 		for k0 := 0; k0 < in; k0 += gemmKC {
 			kc := min(k0+gemmKC, in) - k0
-			kv := kc &^ 7
+			lanes := vecWidth(l)
+			kv := kc &^ (lanes - 1)
 			b0 := (k0 + s.ColOff) / FP8Block
-			first := (FP8Block - (k0+s.ColOff)%FP8Block) / 8
+			first := (FP8Block - (k0+s.ColOff)%FP8Block) / lanes
 			nan := false
 			for c := range 4 {
 				j := jt + c
@@ -298,7 +378,7 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float3
 					case j+4 < w.Rows:
 						pf = &w.FP8[(j+4)*in]
 					}
-					nan = decodeFP8Row(&row[0], &codes[0], kv, &srow[b0], first, pf) || nan
+					nan = decodeFP8Row(l, &row[0], &codes[0], kv, &srow[b0], first, pf) || nan
 				}
 				for k := kv; k < kc; k++ {
 					row[k] = numfmt.F32FromE4M3(codes[k]) * srow[(k0+k+s.ColOff)/FP8Block]
@@ -313,11 +393,11 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float3
 				add = 1
 			}
 			for i0 := 0; i0 < n; {
-				m := passRows(n - i0)
+				m := passRows(l, n-i0)
 				if kv == kc {
-					stripF32(m, &x[i0*in+k0], in, &buf[0], kc, 1, kc, &dst[i0*out+jt], out, add)
+					stripF32(l, m, &x[i0*in+k0], in, &buf[0], kc, 1, kc, &dst[i0*out+jt], out, add, 0)
 				} else {
-					gemmTile(dst, x, i0+m, w, &p, levelAVX2, i0, jt, 4, k0)
+					gemmTile(dst, x, i0+m, w, &p, l, i0, jt, 4, k0)
 				}
 				i0 += m
 			}
