@@ -209,7 +209,7 @@ func gemmSkinny(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, j0, j1 
 			}
 			pfd := gemmKC * bpw
 			if k0+gemmKC >= in {
-				pfd = (4*g*ld - k0) * bpw
+				pfd = (4*g*ld - in + gemmKC) * bpw
 			}
 			add := 0
 			if k0 > 0 {
