@@ -13,11 +13,58 @@ func SiLU(x float32) float32 {
 }
 
 // SwiGLU computes dst = SiLU(gate) ⊙ up, the gated MLP activation. dst may
-// alias gate or up. It panics unless the three lengths are equal.
+// alias gate or up. Long vectors are split across the SetThreads workers
+// (each element is computed the same way wherever it runs, so the bits do
+// not depend on the thread count). It panics unless the three lengths are
+// equal.
 func SwiGLU(dst, gate, up []float32) {
 	if len(dst) != len(gate) || len(up) != len(gate) {
 		panic(fmt.Sprintf("kernels: SwiGLU: lengths differ: len(dst)=%d, len(gate)=%d, len(up)=%d", len(dst), len(gate), len(up)))
 	}
+	parts := planParts((len(gate)+swigluAlign-1)/swigluAlign, swigluCost*float64(len(gate)))
+	if parts == 1 {
+		swiglu(dst, gate, up)
+		return
+	}
+	var t *swigluTask
+	select {
+	case t = <-swigluTasks:
+	default:
+		t = new(swigluTask)
+	}
+	t.dst, t.gate, t.up = dst, gate, up
+	runParts(t, parts, &t.join)
+	t.dst, t.gate, t.up = nil, nil, nil
+	select {
+	case swigluTasks <- t:
+	default:
+	}
+}
+
+const (
+	// swigluAlign is the granularity of SwiGLU's parts (a cache line of
+	// float32 values, so no two parts write the same line).
+	swigluAlign = 16
+	// swigluCost is what one SiLU and product count as against planParts'
+	// FLOP threshold: a float64 exp is tens of floating-point operations.
+	swigluCost = 40
+)
+
+// swigluTask is one parallel SwiGLU call; parts split the elements.
+type swigluTask struct {
+	dst, gate, up []float32
+	join          joiner
+}
+
+var swigluTasks = make(chan *swigluTask, 16)
+
+func (t *swigluTask) runPart(p, parts int) {
+	lo, hi := partRange(len(t.gate), swigluAlign, p, parts)
+	swiglu(t.dst[lo:hi], t.gate[lo:hi], t.up[lo:hi])
+}
+
+// swiglu is SwiGLU on the calling goroutine.
+func swiglu(dst, gate, up []float32) {
 	dst = dst[:len(gate)]
 	up = up[:len(gate)]
 	for i, g := range gate {

@@ -54,6 +54,8 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"LogSumExp", func() { _ = LogSumExp(row) }},
 		{"TopK", func() { TopK(idx, scores) }},
 		{"Rope.Apply", func() { rope.Apply(row, 4097, true) }},
+		{"Rope.Angles", func() { rope.Angles(row, 4097) }},
+		{"Rope.Rotate", func() { rope.Rotate(row, w, true) }},
 		{"Rope.Apply64", func() { rope.Apply64(row64, 4097, false) }},
 	}
 	for _, tc := range tests {

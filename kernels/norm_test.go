@@ -157,3 +157,31 @@ func TestSiLUSwiGLU(t *testing.T) {
 	}
 	expectPanic(t, "SwiGLU lengths", func() { SwiGLU(make([]float32, 2), make([]float32, 2), make([]float32, 3)) })
 }
+
+// TestSwiGLUThreads: a vector long enough to be split across threads gets
+// the bits of one thread on two and three, in place too, and allocates
+// nothing once the workers run.
+func TestSwiGLUThreads(t *testing.T) {
+	r := newRand(6)
+	const n = 50_001
+	g, u := randSlice(r, n, 6), randSlice(r, n, 2)
+	want := make([]float32, n)
+	defer SetThreads(SetThreads(1))
+	SwiGLU(want, g, u)
+	for _, threads := range []int{2, 3} {
+		SetThreads(threads)
+		got := make([]float32, n)
+		SwiGLU(got, g, u)
+		if diff := cmp.Diff(bitsOf(want), bitsOf(got)); diff != "" {
+			t.Errorf("%d threads vs one (-one +%d):\n%s", threads, threads, diff)
+		}
+		inPlace := append([]float32(nil), g...)
+		SwiGLU(inPlace, inPlace, u)
+		if diff := cmp.Diff(bitsOf(want), bitsOf(inPlace)); diff != "" {
+			t.Errorf("%d threads in place vs one (-one +in place):\n%s", threads, diff)
+		}
+		if a := testing.AllocsPerRun(20, func() { SwiGLU(got, g, u) }); a != 0 {
+			t.Errorf("%d threads: SwiGLU allocates %v times per call", threads, a)
+		}
+	}
+}

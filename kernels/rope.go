@@ -104,15 +104,45 @@ func (r *Rope) Apply(x []float32, pos int, interleaved bool) {
 	p := float64(pos)
 	for i, f := range r.invFreq {
 		s, c := math.Sincos(p * f)
-		cf, sf := float32(c*r.cosSinScale), float32(s*r.cosSinScale)
-		ia, ib := i, i+half
-		if interleaved {
-			ia, ib = 2*i, 2*i+1
-		}
-		a, b := x[ia], x[ib]
-		x[ia] = float32(a*cf) - float32(b*sf)
-		x[ib] = float32(a*sf) + float32(b*cf)
+		rotatePair(x, i, half, float32(c*r.cosSinScale), float32(s*r.cosSinScale), interleaved)
 	}
+}
+
+// Angles writes position pos's cos and sin of every pair, as Apply rounds
+// them, to cs (len(cs) = Dim): cs[2i] = cos, cs[2i+1] = sin of pair i. A step
+// computes them once per token for all the heads and layers that Rotate
+// with them. It panics if len(cs) != Dim or pos < 0.
+func (r *Rope) Angles(cs []float32, pos int) {
+	r.check(len(cs), pos)
+	p := float64(pos)
+	for i, f := range r.invFreq {
+		s, c := math.Sincos(p * f)
+		cs[2*i], cs[2*i+1] = float32(c*r.cosSinScale), float32(s*r.cosSinScale)
+	}
+}
+
+// Rotate is Apply with the cos and sin Angles wrote for the position: the
+// same bits. It panics if len(x) or len(cs) is not Dim.
+func (r *Rope) Rotate(x, cs []float32, interleaved bool) {
+	if len(x) != r.dim || len(cs) != r.dim {
+		panic(fmt.Sprintf("kernels: Rope.Rotate: len(x)=%d, len(cs)=%d, the rope acts on %d elements", len(x), len(cs), r.dim))
+	}
+	half := r.dim / 2
+	for i := range half {
+		rotatePair(x, i, half, cs[2*i], cs[2*i+1], interleaved)
+	}
+}
+
+// rotatePair turns pair i of x by the angle whose cos and sin are cf and sf,
+// every product rounded before the add.
+func rotatePair(x []float32, i, half int, cf, sf float32, interleaved bool) {
+	ia, ib := i, i+half
+	if interleaved {
+		ia, ib = 2*i, 2*i+1
+	}
+	a, b := x[ia], x[ib]
+	x[ia] = float32(a*cf) - float32(b*sf)
+	x[ib] = float32(a*sf) + float32(b*cf)
 }
 
 // Apply64 is Apply in float64 throughout, for the oracle.

@@ -270,3 +270,44 @@ func TestRopePanics(t *testing.T) {
 		expectPanic(t, tc.name, tc.f)
 	}
 }
+
+// TestRopeRotateIsApply: rotating with the angles Angles wrote for a
+// position gives Apply's bits, for both layouts, with and without YaRN, at
+// positions from 0 to beyond a million.
+func TestRopeRotateIsApply(t *testing.T) {
+	ropes := map[string]*Rope{
+		"plain":  NewRope(64, 1e6, nil),
+		"yarn":   NewRope(64, 10000, &config.YaRN{Factor: 40, OriginalMaxPositionEmbeddings: 4096, BetaFast: 32, BetaSlow: 1, MScale: 1, MScaleAllDim: 0.707}),
+		"dim 16": NewRope(16, 10000, nil),
+	}
+	r := newRand(7)
+	for name, rope := range ropes {
+		for _, interleaved := range []bool{false, true} {
+			for _, pos := range []int{0, 1, 17, 4095, 131071, 1 << 20} {
+				x := randSlice(r, rope.Dim(), 1)
+				want := append([]float32(nil), x...)
+				rope.Apply(want, pos, interleaved)
+				cs := make([]float32, rope.Dim())
+				rope.Angles(cs, pos)
+				rope.Rotate(x, cs, interleaved)
+				if diff := cmp.Diff(bitsOf(want), bitsOf(x)); diff != "" {
+					t.Errorf("%s, interleaved %v, pos %d: Rotate vs Apply (-Apply +Rotate):\n%s", name, interleaved, pos, diff)
+				}
+			}
+		}
+	}
+	for _, bad := range []func(){
+		func() { ropes["plain"].Rotate(make([]float32, 64), make([]float32, 32), false) },
+		func() { ropes["plain"].Angles(make([]float32, 63), 5) },
+		func() { ropes["plain"].Angles(make([]float32, 64), -1) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic for a wrong length or position")
+				}
+			}()
+			bad()
+		}()
+	}
+}

@@ -177,10 +177,10 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 		a.reads.mul(q, x, M, at.QB)
 	}
 	for t := 0; t < M; t++ {
-		pos := s.localPos(t)
+		cs := s.ropeAngles(t)
 		for h := 0; h < H; h++ {
 			base := (t*H+h)*qw + dn
-			m.Rope.Apply(q[base:base+dr], pos, cfg.RopeInterleave)
+			m.Rope.Rotate(q[base:base+dr], cs, cfg.RopeInterleave)
 		}
 	}
 	// Latent KV: normalize and rotate.
@@ -189,7 +189,7 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	for t := 0; t < M; t++ {
 		rowv := kva[t*(dc+dr) : (t+1)*(dc+dr)]
 		kernels.RMSNorm(rowv[:dc], rowv[:dc], at.KVANorm, eps)
-		m.Rope.Apply(rowv[dc:], s.localPos(t), cfg.RopeInterleave)
+		m.Rope.Rotate(rowv[dc:], s.ropeAngles(t), cfg.RopeInterleave)
 	}
 	if at.Indexer != nil {
 		a.indexerProject(at.Indexer, cq, x)
@@ -237,13 +237,13 @@ func (a *attentionBlock) indexerProject(ix *Indexer, cq, x []float32) {
 		wI[i] *= m.IdxScal
 	}
 	for t := 0; t < M; t++ {
-		pos := s.localPos(t)
+		cs := s.ropeAngles(t)
 		for h := 0; h < HI; h++ {
-			m.Rope.Apply(qI[(t*HI+h)*dI:(t*HI+h)*dI+dr], pos, cfg.IndexerRopeInterleave)
+			m.Rope.Rotate(qI[(t*HI+h)*dI:(t*HI+h)*dI+dr], cs, cfg.IndexerRopeInterleave)
 		}
 		k := kI[t*dI : (t+1)*dI]
 		kernels.LayerNorm(k, k, ix.NormW, ix.NormB, 1e-6)
-		m.Rope.Apply(k[:dr], pos, cfg.IndexerRopeInterleave)
+		m.Rope.Rotate(k[:dr], cs, cfg.IndexerRopeInterleave)
 	}
 }
 

@@ -218,7 +218,7 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	} else if m.Shard.TPSize > 1 || m.Shard.EPSize > 1 {
 		return nil, fmt.Errorf("model shard TP %d, EP %d needs a parallel layout", m.Shard.TPSize, m.Shard.EPSize)
 	}
-	if r.steps, err = newStepTables(r.Layout, opt, &r.buffers); err != nil {
+	if r.steps, err = newStepTables(r.Layout, opt, m.Rope, &r.buffers); err != nil {
 		return nil, err
 	}
 	T, D := opt.MaxTokens, cfg.HiddenSize

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/cpmla/cpmla/cp"
+	"github.com/cpmla/cpmla/kernels"
 	"github.com/cpmla/cpmla/kvcache"
 )
 
@@ -25,6 +26,8 @@ type stepTables struct {
 	rowPos, rowSeq, rowTok []int32 // per batch row
 	lrow                   []int32 // local row → batch row (−1 = padding)
 	nLocal                 int
+	rope                   *kernels.Rope
+	ropeCS                 []float32 // local row t's rope cos/sin at [t·dim, (t+1)·dim)
 	keySlot                []int32 // slots of this rank's local keys of each seq, back to back
 	keyOff                 []int
 	keyLen                 []int32
@@ -35,8 +38,8 @@ type stepTables struct {
 	partPrefill []bool
 }
 
-func newStepTables(layout kvcache.Layout, opt RunnerOptions, bufs *bufferList) (*stepTables, error) {
-	s := &stepTables{layout: layout, pcpSize: 1, blockSize: opt.BlockSize, maxTokens: opt.MaxTokens, maxLen: opt.MaxModelLen, maxSeqs: opt.MaxSeqs}
+func newStepTables(layout kvcache.Layout, opt RunnerOptions, rope *kernels.Rope, bufs *bufferList) (*stepTables, error) {
+	s := &stepTables{layout: layout, pcpSize: 1, blockSize: opt.BlockSize, maxTokens: opt.MaxTokens, maxLen: opt.MaxModelLen, maxSeqs: opt.MaxSeqs, rope: rope}
 	T := opt.MaxTokens
 	if p := opt.Parallel; p != nil {
 		rank := p.Groups.World.Rank()
@@ -53,6 +56,7 @@ func newStepTables(layout kvcache.Layout, opt RunnerOptions, bufs *bufferList) (
 	i32 := bufs.i32
 	s.rowPos, s.rowSeq, s.rowTok = i32("row positions", T), i32("row sequences", T), i32("row tokens", T)
 	s.lrow = i32("local rows", T)
+	s.ropeCS = bufs.f32("rope cos/sin", T*rope.Dim())
 	s.keySlot = i32("key slots", opt.MaxSeqs*layout.LocalLen(opt.MaxModelLen, 0)) // rank 0 owns the most
 	s.keyOff = make([]int, 0, opt.MaxSeqs)
 	s.keyLen = make([]int32, 0, opt.MaxSeqs)
@@ -135,7 +139,18 @@ func (s *stepTables) build(b *Batch, vocab int, logitRow *[]int32) (int, error) 
 		}
 		s.nLocal = T
 	}
+	// Every head of every layer rotates a row by the same angles.
+	dr := s.rope.Dim()
+	for t := range s.nLocal {
+		s.rope.Angles(s.ropeCS[t*dr:(t+1)*dr], s.localPos(t))
+	}
 	return T, nil
+}
+
+// ropeAngles is local row t's rope cos/sin (Rope.Angles at its position).
+func (s *stepTables) ropeAngles(t int) []float32 {
+	dr := s.rope.Dim()
+	return s.ropeCS[t*dr : (t+1)*dr]
 }
 
 // localPos is the position of local row t (0 for padding rows).
