@@ -28,7 +28,7 @@ type stepTables struct {
 	nLocal                 int
 	rope                   *kernels.Rope
 	ropeCS                 []float32 // local row t's rope cos/sin at [t·dim, (t+1)·dim)
-	keySlot                []int32 // slots of this rank's local keys of each seq, back to back
+	keySlot                []int32   // slots of this rank's local keys of each seq, back to back
 	keyOff                 []int
 	keyLen                 []int32
 	tables                 [][]int32
