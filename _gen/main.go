@@ -81,6 +81,9 @@ func main() {
 	gemvFP8256()
 	decodeFP8Row256()
 	decodeFP8Row512()
+	for m := 2; m <= 4; m++ {
+		fp8Tile512(m)
+	}
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -2538,6 +2541,145 @@ func decodeFP8Row512() {
 	res := GP64()
 	KMOVQ(K1, res)
 	Store(res, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// fp8Tile512 emits dotTile{m}x4FP8AVX512 (2 ≤ m ≤ 4): m activation rows
+// (x + i·ldx) against four fp8 weight rows (w + j·ldw) over kn (a multiple
+// of 16) elements, out[i·4+j]. Each code is decoded once in registers with
+// dotTile1x8FP8AVX512's exact arithmetic (sign and EEEEMMM shifted into
+// float32 position, one multiply by scale·2^120; block b of the tile uses
+// *sc[j] + b, the first block holding first steps of sixteen and every later
+// one eight) and fused into the m rows' accumulators, so the decoding is
+// paid once for all m rows and every output has the bits of dotTile512 on
+// the dequantized rows (same accumulator, same reduce4x512). NaN codes are
+// reported as dotTile1x8FP8AVX512 reports them (every full 64-byte chunk
+// checked; the caller checks the rest).
+func fp8Tile512(m int) {
+	name := fmt.Sprintf("dotTile%dx4FP8AVX512", m)
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.", name, m))
+	acc := func(i, j int) VecPhysical { return zmm[4*i+j] }
+	sv := func(j int) VecPhysical { return zmm[16+j] }
+	tv := func(j int) VecPhysical { return zmm[20+j] }
+	xv := func(i int) VecPhysical { return zmm[24+i] }
+	mask, nanU, nanS := Z28, Z29, Z30
+	x0 := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	// Rows 0–2 of x from x0 (index ldx), row 3 from x3.
+	x3 := GP64()
+	LEAQ(Mem{Base: x0, Index: ldx, Scale: 2}, x3)
+	ADDQ(ldx, x3)
+	xmem := func(i int) Mem {
+		switch i {
+		case 0:
+			return Mem{Base: x0}
+		case 3:
+			return Mem{Base: x3}
+		}
+		return Mem{Base: x0, Index: ldx, Scale: uint8(i)}
+	}
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	w3 := GP64()
+	LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, w3)
+	ADDQ(ldw, w3)
+	row := func(j, disp int) Mem {
+		switch j {
+		case 0:
+			return Mem{Base: w0, Disp: disp}
+		case 3:
+			return Mem{Base: w3, Disp: disp}
+		}
+		return Mem{Base: w0, Index: ldw, Scale: uint8(j), Disp: disp}
+	}
+	kn := Load(Param("kn"), GP64())
+	sc := Load(Param("sc"), GP64())
+	seg := Load(Param("first"), GP64())
+	for i := range m {
+		for j := range 4 {
+			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	VPXORD(nanU, nanU, nanU)
+	VPXORD(nanS, nanS, nanS)
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	VPBROADCASTD(tmp.As32(), mask)
+	loadScales := func() {
+		c := tv(0) // free between steps
+		broadcastConst(float32(math.Ldexp(1, 120)), c)
+		for j := range 4 {
+			MOVQ(Mem{Base: sc, Disp: 8 * j}, tmp)
+			VBROADCASTSS(Mem{Base: tmp}, sv(j))
+			VMULPS(c, sv(j), sv(j))
+			ADDQ(U8(4), tmp)
+			MOVQ(tmp, Mem{Base: sc, Disp: 8 * j})
+		}
+	}
+	steps := GP64()
+	MOVQ(kn, steps)
+	SHRQ(U8(4), steps)
+	JZ(LabelRef(name + "_nan"))
+	cnt, off := GP64(), GP64()
+	XORQ(off, off)
+	Label(name + "_block")
+	loadScales()
+	MOVQ(seg, cnt)
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	Label(name + "_step")
+	for i := range m {
+		VMOVUPS(xmem(i), xv(i))
+	}
+	for j := range 4 {
+		VPMOVSXBD(row(j, 0), tv(j))
+		VPSLLD(U8(20), tv(j), tv(j))
+		VPANDD(mask, tv(j), tv(j))
+		VMULPS(sv(j), tv(j), tv(j))
+		for i := range m {
+			VFMADD231PS(tv(j), xv(i), acc(i, j))
+		}
+	}
+	ADDQ(U8(64), x0)
+	ADDQ(U8(64), x3)
+	ADDQ(U8(16), w0)
+	ADDQ(U8(16), w3)
+	ADDQ(U8(16), off)
+	// Every 64 bytes: check the chunk just decoded for NaN codes and
+	// prefetch each row's next lines.
+	TESTQ(U32(63), off)
+	JNZ(LabelRef(name + "_next"))
+	for j := range 4 {
+		VPMAXUB(row(j, -64), nanU, nanU)
+		VPMAXSB(row(j, -64), nanS, nanS)
+		PREFETCHT0(row(j, gemvPrefetch))
+	}
+	Label(name + "_next")
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	MOVQ(U32(128/16), seg)
+	TESTQ(steps, steps)
+	JNZ(LabelRef(name + "_block"))
+	Label(name + "_nan")
+	res := GP64()
+	VPTERNLOGD(U8(0xFF), tv(0), tv(0), tv(0))
+	VPCMPEQB(tv(0), nanU, K1)
+	MOVL(U32(0x7F7F7F7F), tmp.As32())
+	VPBROADCASTD(tmp.As32(), tv(1))
+	VPCMPEQB(tv(1), nanS, K2)
+	KORQ(K1, K2, K1)
+	KMOVQ(K1, res)
+	Store(res, ReturnIndex(0))
+	out := Load(Param("out"), GP64())
+	for i := range m {
+		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
+		VMOVUPS(xmm[4*i], Mem{Base: out, Disp: 16 * i})
+	}
 	VZEROUPPER()
 	RET()
 }

@@ -180,6 +180,19 @@ func dotTile1x8FP8(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first int
 	return dotTile1x8FP8AVX512(x, w, ldw, kn, sc, first, &out[0]) != 0
 }
 
+// dotTileFP8Rows runs the AVX-512 tile of m (2 ≤ m ≤ 4) activation rows
+// over four fp8 weight rows (see fewTileFP8) and reports whether a full
+// 64-byte chunk of codes held a NaN code.
+func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*float32, first int, out *[16]float32) bool {
+	switch m {
+	case 2:
+		return dotTile2x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, &out[0]) != 0
+	case 3:
+		return dotTile3x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, &out[0]) != 0
+	}
+	return dotTile4x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, &out[0]) != 0
+}
+
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,
 // each row prefetched pfd bytes past the codes it reads.
 func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[4]float32) bool {

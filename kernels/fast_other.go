@@ -76,6 +76,10 @@ func dotTile1x4FP8(*float32, *uint8, int, int, *[4]*float32, int, int, *[4]float
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func dotTileFP8Rows(int, *float32, int, *uint8, int, int, *[4]*float32, int, *[16]float32) bool {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func decodeFP8Row(level, *float32, *uint8, int, *float32, int, *uint8) bool {
 	panic("kernels: no assembly tiles on this architecture")
 }

@@ -283,6 +283,16 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 			}
 		}
 	}
+	if n > 1 && n <= fp8RegisterMaxRows && l == levelAVX512 && in > 0 && fp8InRegister(w, l, j0, j1) {
+		// A few rows (a speculative round's, an expert's): the codes of each
+		// group of four weight rows are decoded in registers once for all
+		// the rows.
+		for ; j0+4 <= j1; j0 += 4 {
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				fewTileFP8(dst, x, n, w, buf, j0, k0)
+			}
+		}
+	}
 	if n > 1 && n <= fp8DecodedMaxRows && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// Groups of four weight rows decoded once per reduction block into
 		// an L1 scratch that every activation row reads; the rows left
@@ -487,6 +497,59 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 			di[c] = v
 		} else {
 			di[c] += v
+		}
+	}
+}
+
+// fp8RegisterMaxRows is the most activation rows fewTileFP8 takes: four
+// rows by four weight rows fill sixteen of AVX-512's accumulators.
+const fp8RegisterMaxRows = 4
+
+// fewTileFP8 is gemvTileFP8 for n (2 ≤ n ≤ fp8RegisterMaxRows) activation
+// rows and the four weight rows [jt, jt+4) of an FP8 matrix on AVX-512: the
+// codes are decoded in registers once for all n rows, with gemmTile's
+// per-element arithmetic on the dequantized rows. A tile whose codes hold a
+// NaN code is recomputed through the panel.
+func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, jt, k0 int) {
+	in, out := w.Cols, w.Rows
+	k1 := min(k0+gemmKC, in)
+	const lanes = 16
+	kv := (k1 - k0) &^ (lanes - 1)
+	s := w.Scales
+	var sc [4]*float32
+	for c := range sc {
+		sc[c] = &s.scaleRow(jt + c)[(k0+s.ColOff)/FP8Block]
+	}
+	first := (FP8Block - (k0+s.ColOff)%FP8Block) / lanes
+	var tile [16]float32
+	codes := w.FP8[jt*in+k0:]
+	nan := dotTileFP8Rows(n, &x[k0], in, &codes[0], in, kv, &sc, first, &tile)
+	// The tile checks whole 64-byte chunks; the rest here.
+	if chunk := 4 * lanes; !nan && kv%chunk != 0 {
+		for c := range 4 {
+			for _, q := range codes[c*in+kv&^(chunk-1) : c*in+kv] {
+				nan = nan || q&0x7F == 0x7F
+			}
+		}
+	}
+	if nan {
+		p := dequantPanel(buf, w, jt, jt+4, k0)
+		gemmTile(dst, x, n, w, &p, levelAVX512, 0, jt, 4, k0)
+		return
+	}
+	for i := range n {
+		xi := x[i*in+k0+kv : i*in+k1]
+		di := dst[i*out+jt : i*out+jt+4]
+		for c := range di {
+			v := tile[i*4+c]
+			if len(xi) > 0 {
+				v += tailDotFP8(xi, w, jt+c, k0+kv)
+			}
+			if k0 == 0 {
+				di[c] = v
+			} else {
+				di[c] += v
+			}
 		}
 	}
 }

@@ -163,3 +163,35 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkProductInCache times MatMulT with its weights resident in L2
+// (128 rows of 2,048 columns: 256 KiB in fp8, 512 KiB in bf16, 1 MiB in f32,
+// read again every call) on one thread, so that it measures what the tiles
+// compute, not what memory delivers: the ceiling of the same kernels on
+// streamed weights (BenchmarkGEMV, BenchmarkSkinnyGEMM). GB/s counts the
+// weight bytes per call; fma-% is the FLOPs over the FMA peak measured
+// right after.
+func BenchmarkProductInCache(b *testing.B) {
+	const out, in = 128, 2048
+	for _, dtype := range []string{"fp8", "bf16", "f32"} {
+		w := benchWeights(newRand(83), dtype, out, in)[0]
+		for _, n := range []int{1, 4, 8, 16} {
+			b.Run(fmt.Sprintf("%s/rows=%d", dtype, n), func(b *testing.B) {
+				x := randSlice(newRand(84), n*in, 1)
+				dst := make([]float32, n*out)
+				defer SetThreads(SetThreads(1))
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				MatMulT(dst, x, n, w)
+				for b.Loop() {
+					MatMulT(dst, x, n, w)
+				}
+				s := b.Elapsed().Seconds() / float64(b.N)
+				t0 := time.Now()
+				peak := FMAPeakLoop(2_000_000) / time.Since(t0).Seconds()
+				b.ReportMetric(float64(out*in*w.bytesPerWeight())/s/1e9, "GB/s")
+				b.ReportMetric(100*2*float64(n*out*in)/s/peak, "fma-%")
+			})
+		}
+	}
+}
