@@ -23,6 +23,8 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	wq256 := randFP8(r, 16, 256, 0, 0)
 	x5 := randSlice(r, 5*256, 1)
 	dst5 := make([]float32, 5*16)
+	x3 := randSlice(r, 3*256, 1)
+	dst3 := make([]float32, 3*16)
 	row := make([]float32, 64)
 	wrow := make([]float32, cols)
 	w := randSlice(r, 64, 1)
@@ -42,6 +44,7 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatMulT fp8", func() { MatMulT(dst, x, n, wq) }},
 		{"MatMulT fp8 n=8", func() { MatMulT(dst8, x8, 8, wq) }},
 		{"MatMulT fp8 n=5 no tail", func() { MatMulT(dst5, x5, 5, wq256) }},
+		{"MatMulT fp8 n=3 in registers", func() { MatMulT(dst3, x3, 3, wq256) }},
 		{"MatVecT fp8", func() { MatVecT(dst[:rows], x[:cols], wq) }},
 		{"Matrix.Row", func() { wrow = wb.Row(1, wrow) }},
 		{"Matrix.Row fp8", func() { wrow = wq.Row(1, wrow) }},
