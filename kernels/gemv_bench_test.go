@@ -165,14 +165,14 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 }
 
 // BenchmarkProductInCache times MatMulT with its weights resident in L2
-// (128 rows of 2,048 columns: 256 KiB in fp8, 512 KiB in bf16, 1 MiB in f32,
+// (64 rows of 4,096 columns: 256 KiB in fp8, 512 KiB in bf16, 1 MiB in f32,
 // read again every call) on one thread, so that it measures what the tiles
 // compute, not what memory delivers: the ceiling of the same kernels on
 // streamed weights (BenchmarkGEMV, BenchmarkSkinnyGEMM). GB/s counts the
 // weight bytes per call; fma-% is the FLOPs over the FMA peak measured
 // right after.
 func BenchmarkProductInCache(b *testing.B) {
-	const out, in = 128, 2048
+	const out, in = 64, 4096
 	for _, dtype := range []string{"fp8", "bf16", "f32"} {
 		w := benchWeights(newRand(83), dtype, out, in)[0]
 		for _, n := range []int{1, 4, 8, 16} {
