@@ -46,16 +46,19 @@
 //     dequantized f32 copy, for any offsets into the block grid: the
 //     one-row product decodes the codes in the GEMV tiles' registers (one
 //     exact multiply by scale·2^120 of the code's bits in float32
-//     position); on AVX2 a product of 2 to 64 rows decodes each group of
-//     four weight rows the same way, once per reduction block, into an L1
-//     scratch that the f32 tiles read for every activation row; larger
+//     position); on AVX-512 a product of 2 to 4 rows decodes each group of
+//     four weight rows the same way in registers once for all its rows, and
+//     a product of up to 64 rows (2 to 64 on AVX2) decodes each group once
+//     per reduction block into an L1 scratch that the f32 tiles read for
+//     every activation row; larger
 //     products, the rows left over and the cases the decoding cannot take
 //     (a column offset that splits a vector between blocks, a scale of
 //     magnitude 2^8 or more, a NaN code) decode a block of rows into an
 //     f32 panel that the f32 tiles read, once for all activation rows.
 //   - RoPE angles pos·inv_freq and their cos/sin are computed in float64 and
-//     rounded to float32 once; the rotation itself is float32 (Apply) or
-//     float64 (Apply64).
+//     rounded to float32 once (Apply, or Angles once per position for all
+//     the vectors Rotate turns by them); the rotation itself is float32
+//     (Apply, Rotate) or float64 (Apply64).
 //
 // Invariants and what the package must never do:
 //

@@ -260,8 +260,9 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 // gemmRangeFP8 is gemmRange for an FP8 matrix, with every output element
 // the bits of the f32 product with the dequantized matrix. Where the codes
 // can be decoded in registers (fp8InRegister), one activation row goes
-// through the fp8 GEMV tiles and, on AVX2, 2 to fp8DecodedMaxRows rows
-// through gemmFP8Decoded; the rest (and every other case) dequantize the
+// through the fp8 GEMV tiles, 2 to fp8RegisterMaxRows rows on AVX-512
+// through fewTileFP8, and up to fp8DecodedMaxRows rows through
+// gemmFP8Decoded; the rest (and every other case) dequantize the
 // tiles' weight rows, a reduction block at a time, into an f32 panel that
 // the f32 tiles then read, a block of rows once for all activation rows
 // when there is more than one activation tile.
