@@ -99,12 +99,13 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		p = &f32Rows{v: w.F32, ld: in}
 	}
 	if n > 1 && n <= skinnyMaxRows && l == levelAVX512 && in > 0 {
-		j0 = gemmSkinny(dst, x, n, w, p, l, j0, j1)
-		n0 := n
-		for jt := j0; jt < j1; jt += 4 {
+		// Decode-sized: whole groups of four weight rows through
+		// gemmSkinny, the fewer than four rows left by tiles.
+		jt := gemmSkinny(dst, x, n, w, p, l, j0, j1)
+		if jt < j1 {
 			for k0 := 0; k0 < in; k0 += gemmKC {
-				for i0 := 0; i0 < n0; i0 += mr {
-					gemmTile(dst, x, n0, w, p, l, i0, jt, j1-jt, k0)
+				for i0 := 0; i0 < n; i0 += mr {
+					gemmTile(dst, x, n, w, p, l, i0, jt, j1-jt, k0)
 				}
 			}
 		}
