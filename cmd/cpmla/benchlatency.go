@@ -120,8 +120,11 @@ type latencyResult struct {
 	// attention, indexer) over their time against the FMA peak.
 	PrefillFMAFraction float64 `json:"prefill_fma_fraction"`
 	// Per decode step and per iteration's prefill, as the ranks counted
-	// them (model.StepCost; under --comm mpi rank 0's count times the
-	// number of ranks).
+	// them (model.StepCost). Under --comm mpi they are rank 0's own count,
+	// and the probes run on rank 0's threads alone (the other ranks are in
+	// their own step loops on their own cores), so the fractions are rank
+	// 0's: ranks sharing a host's memory stream at the same time, and what
+	// that sharing costs is in them.
 	DecodeWeightBytes float64 `json:"decode_weight_bytes_per_step"`
 	DecodeKVBytes     float64 `json:"decode_kv_bytes_per_step"`
 	DecodeFLOPs       float64 `json:"decode_flops_per_step"`
@@ -146,11 +149,10 @@ type stepRecord struct {
 // are passed through.
 type stepRecorder struct {
 	engine.Executor
-	costScale int64
-	allocs    atomic.Pointer[engineAllocs] // nil: allocations are not counted
-	mu        sync.Mutex
-	on        bool
-	steps     []stepRecord
+	allocs atomic.Pointer[engineAllocs] // nil: allocations are not counted
+	mu     sync.Mutex
+	on     bool
+	steps  []stepRecord
 }
 
 // decodeOnly reports whether every sequence of b decodes one token.
@@ -180,9 +182,6 @@ func (s *stepRecorder) Forward(b *model.Batch) error {
 	}
 	if c, ok := s.Executor.(engine.StepCoster); ok {
 		rec.cost, rec.costAvailable = c.StepCost(), true
-		rec.cost.WeightBytes *= s.costScale
-		rec.cost.KVBytes *= s.costScale
-		rec.cost.FLOPs *= s.costScale
 	}
 	s.steps = append(s.steps, rec)
 	return nil
@@ -350,10 +349,10 @@ func benchLatency(o latencyOptions, stderr io.Writer) (*latencyResult, error) {
 	}
 	var factory engine.ExecutorFactory
 	var weights int64
-	ranks, costScale := o.tp*o.pcp, int64(1)
+	ranks := o.tp * o.pcp
 	if o.procs != nil {
 		factory, weights = o.procs.Factory(), o.procWeights
-		ranks, costScale = 1, int64(o.tp*o.pcp)
+		ranks = 1
 	} else if o.tp*o.pcp == 1 {
 		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
 		if err != nil {
@@ -370,7 +369,7 @@ func benchLatency(o latencyOptions, stderr io.Writer) (*latencyResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		rec = &stepRecorder{Executor: x, costScale: costScale}
+		rec = &stepRecorder{Executor: x}
 		return rec, nil
 	}
 	e, err := engine.New(cfg, weights, recording, eo)
@@ -398,6 +397,11 @@ func benchLatency(o latencyOptions, stderr io.Writer) (*latencyResult, error) {
 		prompts[i] = p
 	}
 	threads := kernels.Threads() * localRanks(ranks)
+	if o.procs != nil {
+		// Rank 0's own threads: the other ranks run their own step loops
+		// on the other cores, and rank 0 counts its own step's cost.
+		threads = kernels.Threads()
+	}
 	run := func(iter int) (iteration, error) {
 		return runLatencyIteration(e, rec, tk, prompts, o, iter)
 	}

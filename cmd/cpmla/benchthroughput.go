@@ -238,7 +238,7 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 		if err != nil {
 			return nil, err
 		}
-		rec = &stepRecorder{Executor: x, costScale: 1}
+		rec = &stepRecorder{Executor: x}
 		return rec, nil
 	}
 	e, err := engine.New(cfg, weights, counting, eo)
