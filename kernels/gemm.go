@@ -472,13 +472,7 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 		nan = dotTile1x4FP8(&x[k0], &codes[0], in, kv, (*[4]*float32)(sc[:4]), first, pfd, (*[4]float32)(tile[:4]))
 	}
 	// The tile checks whole chunks of four vectors; the rest here.
-	if chunk := 4 * lanes; !nan && kv%chunk != 0 {
-		for c := range rows {
-			for _, q := range codes[c*in+kv&^(chunk-1) : c*in+kv] {
-				nan = nan || q&0x7F == 0x7F
-			}
-		}
-	}
+	nan = nan || nanPastChunks(codes, in, rows, kv, 4*lanes)
 	if nan {
 		p := dequantPanel(buf, w, jt, jt+rows, k0)
 		if rows == 8 {
@@ -527,13 +521,7 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 	codes := w.FP8[jt*in+k0:]
 	nan := dotTileFP8Rows(n, &x[k0], in, &codes[0], in, kv, &sc, first, &tile)
 	// The tile checks whole 64-byte chunks; the rest here.
-	if chunk := 4 * lanes; !nan && kv%chunk != 0 {
-		for c := range 4 {
-			for _, q := range codes[c*in+kv&^(chunk-1) : c*in+kv] {
-				nan = nan || q&0x7F == 0x7F
-			}
-		}
-	}
+	nan = nan || nanPastChunks(codes, in, 4, kv, 4*lanes)
 	if nan {
 		p := dequantPanel(buf, w, jt, jt+4, k0)
 		gemmTile(dst, x, n, w, &p, levelAVX512, 0, jt, 4, k0)
@@ -554,6 +542,23 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 			}
 		}
 	}
+}
+
+// nanPastChunks reports whether rows [0, rows) of a tile's codes (row c at
+// codes[c·in:]) hold a NaN code (0x7F or 0xFF) between the last whole chunk
+// of chunk bytes and kv: the codes the fp8 tiles decode but do not check.
+func nanPastChunks(codes []uint8, in, rows, kv, chunk int) bool {
+	if kv%chunk == 0 {
+		return false
+	}
+	for c := range rows {
+		for _, q := range codes[c*in+kv&^(chunk-1) : c*in+kv] {
+			if q&0x7F == 0x7F {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // tailDotFP8 is tailDot over the dequantized codes of row j of an FP8
