@@ -450,12 +450,8 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	k1 := min(k0+gemmKC, in)
 	lanes := vecWidth(l)
 	kv := (k1 - k0) &^ (lanes - 1)
-	s := w.Scales
 	var sc [8]*float32
-	for c := range rows {
-		sc[c] = &s.scaleRow(jt + c)[(k0+s.ColOff)/FP8Block]
-	}
-	first := (FP8Block - (k0+s.ColOff)%FP8Block) / lanes
+	first := fp8TileScales(w, sc[:rows], jt, k0, lanes)
 	var tile [8]float32
 	codes := w.FP8[jt*in+k0:]
 	var nan bool
@@ -482,19 +478,7 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 		}
 		return
 	}
-	xi := x[k0+kv : k1]
-	di := dst[jt : jt+rows]
-	for c := range di {
-		v := tile[c]
-		if len(xi) > 0 {
-			v += tailDotFP8(xi, w, jt+c, k0+kv)
-		}
-		if k0 == 0 {
-			di[c] = v
-		} else {
-			di[c] += v
-		}
-	}
+	addTileFP8(dst, x, w, tile[:], 8, 1, jt, rows, k0, kv)
 }
 
 // fp8RegisterMaxRows is the most activation rows fewTileFP8 takes: four
@@ -507,16 +491,12 @@ const fp8RegisterMaxRows = 4
 // per-element arithmetic on the dequantized rows. A tile whose codes hold a
 // NaN code is recomputed through the panel.
 func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, jt, k0 int) {
-	in, out := w.Cols, w.Rows
+	in := w.Cols
 	k1 := min(k0+gemmKC, in)
 	const lanes = 16
 	kv := (k1 - k0) &^ (lanes - 1)
-	s := w.Scales
 	var sc [4]*float32
-	for c := range sc {
-		sc[c] = &s.scaleRow(jt + c)[(k0+s.ColOff)/FP8Block]
-	}
-	first := (FP8Block - (k0+s.ColOff)%FP8Block) / lanes
+	first := fp8TileScales(w, sc[:], jt, k0, lanes)
 	var tile [16]float32
 	codes := w.FP8[jt*in+k0:]
 	nan := dotTileFP8Rows(n, &x[k0], in, &codes[0], in, kv, &sc, first, &tile)
@@ -527,11 +507,33 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 		gemmTile(dst, x, n, w, &p, levelAVX512, 0, jt, 4, k0)
 		return
 	}
+	addTileFP8(dst, x, w, tile[:], 4, n, jt, 4, k0, kv)
+}
+
+// fp8TileScales points sc[c] at the scale of row jt+c's block that holds
+// column k0, for c < len(sc), and returns how many vectors of lanes codes
+// that block holds from k0 on: the scales and the first-block length the
+// fp8 tiles take (each later block holds 128/lanes vectors).
+func fp8TileScales(w *Matrix, sc []*float32, jt, k0, lanes int) (first int) {
+	s := w.Scales
+	for c := range sc {
+		sc[c] = &s.scaleRow(jt + c)[(k0+s.ColOff)/FP8Block]
+	}
+	return (FP8Block - (k0+s.ColOff)%FP8Block) / lanes
+}
+
+// addTileFP8 stores (k0 = 0) or adds (k0 > 0) an fp8 tile's sums to dst:
+// tile[i·stride+c] for activation rows i < n and weight rows jt+c, c < nj,
+// each with its scalar tail over the block's columns from k0+kv on added
+// first, as gemmTile does for the f32 tiles.
+func addTileFP8(dst, x []float32, w *Matrix, tile []float32, stride, n, jt, nj, k0, kv int) {
+	in, out := w.Cols, w.Rows
+	k1 := min(k0+gemmKC, in)
 	for i := range n {
 		xi := x[i*in+k0+kv : i*in+k1]
-		di := dst[i*out+jt : i*out+jt+4]
+		di := dst[i*out+jt : i*out+jt+nj]
 		for c := range di {
-			v := tile[i*4+c]
+			v := tile[i*stride+c]
 			if len(xi) > 0 {
 				v += tailDotFP8(xi, w, jt+c, k0+kv)
 			}
