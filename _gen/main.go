@@ -79,8 +79,8 @@ func main() {
 	decodeE4M3256()
 	gemvFP8512()
 	gemvFP8256()
-	decodeFP8Row256()
-	decodeFP8Row512()
+	decodeFP8Row(8)
+	decodeFP8Row(16)
 	for m := 2; m <= 4; m++ {
 		fp8Tile512(m)
 	}
@@ -2441,110 +2441,6 @@ func fp8GEMVTile(g fp8GEMV) {
 	RET()
 }
 
-// decodeFP8Row512 emits decodeFP8RowAVX512: decodeFP8RowAVX2 with 16-lane
-// vectors over kn (a multiple of 16) codes. Block b of the row (b = 0, 1,
-// …; the first holds first vectors of 16 codes, every later one 8) uses the
-// scale at sc + 4b; the values are the same exact float32(code·scale), and
-// the return value is nonzero exactly when a code is 0x7F or 0xFF. While it
-// decodes it prefetches kn bytes at pf, two lines per block of 128 codes.
-func decodeFP8Row512() {
-	name := "decodeFP8RowAVX512"
-	TEXT(name, NOSPLIT, "func(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int")
-	Pragma("noescape")
-	Doc(name + " decodes kn (a multiple of 16) fp8 codes of one block-scaled weight row to float32 and reports NaN codes.")
-	dst := Load(Param("dst"), GP64())
-	w := Load(Param("w"), GP64())
-	kn := Load(Param("kn"), GP64())
-	sc := Load(Param("sc"), GP64())
-	seg := Load(Param("first"), GP64())
-	pf := Load(Param("pf"), GP64())
-	mask, c120, s, nanU, nanS := Z15, Z14, Z13, Z12, Z11
-	tmp := GP64()
-	MOVL(U32(0x87F00000), tmp.As32())
-	VPBROADCASTD(tmp.As32(), mask)
-	broadcastConst(float32(math.Ldexp(1, 120)), c120)
-	VPXORD(nanU, nanU, nanU)
-	VPXORD(nanS, nanS, nanS)
-	off := GP64() // codes decoded
-	XORQ(off, off)
-	steps := GP64()
-	MOVQ(kn, steps)
-	SHRQ(U8(4), steps)
-	JZ(LabelRef(name + "_nan"))
-	cnt, pairs := GP64(), GP64()
-	decode := func(v int, z VecPhysical) {
-		VPMOVSXBD(Mem{Base: w, Index: off, Scale: 1, Disp: 16 * v}, z)
-		VPSLLD(U8(20), z, z)
-		VPANDD(mask, z, z)
-		VMULPS(s, z, z)
-		VMOVUPS(z, Mem{Base: dst, Index: off, Scale: 4, Disp: 64 * v})
-	}
-	Label(name + "_block")
-	VBROADCASTSS(Mem{Base: sc}, s)
-	VMULPS(c120, s, s)
-	ADDQ(U8(4), sc)
-	MOVQ(seg, cnt)
-	CMPQ(steps, cnt)
-	CMOVQLT(steps, cnt)
-	SUBQ(cnt, steps)
-	PREFETCHT0(Mem{Base: pf, Index: off, Scale: 1})
-	PREFETCHT0(Mem{Base: pf, Index: off, Scale: 1, Disp: 64})
-	MOVQ(cnt, pairs)
-	SHRQ(U8(1), pairs)
-	JZ(LabelRef(name + "_single"))
-	Label(name + "_pair")
-	decode(0, Z0)
-	decode(1, Z1)
-	ADDQ(U8(32), off)
-	DECQ(pairs)
-	JNZ(LabelRef(name + "_pair"))
-	Label(name + "_single")
-	TESTQ(U32(1), cnt)
-	JZ(LabelRef(name + "_blockdone"))
-	decode(0, Z0)
-	ADDQ(U8(16), off)
-	Label(name + "_blockdone")
-	MOVQ(U32(128/16), seg)
-	TESTQ(steps, steps)
-	JNZ(LabelRef(name + "_block"))
-	// NaN codes: whole 64-byte chunks, then 16-byte vectors (broadcast to
-	// every quarter of the register).
-	Label(name + "_nan")
-	MOVQ(kn, cnt)
-	SHRQ(U8(6), cnt)
-	JZ(LabelRef(name + "_rest"))
-	Label(name + "_chunk")
-	VPMAXUB(Mem{Base: w}, nanU, nanU)
-	VPMAXSB(Mem{Base: w}, nanS, nanS)
-	ADDQ(U8(64), w)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_chunk"))
-	Label(name + "_rest")
-	ANDQ(U8(63), kn)
-	SHRQ(U8(4), kn)
-	JZ(LabelRef(name + "_check"))
-	Label(name + "_vec")
-	VBROADCASTI32X4(Mem{Base: w}, Z0)
-	VPMAXUB(Z0, nanU, nanU)
-	VPMAXSB(Z0, nanS, nanS)
-	ADDQ(U8(16), w)
-	DECQ(kn)
-	JNZ(LabelRef(name + "_vec"))
-	Label(name + "_check")
-	// nonzero if a byte of nanU is 0xFF or a byte of nanS is 0x7F.
-	VPTERNLOGD(U8(0xFF), Z0, Z0, Z0)
-	VPCMPEQB(Z0, nanU, K1)
-	MOVL(U32(0x7F7F7F7F), tmp.As32())
-	VPBROADCASTD(tmp.As32(), Z1)
-	VPCMPEQB(Z1, nanS, K2)
-	KORQ(K1, K2, K1)
-	res := GP64()
-	KMOVQ(K1, res)
-	Store(res, ReturnIndex(0))
-	VZEROUPPER()
-	RET()
-}
-
 // fp8Tile512 emits dotTile{m}x4FP8AVX512 (2 ≤ m ≤ 4): m activation rows
 // (x + i·ldx) against four fp8 weight rows (w + j·ldw) over kn (a multiple
 // of 16) elements, out[i·4+j]. Each code is decoded once in registers with
@@ -2684,50 +2580,66 @@ func fp8Tile512(m int) {
 	RET()
 }
 
-// decodeFP8Row256 emits decodeFP8RowAVX2: one fp8 weight row's kn (a
-// multiple of 8) e4m3 codes at w decoded to float32 at dst, with the
-// in-register decoding of fp8GEMVTile: sign and EEEEMMM bits shifted into
-// float32 position, then one multiply by scale·2^120, exact for |scale| <
-// 2^8 (the caller guarantees it), so every value is float32(code·scale)
-// rounded once, the dequantized weight. Block b of the row (b = 0, 1, …;
-// the first holds first vectors of eight codes, every later one 16) uses
-// the scale at sc + 4b. A NaN code would decode as 480·scale: the kernel
-// returns nonzero when any of the kn codes is one (0x7F or 0xFF; unsigned
-// and signed byte maxima over the row), and the caller then decodes the row
-// another way. While it decodes it prefetches kn bytes at pf, two lines per
-// block of 128 codes: the codes the caller decodes a few calls later.
-func decodeFP8Row256() {
-	name := "decodeFP8RowAVX2"
+// decodeFP8Row emits decodeFP8RowAVX2 (lanes 8) and decodeFP8RowAVX512
+// (lanes 16): one fp8 weight row's kn (a multiple of lanes) e4m3 codes at
+// w decoded to float32 at dst, with the in-register decoding of
+// fp8GEMVTile: sign and EEEEMMM bits shifted into float32 position, then
+// one multiply by scale·2^120, exact for |scale| < 2^8 (the caller
+// guarantees it), so every value is float32(code·scale) rounded once, the
+// dequantized weight. Block b of the row (b = 0, 1, …; the first holds
+// first vectors of lanes codes, every later one 128/lanes) uses the scale at
+// sc + 4b. A NaN code would decode as 480·scale: the kernel returns nonzero
+// when any of the kn codes is one (0x7F or 0xFF; unsigned and signed byte
+// maxima over the row), and the caller then decodes the row another way.
+// While it decodes it prefetches kn bytes at pf, two lines per block of 128
+// codes: the codes the caller decodes a few calls later.
+func decodeFP8Row(lanes int) {
+	evex := lanes == 16
+	name, v, chunk := "decodeFP8RowAVX2", ymm, 32
+	if evex {
+		name, v, chunk = "decodeFP8RowAVX512", zmm, 64
+	}
 	TEXT(name, NOSPLIT, "func(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int")
 	Pragma("noescape")
-	Doc(name + " decodes kn (a multiple of 8) fp8 codes of one block-scaled weight row to float32 and reports NaN codes.")
+	Doc(fmt.Sprintf("%s decodes kn (a multiple of %d) fp8 codes of one block-scaled weight row to float32 and reports NaN codes.", name, lanes))
 	dst := Load(Param("dst"), GP64())
 	w := Load(Param("w"), GP64())
 	kn := Load(Param("kn"), GP64())
 	sc := Load(Param("sc"), GP64())
 	seg := Load(Param("first"), GP64())
 	pf := Load(Param("pf"), GP64())
-	mask, c120, s, nanU, nanS := Y15, Y14, Y13, Y12, Y11
+	mask, c120, s, nanU, nanS := v[15], v[14], v[13], v[12], v[11]
 	tmp := GP64()
 	MOVL(U32(0x87F00000), tmp.As32())
-	VMOVD(tmp.As32(), X15)
-	VPBROADCASTD(X15, mask)
-	broadcastConst256(float32(math.Ldexp(1, 120)), c120, X10)
-	VXORPS(nanU, nanU, nanU)
-	VXORPS(nanS, nanS, nanS)
+	if evex {
+		VPBROADCASTD(tmp.As32(), mask)
+		broadcastConst(float32(math.Ldexp(1, 120)), c120)
+		VPXORD(nanU, nanU, nanU)
+		VPXORD(nanS, nanS, nanS)
+	} else {
+		VMOVD(tmp.As32(), X15)
+		VPBROADCASTD(X15, mask)
+		broadcastConst256(float32(math.Ldexp(1, 120)), c120, X10)
+		VXORPS(nanU, nanU, nanU)
+		VXORPS(nanS, nanS, nanS)
+	}
 	off := GP64() // codes decoded
 	XORQ(off, off)
 	steps := GP64()
 	MOVQ(kn, steps)
-	SHRQ(U8(3), steps)
+	SHRQ(U8(bits(lanes)), steps)
 	JZ(LabelRef(name + "_nan"))
 	cnt, pairs := GP64(), GP64()
-	decode := func(v int, y VecPhysical) {
-		VPMOVSXBD(Mem{Base: w, Index: off, Scale: 1, Disp: 8 * v}, y)
-		VPSLLD(U8(20), y, y)
-		VPAND(mask, y, y)
-		VMULPS(s, y, y)
-		VMOVUPS(y, Mem{Base: dst, Index: off, Scale: 4, Disp: 32 * v})
+	decode := func(k int, r VecPhysical) {
+		VPMOVSXBD(Mem{Base: w, Index: off, Scale: 1, Disp: lanes * k}, r)
+		VPSLLD(U8(20), r, r)
+		if evex {
+			VPANDD(mask, r, r)
+		} else {
+			VPAND(mask, r, r)
+		}
+		VMULPS(s, r, r)
+		VMOVUPS(r, Mem{Base: dst, Index: off, Scale: 4, Disp: 4 * lanes * k})
 	}
 	Label(name + "_block")
 	VBROADCASTSS(Mem{Base: sc}, s)
@@ -2744,55 +2656,69 @@ func decodeFP8Row256() {
 	SHRQ(U8(1), pairs)
 	JZ(LabelRef(name + "_single"))
 	Label(name + "_pair")
-	decode(0, Y0)
-	decode(1, Y1)
-	ADDQ(U8(16), off)
+	decode(0, v[0])
+	decode(1, v[1])
+	ADDQ(U8(2*lanes), off)
 	DECQ(pairs)
 	JNZ(LabelRef(name + "_pair"))
 	Label(name + "_single")
 	TESTQ(U32(1), cnt)
 	JZ(LabelRef(name + "_blockdone"))
-	decode(0, Y0)
-	ADDQ(U8(8), off)
+	decode(0, v[0])
+	ADDQ(U8(lanes), off)
 	Label(name + "_blockdone")
-	MOVQ(U32(128/8), seg)
+	MOVQ(U32(128/lanes), seg)
 	TESTQ(steps, steps)
 	JNZ(LabelRef(name + "_block"))
-	// NaN codes: whole 32-byte chunks, then 8-byte vectors (broadcast to
-	// every quarter of the register).
+	// NaN codes: whole chunks of a register, then vectors of lanes codes
+	// (broadcast to every part of the register).
 	Label(name + "_nan")
 	MOVQ(kn, cnt)
-	SHRQ(U8(5), cnt)
+	SHRQ(U8(bits(chunk)), cnt)
 	JZ(LabelRef(name + "_rest"))
 	Label(name + "_chunk")
 	VPMAXUB(Mem{Base: w}, nanU, nanU)
 	VPMAXSB(Mem{Base: w}, nanS, nanS)
-	ADDQ(U8(32), w)
+	ADDQ(U8(chunk), w)
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_chunk"))
 	Label(name + "_rest")
-	ANDQ(U8(31), kn)
-	SHRQ(U8(3), kn)
+	ANDQ(U8(chunk-1), kn)
+	SHRQ(U8(bits(lanes)), kn)
 	JZ(LabelRef(name + "_check"))
 	Label(name + "_vec")
-	VPBROADCASTQ(Mem{Base: w}, Y0)
-	VPMAXUB(Y0, nanU, nanU)
-	VPMAXSB(Y0, nanS, nanS)
-	ADDQ(U8(8), w)
+	if evex {
+		VBROADCASTI32X4(Mem{Base: w}, v[0])
+	} else {
+		VPBROADCASTQ(Mem{Base: w}, v[0])
+	}
+	VPMAXUB(v[0], nanU, nanU)
+	VPMAXSB(v[0], nanS, nanS)
+	ADDQ(U8(lanes), w)
 	DECQ(kn)
 	JNZ(LabelRef(name + "_vec"))
 	Label(name + "_check")
 	// nonzero if a byte of nanU is 0xFF or a byte of nanS is 0x7F.
-	VPCMPEQB(Y0, Y0, Y0)
-	VPCMPEQB(Y0, nanU, nanU)
-	MOVL(U32(0x7F7F7F7F), tmp.As32())
-	VMOVD(tmp.As32(), X1)
-	VPBROADCASTD(X1, Y1)
-	VPCMPEQB(Y1, nanS, nanS)
-	VPOR(nanU, nanS, nanS)
 	res := GP64()
-	XORQ(res, res)
-	VPMOVMSKB(nanS, res.As32())
+	if evex {
+		VPTERNLOGD(U8(0xFF), Z0, Z0, Z0)
+		VPCMPEQB(Z0, nanU, K1)
+		MOVL(U32(0x7F7F7F7F), tmp.As32())
+		VPBROADCASTD(tmp.As32(), Z1)
+		VPCMPEQB(Z1, nanS, K2)
+		KORQ(K1, K2, K1)
+		KMOVQ(K1, res)
+	} else {
+		VPCMPEQB(Y0, Y0, Y0)
+		VPCMPEQB(Y0, nanU, nanU)
+		MOVL(U32(0x7F7F7F7F), tmp.As32())
+		VMOVD(tmp.As32(), X1)
+		VPBROADCASTD(X1, Y1)
+		VPCMPEQB(Y1, nanS, nanS)
+		VPOR(nanU, nanS, nanS)
+		XORQ(res, res)
+		VPMOVMSKB(nanS, res.As32())
+	}
 	Store(res, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
