@@ -63,10 +63,11 @@ N_MERGES = 252  # 256 bytes + 252 merges + 4 special tokens = 512 ids
 HELDOUT = 500
 
 
-def hf_config(tok):
+def hf_config(tok, heads=2):
     """config.json of cpmla-tiny: a glm_moe_dsa model with GLM-5's attention shapes
     (kv_lora_rank 512 + qk_rope_head_dim 64: the 576/512 latent), the DSA indexer,
-    one dense layer then MoE layers with noaux_tc routing, and one MTP layer."""
+    one dense layer then MoE layers with noaux_tc routing, and one MTP layer; heads
+    is the number of attention heads (2 in the committed cpmla-tiny)."""
     return {
         "architectures": ["GlmMoeDsaForCausalLM"],
         "model_type": "glm_moe_dsa",
@@ -93,10 +94,10 @@ def hf_config(tok):
         "n_routed_experts": 8,
         "n_shared_experts": 1,
         "norm_topk_prob": True,
-        "num_attention_heads": 2,
+        "num_attention_heads": heads,
         "num_experts_per_tok": 2,
         "num_hidden_layers": 3,
-        "num_key_value_heads": 2,
+        "num_key_value_heads": heads,
         "num_nextn_predict_layers": 1,
         "q_lora_rank": 64,
         "qk_nope_head_dim": 32,
@@ -135,8 +136,8 @@ def init_weights(m, std):
 class Batches:
     """Seeded batches of whole documents (right-padded), one task per batch."""
 
-    def __init__(self, seed, tok, heldout, budget, mix):
-        self.mix = mix
+    def __init__(self, seed, tok, heldout, budget, mix, passkey_max):
+        self.mix, self.passkey_max = mix, passkey_max
         self.gen = tasks.Generator(seed, [h["key"] for h in heldout])
         self.rng = random.Random(seed + 1)
         self.tok, self.budget = tok, budget
@@ -145,8 +146,9 @@ class Batches:
     def docs(self, kind):
         g, rng = self.gen, self.rng
         if kind == "passkey":
-            # Lengths up to the 4,096-token context, log-uniform.
-            n = int(math.exp(rng.uniform(math.log(8), math.log(560))))
+            # Haystacks of 8 to passkey_max sentences, log-uniform (560: up to
+            # about 3,300 tokens; 690: the whole 4,096-token context).
+            n = int(math.exp(rng.uniform(math.log(8), math.log(self.passkey_max))))
             ids = self.tok.encode(g.passkey(n))[:4096]
             per = max(1, self.budget // len(ids))
             out = [ids]
@@ -248,6 +250,8 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=2, help="attention heads of the model")
+    ap.add_argument("--passkey-max", type=int, default=560, help="most filler sentences of a passkey haystack")
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--eval-every", type=int, default=0, help="greedy check of held-out problems every N steps (0: at the end only)")
     ap.add_argument("--save-every", type=int, default=100)
@@ -275,7 +279,7 @@ def main():
     with open(os.path.join(args.out, "heldout.jsonl"), "w") as f:
         for h in heldout:
             f.write(json.dumps({"question": h["question"], "answer": h["answer"]}) + "\n")
-    hf = hf_config(tok)
+    hf = hf_config(tok, args.heads)
     cfg = Config.from_hf(hf)
     m = Model(cfg)
     init_weights(m, 0.02)
@@ -290,7 +294,7 @@ def main():
     mix = [float(v) for v in args.mix.split(",")]
     if len(mix) != 3 or min(mix) < 0 or abs(sum(mix) - 1) > 1e-9:
         raise SystemExit(f"--mix {args.mix}: want three shares summing to 1, e.g. 0.6,0.3,0.1")
-    batches = Batches(args.seed, tok, heldout, args.budget, mix)
+    batches = Batches(args.seed, tok, heldout, args.budget, mix, args.passkey_max)
     for _ in range(start):
         batches.next()
     dense_steps = int(args.steps * args.dense_fraction)
