@@ -155,7 +155,7 @@ class Batches:
             for _ in range(per - 1):
                 out.append(self.tok.encode(g.passkey(n))[:4096])
             return out
-        make = g.arithmetic_doc if kind == "arithmetic" else g.copy
+        make = {"arithmetic": g.arithmetic_doc, "copy": g.copy, "lookup": g.lookup}[kind]
         out, total = [], 0
         while total < self.budget:
             ids = self.tok.encode(make())
@@ -165,8 +165,8 @@ class Batches:
 
     def next(self):
         r = self.rng.random()
-        a, p, _ = self.mix
-        kind = "arithmetic" if r < a else ("passkey" if r < a + p else "copy")
+        a, p, c = self.mix[:3]
+        kind = "arithmetic" if r < a else ("passkey" if r < a + p else ("copy" if r < a + p + c else "lookup"))
         docs = self.docs(kind)
         T = max(len(d) for d in docs)
         x = torch.full((len(docs), T), self.pad, dtype=torch.long)
@@ -256,7 +256,7 @@ def main():
     ap.add_argument("--eval-every", type=int, default=0, help="greedy check of held-out problems every N steps (0: at the end only)")
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--resume", action="store_true", help="continue from state.pt in --out")
-    ap.add_argument("--mix", default="0.6,0.3,0.1", help="shares of arithmetic, passkey and copy batches")
+    ap.add_argument("--mix", default="0.6,0.3,0.1", help="shares of arithmetic, passkey, copy and (optional, default 0) lookup batches")
     ap.add_argument("--stop-after", type=int, default=0,
                     help="stop after this many steps (of a schedule of --steps), saving the state and exporting the checkpoints")
     args = ap.parse_args()
@@ -292,8 +292,8 @@ def main():
         opt.load_state_dict(st["opt"])
         start = st["step"]
     mix = [float(v) for v in args.mix.split(",")]
-    if len(mix) != 3 or min(mix) < 0 or abs(sum(mix) - 1) > 1e-9:
-        raise SystemExit(f"--mix {args.mix}: want three shares summing to 1, e.g. 0.6,0.3,0.1")
+    if len(mix) not in (3, 4) or min(mix) < 0 or abs(sum(mix) - 1) > 1e-9:
+        raise SystemExit(f"--mix {args.mix}: want three or four shares summing to 1, e.g. 0.6,0.3,0.1")
     batches = Batches(args.seed, tok, heldout, args.budget, mix, args.passkey_max)
     for _ in range(start):
         batches.next()
