@@ -7,6 +7,8 @@
               sentences, asked for at the end (the needle-in-a-haystack test of
               long-context models).
   copy        a string of random words repeated exactly.
+  lookup      names each with a number, one of them asked back (not in the committed
+              cpmla-tiny's training; train.py's optional fourth --mix share).
 
 Every task comes in two forms: plain text, as lm-eval's completion requests send it
 ("Question: ...\\nAnswer:"), and a chat, rendered with the model's chat template
