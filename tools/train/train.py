@@ -224,13 +224,18 @@ def greedy(m, tok, prompt, max_new, stops):
     return tok.decode(out)
 
 
-def quick_eval(m, tok, heldout, n):
+def quick_eval(m, tok, heldout, n, show=None):
+    """Greedy replies to n held-out problems, 4 pass keys (haystacks of 40 to 500
+    sentences) and 20 lookups: (share of problems right, keys found, lookups right).
+    show, when given, is called with (prompt end, reply, expected) of each."""
     stops = {tok.special[tasks.EOT], tok.special[tasks.USER]}
+    show = show or (lambda *a: None)
     right = 0
     for h in heldout[:n]:
         p, _ = tasks.arithmetic_plain(h["question"], h["working"], h["answer"])
         text = greedy(m, tok, p, 40, stops)
         right += text.strip().endswith(f"#### {h['answer']}")
+        show(p[-60:], text, h["answer"])
     rng = random.Random(5)
     found = 0
     for i in range(4):
@@ -238,7 +243,16 @@ def quick_eval(m, tok, heldout, n):
         hay = tasks.passkey_haystack(rng, [40, 120, 250, 500][i], rng.random(), key)
         text = greedy(m, tok, f"{tasks.USER}{tasks.passkey_prompt(hay)}{tasks.ASSISTANT}", 12, stops)
         found += str(key) in text
-    return right / n, found
+        show(f"pass key in {[40, 120, 250, 500][i]} sentences", text, key)
+    g, looked = tasks.Generator(77, []), 0
+    for _ in range(20):
+        d = g.lookup()
+        cut = d.index(tasks.ASSISTANT) + len(tasks.ASSISTANT) if d.startswith(tasks.USER) else d.rindex("?") + 1
+        want = d[cut:].replace(tasks.EOT, "").replace(tasks.USER, "").strip()
+        text = greedy(m, tok, d[:cut], 12, stops)
+        looked += text.strip() == want
+        show(d[max(0, cut - 60):cut], text, want)
+    return right / n, found, looked
 
 
 def main():
@@ -252,6 +266,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--heads", type=int, default=2, help="attention heads of the model")
     ap.add_argument("--passkey-max", type=int, default=560, help="most filler sentences of a passkey haystack")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="with --resume: print the greedy check's replies and scores of the saved state, then stop")
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--eval-every", type=int, default=0, help="greedy check of held-out problems every N steps (0: at the end only)")
     ap.add_argument("--save-every", type=int, default=100)
@@ -291,6 +307,16 @@ def main():
         m.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         start = st["step"]
+    if args.eval_only:
+        if not start:
+            raise SystemExit(f"--eval-only reads the state of a run: give --resume and an --out with state.pt")
+        for a in attention_modules(m):
+            a.indexer_loss, a.dense_attention = False, start < int(args.steps * args.dense_fraction)
+        m.eval()
+        acc, found, looked = quick_eval(m, tok, heldout[HELDOUT - 20:], 20,
+                                        lambda p, text, want: print(f"{p!r} -> {text!r} (want {want})"))
+        print(f"eval step {start}: arithmetic {acc:.2f} (20 held-out), passkey {found}/4, lookup {looked}/20")
+        return
     mix = [float(v) for v in args.mix.split(",")]
     if len(mix) not in (3, 4) or min(mix) < 0 or abs(sum(mix) - 1) > 1e-9:
         raise SystemExit(f"--mix {args.mix}: want three or four shares summing to 1, e.g. 0.6,0.3,0.1")
@@ -329,9 +355,9 @@ def main():
                 a.indexer_loss = False
                 a.dense_attention = False
             m.eval()
-            acc, found = quick_eval(m, tok, heldout[HELDOUT - 20:], 20)
+            acc, found, looked = quick_eval(m, tok, heldout[HELDOUT - 20:], 20)
             m.train()
-            say(f"eval step {step + 1}: arithmetic {acc:.2f} (20 held-out), passkey {found}/4, t {time.time() - t0:.0f}s")
+            say(f"eval step {step + 1}: arithmetic {acc:.2f} (20 held-out), passkey {found}/4, lookup {looked}/20, t {time.time() - t0:.0f}s")
     for a in attention_modules(m):
         a.indexer_loss = False
         a.dense_attention = False
