@@ -167,10 +167,11 @@ class Generator:
             return f"Repeat exactly: {s}\nCopy: {s}{EOT}"
         return f"{USER}Repeat exactly: {s}{ASSISTANT}{s}{USER}"
 
-    def lookup(self):
-        """Two to six names, each with a number of two to five digits, and one of them
-        asked back: the step that arithmetic (the question's operands) and the pass key
-        need, attention from a word to the digits after its earlier occurrence."""
+    def lookup_pair(self):
+        """(prompt, reply) of a lookup: two to six names, each with a number of two to
+        five digits, and one of them asked back: the step that arithmetic (the
+        question's operands) and the pass key need, attention from a word to the digits
+        after its earlier occurrence."""
         rng = self.rng
         names = rng.sample(NAMES, rng.randint(2, 6))
         nums = [rng.randint(10 ** (d - 1), 10 ** d - 1) for d in (rng.randint(2, 5) for _ in names)]
@@ -178,8 +179,11 @@ class Generator:
         i = rng.randrange(len(names))
         q = f"How many does {names[i]} have?"
         if rng.random() < 0.5:
-            return f"{facts}\n{q} {names[i]} has {nums[i]}.{EOT}"
-        return f"{USER}{facts}\n{q}{ASSISTANT}{names[i]} has {nums[i]}.{USER}"
+            return f"{facts}\n{q}", f" {names[i]} has {nums[i]}.{EOT}"
+        return f"{USER}{facts}\n{q}{ASSISTANT}", f"{names[i]} has {nums[i]}.{USER}"
+
+    def lookup(self):
+        return "".join(self.lookup_pair())
 
     def corpus_sample(self, n):
         """Text for fitting the tokenizer's merges."""

@@ -61,6 +61,10 @@ from model import Attention, Model, MoE  # noqa: E402
 
 N_MERGES = 252  # 256 bytes + 252 merges + 4 special tokens = 512 ids
 HELDOUT = 500
+CHECK_HAYSTACKS = (40, 120, 250, 500)  # filler sentences of the greedy check's pass keys
+# Flags that only shape training; --eval-only refuses them rather than ignore them.
+TRAINING_FLAGS = ("steps", "dense_fraction", "budget", "lr", "bias_rate", "eval_every", "save_every",
+                  "mix", "stop_after", "passkey_max")
 
 
 def hf_config(tok, heads=2):
@@ -225,8 +229,8 @@ def greedy(m, tok, prompt, max_new, stops):
 
 
 def quick_eval(m, tok, heldout, n, show=None):
-    """Greedy replies to n held-out problems, 4 pass keys (haystacks of 40 to 500
-    sentences) and 20 lookups: (share of problems right, keys found, lookups right).
+    """Greedy replies to n held-out problems, a pass key in each of CHECK_HAYSTACKS
+    and 20 lookups: (share of problems right, keys found, lookups right).
     show, when given, is called with (prompt end, reply, expected) of each."""
     stops = {tok.special[tasks.EOT], tok.special[tasks.USER]}
     show = show or (lambda *a: None)
@@ -238,20 +242,19 @@ def quick_eval(m, tok, heldout, n, show=None):
         show(p[-60:], text, h["answer"])
     rng = random.Random(5)
     found = 0
-    for i in range(4):
+    for n_sentences in CHECK_HAYSTACKS:
         key = rng.randint(10000, 99999)
-        hay = tasks.passkey_haystack(rng, [40, 120, 250, 500][i], rng.random(), key)
+        hay = tasks.passkey_haystack(rng, n_sentences, rng.random(), key)
         text = greedy(m, tok, f"{tasks.USER}{tasks.passkey_prompt(hay)}{tasks.ASSISTANT}", 12, stops)
         found += str(key) in text
-        show(f"pass key in {[40, 120, 250, 500][i]} sentences", text, key)
+        show(f"pass key in {n_sentences} sentences", text, key)
     g, looked = tasks.Generator(77, []), 0
     for _ in range(20):
-        d = g.lookup()
-        cut = d.index(tasks.ASSISTANT) + len(tasks.ASSISTANT) if d.startswith(tasks.USER) else d.rindex("?") + 1
-        want = d[cut:].replace(tasks.EOT, "").replace(tasks.USER, "").strip()
-        text = greedy(m, tok, d[:cut], 12, stops)
+        prompt, reply = g.lookup_pair()
+        want = reply.replace(tasks.EOT, "").replace(tasks.USER, "").strip()
+        text = greedy(m, tok, prompt, 12, stops)
         looked += text.strip() == want
-        show(d[max(0, cut - 60):cut], text, want)
+        show(prompt[-60:], text, want)
     return right / n, found, looked
 
 
@@ -267,7 +270,8 @@ def main():
     ap.add_argument("--heads", type=int, default=2, help="attention heads of the model")
     ap.add_argument("--passkey-max", type=int, default=560, help="most filler sentences of a passkey haystack")
     ap.add_argument("--eval-only", action="store_true",
-                    help="with --resume: print the greedy check's replies and scores of the saved state, then stop")
+                    help="with --resume: print the greedy check's replies and scores of the saved state "
+                         "(sparse attention, as the check during training), then stop")
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--eval-every", type=int, default=0, help="greedy check of held-out problems every N steps (0: at the end only)")
     ap.add_argument("--save-every", type=int, default=100)
@@ -308,10 +312,14 @@ def main():
         opt.load_state_dict(st["opt"])
         start = st["step"]
     if args.eval_only:
+        given = ["--" + k.replace("_", "-") for k in TRAINING_FLAGS if getattr(args, k) != ap.get_default(k)]
+        if given:
+            raise SystemExit(f"--eval-only does not train, so it takes none of {' '.join(given)}; "
+                             f"give only --out, --resume, --heads, --seed and --threads")
         if not start:
-            raise SystemExit(f"--eval-only reads the state of a run: give --resume and an --out with state.pt")
+            raise SystemExit("--eval-only reads the state of a run: give --resume and an --out with state.pt")
         for a in attention_modules(m):
-            a.indexer_loss, a.dense_attention = False, start < int(args.steps * args.dense_fraction)
+            a.indexer_loss, a.dense_attention = False, False
         m.eval()
         acc, found, looked = quick_eval(m, tok, heldout[HELDOUT - 20:], 20,
                                         lambda p, text, want: print(f"{p!r} -> {text!r} (want {want})"))
