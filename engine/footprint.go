@@ -81,6 +81,10 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 	if l.TP > 1 {
 		parts = append(parts, f(T, D)) // tp all-reduce
 	}
+	if W := i64(l.World()); W > 1 {
+		per := (i64(cfg.VocabSize) + W - 1) / W
+		parts = append(parts, f(logitRows, per), f(W, logitRows, per)) // vocabulary slice logits, their gather
+	}
 	var idxW int64
 	if cfg.Sparse() {
 		ih, id := i64(cfg.IndexNHeads), i64(cfg.IndexHeadDim)

@@ -105,6 +105,7 @@ type Runner struct {
 	mtp          *mtpBlock    // nil without RunnerOptions.MTP
 	banks        [2][]float32 // final-normed hidden of every batch row (MTP runners)
 	bankRows     [2]int       // batch rows of the step that last wrote each bank
+	head         *vocabHead   // the LM head, vocabulary split over the ranks
 	logits       []float32
 	logitRow     []int32 // batch rows whose logits are computed
 	buffers      bufferList
@@ -243,6 +244,7 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 	}
 	r.moe = newMoEBlock(m, r.steps, opt, &r.RouteTrace, &r.reads, &r.buffers)
 	r.logits = f("logits", opt.MaxLogitRows*cfg.VocabSize)
+	r.head = newVocabHead(m, opt, r.par, &r.buffers)
 	if opt.MTP {
 		r.banks[TargetBank] = f("hidden bank", T*D)
 		r.banks[DraftBank] = f("draft hidden bank", T*D)
@@ -341,7 +343,7 @@ func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 	// The final norm of the logit rows (of every row, into the hidden bank a
 	// draft step reads, when the runner drafts), then the head once over the
 	// logit rows (a row's logits do not depend on how many rows share the
-	// product).
+	// product, nor on how the vocabulary is split over the ranks).
 	n := len(r.logitRow)
 	eps := float32(cfg.RMSNormEps)
 	normed := r.x[:n*D]
@@ -359,8 +361,7 @@ func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 			kernels.RMSNorm(normed[i*D:(i+1)*D], hid[int(lr)*D:(int(lr)+1)*D], norm, eps)
 		}
 	}
-	r.reads.mul(r.logits[:n*cfg.VocabSize], normed, n, head)
-	return nil
+	return r.head.logits(r.par.ctx(), r.logits[:n*cfg.VocabSize], normed, n, head, &r.reads)
 }
 
 // StepWeightBytes is the weight bytes the last step's Linear layers read:
