@@ -81,6 +81,22 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 	if l.TP > 1 {
 		parts = append(parts, f(T, D)) // tp all-reduce
 	}
+	if l.TP > 1 {
+		// The TP members' shares of q_a, kv_a and the indexer's query
+		// projection, and their gather.
+		outs := []int64{dc + dr}
+		if cfg.QLoraRank > 0 {
+			outs = append(outs, i64(cfg.QLoraRank))
+		}
+		if cfg.Sparse() {
+			outs = append(outs, i64(cfg.IndexNHeads)*i64(cfg.IndexHeadDim))
+		}
+		var per int64
+		for _, o := range outs {
+			per = max(per, (o+i64(l.TP)-1)/i64(l.TP))
+		}
+		parts = append(parts, f(T, per), f(i64(l.TP), T, per))
+	}
 	if W := i64(l.World()); W > 1 {
 		per := (i64(cfg.VocabSize) + W - 1) / W
 		parts = append(parts, f(logitRows, per), f(W, logitRows, per)) // vocabulary slice logits, their gather

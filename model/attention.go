@@ -20,7 +20,8 @@ type Attention struct {
 	Indexer *Indexer
 }
 
-// Indexer holds the lightning indexer's weights (replicated on every rank).
+// Indexer holds the lightning indexer's weights (whole on every rank; under
+// TP each member computes its share of WQB's outputs, see splitProducts).
 type Indexer struct {
 	WQB, WK, WProj *kernels.Matrix
 	NormW, NormB   []float32

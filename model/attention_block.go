@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -23,6 +24,9 @@ type attentionBlock struct {
 	par   *Parallel
 	trace *SelectionTrace
 	reads *weightReads
+	// split computes q_a, kv_a and the indexer's query projection, each TP
+	// member its share of their output rows.
+	split *splitProducts
 
 	topk                int // indices per row: index_topk, or MaxModelLen for dense MLA
 	rowBytes, keyBytes  int // cache bytes of a row and of an indexer key (StepCost)
@@ -67,6 +71,11 @@ func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *Se
 	if cfg.Sparse() {
 		a.keyBytes = kvcache.KeyBytes(opt.IndexerDType, cfg.IndexHeadDim)
 	}
+	var tp comm.Group
+	if p := opt.Parallel; p != nil {
+		tp = p.Groups.TP
+	}
+	a.split = newSplitProducts(tp, T, replicatedProjections(m), "tp-split projections", bufs)
 	f, i32 := bufs.f32, bufs.i32
 	a.cq, a.q = f("q latent", T*max(cfg.QLoraRank, 1)), f("q", T*H*(dn+dr))
 	a.kva = f("kv latent", T*(dc+dr))
@@ -159,6 +168,7 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	H := m.Heads
 	dn, dr, dv, dc := cfg.QKNopeHeadDim, cfg.QKRopeHeadDim, cfg.VHeadDim, cfg.KVLoraRank
 	eps := float32(cfg.RMSNormEps)
+	ctx := a.par.ctx()
 	qw := dn + dr
 	M := s.nLocal
 	// Query path.
@@ -167,7 +177,9 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	if at.QA != nil {
 		dq := cfg.QLoraRank
 		cq = a.cq[:M*dq]
-		a.reads.mul(cq, x, M, at.QA)
+		if err := a.split.mul(ctx, cq, x, M, at.QA, a.reads); err != nil {
+			return fmt.Errorf("q_a: %w", err)
+		}
 		for t := 0; t < M; t++ {
 			kernels.RMSNorm(cq[t*dq:(t+1)*dq], cq[t*dq:(t+1)*dq], at.QANorm, eps)
 		}
@@ -185,14 +197,18 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	}
 	// Latent KV: normalize and rotate.
 	kva := a.kva[:M*(dc+dr)]
-	a.reads.mul(kva, x, M, at.KVA)
+	if err := a.split.mul(ctx, kva, x, M, at.KVA, a.reads); err != nil {
+		return fmt.Errorf("kv_a: %w", err)
+	}
 	for t := 0; t < M; t++ {
 		rowv := kva[t*(dc+dr) : (t+1)*(dc+dr)]
 		kernels.RMSNorm(rowv[:dc], rowv[:dc], at.KVANorm, eps)
 		m.Rope.Rotate(rowv[dc:], s.ropeAngles(t), cfg.RopeInterleave)
 	}
 	if at.Indexer != nil {
-		a.indexerProject(at.Indexer, cq, x)
+		if err := a.indexerProject(ctx, at.Indexer, cq, x); err != nil {
+			return err
+		}
 	}
 	// The step's KV goes into the cache before any row attends.
 	if err := a.writeKV(lc); err != nil {
@@ -223,12 +239,14 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 
 // indexerProject computes the indexer queries, head weights and keys of the
 // local rows.
-func (a *attentionBlock) indexerProject(ix *Indexer, cq, x []float32) {
+func (a *attentionBlock) indexerProject(ctx context.Context, ix *Indexer, cq, x []float32) error {
 	m, cfg, s := a.m, a.m.Cfg, a.steps
 	HI, dI, dr := cfg.IndexNHeads, cfg.IndexHeadDim, cfg.QKRopeHeadDim
 	M := s.nLocal
 	qI := a.qI[:M*HI*dI]
-	a.reads.mul(qI, cq, M, ix.WQB)
+	if err := a.split.mul(ctx, qI, cq, M, ix.WQB, a.reads); err != nil {
+		return fmt.Errorf("indexer wq_b: %w", err)
+	}
 	kI := a.kI[:M*dI]
 	a.reads.mul(kI, x, M, ix.WK)
 	wI := a.wI[:M*HI]
@@ -245,6 +263,30 @@ func (a *attentionBlock) indexerProject(ix *Indexer, cq, x []float32) {
 		kernels.LayerNorm(k, k, ix.NormW, ix.NormB, 1e-6)
 		m.Rope.Rotate(k[:dr], cs, cfg.IndexerRopeInterleave)
 	}
+	return nil
+}
+
+// replicatedProjections lists the products every TP member would otherwise
+// compute whole (q_a, kv_a and the indexer's query projection) of every
+// decoder and MTP layer; splitProducts shares their output rows out.
+func replicatedProjections(m *Model) []*kernels.Matrix {
+	var ws []*kernels.Matrix
+	add := func(at *Attention) {
+		if at.QA != nil {
+			ws = append(ws, at.QA)
+		}
+		ws = append(ws, at.KVA)
+		if at.Indexer != nil {
+			ws = append(ws, at.Indexer.WQB)
+		}
+	}
+	for i := range m.Layers {
+		add(&m.Layers[i].Attn)
+	}
+	for k := range m.MTP {
+		add(&m.MTP[k].Block.Attn)
+	}
+	return ws
 }
 
 // writeKV stores the step's cache rows and indexer keys at the positions this

@@ -100,12 +100,12 @@ type Runner struct {
 	moe   *moeBlock
 	// residual stream and per-layer scratch
 	h, x, u, red []float32
-	gate, up     []float32    // dense MLP
-	hAll, hRest  []float32    // PCP gather of the final hidden states
-	mtp          *mtpBlock    // nil without RunnerOptions.MTP
-	banks        [2][]float32 // final-normed hidden of every batch row (MTP runners)
-	bankRows     [2]int       // batch rows of the step that last wrote each bank
-	head         *vocabHead   // the LM head, vocabulary split over the ranks
+	gate, up     []float32      // dense MLP
+	hAll, hRest  []float32      // PCP gather of the final hidden states
+	mtp          *mtpBlock      // nil without RunnerOptions.MTP
+	banks        [2][]float32   // final-normed hidden of every batch row (MTP runners)
+	bankRows     [2]int         // batch rows of the step that last wrote each bank
+	head         *splitProducts // the LM head, split by vocabulary over the ranks
 	logits       []float32
 	logitRow     []int32 // batch rows whose logits are computed
 	buffers      bufferList
@@ -361,7 +361,7 @@ func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 			kernels.RMSNorm(normed[i*D:(i+1)*D], hid[int(lr)*D:(int(lr)+1)*D], norm, eps)
 		}
 	}
-	return r.head.logits(r.par.ctx(), r.logits[:n*cfg.VocabSize], normed, n, head, &r.reads)
+	return r.head.mul(r.par.ctx(), r.logits[:n*cfg.VocabSize], normed, n, head, &r.reads)
 }
 
 // StepWeightBytes is the weight bytes the last step's Linear layers read:

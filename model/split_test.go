@@ -15,12 +15,14 @@ import (
 	"github.com/cpmla/cpmla/numfmt"
 )
 
-// TestVocabHeadSplitIsBitwiseTheWholeHead: with the vocabulary split over
-// 1–5 ranks (slices that divide it unevenly, cut through fp8 scale blocks,
-// or are empty), every rank ends with bitwise the logits of the whole head,
-// for the main head and an MTP layer's own head, in f32, bf16 and fp8, and
-// counts only its slice's bytes as read.
-func TestVocabHeadSplitIsBitwiseTheWholeHead(t *testing.T) {
+// TestSplitProductsAreBitwiseTheWholeProduct: with the output rows split
+// over 1–5 members (shares that divide them unevenly, cut through fp8 scale
+// blocks, or are empty), every member ends with bitwise the whole product,
+// for matrices of different output sizes in one set (as q_a, kv_a and the
+// indexer's query projection share one), in f32, bf16 and fp8, and counts
+// only its share's bytes as read. newVocabHead's set holds the main LM head
+// and an MTP layer's own head.
+func TestSplitProductsAreBitwiseTheWholeProduct(t *testing.T) {
 	const D = 160
 	rng := rand.New(rand.NewPCG(5, 6))
 	randoms := func(n int) []float32 {
@@ -50,14 +52,14 @@ func TestVocabHeadSplitIsBitwiseTheWholeHead(t *testing.T) {
 			{300, 1, 3}, {300, 2, 1}, {300, 3, 3}, {301, 4, 2}, {7, 4, 3}, {5, 4, 1}, {300, 5, 4},
 		} {
 			t.Run(fmt.Sprintf("%s/V%d/W%d/rows%d", dtype, tc.V, tc.W, tc.rows), func(t *testing.T) {
-				main, own := storages[dtype](tc.V), storages[dtype](tc.V)
+				main, own, small := storages[dtype](tc.V), storages[dtype](tc.V), storages[dtype](37)
 				m := &Model{Cfg: &config.Model{VocabSize: tc.V}, LMHead: main,
 					MTP: []MTPLayer{{Head: main}, {Head: own}}}
 				x := randoms(tc.rows * D)
 				want := map[*kernels.Matrix][]float32{}
-				for _, head := range []*kernels.Matrix{main, own} {
-					want[head] = make([]float32, tc.rows*tc.V)
-					kernels.MatMulT(want[head], x, tc.rows, head)
+				for _, w := range []*kernels.Matrix{main, own, small} {
+					want[w] = make([]float32, tc.rows*w.Rows)
+					kernels.MatMulT(want[w], x, tc.rows, w)
 				}
 				world, err := inproc.NewWorld(tc.W, inproc.Options{})
 				if err != nil {
@@ -69,24 +71,33 @@ func TestVocabHeadSplitIsBitwiseTheWholeHead(t *testing.T) {
 						par = &Parallel{Groups: comm.Groups{World: g}}
 					}
 					var bufs bufferList
-					h := newVocabHead(m, RunnerOptions{MaxLogitRows: 4}, par, &bufs)
-					for _, head := range []*kernels.Matrix{main, own} {
-						got := make([]float32, tc.rows*tc.V)
+					heads := newVocabHead(m, RunnerOptions{MaxLogitRows: 4}, par, &bufs)
+					var g1 comm.Group
+					if par != nil {
+						g1 = g
+					}
+					set := newSplitProducts(g1, 4, []*kernels.Matrix{small, main, small}, "test", &bufs)
+					for _, c := range []struct {
+						p    *splitProducts
+						head *kernels.Matrix
+					}{{heads, main}, {heads, own}, {set, main}, {set, small}} {
+						head := c.head
+						got := make([]float32, tc.rows*head.Rows)
 						var reads weightReads
-						if err := h.logits(ctx, got, x, tc.rows, head, &reads); err != nil {
+						if err := c.p.mul(ctx, got, x, tc.rows, head, &reads); err != nil {
 							return err
 						}
 						if d := cmp.Diff(want[head], got); d != "" {
-							return fmt.Errorf("rank %d: logits differ from the whole head (-whole +split):\n%s", g.Rank(), d)
+							return fmt.Errorf("rank %d, [%d, %d]: outputs differ from the whole product (-whole +split):\n%s", g.Rank(), head.Rows, D, d)
 						}
-						per := (tc.V + tc.W - 1) / tc.W
-						n := max(0, min(per, tc.V-g.Rank()*per))
+						per := (head.Rows + tc.W - 1) / tc.W
+						n := max(0, min(per, head.Rows-g.Rank()*per))
 						var wantBytes int64
 						if n > 0 {
 							wantBytes = matrixBytes(head.SliceRows(g.Rank()*per, n))
 						}
 						if reads.bytes != wantBytes {
-							return fmt.Errorf("rank %d counted %d head bytes read, its %d of %d rows are %d", g.Rank(), reads.bytes, n, tc.V, wantBytes)
+							return fmt.Errorf("rank %d counted %d bytes read, its %d of %d rows are %d", g.Rank(), reads.bytes, n, head.Rows, wantBytes)
 						}
 					}
 					return nil
