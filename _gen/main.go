@@ -2210,16 +2210,21 @@ func decodeE4M3256() {
 // chunk bytes of a row's codes holds one (unsigned byte max 0xFF, signed
 // byte max 0x7F) and returns nonzero if so; the caller recomputes such a
 // tile another way and checks the codes past the last full chunk itself.
+//
+// With finite set, the tile is for codes known to hold no NaN code (checked
+// once, when the matrix was made): it leaves out the check and returns 0.
 type fp8GEMV struct {
 	name        string
 	lanes, rows int
 	chunk       int // bytes per NaN check and per prefetch (a multiple of lanes)
 	vec         []VecPhysical
 	evex        bool
+	finite      bool
 }
 
 func gemvFP8512() {
 	fp8GEMVTile(fp8GEMV{name: "dotTile1x8FP8AVX512", lanes: 16, rows: 8, chunk: 64, vec: zmm, evex: true})
+	fp8GEMVTile(fp8GEMV{name: "dotTile1x8FP8FiniteAVX512", lanes: 16, rows: 8, chunk: 64, vec: zmm, evex: true, finite: true})
 }
 
 func gemvFP8256() {
@@ -2234,7 +2239,11 @@ func fp8GEMVTile(g fp8GEMV) {
 	}
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes one activation row's dot products with %d fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of %d) elements and reports NaN codes.", name, g.rows, g.lanes))
+	if g.finite {
+		Doc(fmt.Sprintf("%s computes one activation row's dot products with %d fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of %d) elements; the codes must hold no NaN code, and it returns 0.", name, g.rows, g.lanes))
+	} else {
+		Doc(fmt.Sprintf("%s computes one activation row's dot products with %d fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of %d) elements and reports NaN codes.", name, g.rows, g.lanes))
+	}
 	R := g.rows
 	v := g.vec
 	acc := func(j int) VecPhysical { return v[j] }
@@ -2303,8 +2312,10 @@ func fp8GEMVTile(g fp8GEMV) {
 	for j := range R {
 		zero(acc(j))
 	}
-	zero(nanU)
-	zero(nanS)
+	if !g.finite {
+		zero(nanU)
+		zero(nanS)
+	}
 	tmp := GP64()
 	MOVL(U32(0x87F00000), tmp.As32())
 	if g.evex {
@@ -2355,8 +2366,10 @@ func fp8GEMVTile(g fp8GEMV) {
 		TESTQ(U32(g.chunk-1), off)
 		JNZ(LabelRef(next))
 		for j := range R {
-			VPMAXUB(row(j, -g.chunk), nanU, nanU)
-			VPMAXSB(row(j, -g.chunk), nanS, nanS)
+			if !g.finite {
+				VPMAXUB(row(j, -g.chunk), nanU, nanU)
+				VPMAXSB(row(j, -g.chunk), nanS, nanS)
+			}
 			PREFETCHT0(pf(j))
 		}
 		Label(next)
@@ -2408,7 +2421,9 @@ func fp8GEMVTile(g fp8GEMV) {
 	Label(name + "_nan")
 	// nonzero if a byte of nanU is 0xFF or a byte of nanS is 0x7F.
 	res := GP64()
-	if g.evex {
+	if g.finite {
+		XORQ(res, res)
+	} else if g.evex {
 		VPTERNLOGD(U8(0xFF), tv(0), tv(0), tv(0)) // all ones
 		VPCMPEQB(tv(0), nanU, K1)
 		MOVL(U32(0x7F7F7F7F), tmp.As32())

@@ -11320,6 +11320,180 @@ dotTile1x8FP8AVX512_nan:
 	VZEROUPPER
 	RET
 
+// func dotTile1x8FP8FiniteAVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, out *float32) int
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile1x8FP8FiniteAVX512(SB), NOSPLIT, $0-64
+	MOVQ         x+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ldw+16(FP), DX
+	LEAQ         (CX)(DX*2), BX
+	ADDQ         DX, BX
+	LEAQ         (BX)(DX*2), SI
+	ADDQ         DX, SI
+	XORQ         DI, DI
+	MOVQ         kn+24(FP), R8
+	MOVQ         sc+32(FP), R9
+	MOVQ         first+40(FP), R10
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	MOVL         $0x87f00000, R11
+	VPBROADCASTD R11, Z25
+	SHRQ         $0x04, R8
+	JZ           dotTile1x8FP8FiniteAVX512_nan
+
+dotTile1x8FP8FiniteAVX512_block:
+	MOVL         $0x7b800000, R11
+	VPBROADCASTD R11, Z16
+	MOVQ         (R9), R11
+	VBROADCASTSS (R11), Z8
+	VMULPS       Z16, Z8, Z8
+	ADDQ         $0x04, R11
+	MOVQ         R11, (R9)
+	MOVQ         8(R9), R11
+	VBROADCASTSS (R11), Z9
+	VMULPS       Z16, Z9, Z9
+	ADDQ         $0x04, R11
+	MOVQ         R11, 8(R9)
+	MOVQ         16(R9), R11
+	VBROADCASTSS (R11), Z10
+	VMULPS       Z16, Z10, Z10
+	ADDQ         $0x04, R11
+	MOVQ         R11, 16(R9)
+	MOVQ         24(R9), R11
+	VBROADCASTSS (R11), Z11
+	VMULPS       Z16, Z11, Z11
+	ADDQ         $0x04, R11
+	MOVQ         R11, 24(R9)
+	MOVQ         32(R9), R11
+	VBROADCASTSS (R11), Z12
+	VMULPS       Z16, Z12, Z12
+	ADDQ         $0x04, R11
+	MOVQ         R11, 32(R9)
+	MOVQ         40(R9), R11
+	VBROADCASTSS (R11), Z13
+	VMULPS       Z16, Z13, Z13
+	ADDQ         $0x04, R11
+	MOVQ         R11, 40(R9)
+	MOVQ         48(R9), R11
+	VBROADCASTSS (R11), Z14
+	VMULPS       Z16, Z14, Z14
+	ADDQ         $0x04, R11
+	MOVQ         R11, 48(R9)
+	MOVQ         56(R9), R11
+	VBROADCASTSS (R11), Z15
+	VMULPS       Z16, Z15, Z15
+	ADDQ         $0x04, R11
+	MOVQ         R11, 56(R9)
+	CMPQ         R8, R10
+	CMOVQLT      R8, R10
+	SUBQ         R10, R8
+
+dotTile1x8FP8FiniteAVX512_step:
+	VMOVUPS     (AX), Z24
+	VPMOVSXBD   (CX), Z16
+	VPSLLD      $0x14, Z16, Z16
+	VPANDD      Z25, Z16, Z16
+	VMULPS      Z8, Z16, Z16
+	VFMADD231PS Z16, Z24, Z0
+	VPMOVSXBD   (CX)(DX*1), Z17
+	VPSLLD      $0x14, Z17, Z17
+	VPANDD      Z25, Z17, Z17
+	VMULPS      Z9, Z17, Z17
+	VFMADD231PS Z17, Z24, Z1
+	VPMOVSXBD   (CX)(DX*2), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z25, Z18, Z18
+	VMULPS      Z10, Z18, Z18
+	VFMADD231PS Z18, Z24, Z2
+	VPMOVSXBD   (BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z25, Z19, Z19
+	VMULPS      Z11, Z19, Z19
+	VFMADD231PS Z19, Z24, Z3
+	VPMOVSXBD   (CX)(DX*4), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z25, Z20, Z20
+	VMULPS      Z12, Z20, Z20
+	VFMADD231PS Z20, Z24, Z4
+	VPMOVSXBD   (BX)(DX*2), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z25, Z21, Z21
+	VMULPS      Z13, Z21, Z21
+	VFMADD231PS Z21, Z24, Z5
+	VPMOVSXBD   (SI), Z22
+	VPSLLD      $0x14, Z22, Z22
+	VPANDD      Z25, Z22, Z22
+	VMULPS      Z14, Z22, Z22
+	VFMADD231PS Z22, Z24, Z6
+	VPMOVSXBD   (BX)(DX*4), Z23
+	VPSLLD      $0x14, Z23, Z23
+	VPANDD      Z25, Z23, Z23
+	VMULPS      Z15, Z23, Z23
+	VFMADD231PS Z23, Z24, Z7
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000010, BX
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x00000010, DI
+	TESTQ       $0x0000003f, DI
+	JNZ         dotTile1x8FP8FiniteAVX512_next
+	PREFETCHT0  1024(CX)
+	PREFETCHT0  1024(CX)(DX*1)
+	PREFETCHT0  1024(CX)(DX*2)
+	PREFETCHT0  1024(BX)
+	PREFETCHT0  1024(CX)(DX*4)
+	PREFETCHT0  1024(BX)(DX*2)
+	PREFETCHT0  1024(SI)
+	PREFETCHT0  1024(BX)(DX*4)
+
+dotTile1x8FP8FiniteAVX512_next:
+	DECQ  R10
+	JNZ   dotTile1x8FP8FiniteAVX512_step
+	MOVQ  $0x00000008, R10
+	TESTQ R8, R8
+	JNZ   dotTile1x8FP8FiniteAVX512_block
+
+dotTile1x8FP8FiniteAVX512_nan:
+	XORQ          AX, AX
+	MOVQ          AX, ret+56(FP)
+	MOVQ          out+48(FP), AX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VMOVUPS       X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VMOVUPS       X4, 16(AX)
+	VZEROUPPER
+	RET
+
 // func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
 TEXT ·dotTile1x4FP8AVX2(SB), NOSPLIT, $0-72

@@ -180,6 +180,12 @@ func dotTile1x8FP8(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first int
 	return dotTile1x8FP8AVX512(x, w, ldw, kn, sc, first, &out[0]) != 0
 }
 
+// dotTile1x8FP8Finite is dotTile1x8FP8 for codes known to hold no NaN
+// code (Matrix.finite): it does not check them.
+func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first int, out *[8]float32) {
+	dotTile1x8FP8FiniteAVX512(x, w, ldw, kn, sc, first, &out[0])
+}
+
 // dotTileFP8Rows runs the AVX-512 tile of m (2 ≤ m ≤ 4) activation rows
 // over four fp8 weight rows (see fewTileFP8) and reports whether a full
 // 64-byte chunk of codes held a NaN code.

@@ -72,6 +72,10 @@ func dotTile1x8FP8(*float32, *uint8, int, int, *[8]*float32, int, *[8]float32) b
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func dotTile1x8FP8Finite(*float32, *uint8, int, int, *[8]*float32, int, *[8]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func dotTile1x4FP8(*float32, *uint8, int, int, *[4]*float32, int, int, *[4]float32) bool {
 	panic("kernels: no assembly tiles on this architecture")
 }

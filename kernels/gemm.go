@@ -444,7 +444,8 @@ func fp8InRegister(w *Matrix, l level, j0, j1 int) bool {
 // rows on AVX2) for rows [jt, jt+rows) of an FP8 matrix, decoding the codes
 // in registers with the same per-element arithmetic as the f32 tile on the
 // dequantized rows. A tile whose codes hold a NaN code is recomputed through
-// the panel, whose f32 NaN weights give the f32 tile's results.
+// the panel, whose f32 NaN weights give the f32 tile's results; the codes of
+// a matrix made by NewFP8Matrix were checked once, and are not checked again.
 func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32, jt, rows, k0 int) {
 	in := w.Cols
 	k1 := min(k0+gemmKC, in)
@@ -455,6 +456,12 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	var tile [8]float32
 	codes := w.FP8[jt*in+k0:]
 	var nan bool
+	if l == levelAVX512 && w.finite {
+		// Codes checked when the matrix was made: no check per product.
+		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, &tile)
+		addTileFP8(dst, x, w, tile[:], 8, 1, jt, rows, k0, kv)
+		return
+	}
 	if l == levelAVX512 {
 		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, &tile)
 	} else {

@@ -36,8 +36,23 @@ func TestMatMulTFP8(t *testing.T) {
 }
 
 // checkFP8Product compares MatMulT and MatVecT with w to MatMulT with its
-// dequantized copy on 1 and 3 threads.
+// dequantized copy on 1 and 3 threads. When w's codes hold no NaN code it
+// does so twice: with the codes checked on every product (w as a literal
+// leaves them) and as NewFP8Matrix marks them, checked once.
 func checkFP8Product(t *testing.T, name string, w *Matrix, x []float32, n int) {
+	t.Helper()
+	variants := []*Matrix{w}
+	if !w.finite && !hasNaNCode(w.FP8) {
+		c := *w
+		c.finite = true
+		variants = append(variants, &c)
+	}
+	for _, w := range variants {
+		checkFP8ProductOnce(t, fmt.Sprintf("%s, codes checked once %v", name, w.finite), w, x, n)
+	}
+}
+
+func checkFP8ProductOnce(t *testing.T, name string, w *Matrix, x []float32, n int) {
 	t.Helper()
 	d := w.Dequantize()
 	want := make([]float32, n*w.Rows)

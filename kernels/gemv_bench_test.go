@@ -24,8 +24,10 @@ var glm5GEMVShapes = []struct {
 
 // benchWeights returns copies of a [out, in] weight in dtype (enough
 // copies to make 256 MiB, at least one, so that the calls stream them from
-// memory): fp8 quantized from normal weights by QuantizeFP8,
-// bf16 and f32 their rounding and values.
+// memory): fp8 quantized from normal weights by QuantizeFP8 (fp8-checked
+// the same codes not marked as checked at construction, so that every
+// product checks them for NaN codes), bf16 and f32 their rounding and
+// values.
 func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	w := make([]float32, out*in)
 	for i := range w {
@@ -33,11 +35,12 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	}
 	m := &Matrix{Rows: out, Cols: in}
 	switch dtype {
-	case "fp8":
+	case "fp8", "fp8-checked":
 		var err error
 		if m, err = QuantizeFP8(out, in, w); err != nil {
 			panic(err)
 		}
+		m.finite = dtype == "fp8"
 	case "bf16":
 		m.BF16 = make([]uint16, len(w))
 		numfmt.F32sToBF16(m.BF16, w)
@@ -83,7 +86,7 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 	for _, sh := range glm5GEMVShapes {
 		for _, threads := range []int{1, 2} {
-			for _, dtype := range []string{"fp8", "bf16", "f32"} {
+			for _, dtype := range []string{"fp8", "fp8-checked", "bf16", "f32"} {
 				b.Run(fmt.Sprintf("%s/%dx%d/threads=%d/%s", sh.name, sh.out, sh.in, threads, dtype), func(b *testing.B) {
 					r := newRand(80)
 					ws := benchWeights(r, dtype, sh.out, sh.in)
@@ -173,7 +176,7 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 // right after.
 func BenchmarkProductInCache(b *testing.B) {
 	const out, in = 64, 4096
-	for _, dtype := range []string{"fp8", "bf16", "f32"} {
+	for _, dtype := range []string{"fp8", "fp8-checked", "bf16", "f32"} {
 		w := benchWeights(newRand(83), dtype, out, in)[0]
 		for _, n := range []int{1, 4, 8, 16} {
 			b.Run(fmt.Sprintf("%s/rows=%d", dtype, n), func(b *testing.B) {

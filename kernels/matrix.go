@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -25,6 +26,11 @@ type Matrix struct {
 	FP8        []uint8
 	// Scales holds the block scales of FP8 (nil for the other storages).
 	Scales *BlockScales
+	// finite is set when the FP8 codes were checked to hold no NaN code
+	// (NewFP8Matrix checks them once), so the fp8 tiles need not check
+	// them on every product. A Matrix built as a literal leaves it unset
+	// and is checked as it is read.
+	finite bool
 }
 
 // FP8Block is the side of the square blocks of an FP8 matrix that share one
@@ -71,8 +77,34 @@ func NewFP8Matrix(rows, cols int, codes []uint8, scaleInv []float32) (*Matrix, e
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
+	m.finite = !hasNaNCode(codes)
 	return m, nil
 }
+
+// hasNaNCode reports whether codes hold an e4m3 NaN code (0x7F or 0xFF),
+// eight bytes at a time: a byte of v = word & 0x7F…7F ^ 0x7F…7F is zero
+// exactly where the code is a NaN, and (v − 0x01…01) & ^v & 0x80…80 is
+// nonzero exactly when some byte of v is zero.
+func hasNaNCode(codes []uint8) bool {
+	const ones, low7, high = 0x0101010101010101, 0x7F7F7F7F7F7F7F7F, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(codes); i += 8 {
+		v := binary.LittleEndian.Uint64(codes[i:])&low7 ^ low7
+		if (v-ones)&^v&high != 0 {
+			return true
+		}
+	}
+	for _, c := range codes[i:] {
+		if c&0x7F == 0x7F {
+			return true
+		}
+	}
+	return false
+}
+
+// FiniteCodes reports whether m is an FP8 matrix whose codes were checked,
+// when it was made, to hold no NaN code.
+func (m *Matrix) FiniteCodes() bool { return m.finite }
 
 // QuantizeFP8 returns the FP8 matrix [rows, cols] of the row-major float32
 // values w, block-quantized as fp8 checkpoints are (numfmt.QuantizeE4M3Blocks:
@@ -252,6 +284,7 @@ func (m *Matrix) SliceRows(lo, n int) *Matrix {
 	default:
 		s.FP8 = m.FP8[a:b]
 		s.Scales = m.Scales.shifted(lo, 0)
+		s.finite = m.finite
 	}
 	return s
 }
@@ -273,6 +306,7 @@ func (m *Matrix) SliceCols(lo, n int) *Matrix {
 	default:
 		s.FP8 = copyCols(m.FP8, m.Rows, m.Cols, lo, n)
 		s.Scales = m.Scales.shifted(0, lo)
+		s.finite = m.finite
 	}
 	return s
 }

@@ -274,3 +274,64 @@ func TestQuantizeFP8(t *testing.T) {
 		}
 	}
 }
+
+// TestFiniteCodes: NewFP8Matrix marks codes free of NaN codes as checked and
+// codes holding one (0x7F or 0xFF, at any place of the eight-byte words the
+// check reads, or in the tail) as not; slices keep the mark; a literal has
+// none.
+func TestFiniteCodes(t *testing.T) {
+	r := newRand(64)
+	const rows, cols = 3, 43
+	for pos := -1; pos < rows*cols; pos++ {
+		for _, nan := range []uint8{0x7F, 0xFF} {
+			codes := randCodes(r, rows*cols)
+			if pos >= 0 {
+				codes[pos] = nan
+			}
+			m, err := NewFP8Matrix(rows, cols, codes, randScales(r, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := m.FiniteCodes(), pos < 0; got != want {
+				t.Fatalf("NaN code %#x at %d: FiniteCodes() = %v, want %v", nan, pos, got, want)
+			}
+			if got := m.SliceRows(1, 2).FiniteCodes(); got != m.FiniteCodes() {
+				t.Errorf("NaN code %#x at %d: SliceRows keeps FiniteCodes() = %v, want %v", nan, pos, got, m.FiniteCodes())
+			}
+			if got := m.SliceCols(5, 20).FiniteCodes(); got != m.FiniteCodes() {
+				t.Errorf("NaN code %#x at %d: SliceCols keeps FiniteCodes() = %v, want %v", nan, pos, got, m.FiniteCodes())
+			}
+		}
+	}
+	if (&Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: []float32{1}, Stride: 1}}).FiniteCodes() {
+		t.Error("a literal Matrix reports its codes checked")
+	}
+}
+
+// FuzzHasNaNCode: the eight-bytes-at-a-time check agrees with a byte loop.
+func FuzzHasNaNCode(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 0x7E, 0xFE, 0x80, 0x7F})
+	f.Add([]byte{0x7F, 0xFE, 0xFE, 0xFE, 0xFE, 0xFE, 0xFE, 0xFE, 0})
+	f.Add([]byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0xFF})
+	f.Fuzz(func(t *testing.T, codes []byte) {
+		want := false
+		for _, c := range codes {
+			want = want || c&0x7F == 0x7F
+		}
+		if got := hasNaNCode(codes); got != want {
+			t.Errorf("hasNaNCode(% x) = %v, want %v", codes, got, want)
+		}
+	})
+}
+
+// BenchmarkHasNaNCode times the check NewFP8Matrix makes once per matrix
+// (GB/s of codes, 64 MiB streamed from memory).
+func BenchmarkHasNaNCode(b *testing.B) {
+	codes := randCodes(newRand(65), 64<<20)
+	for b.Loop() {
+		if hasNaNCode(codes) {
+			b.Fatal("random codes without NaN codes reported as holding one")
+		}
+	}
+	b.ReportMetric(float64(len(codes))/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GB/s")
+}
