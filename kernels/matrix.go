@@ -57,7 +57,9 @@ type BlockScales struct {
 // its e4m3 codes (row-major, rows·cols of them, not copied) and its
 // weight_scale_inv, exactly ⌈rows/128⌉·⌈cols/128⌉ float32 block scales,
 // row-major (not copied). It returns an error naming the sizes if they do
-// not fit.
+// not fit. It reads the codes once to learn whether they hold a NaN code,
+// so that the products need not check them again: the codes must not change
+// afterwards (a checkpoint's read-only mapping does not).
 func NewFP8Matrix(rows, cols int, codes []uint8, scaleInv []float32) (*Matrix, error) {
 	if rows < 0 || cols < 0 {
 		return nil, fmt.Errorf("kernels: fp8 matrix shape [%d, %d] has a negative dimension", rows, cols)
