@@ -2239,11 +2239,11 @@ func fp8GEMVTile(g fp8GEMV) {
 	}
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
+	nans := " and reports NaN codes."
 	if g.finite {
-		Doc(fmt.Sprintf("%s computes one activation row's dot products with %d fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of %d) elements; the codes must hold no NaN code, and it returns 0.", name, g.rows, g.lanes))
-	} else {
-		Doc(fmt.Sprintf("%s computes one activation row's dot products with %d fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of %d) elements and reports NaN codes.", name, g.rows, g.lanes))
+		nans = "; the codes must hold no NaN code, and it returns 0."
 	}
+	Doc(fmt.Sprintf("%s computes one activation row's dot products with %d fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of %d) elements%s", name, g.rows, g.lanes, nans))
 	R := g.rows
 	v := g.vec
 	acc := func(j int) VecPhysical { return v[j] }

@@ -79,27 +79,18 @@ func RunnerBytes(cfg *config.Model, ro model.RunnerOptions, l comm.Layout, inter
 	nh := plan.MulSat(N, H)
 	parts = append(parts, f(topk, mla.RowDim), plan.MulSat(topk, 48), f(2, nh, topk), f(nh, mla.LatentDim+2), f(topk))
 	if l.TP > 1 {
-		parts = append(parts, f(T, D)) // tp all-reduce
-	}
-	if l.TP > 1 {
-		// The TP members' shares of q_a, kv_a and the indexer's query
-		// projection, and their gather.
-		outs := []int64{dc + dr}
-		if cfg.QLoraRank > 0 {
-			outs = append(outs, i64(cfg.QLoraRank))
-		}
+		// The tp all-reduce; the TP members' shares of kv_a, q_a and the
+		// indexer's query projection, and their gather.
+		per := model.ShareRows(cfg.KVLoraRank+cfg.QKRopeHeadDim, l.TP)
+		per = max(per, model.ShareRows(cfg.QLoraRank, l.TP))
 		if cfg.Sparse() {
-			outs = append(outs, i64(cfg.IndexNHeads)*i64(cfg.IndexHeadDim))
+			per = max(per, model.ShareRows(cfg.IndexNHeads*cfg.IndexHeadDim, l.TP))
 		}
-		var per int64
-		for _, o := range outs {
-			per = max(per, (o+i64(l.TP)-1)/i64(l.TP))
-		}
-		parts = append(parts, f(T, per), f(i64(l.TP), T, per))
+		parts = append(parts, f(T, D), f(T, i64(per)), f(i64(l.TP), T, i64(per)))
 	}
-	if W := i64(l.World()); W > 1 {
-		per := (i64(cfg.VocabSize) + W - 1) / W
-		parts = append(parts, f(logitRows, per), f(W, logitRows, per)) // vocabulary slice logits, their gather
+	if W := l.World(); W > 1 {
+		per := i64(model.ShareRows(cfg.VocabSize, W))
+		parts = append(parts, f(logitRows, per), f(i64(W), logitRows, per)) // the LM head's vocabulary shares, their gather
 	}
 	var idxW int64
 	if cfg.Sparse() {

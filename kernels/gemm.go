@@ -456,15 +456,13 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	var tile [8]float32
 	codes := w.FP8[jt*in+k0:]
 	var nan bool
-	if l == levelAVX512 && w.finite {
+	switch {
+	case l == levelAVX512 && w.finite:
 		// Codes checked when the matrix was made: no check per product.
 		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, &tile)
-		addTileFP8(dst, x, w, tile[:], 8, 1, jt, rows, k0, kv)
-		return
-	}
-	if l == levelAVX512 {
+	case l == levelAVX512:
 		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, &tile)
-	} else {
+	default:
 		// Prefetch what the next call reads: each row's next block or,
 		// after its last, the first block of the row four below (the
 		// next tile's rows), whose first block would otherwise start cold.
@@ -475,7 +473,7 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 		nan = dotTile1x4FP8(&x[k0], &codes[0], in, kv, (*[4]*float32)(sc[:4]), first, pfd, (*[4]float32)(tile[:4]))
 	}
 	// The tile checks whole chunks of four vectors; the rest here.
-	nan = nan || nanPastChunks(codes, in, rows, kv, 4*lanes)
+	nan = nan || !w.finite && nanPastChunks(codes, in, rows, kv, 4*lanes)
 	if nan {
 		p := dequantPanel(buf, w, jt, jt+rows, k0)
 		if rows == 8 {

@@ -40,7 +40,9 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 		if m, err = QuantizeFP8(out, in, w); err != nil {
 			panic(err)
 		}
-		m.finite = dtype == "fp8"
+		if dtype == "fp8-checked" {
+			m.finite = false
+		}
 	case "bf16":
 		m.BF16 = make([]uint16, len(w))
 		numfmt.F32sToBF16(m.BF16, w)

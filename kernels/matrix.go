@@ -104,10 +104,6 @@ func hasNaNCode(codes []uint8) bool {
 	return false
 }
 
-// FiniteCodes reports whether m is an FP8 matrix whose codes were checked,
-// when it was made, to hold no NaN code.
-func (m *Matrix) FiniteCodes() bool { return m.finite }
-
 // QuantizeFP8 returns the FP8 matrix [rows, cols] of the row-major float32
 // values w, block-quantized as fp8 checkpoints are (numfmt.QuantizeE4M3Blocks:
 // scale = amax/448 per 128×128 block). It allocates the codes and scales

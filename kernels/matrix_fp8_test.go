@@ -275,11 +275,11 @@ func TestQuantizeFP8(t *testing.T) {
 	}
 }
 
-// TestFiniteCodes: NewFP8Matrix marks codes free of NaN codes as checked and
+// TestFiniteCodesMark: NewFP8Matrix marks codes free of NaN codes as checked and
 // codes holding one (0x7F or 0xFF, at any place of the eight-byte words the
 // check reads, or in the tail) as not; slices keep the mark; a literal has
 // none.
-func TestFiniteCodes(t *testing.T) {
+func TestFiniteCodesMark(t *testing.T) {
 	r := newRand(64)
 	const rows, cols = 3, 43
 	for pos := -1; pos < rows*cols; pos++ {
@@ -292,18 +292,18 @@ func TestFiniteCodes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := m.FiniteCodes(), pos < 0; got != want {
-				t.Fatalf("NaN code %#x at %d: FiniteCodes() = %v, want %v", nan, pos, got, want)
+			if got, want := m.finite, pos < 0; got != want {
+				t.Fatalf("NaN code %#x at %d: finite = %v, want %v", nan, pos, got, want)
 			}
-			if got := m.SliceRows(1, 2).FiniteCodes(); got != m.FiniteCodes() {
-				t.Errorf("NaN code %#x at %d: SliceRows keeps FiniteCodes() = %v, want %v", nan, pos, got, m.FiniteCodes())
+			if got := m.SliceRows(1, 2).finite; got != m.finite {
+				t.Errorf("NaN code %#x at %d: SliceRows keeps finite = %v, want %v", nan, pos, got, m.finite)
 			}
-			if got := m.SliceCols(5, 20).FiniteCodes(); got != m.FiniteCodes() {
-				t.Errorf("NaN code %#x at %d: SliceCols keeps FiniteCodes() = %v, want %v", nan, pos, got, m.FiniteCodes())
+			if got := m.SliceCols(5, 20).finite; got != m.finite {
+				t.Errorf("NaN code %#x at %d: SliceCols keeps finite = %v, want %v", nan, pos, got, m.finite)
 			}
 		}
 	}
-	if (&Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: []float32{1}, Stride: 1}}).FiniteCodes() {
+	if (&Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: []float32{1}, Stride: 1}}).finite {
 		t.Error("a literal Matrix reports its codes checked")
 	}
 }

@@ -53,7 +53,7 @@ func newSplitProducts(g comm.Group, maxRows int, ws []*kernels.Matrix, name stri
 		if _, ok := p.shares[w]; ok {
 			continue
 		}
-		s := share{per: (w.Rows + G - 1) / G}
+		s := share{per: ShareRows(w.Rows, G)}
 		if n := spanRows(w.Rows, s.per, r); n > 0 {
 			s.w = w.SliceRows(r*s.per, n)
 		}
@@ -64,6 +64,11 @@ func newSplitProducts(g comm.Group, maxRows int, ws []*kernels.Matrix, name stri
 	p.all = bufs.f32(name+" gather", G*maxRows*most)
 	return p
 }
+
+// ShareRows is the rows of each member's share of a matrix of out rows split
+// over members (the last share shorter, or empty): what a member's buffers
+// hold per input row. engine.RunnerBytes sizes those buffers from it too.
+func ShareRows(out, members int) int { return (out + members - 1) / members }
 
 // spanRows is the row count of member q's share of a matrix of out rows.
 func spanRows(out, per, q int) int { return max(0, min(per, out-q*per)) }

@@ -72,11 +72,7 @@ func TestSplitProductsAreBitwiseTheWholeProduct(t *testing.T) {
 					}
 					var bufs bufferList
 					heads := newVocabHead(m, RunnerOptions{MaxLogitRows: 4}, par, &bufs)
-					var g1 comm.Group
-					if par != nil {
-						g1 = g
-					}
-					set := newSplitProducts(g1, 4, []*kernels.Matrix{small, main, small}, "test", &bufs)
+					set := newSplitProducts(g, 4, []*kernels.Matrix{small, main, small}, "test", &bufs)
 					for _, c := range []struct {
 						p    *splitProducts
 						head *kernels.Matrix
