@@ -98,6 +98,7 @@ type request struct {
 	promptIDs []int32
 	maxOut    int
 	stopIDs   []int32
+	enders    []StopMatcher // one per sequence; nil without Request.StopText
 }
 
 // sequence is one of a request's N sequences.
@@ -297,6 +298,9 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 			}
 			st.Constrain(c)
 		}
+		if req.StopText != nil {
+			r.enders = append(r.enders, req.StopText.NewStopMatcher())
+		}
 		sq := &sequence{req: r, index: k, sampler: st}
 		if r.topN > 0 {
 			sq.top = make([]sampler.TokenLogprob, maxOut*r.topN)
@@ -474,7 +478,7 @@ func (e *Engine) loop() {
 			for _, sq := range r.seqs {
 				e.live[r.id+uint64(sq.index)] = sq
 			}
-			err := e.sched.AddWith(r.id, r.promptIDs, r.maxOut, r.stopIDs, SeqOptions{N: len(r.seqs), PromptLogits: r.promptN >= 0})
+			err := e.sched.AddWith(r.id, r.promptIDs, r.maxOut, r.stopIDs, SeqOptions{N: len(r.seqs), PromptLogits: r.promptN >= 0, Enders: r.enders})
 			if err != nil {
 				e.pending.Add(-1)
 				e.endRequest(r, Event{Finish: FinishAbort, Err: err})

@@ -39,6 +39,25 @@ type Request struct {
 	// applies to every draw. A sequence whose constraint fails (no token
 	// allowed, a token refused) ends its request with the error.
 	Constraint ConstraintFactory
+	// StopText, when set, gives every sequence a StopMatcher for stops that
+	// are not token ids (stop strings): the token it reports ends the
+	// sequence with FinishStop in the step that generated it, as a stop
+	// token would, so no step runs past it.
+	StopText StopMatcherFactory
+}
+
+// StopMatcher watches one sequence's generated tokens for a stop that is
+// not a token id. Ends is called once per generated token, in order, on the
+// engine's goroutine (never for a token that a stop id or a limit ended the
+// sequence at first), and reports that the token ends the sequence. It is on
+// the decode path: it must not block, and should not allocate per call.
+type StopMatcher interface {
+	Ends(token int) bool
+}
+
+// StopMatcherFactory makes the StopMatcher of each sequence of a request.
+type StopMatcherFactory interface {
+	NewStopMatcher() StopMatcher
 }
 
 // ConstraintFactory makes the constraint of one sequence: endTokens are the
@@ -50,7 +69,7 @@ type ConstraintFactory interface {
 
 // Finish reasons, as OpenAI reports them.
 const (
-	FinishStop   = "stop"   // a stop token was generated
+	FinishStop   = "stop"   // a stop token (or a StopMatcher's stop) was generated
 	FinishLength = "length" // MaxTokens reached
 	FinishAbort  = "abort"  // cancelled or failed
 )

@@ -154,18 +154,22 @@ type Finished struct {
 }
 
 type seqState struct {
-	id       uint64
-	tokens   []int32 // prompt then generated tokens; cap MaxModelLen+1
-	prompt   int
-	maxOut   int
-	stop     []int32
-	computed int      // positions whose KV is in the cache
-	blocks   []int32  // cap BlocksFor(MaxModelLen)
-	hashes   []uint64 // chain hashes of full blocks [0, len)
-	reg      int      // blocks already offered to the prefix cache
-	running  bool
-	queued   bool // never admitted yet (counts against the queue bound)
-	planned  bool // scheduled in the current step
+	id     uint64
+	tokens []int32 // prompt then generated tokens; cap MaxModelLen+1
+	prompt int
+	maxOut int
+	stop   []int32
+	// ender ends the sequence at tokens that are not stop ids (nil: none);
+	// forkEnders are those of the sequences it forks off, in id order.
+	ender      StopMatcher
+	forkEnders []StopMatcher
+	computed   int      // positions whose KV is in the cache
+	blocks     []int32  // cap BlocksFor(MaxModelLen)
+	hashes     []uint64 // chain hashes of full blocks [0, len)
+	reg        int      // blocks already offered to the prefix cache
+	running    bool
+	queued     bool // never admitted yet (counts against the queue bound)
+	planned    bool // scheduled in the current step
 	// n is the number of sequences this one stands for until its first
 	// token forks the others off (1 afterwards); it reserves that many
 	// running slots.
@@ -238,10 +242,15 @@ type SeqOptions struct {
 	N int
 	// PromptLogits asks for the logits of every prompt row.
 	PromptLogits bool
+	// Enders, when set, holds one StopMatcher per sequence (N of them, in
+	// id order); each sees its sequence's generated tokens after the stop
+	// ids, and a token it reports ends the sequence with FinishStop.
+	Enders []StopMatcher
 }
 
 // Add queues a request. The prompt must be 1..MaxModelLen tokens; maxOut ≥ 1
-// bounds its generated tokens; generating any of stop ends it.
+// bounds its generated tokens; generating any of stop ends it (and any
+// token SeqOptions.Enders report, with AddWith).
 func (s *Scheduler) Add(id uint64, prompt []int32, maxOut int, stop []int32) error {
 	return s.AddWith(id, prompt, maxOut, stop, SeqOptions{})
 }
@@ -261,6 +270,8 @@ func (s *Scheduler) AddWith(id uint64, prompt []int32, maxOut int, stop []int32,
 			id, len(prompt), s.cfg.MaxModelLen, s.cfg.MaxModelLen, len(prompt))
 	case maxOut < 1:
 		return fmt.Errorf("request %d: max tokens must be ≥ 1, got %d", id, maxOut)
+	case o.Enders != nil && len(o.Enders) != n:
+		return fmt.Errorf("request %d: %d stop matchers for %d sequences; give one per sequence", id, len(o.Enders), n)
 	}
 	for k := range uint64(n) {
 		if _, dup := s.seqs[id+k]; dup {
@@ -280,6 +291,9 @@ func (s *Scheduler) AddWith(id uint64, prompt []int32, maxOut int, stop []int32,
 		n:      n,
 
 		promptLogits: o.PromptLogits,
+	}
+	if o.Enders != nil {
+		r.ender, r.forkEnders = o.Enders[0], o.Enders[1:]
 	}
 	copy(r.tokens, prompt)
 	s.seqs[id] = r
@@ -720,7 +734,7 @@ func (s *Scheduler) accept(r *seqState, tok int32) {
 	r.tokens = append(r.tokens, tok)
 	reason := ""
 	switch {
-	case slices.Contains(r.stop, tok):
+	case slices.Contains(r.stop, tok), r.ender != nil && r.ender.Ends(int(tok)):
 		reason = FinishStop
 	case len(r.tokens)-r.prompt >= r.maxOut, len(r.tokens) >= s.cfg.MaxModelLen:
 		reason = FinishLength
@@ -746,6 +760,9 @@ func (s *Scheduler) fork(parent *seqState, id uint64, tok int32) {
 		blocks: make([]int32, 0, maxBlocks),
 		hashes: make([]uint64, 0, maxBlocks),
 		n:      1,
+	}
+	if k := int(id - parent.id - 1); k < len(parent.forkEnders) {
+		c.ender = parent.forkEnders[k]
 	}
 	copy(c.tokens, parent.tokens[:parent.prompt])
 	s.seqs[id] = c

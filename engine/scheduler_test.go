@@ -417,3 +417,19 @@ func TestPrefixIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestAddRefusesEndersNotOnePerSequence: stop matchers come one per
+// sequence, or the request is refused naming both counts.
+func TestAddRefusesEndersNotOnePerSequence(t *testing.T) {
+	s, err := NewScheduler(SchedulerConfig{MaxNumBatchedTokens: 16, MaxNumSeqs: 4, MaxModelLen: 32, BlockSize: 4, NumBlocks: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.AddWith(1, ids(3, 1), 4, nil, SeqOptions{N: 3, Enders: []StopMatcher{suffixStop{1}.NewStopMatcher()}})
+	if err == nil || !strings.Contains(err.Error(), "1 stop matchers for 3 sequences") {
+		t.Errorf("AddWith with 1 matcher for 3 sequences: %v", err)
+	}
+	if err := s.AddWith(1, ids(3, 1), 4, nil, SeqOptions{N: 1, Enders: []StopMatcher{suffixStop{1}.NewStopMatcher()}}); err != nil {
+		t.Errorf("one matcher for one sequence refused: %v", err)
+	}
+}

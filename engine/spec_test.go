@@ -31,6 +31,59 @@ type specRequest struct {
 	stop   []int
 	maxOut int
 	top    int
+	// stopSeq ends a sequence where its generated tokens end with these
+	// (through Request.StopText, as a stop string spanning tokens would).
+	stopSeq []int
+}
+
+// suffixStop is a StopText that ends a sequence when its generated tokens
+// end with seq.
+type suffixStop []int
+
+func (s suffixStop) NewStopMatcher() StopMatcher { return &suffixMatcher{seq: s} }
+
+type suffixMatcher struct {
+	seq  []int
+	seen []int
+}
+
+func (m *suffixMatcher) Ends(tok int) bool {
+	m.seen = append(m.seen, tok)
+	return len(m.seen) >= len(m.seq) && slices.Equal(m.seen[len(m.seen)-len(m.seq):], m.seq)
+}
+
+// cutAtSuffix is what a suffixStop makes of an output generated without it:
+// every sequence cut after the first place its tokens end with seq.
+func cutAtSuffix(o specOutput, seq []int) specOutput {
+	c := specOutput{Finish: slices.Clone(o.Finish)}
+	for k, toks := range o.Toks {
+		n := len(toks)
+		for i := len(seq); i <= len(toks); i++ {
+			if slices.Equal(toks[i-len(seq):i], toSeq32(seq)) {
+				n, c.Finish[k] = i, FinishStop
+				break
+			}
+		}
+		c.Toks = append(c.Toks, toks[:n])
+		c.LPs = append(c.LPs, o.LPs[k][:n])
+	}
+	return c
+}
+
+func toInts(s []int32) []int {
+	out := make([]int, len(s))
+	for i, v := range s {
+		out[i] = int(v)
+	}
+	return out
+}
+
+func toSeq32(s []int) []int32 {
+	out := make([]int32, len(s))
+	for i, v := range s {
+		out[i] = int32(v)
+	}
+	return out
 }
 
 // specOutput is what a request produced: per sequence, its tokens,
@@ -51,7 +104,7 @@ func serveAll(t *testing.T, e *Engine, reqs []specRequest) []specOutput {
 	for i, r := range reqs {
 		finished += int64(max(r.n, 1))
 		ch, err := e.Submit(context.Background(), Request{ID: strconv.Itoa(i), PromptIDs: r.prompt, MaxTokens: r.maxOut, N: r.n,
-			Sampling: r.params, StopTokenIDs: r.stop, IgnoreEOS: r.stop == nil, TopLogprobs: r.top})
+			Sampling: r.params, StopTokenIDs: r.stop, IgnoreEOS: r.stop == nil, TopLogprobs: r.top, StopText: stopText(r.stopSeq)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,6 +132,13 @@ func serveAll(t *testing.T, e *Engine, reqs []specRequest) []specOutput {
 		out[i] = o
 	}
 	return out
+}
+
+func stopText(seq []int) StopMatcherFactory {
+	if seq == nil {
+		return nil
+	}
+	return suffixStop(seq)
 }
 
 // TestSpecFakeDecodingIsPlainDecoding serves a workload of greedy, seeded,
@@ -136,6 +196,28 @@ func TestSpecFakeDecodingIsPlainDecoding(t *testing.T) {
 					}
 					if d := cmp.Diff(plainStop, gotStop); d != "" {
 						t.Errorf("with a stop token, speculative decoding differs (-plain +spec):\n%s", d)
+					}
+					// Stops in the text, as two-token suffixes met mid-output: on
+					// the first request and on the second sequence of the forked
+					// one (each sequence has its own matcher).
+					withText := append([]specRequest{}, reqs...)
+					withText[0].stopSeq = toInts(plain[0].Toks[0][5:7])
+					withText[2].stopSeq = toInts(plain[2].Toks[1][3:5])
+					plainText, _, _ := run(nil, withText)
+					gotText, _, _ := run(mtpConfig(k), withText)
+					for _, i := range []int{0, 2} {
+						want := cutAtSuffix(plain[i], withText[i].stopSeq)
+						got := plainText[i]
+						got.Tops = nil
+						if d := cmp.Diff(want, got); d != "" {
+							t.Errorf("request %d with a stop in the text: not the output cut after its first match (-want +got):\n%s", i, d)
+						}
+					}
+					if plainText[0].Finish[0] != FinishStop || len(plainText[0].Toks[0]) > 7 {
+						t.Errorf("the text stop ended request 0 after %d tokens with %q, want at most 7 and stop", len(plainText[0].Toks[0]), plainText[0].Finish[0])
+					}
+					if d := cmp.Diff(plainText, gotText); d != "" {
+						t.Errorf("with stops in the text, speculative decoding differs (-plain +spec):\n%s", d)
 					}
 					if len(plainStop[0].Toks[0]) != 7 || plainStop[0].Finish[0] != FinishStop {
 						t.Errorf("stop request ended after %d tokens with %q, want 7 and stop", len(plainStop[0].Toks[0]), plainStop[0].Finish[0])

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -188,5 +189,45 @@ func TestRealEngine(t *testing.T) {
 	})
 	if st := r.eng.Stats(); st.Aborted == 0 {
 		t.Errorf("no request was aborted; the disconnects did not reach the engine (stats %+v)", st)
+	}
+}
+
+// TestStopStringEndsTheEngineSequence: a stop string ends the engine's
+// sequence in the step that generated it, not when the response sees it:
+// the engine generates exactly the tokens the usage counts and aborts
+// nothing.
+func TestStopStringEndsTheEngineSequence(t *testing.T) {
+	r := newRealEnv(t)
+	tk := testTokenizer(t)
+	prompt := []int{0, 19923, 14, 2058, 3, 223}
+	toks, _ := r.direct(t, prompt, 24)
+	// A stop string made of the text of tokens 6 and 7: a stop met mid-output.
+	stop := tk.Decode(toks[6:8], true)
+	full := tk.Decode(toks, true)
+	cut := strings.Index(full, stop)
+	if stop == "" || cut < 0 {
+		t.Fatalf("no stop string in %q", full)
+	}
+	ids := make([]int64, len(prompt))
+	for i, id := range prompt {
+		ids[i] = int64(id)
+	}
+	before := r.eng.Stats()
+	resp, err := r.client.Completions.New(context.Background(), openai.CompletionNewParams{Model: config.DefaultPreset,
+		Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: ids}, MaxTokens: openai.Int(24), Temperature: openai.Float(0),
+		Stop: openai.CompletionNewParamsStopUnion{OfString: openai.String(stop)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Choices[0].Text; got != full[:cut] || resp.Choices[0].FinishReason != "stop" {
+		t.Errorf("text %q finish %q, want %q and stop", got, resp.Choices[0].FinishReason, full[:cut])
+	}
+	waitFor(t, "the engine to finish the request", func() bool { return r.eng.Stats().Running == 0 })
+	after := r.eng.Stats()
+	if gen := after.OutputTokens - before.OutputTokens; gen != resp.Usage.CompletionTokens || gen > 8 {
+		t.Errorf("the engine generated %d tokens, the usage counts %d; the stop string ends in token 8 or before", gen, resp.Usage.CompletionTokens)
+	}
+	if after.Aborted != before.Aborted {
+		t.Errorf("the engine aborted %d requests; a stop string should end the sequence, not abort it", after.Aborted-before.Aborted)
 	}
 }

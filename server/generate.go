@@ -127,12 +127,18 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job, arriva
 		if !j.ignoreEOS {
 			stop = append(stop, s.cfg.StopTokenIDs...)
 		}
-		events, err := s.cfg.Engine.Submit(sctx, engine.Request{
+		req := engine.Request{
 			ID: fmt.Sprintf("%s-%d", id, p), PromptIDs: pj.ids, MaxTokens: pj.maxTokens, N: j.n, Sampling: j.params,
 			StopTokenIDs: stop, IgnoreEOS: j.ignoreEOS, TopLogprobs: j.topLogprobs,
 			ScorePrompt: j.promptLogprobs >= 0, PromptTopLogprobs: max(j.promptLogprobs, 0),
 			Constraint: constraint,
-		})
+		}
+		if len(j.stops) > 0 {
+			// The engine ends each sequence where its choice's textStream
+			// will find the stop string: same stops, decoder and min_tokens.
+			req.StopText = newStopMatchers(s.cfg.Tokenizer, j.stops, j.keepsSpecial(), j.params.MinTokens)
+		}
+		events, err := s.cfg.Engine.Submit(sctx, req)
 		if err != nil {
 			for _, o := range streams[:p+1] {
 				o.timer.end(time.Now(), "")
@@ -233,7 +239,7 @@ func (s *Server) follow(ctx context.Context, j *job, streams []*stream, merged <
 			resp.promptLPs[t.p] = ev.Prompt
 		}
 		if c.finished {
-			continue // ended by a stop string; the engine still runs it (n > 1)
+			continue // ended by a stop string (the engine ended it in the same step)
 		}
 		// The last event carries a token too when the engine counts one
 		// more output token than have arrived.
@@ -278,7 +284,7 @@ func (s *Server) follow(ctx context.Context, j *job, streams []*stream, merged <
 		st.open--
 		if st.open == 0 {
 			st.done = true
-			st.cancel() // frees the engine's sequences still running after stop strings
+			st.cancel() // the engine ended its sequences at their stops; this frees any it still runs
 			st.timer.end(time.Now(), reason)
 			left--
 		}

@@ -440,6 +440,10 @@ func (j *job) parserOptions() chatparse.Options {
 // parses reports whether j's choices go through chatparse.
 func (j *job) parses() bool { return j.chat && (j.toolParser != "" || j.reasoningParser != "") }
 
+// keepsSpecial reports whether the output text keeps special tokens: for a
+// chat parser, or when the request asks for it.
+func (j *job) keepsSpecial() bool { return j.parses() || j.keepSpecial }
+
 // parseCompletion validates a completion request and tokenizes its prompts.
 func (s *Server) parseCompletion(req *CompletionRequest) (*job, *apiError) {
 	j := &job{echo: req.Echo}

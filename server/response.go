@@ -56,7 +56,7 @@ func newResponse(s *Server, j *job, id string, created int64, out responder) *re
 		for k := range j.n {
 			ts := newTextStream(s.cfg.Tokenizer, j.stops)
 			c := &choice{index: p*j.n + k, prompt: p}
-			if j.parses() || j.keepSpecial {
+			if j.keepsSpecial() {
 				ts = newTextStreamKeepingSpecial(s.cfg.Tokenizer, j.stops)
 			}
 			if j.parses() {

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"strings"
 
+	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/sampler"
 	"github.com/cpmla/cpmla/tokenizer"
 )
@@ -162,4 +164,67 @@ func heldBack(text string, stops []string) int {
 		}
 	}
 	return hold
+}
+
+// stopMatchers gives the engine a stopMatcher per sequence, so that the
+// engine ends a sequence in the step whose token completes a stop string,
+// rather than when the response sees it: no step runs past the stop, and
+// what the engine generates (and drafts) does not depend on timing.
+type stopMatchers struct {
+	tk          *tokenizer.Tokenizer
+	stops       [][]byte
+	keepSpecial bool
+	minTokens   int
+}
+
+func newStopMatchers(tk *tokenizer.Tokenizer, stops []string, keepSpecial bool, minTokens int) stopMatchers {
+	m := stopMatchers{tk: tk, keepSpecial: keepSpecial, minTokens: minTokens}
+	for _, s := range stops {
+		m.stops = append(m.stops, []byte(s))
+	}
+	return m
+}
+
+func (f stopMatchers) NewStopMatcher() engine.StopMatcher {
+	dec := f.tk.NewStreamDecoder()
+	if f.keepSpecial {
+		dec = f.tk.NewStreamDecoderKeepingSpecial()
+	}
+	keep := 0
+	for _, s := range f.stops {
+		keep = max(keep, len(s)-1)
+	}
+	return &stopMatcher{dec: dec, stops: f.stops, keep: keep, minTokens: f.minTokens, tail: make([]byte, 0, keep+256)}
+}
+
+// stopMatcher finds the token at which a textStream with the same stop
+// strings, decoder and min_tokens stops: the first token whose text
+// completes a stop string that ends in the text of token min_tokens or
+// later. It keeps only the last bytes of text that a stop string could
+// still span, so it allocates only when a token's text outgrows its buffer.
+type stopMatcher struct {
+	dec       *tokenizer.StreamDecoder
+	stops     [][]byte
+	keep      int // the longest stop string's length minus one
+	minTokens int
+	tokens    int
+	tail      []byte
+}
+
+func (m *stopMatcher) Ends(tok int) bool {
+	m.tokens++
+	start := len(m.tail)
+	m.tail = m.dec.AppendAdd(m.tail, tok)
+	if m.tokens >= m.minTokens {
+		for _, s := range m.stops {
+			// Only a stop string ending in the new text is new.
+			if bytes.Contains(m.tail[max(0, start-len(s)+1):], s) {
+				return true
+			}
+		}
+	}
+	if n := len(m.tail); n > m.keep {
+		m.tail = m.tail[:copy(m.tail, m.tail[n-m.keep:])]
+	}
+	return false
 }

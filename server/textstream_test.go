@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cpmla/cpmla/tokenizer"
 )
 
 // streamAll feeds ids through a textStream and returns the released
@@ -191,5 +193,114 @@ func TestTextStreamMinTokensAndIncludeStop(t *testing.T) {
 		if got := strings.Join(pieces, ""); got != tc.want {
 			t.Errorf("min_tokens %d include %v: %q, want %q", tc.minTokens, tc.includeStop, got, tc.want)
 		}
+	}
+}
+
+// firstStops returns the index of the token at which a textStream stops
+// (during add, not at finish) and the one at which a stopMatcher with the
+// same settings ends the sequence; -1 when none does.
+func firstStops(tk *tokenizer.Tokenizer, ids []int, stops []string, keepSpecial bool, minTokens int) (stream, matcher int) {
+	ts := newTextStream(tk, stops)
+	if keepSpecial {
+		ts = newTextStreamKeepingSpecial(tk, stops)
+	}
+	ts.minTokens = minTokens
+	m := newStopMatchers(tk, stops, keepSpecial, minTokens).NewStopMatcher()
+	stream, matcher = -1, -1
+	for i, id := range ids {
+		if _, _, stopped := ts.add(id, 0); stopped && stream < 0 {
+			stream = i
+		}
+		if m.Ends(id) && matcher < 0 {
+			matcher = i
+		}
+		if stream >= 0 && matcher >= 0 {
+			break
+		}
+		if stream >= 0 { // the stream must not be fed past its stop
+			ts = newTextStream(tk, nil)
+		}
+	}
+	return stream, matcher
+}
+
+// TestStopMatcherEndsWhereTheTextStreamStops pins the engine-side stop
+// matcher to the response's text stream on stops inside and across tokens,
+// across split characters and under min_tokens.
+func TestStopMatcherEndsWhereTheTextStreamStops(t *testing.T) {
+	tk := testTokenizer(t)
+	ids := tk.Encode("ab abc 🙂🙂 x ab", false)
+	a, b := tk.Encode("a", false)[0], tk.Encode("b", false)[0]
+	tests := []struct {
+		name      string
+		ids       []int
+		stops     []string
+		minTokens int
+		want      int // token index, -1: none
+	}{
+		{"none", ids, []string{"zz"}, 0, -1},
+		{"inside a word", ids, []string{"bc"}, 0, -2},
+		{"across characters", ids, []string{"🙂 x"}, 0, -2},
+		{"earliest of two", ids, []string{" x", "🙂"}, 0, -2},
+		{"min_tokens skips the first", []int{a, b, a, b, a}, []string{"ab"}, 3, 3},
+		{"min_tokens at the match", []int{a, b, a, b, a}, []string{"ab"}, 2, 1},
+		{"min_tokens past every match", []int{a, b, a, b, a}, []string{"ab"}, 5, -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stream, matcher := firstStops(tk, tc.ids, tc.stops, false, tc.minTokens)
+			if stream != matcher {
+				t.Errorf("the text stream stops at token %d, the matcher at %d", stream, matcher)
+			}
+			if tc.want != -2 && matcher != tc.want {
+				t.Errorf("the matcher stops at token %d, want %d", matcher, tc.want)
+			}
+			if tc.want == -2 && matcher < 0 {
+				t.Errorf("no stop found")
+			}
+		})
+	}
+}
+
+// FuzzStopMatcher holds the stop matcher to the text stream for any ids,
+// stop strings, decoder and min_tokens.
+func FuzzStopMatcher(f *testing.F) {
+	tk := testTokenizer(f)
+	f.Add([]byte("🙂 hello world"), "lo w", "", false, uint8(0))
+	f.Add([]byte{0x12, 0x34, 0x56, 0x78}, "a", "\xf0", true, uint8(2))
+	f.Add([]byte("abababab"), "ab", "ba", false, uint8(3))
+	f.Fuzz(func(t *testing.T, raw []byte, stop1, stop2 string, keepSpecial bool, minTokens uint8) {
+		var ids []int
+		for i := 0; i+1 < len(raw) && len(ids) < 64; i += 2 {
+			ids = append(ids, (int(raw[i])<<8|int(raw[i+1]))%tk.VocabSize())
+		}
+		var stops []string
+		for _, s := range []string{stop1, stop2} {
+			if s != "" {
+				stops = append(stops, s)
+			}
+		}
+		if stream, matcher := firstStops(tk, ids, stops, keepSpecial, int(minTokens%8)); stream != matcher {
+			t.Fatalf("ids %v stops %q keepSpecial %v min_tokens %d: the text stream stops at token %d, the matcher at %d",
+				ids, stops, keepSpecial, minTokens%8, stream, matcher)
+		}
+	})
+}
+
+// TestStopMatcherAllocatesNothing: once its buffer holds the longest token,
+// the matcher runs on the engine's decode path without allocating.
+func TestStopMatcherAllocatesNothing(t *testing.T) {
+	tk := testTokenizer(t)
+	ids := tk.Encode("the quick brown fox jumps over the lazy dog 🙂 again and again", false)
+	m := newStopMatchers(tk, []string{"Question:", "never"}, false, 0).NewStopMatcher()
+	for _, id := range ids {
+		m.Ends(id)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(200, func() {
+		m.Ends(ids[i%len(ids)])
+		i++
+	}); n != 0 {
+		t.Errorf("Ends allocates %.1f times per token", n)
 	}
 }

@@ -35,14 +35,19 @@ func (t *Tokenizer) NewStreamDecoderKeepingSpecial() *StreamDecoder {
 // Add decodes one id and returns the text that is now complete (possibly
 // "").
 func (d *StreamDecoder) Add(id int) string {
+	var buf [64]byte
+	return string(d.AppendAdd(buf[:0], id))
+}
+
+// AppendAdd is Add that appends the completed text to dst instead of
+// returning it: it allocates only when dst or the decoder's own buffer
+// must grow, so a caller that reuses dst decodes without allocating.
+func (d *StreamDecoder) AppendAdd(dst []byte, id int) []byte {
 	d.pending = d.t.appendToken(d.pending, id, !d.keepSpecial)
 	cut := completePrefix(d.pending)
-	if cut == 0 {
-		return ""
-	}
-	out := string(d.pending[:cut])
+	dst = append(dst, d.pending[:cut]...)
 	d.pending = append(d.pending[:0], d.pending[cut:]...)
-	return out
+	return dst
 }
 
 // Flush returns whatever is held back (an incomplete character at the end

@@ -174,6 +174,14 @@ func TestStreamDecoder(t *testing.T) {
 			if got, want := strings.Join(pieces, ""), tk.Decode(ids, true); got != want {
 				t.Fatalf("stream of %q: joined %q, Decode %q", s, got, want)
 			}
+			// AppendAdd appends exactly Add's pieces.
+			d, buf := tk.NewStreamDecoder(), []byte("prefix")
+			for i, id := range ids {
+				n := len(buf)
+				if buf = d.AppendAdd(buf, id); string(buf[n:]) != pieces[i] {
+					t.Fatalf("stream of %q: AppendAdd of token %d appended %q, Add returned %q", s, i, buf[n:], pieces[i])
+				}
+			}
 			if !utf8.ValidString(s) {
 				continue
 			}
