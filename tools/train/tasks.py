@@ -1,14 +1,15 @@
 """The synthetic tasks cpmla-tiny is trained on, each with an exactly computable answer.
 
   arithmetic  a word problem with one or two steps on two-digit numbers, answered in
-              GSM8K's format: the working, then a line "#### N" (lm-eval's gsm8k
+              GSM8K's format: the working (one equation per step, or column by
+              column: digit_step), then a line "#### N" (lm-eval's gsm8k
               exact-match reads the number after "####").
   passkey     a five-digit pass key hidden at any depth of a haystack of filler
               sentences, asked for at the end (the needle-in-a-haystack test of
               long-context models).
   copy        a string of random words repeated exactly.
-  lookup      names each with a number, one of them asked back (not in the committed
-              cpmla-tiny's training; train.py's optional fourth --mix share).
+  lookup      names each with a number, one of them asked back (train.py's optional
+              fourth --mix share).
 
 Every task comes in two forms: plain text, as lm-eval's completion requests send it
 ("Question: ...\\nAnswer:"), and a chat, rendered with the model's chat template
@@ -63,8 +64,30 @@ def arithmetic_key(a, steps):
     return (a,) + tuple(x for s in steps for x in s)
 
 
-def arithmetic_text(rng, a, steps):
-    """(question, working, answer) of one problem."""
+def digit_step(v, op, n):
+    """The working of v op n column by column, as written by hand: the ones, then
+    the tens with the carry or the borrow, then the result, e.g.
+    "38 + 45: 8 + 5 = 13, 3 + 4 + 1 = 8, so 83." or
+    "52 - 27: 12 - 7 = 5, 5 - 1 - 2 = 2, so 25." (v < 200, 10 <= n < 100;
+    the tens of a three-digit v are one number, 10 to 19)."""
+    vt, vo, nt, no = v // 10, v % 10, n // 10, n % 10
+    if op == "+":
+        ones = vo + no
+        carry = ones // 10
+        ones_s = f"{vo} + {no} = {ones}"
+        tens_s = f"{vt} + {nt} + 1 = {vt + nt + 1}" if carry else f"{vt} + {nt} = {vt + nt}"
+        w = v + n
+    else:
+        borrow = vo < no
+        ones_s = f"{vo + 10 * borrow} - {no} = {vo + 10 * borrow - no}"
+        tens_s = f"{vt} - 1 - {nt} = {vt - 1 - nt}" if borrow else f"{vt} - {nt} = {vt - nt}"
+        w = v - n
+    return f"{v} {op} {n}: {ones_s}, {tens_s}, so {w}.", w
+
+
+def arithmetic_text(rng, a, steps, working="plain"):
+    """(question, working, answer) of one problem; working "plain" writes each step
+    as "v op n = w.", "digits" column by column (digit_step)."""
     name, obj = rng.choice(NAMES), rng.choice(OBJECTS)
     parts = [f"{name} has {a} {obj}."]
     for i, (op, n) in enumerate(steps):
@@ -73,8 +96,12 @@ def arithmetic_text(rng, a, steps):
     parts.append(f"How many {obj} does {name} have now?")
     work, v = [], a
     for op, n in steps:
-        w = v + n if op == "+" else v - n
-        work.append(f"{v} {op} {n} = {w}.")
+        if working == "digits":
+            text, w = digit_step(v, op, n)
+        else:
+            w = v + n if op == "+" else v - n
+            text = f"{v} {op} {n} = {w}."
+        work.append(text)
         v = w
     return " ".join(parts), " ".join(work), v
 
@@ -127,9 +154,10 @@ def heldout_arithmetic(n, seed=20261201):
 class Generator:
     """Training documents (strings with special tokens written out), seeded."""
 
-    def __init__(self, seed, heldout_keys):
+    def __init__(self, seed, heldout_keys, working="plain"):
         self.rng = random.Random(seed)
         self.heldout = set(tuple(k) for k in heldout_keys)
+        self.working = working  # arithmetic_text's working style
 
     def arithmetic(self):
         rng = self.rng
@@ -137,7 +165,7 @@ class Generator:
             a, steps = arithmetic_numbers(rng)
             if arithmetic_key(a, steps) not in self.heldout:
                 break
-        q, w, v = arithmetic_text(rng, a, steps)
+        q, w, v = arithmetic_text(rng, a, steps, self.working)
         if rng.random() < 0.5:
             p, t = arithmetic_plain(q, w, v)
             return p + t

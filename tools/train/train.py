@@ -64,7 +64,7 @@ HELDOUT = 500
 CHECK_HAYSTACKS = (40, 120, 250, 500)  # filler sentences of the greedy check's pass keys
 # Flags that only shape training; --eval-only refuses them rather than ignore them.
 TRAINING_FLAGS = ("steps", "dense_fraction", "budget", "lr", "bias_rate", "eval_every", "save_every",
-                  "mix", "stop_after", "passkey_max")
+                  "mix", "stop_after", "passkey_min", "passkey_max", "working")
 
 
 def hf_config(tok, heads=2):
@@ -140,9 +140,9 @@ def init_weights(m, std):
 class Batches:
     """Seeded batches of whole documents (right-padded), one task per batch."""
 
-    def __init__(self, seed, tok, heldout, budget, mix, passkey_max):
-        self.mix, self.passkey_max = mix, passkey_max
-        self.gen = tasks.Generator(seed, [h["key"] for h in heldout])
+    def __init__(self, seed, tok, heldout, budget, mix, passkey_max, working="plain", passkey_min=8):
+        self.mix, self.passkey_min, self.passkey_max = mix, passkey_min, passkey_max
+        self.gen = tasks.Generator(seed, [h["key"] for h in heldout], working)
         self.rng = random.Random(seed + 1)
         self.tok, self.budget = tok, budget
         self.pad = tok.special[tasks.EOT]
@@ -150,9 +150,9 @@ class Batches:
     def docs(self, kind):
         g, rng = self.gen, self.rng
         if kind == "passkey":
-            # Haystacks of 8 to passkey_max sentences, log-uniform (560: up to
-            # about 3,300 tokens; 690: the whole 4,096-token context).
-            n = int(math.exp(rng.uniform(math.log(8), math.log(self.passkey_max))))
+            # Haystacks of passkey_min (8) to passkey_max sentences, log-uniform
+            # (560: up to about 3,300 tokens; 690: the whole 4,096-token context).
+            n = int(math.exp(rng.uniform(math.log(self.passkey_min), math.log(self.passkey_max))))
             ids = self.tok.encode(g.passkey(n))[:4096]
             per = max(1, self.budget // len(ids))
             out = [ids]
@@ -228,7 +228,7 @@ def greedy(m, tok, prompt, max_new, stops):
     return tok.decode(out)
 
 
-def quick_eval(m, tok, heldout, n, show=None):
+def quick_eval(m, tok, heldout, n, show=None, max_new=40):
     """Greedy replies to n held-out problems, a pass key in each of CHECK_HAYSTACKS
     and 20 lookups: (share of problems right, keys found, lookups right).
     show, when given, is called with (prompt end, reply, expected) of each."""
@@ -237,7 +237,7 @@ def quick_eval(m, tok, heldout, n, show=None):
     right = 0
     for h in heldout[:n]:
         p, _ = tasks.arithmetic_plain(h["question"], h["working"], h["answer"])
-        text = greedy(m, tok, p, 40, stops)
+        text = greedy(m, tok, p, max_new, stops)
         right += text.strip().endswith(f"#### {h['answer']}")
         show(p[-60:], text, h["answer"])
     rng = random.Random(5)
@@ -269,6 +269,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--heads", type=int, default=2, help="attention heads of the model")
     ap.add_argument("--passkey-max", type=int, default=560, help="most filler sentences of a passkey haystack")
+    ap.add_argument("--passkey-min", type=int, default=8, help="fewest filler sentences of a passkey haystack")
     ap.add_argument("--eval-only", action="store_true",
                     help="with --resume: print the greedy check's replies and scores of the saved state "
                          "(sparse attention, as the check during training), then stop")
@@ -277,6 +278,9 @@ def main():
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--resume", action="store_true", help="continue from state.pt in --out")
     ap.add_argument("--mix", default="0.6,0.3,0.1", help="shares of arithmetic, passkey, copy and (optional, default 0) lookup batches")
+    ap.add_argument("--working", choices=("plain", "digits"), default="plain",
+                    help="the arithmetic working of the training problems: one equation per step, or "
+                         "column by column (tasks.digit_step); the tokenizer is fitted on plain either way")
     ap.add_argument("--stop-after", type=int, default=0,
                     help="stop after this many steps (of a schedule of --steps), saving the state and exporting the checkpoints")
     args = ap.parse_args()
@@ -322,13 +326,16 @@ def main():
             a.indexer_loss, a.dense_attention = False, False
         m.eval()
         acc, found, looked = quick_eval(m, tok, heldout[HELDOUT - 20:], 20,
-                                        lambda p, text, want: print(f"{p!r} -> {text!r} (want {want})"))
+                                        lambda p, text, want: print(f"{p!r} -> {text!r} (want {want})"), max_new=100)
         print(f"eval step {start}: arithmetic {acc:.2f} (20 held-out), passkey {found}/4, lookup {looked}/20")
         return
     mix = [float(v) for v in args.mix.split(",")]
     if len(mix) not in (3, 4) or min(mix) < 0 or abs(sum(mix) - 1) > 1e-9:
         raise SystemExit(f"--mix {args.mix}: want three or four shares summing to 1, e.g. 0.6,0.3,0.1")
-    batches = Batches(args.seed, tok, heldout, args.budget, mix, args.passkey_max)
+    if not 1 <= args.passkey_min <= args.passkey_max:
+        raise SystemExit(f"--passkey-min {args.passkey_min} must be at least 1 and at most --passkey-max {args.passkey_max}")
+    batches = Batches(args.seed, tok, heldout, args.budget, mix, args.passkey_max, args.working, args.passkey_min)
+    check_tokens = 100 if args.working == "digits" else 40  # the longest working, with room
     for _ in range(start):
         batches.next()
     dense_steps = int(args.steps * args.dense_fraction)
@@ -363,7 +370,7 @@ def main():
                 a.indexer_loss = False
                 a.dense_attention = False
             m.eval()
-            acc, found, looked = quick_eval(m, tok, heldout[HELDOUT - 20:], 20)
+            acc, found, looked = quick_eval(m, tok, heldout[HELDOUT - 20:], 20, max_new=check_tokens)
             m.train()
             say(f"eval step {step + 1}: arithmetic {acc:.2f} (20 held-out), passkey {found}/4, lookup {looked}/20, t {time.time() - t0:.0f}s")
     for a in attention_modules(m):
