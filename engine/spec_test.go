@@ -56,10 +56,11 @@ func (m *suffixMatcher) Ends(tok int) bool {
 // every sequence cut after the first place its tokens end with seq.
 func cutAtSuffix(o specOutput, seq []int) specOutput {
 	c := specOutput{Finish: slices.Clone(o.Finish)}
+	seq32 := convert[int32](seq)
 	for k, toks := range o.Toks {
 		n := len(toks)
 		for i := len(seq); i <= len(toks); i++ {
-			if slices.Equal(toks[i-len(seq):i], toSeq32(seq)) {
+			if slices.Equal(toks[i-len(seq):i], seq32) {
 				n, c.Finish[k] = i, FinishStop
 				break
 			}
@@ -70,18 +71,11 @@ func cutAtSuffix(o specOutput, seq []int) specOutput {
 	return c
 }
 
-func toInts(s []int32) []int {
-	out := make([]int, len(s))
+// convert copies token ids between the engine's int32 and the API's int.
+func convert[U, T int | int32](s []T) []U {
+	out := make([]U, len(s))
 	for i, v := range s {
-		out[i] = int(v)
-	}
-	return out
-}
-
-func toSeq32(s []int) []int32 {
-	out := make([]int32, len(s))
-	for i, v := range s {
-		out[i] = int32(v)
+		out[i] = U(v)
 	}
 	return out
 }
@@ -201,8 +195,8 @@ func TestSpecFakeDecodingIsPlainDecoding(t *testing.T) {
 					// the first request and on the second sequence of the forked
 					// one (each sequence has its own matcher).
 					withText := append([]specRequest{}, reqs...)
-					withText[0].stopSeq = toInts(plain[0].Toks[0][5:7])
-					withText[2].stopSeq = toInts(plain[2].Toks[1][3:5])
+					withText[0].stopSeq = convert[int](plain[0].Toks[0][5:7])
+					withText[2].stopSeq = convert[int](plain[2].Toks[1][3:5])
 					plainText, _, _ := run(nil, withText)
 					gotText, _, _ := run(mtpConfig(k), withText)
 					for _, i := range []int{0, 2} {

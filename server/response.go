@@ -54,11 +54,8 @@ func newResponse(s *Server, j *job, id string, created int64, out responder) *re
 	r := &response{s: s, j: j, id: id, created: created, out: out, promptLPs: make([][]engine.PromptLogprob, len(j.prompts))}
 	for p := range j.prompts {
 		for k := range j.n {
-			ts := newTextStream(s.cfg.Tokenizer, j.stops)
+			ts := newTextStream(s.cfg.Tokenizer, j.stops, j.keepsSpecial())
 			c := &choice{index: p*j.n + k, prompt: p}
-			if j.keepsSpecial() {
-				ts = newTextStreamKeepingSpecial(s.cfg.Tokenizer, j.stops)
-			}
 			if j.parses() {
 				c.parser, _ = chatparse.New(j.parserOptions()) // the options were checked when parsing the request
 			}

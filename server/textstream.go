@@ -43,14 +43,20 @@ type textStream struct {
 	minEnd    int
 }
 
-func newTextStream(tk *tokenizer.Tokenizer, stops []string) *textStream {
-	return &textStream{dec: tk.NewStreamDecoder(), stops: stops}
+// newTextStream makes the text stream of one choice; keepSpecial keeps
+// special tokens (<think>, <tool_call>, …) in the text, for output that a
+// chat parser reads.
+func newTextStream(tk *tokenizer.Tokenizer, stops []string, keepSpecial bool) *textStream {
+	return &textStream{dec: streamDecoder(tk, keepSpecial), stops: stops}
 }
 
-// newTextStreamKeepingSpecial is newTextStream for output that a chat
-// parser reads: special tokens (<think>, <tool_call>, …) stay in the text.
-func newTextStreamKeepingSpecial(tk *tokenizer.Tokenizer, stops []string) *textStream {
-	return &textStream{dec: tk.NewStreamDecoderKeepingSpecial(), stops: stops}
+// streamDecoder is the decoder of a choice's text, keeping special tokens
+// or not: the text stream and the engine's stop matcher must use the same.
+func streamDecoder(tk *tokenizer.Tokenizer, keepSpecial bool) *tokenizer.StreamDecoder {
+	if keepSpecial {
+		return tk.NewStreamDecoderKeepingSpecial()
+	}
+	return tk.NewStreamDecoder()
 }
 
 // add decodes one generated token and returns the text and tokens that are
@@ -173,6 +179,7 @@ func heldBack(text string, stops []string) int {
 type stopMatchers struct {
 	tk          *tokenizer.Tokenizer
 	stops       [][]byte
+	keep        int // the longest stop string's length minus one
 	keepSpecial bool
 	minTokens   int
 }
@@ -181,20 +188,14 @@ func newStopMatchers(tk *tokenizer.Tokenizer, stops []string, keepSpecial bool, 
 	m := stopMatchers{tk: tk, keepSpecial: keepSpecial, minTokens: minTokens}
 	for _, s := range stops {
 		m.stops = append(m.stops, []byte(s))
+		m.keep = max(m.keep, len(s)-1)
 	}
 	return m
 }
 
 func (f stopMatchers) NewStopMatcher() engine.StopMatcher {
-	dec := f.tk.NewStreamDecoder()
-	if f.keepSpecial {
-		dec = f.tk.NewStreamDecoderKeepingSpecial()
-	}
-	keep := 0
-	for _, s := range f.stops {
-		keep = max(keep, len(s)-1)
-	}
-	return &stopMatcher{dec: dec, stops: f.stops, keep: keep, minTokens: f.minTokens, tail: make([]byte, 0, keep+256)}
+	return &stopMatcher{dec: streamDecoder(f.tk, f.keepSpecial), stops: f.stops, keep: f.keep, minTokens: f.minTokens,
+		tail: make([]byte, 0, f.keep+256)}
 }
 
 // stopMatcher finds the token at which a textStream with the same stop

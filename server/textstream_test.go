@@ -56,7 +56,7 @@ func TestTextStream(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := newTextStream(tk, tc.stops)
+			ts := newTextStream(tk, tc.stops, false)
 			pieces, ntoks, stopped := streamAll(ts, ids)
 			want, wantStop := truncateAtStop(text, tc.stops)
 			got := strings.Join(pieces, "")
@@ -114,7 +114,7 @@ func FuzzTextStream(f *testing.F) {
 		if stop != "" {
 			stops = []string{stop}
 		}
-		pieces, _, stopped := streamAll(newTextStream(tk, stops), ids)
+		pieces, _, stopped := streamAll(newTextStream(tk, stops, false), ids)
 		want, wantStop := truncateAtStop(tk.Decode(ids, true), stops)
 		if got := strings.Join(pieces, ""); got != want || stopped != wantStop {
 			t.Fatalf("ids %v stop %q: released %q (stopped %v), want %q (stopped %v)", ids, stop, got, stopped, want, wantStop)
@@ -187,7 +187,7 @@ func TestTextStreamMinTokensAndIncludeStop(t *testing.T) {
 		{3, true, "abab"},   // and is released with the text
 		{5, false, "ababa"}, // no "ab" ends in token 5 or later
 	} {
-		ts := newTextStream(tk, []string{"ab"})
+		ts := newTextStream(tk, []string{"ab"}, false)
 		ts.minTokens, ts.includeStop = tc.minTokens, tc.includeStop
 		pieces, _, _ := streamAll(ts, ids)
 		if got := strings.Join(pieces, ""); got != tc.want {
@@ -200,10 +200,7 @@ func TestTextStreamMinTokensAndIncludeStop(t *testing.T) {
 // (during add, not at finish) and the one at which a stopMatcher with the
 // same settings ends the sequence; -1 when none does.
 func firstStops(tk *tokenizer.Tokenizer, ids []int, stops []string, keepSpecial bool, minTokens int) (stream, matcher int) {
-	ts := newTextStream(tk, stops)
-	if keepSpecial {
-		ts = newTextStreamKeepingSpecial(tk, stops)
-	}
+	ts := newTextStream(tk, stops, keepSpecial)
 	ts.minTokens = minTokens
 	m := newStopMatchers(tk, stops, keepSpecial, minTokens).NewStopMatcher()
 	stream, matcher = -1, -1
@@ -218,7 +215,7 @@ func firstStops(tk *tokenizer.Tokenizer, ids []int, stops []string, keepSpecial 
 			break
 		}
 		if stream >= 0 { // the stream must not be fed past its stop
-			ts = newTextStream(tk, nil)
+			ts = newTextStream(tk, nil, false)
 		}
 	}
 	return stream, matcher
