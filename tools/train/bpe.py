@@ -200,6 +200,17 @@ def save(tok, directory):
         f.write("\n")
 
 
+def load(directory):
+    """The tokenizer save wrote into directory."""
+    with open(f"{directory}/tokenizer.json") as f:
+        tj = json.load(f)
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in tj["model"]["merges"]]
+    tok = Tokenizer(merges)
+    if tok.tokenizer_json() != tj:
+        raise ValueError(f"{directory}/tokenizer.json is not a tokenizer this script writes")
+    return tok
+
+
 def parity_texts():
     """Texts whose ids cpmla's tokenizer must reproduce (checkpoints/testdata): every
     task in both forms, and whitespace, digit and contraction edge cases."""

@@ -148,9 +148,14 @@ class Attention(nn.Module):
         # whatever the indexer selects (the indexer's warm-up stage); with
         # indexer_loss set, forward stores in index_kl the per-row KL divergence of the
         # indexer's distribution from the heads' summed attention, over the attended
-        # keys, on inputs detached from the rest of the model (DeepSeek-V3.2).
+        # keys, on inputs detached from the rest of the model (DeepSeek-V3.2); with
+        # indexer_dense_target also set, the KL is taken over every earlier key against
+        # the attention the heads would give with no selection (computed without
+        # gradients), while the heads still attend sparsely: a sparse stage's KL over
+        # the selected keys cannot teach the indexer to pick a key it misses.
         self.dense_attention = False
         self.indexer_loss = False
+        self.indexer_dense_target = False
         self.index_kl = None
 
     def forward(self, a, cos, sin, trace=None):
@@ -196,13 +201,19 @@ class Attention(nn.Module):
         elif trace is not None:
             trace["selected"] = [list(range(t + 1)) for t in range(T)]
             trace["margin"] = {}
+        logit_all = logit.detach() if self.indexer_dense_target else None
         logit = logit.masked_fill(~allowed.unsqueeze(1), float("-inf"))
         p = torch.softmax(logit, dim=-1)
         if cfg.sparse and self.indexer_loss:
+            over = causal.expand(B, T, T) if self.indexer_dense_target else allowed
             with torch.no_grad():
-                target = p.sum(1).masked_fill(~allowed, 0.0)
+                pt = p
+                if self.indexer_dense_target and not self.dense_attention:
+                    pt = torch.softmax(logit_all.masked_fill(~causal, float("-inf")), dim=-1)
+                target = pt.sum(1).masked_fill(~over, 0.0)
                 target = target / target.sum(-1, keepdim=True)
-            logq = torch.log_softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+                del pt
+            logq = torch.log_softmax(scores.masked_fill(~over, float("-inf")), dim=-1)
             term = torch.where(target > 0, target * (torch.log(target.clamp_min(1e-30)) - logq), torch.zeros_like(logq))
             self.index_kl = term.sum(-1)                              # [B, T]
         o = torch.einsum("bhts,bshd->bthd", p, v).reshape(B, T, H * dv)

@@ -57,14 +57,17 @@ import bpe  # noqa: E402
 import export  # noqa: E402
 import tasks  # noqa: E402
 from hfconfig import Config  # noqa: E402
+from checkpoint import Checkpoint  # noqa: E402
 from model import Attention, Model, MoE  # noqa: E402
+from model import load as load_checkpoint  # noqa: E402
 
 N_MERGES = 252  # 256 bytes + 252 merges + 4 special tokens = 512 ids
 HELDOUT = 500
 CHECK_HAYSTACKS = (40, 120, 250, 500)  # filler sentences of the greedy check's pass keys
 # Flags that only shape training; --eval-only refuses them rather than ignore them.
 TRAINING_FLAGS = ("steps", "dense_fraction", "budget", "lr", "bias_rate", "eval_every", "save_every",
-                  "mix", "stop_after", "passkey_min", "passkey_max", "working")
+                  "mix", "stop_after", "passkey_min", "passkey_max", "working", "answer_weight", "init",
+                  "indexer_dense_target")
 
 
 def hf_config(tok, heads=2):
@@ -140,8 +143,9 @@ def init_weights(m, std):
 class Batches:
     """Seeded batches of whole documents (right-padded), one task per batch."""
 
-    def __init__(self, seed, tok, heldout, budget, mix, passkey_max, working="plain", passkey_min=8):
+    def __init__(self, seed, tok, heldout, budget, mix, passkey_max, working="plain", passkey_min=8, answer_weight=1.0):
         self.mix, self.passkey_min, self.passkey_max = mix, passkey_min, passkey_max
+        self.answer_weight = answer_weight
         self.gen = tasks.Generator(seed, [h["key"] for h in heldout], working)
         self.rng = random.Random(seed + 1)
         self.tok, self.budget = tok, budget
@@ -153,44 +157,76 @@ class Batches:
             # Haystacks of passkey_min (8) to passkey_max sentences, log-uniform
             # (560: up to about 3,300 tokens; 690: the whole 4,096-token context).
             n = int(math.exp(rng.uniform(math.log(self.passkey_min), math.log(self.passkey_max))))
-            ids = self.tok.encode(g.passkey(n))[:4096]
-            per = max(1, self.budget // len(ids))
-            out = [ids]
-            for _ in range(per - 1):
-                out.append(self.tok.encode(g.passkey(n))[:4096])
+            first = self.passkey_doc(g.passkey(n))
+            out = [first]
+            for _ in range(max(1, self.budget // len(first[0])) - 1):
+                out.append(self.passkey_doc(g.passkey(n)))
             return out
         make = {"arithmetic": g.arithmetic_doc, "copy": g.copy, "lookup": g.lookup}[kind]
         out, total = [], 0
         while total < self.budget:
             ids = self.tok.encode(make())
-            out.append(ids)
+            out.append((ids, len(ids)))
             total += len(ids)
         return out
 
+    def passkey_doc(self, text):
+        """(ids, where the reply starts): the reply is what follows the question, its
+        tokens the ones --answer-weight weighs (the haystack's own tokens are most of a
+        document and carry nothing of the key)."""
+        ids = self.tok.encode(text)
+        cut = text.rindex(tasks.PASSKEY_QUESTION) + len(tasks.PASSKEY_QUESTION)
+        head = self.tok.encode(text[:cut])
+        if head + self.tok.encode(text[cut:]) != ids:
+            raise ValueError("a pass-key document does not tokenize apart at its question")
+        return ids[:4096], len(head)
+
     def next(self):
+        """(kind, tokens [B, T], mask of real tokens, weight of each token as a target:
+        --answer-weight on pass-key replies, 1 elsewhere, 0 on padding)."""
         r = self.rng.random()
         a, p, c = self.mix[:3]
         kind = "arithmetic" if r < a else ("passkey" if r < a + p else ("copy" if r < a + p + c else "lookup"))
         docs = self.docs(kind)
-        T = max(len(d) for d in docs)
+        T = max(len(d) for d, _ in docs)
         x = torch.full((len(docs), T), self.pad, dtype=torch.long)
         mask = torch.zeros(len(docs), T, dtype=torch.bool)
-        for i, d in enumerate(docs):
+        weight = torch.zeros(len(docs), T)
+        for i, (d, reply) in enumerate(docs):
             x[i, :len(d)] = torch.tensor(d)
             mask[i, :len(d)] = True
-        return kind, x, mask
+            weight[i, :len(d)] = 1.0
+            weight[i, reply:len(d)] = self.answer_weight
+        return kind, x, mask, weight
+
+
+def init_from(m, hf, directory):
+    """Copy the weights of the exported checkpoint in directory into m, whose config
+    (hf) must be the checkpoint's but for its dtype."""
+    ck = Checkpoint(directory)
+    theirs = {k: v for k, v in ck.config.items() if k != "torch_dtype"}
+    ours = {k: v for k, v in json.loads(json.dumps(hf)).items() if k != "torch_dtype"}
+    if theirs != ours:
+        diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        raise SystemExit(f"--init {directory}: its config.json differs from this run's model in {diff}; "
+                         f"give the --heads it was trained with")
+    if any(ck.dtype(n) == "F8_E4M3" for n in ck.names()):
+        raise SystemExit(f"--init {directory}: start from the bf16 export (cpmla-tiny), not the fp8 one")
+    m.load_state_dict(load_checkpoint(ck, torch.float32).state_dict())
 
 
 def attention_modules(m):
     return [mod for mod in m.modules() if isinstance(mod, Attention)]
 
 
-def losses(m, x, mask, mtp_weight):
+def losses(m, x, mask, mtp_weight, weight=None):
+    """The training loss and its parts; weight (as Batches.next gives it, default the
+    mask) weighs each token's next-token loss as a target."""
     logits, hn = m(x)
     V = logits.shape[-1]
-    tmask = mask[:, 1:]
-    lm = F.cross_entropy(logits[:, :-1].reshape(-1, V), x[:, 1:].reshape(-1), reduction="none").view_as(tmask)
-    lm = (lm * tmask).sum() / tmask.sum()
+    tw = (mask if weight is None else weight)[:, 1:].to(logits.dtype)
+    lm = F.cross_entropy(logits[:, :-1].reshape(-1, V), x[:, 1:].reshape(-1), reduction="none").view_as(tw)
+    lm = (lm * tw).sum() / tw.sum()
     mlog, _ = m.mtp(0, x[:, 1:], hn[:, :-1])
     mmask = mask[:, 2:]
     mtp = F.cross_entropy(mlog[:, :-1].reshape(-1, V), x[:, 2:].reshape(-1), reduction="none").view_as(mmask)
@@ -269,6 +305,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--heads", type=int, default=2, help="attention heads of the model")
     ap.add_argument("--passkey-max", type=int, default=560, help="most filler sentences of a passkey haystack")
+    ap.add_argument("--answer-weight", type=float, default=1.0,
+                    help="weight of a pass-key reply's tokens in the next-token loss, against 1 for the haystack's")
+    ap.add_argument("--indexer-dense-target", action="store_true",
+                    help="in the sparse stage, train the indexer against the heads' attention over every earlier key "
+                         "(computed without gradients), not only over the keys it selected")
     ap.add_argument("--passkey-min", type=int, default=8, help="fewest filler sentences of a passkey haystack")
     ap.add_argument("--eval-only", action="store_true",
                     help="with --resume: print the greedy check's replies and scores of the saved state "
@@ -277,6 +318,10 @@ def main():
     ap.add_argument("--eval-every", type=int, default=0, help="greedy check of held-out problems every N steps (0: at the end only)")
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--resume", action="store_true", help="continue from state.pt in --out")
+    ap.add_argument("--init", default="",
+                    help="start from the weights of this exported bf16 checkpoint directory (its tokenizer too), "
+                         "with a fresh optimizer and schedule, instead of a random initialisation; "
+                         "--resume continues such a run from its state.pt")
     ap.add_argument("--mix", default="0.6,0.3,0.1", help="shares of arithmetic, passkey, copy and (optional, default 0) lookup batches")
     ap.add_argument("--working", choices=("plain", "digits"), default="plain",
                     help="the arithmetic working of the training problems: one equation per step, or "
@@ -297,8 +342,11 @@ def main():
         log.flush()
 
     heldout = tasks.heldout_arithmetic(HELDOUT)
-    fit = tasks.Generator(args.seed + 7, [h["key"] for h in heldout]).corpus_sample(3000)
-    tok = bpe.Tokenizer(bpe.fit_merges(fit, N_MERGES))
+    if args.init:
+        tok = bpe.load(args.init)
+    else:
+        fit = tasks.Generator(args.seed + 7, [h["key"] for h in heldout]).corpus_sample(3000)
+        tok = bpe.Tokenizer(bpe.fit_merges(fit, N_MERGES))
     bpe.save(tok, args.out)
     with open(os.path.join(args.out, "heldout.jsonl"), "w") as f:
         for h in heldout:
@@ -307,6 +355,8 @@ def main():
     cfg = Config.from_hf(hf)
     m = Model(cfg)
     init_weights(m, 0.02)
+    if args.init:
+        init_from(m, hf, args.init)
     opt = torch.optim.AdamW(m.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     start = 0
     state_path = os.path.join(args.out, "state.pt")
@@ -334,7 +384,10 @@ def main():
         raise SystemExit(f"--mix {args.mix}: want three or four shares summing to 1, e.g. 0.6,0.3,0.1")
     if not 1 <= args.passkey_min <= args.passkey_max:
         raise SystemExit(f"--passkey-min {args.passkey_min} must be at least 1 and at most --passkey-max {args.passkey_max}")
-    batches = Batches(args.seed, tok, heldout, args.budget, mix, args.passkey_max, args.working, args.passkey_min)
+    if args.answer_weight < 1:
+        raise SystemExit(f"--answer-weight {args.answer_weight} must be at least 1 (1: every token alike)")
+    batches = Batches(args.seed, tok, heldout, args.budget, mix, args.passkey_max, args.working, args.passkey_min,
+                      args.answer_weight)
     check_tokens = 100 if args.working == "digits" else 40  # the longest working, with room
     for _ in range(start):
         batches.next()
@@ -347,11 +400,12 @@ def main():
         for a in attention_modules(m):
             a.dense_attention = dense
             a.indexer_loss = True
+            a.indexer_dense_target = args.indexer_dense_target
         lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        kind, x, mask = batches.next()
-        loss, lm, mtp, kl = losses(m, x, mask, 0.3)
+        kind, x, mask, weight = batches.next()
+        loss, lm, mtp, kl = losses(m, x, mask, 0.3, weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
