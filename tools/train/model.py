@@ -201,18 +201,16 @@ class Attention(nn.Module):
         elif trace is not None:
             trace["selected"] = [list(range(t + 1)) for t in range(T)]
             trace["margin"] = {}
-        logit_all = logit.detach() if self.indexer_dense_target else None
+        dense_target = cfg.sparse and self.indexer_loss and self.indexer_dense_target
+        full_logit = logit.detach() if dense_target and not self.dense_attention else None
         logit = logit.masked_fill(~allowed.unsqueeze(1), float("-inf"))
         p = torch.softmax(logit, dim=-1)
         if cfg.sparse and self.indexer_loss:
-            over = causal.expand(B, T, T) if self.indexer_dense_target else allowed
+            over = causal.expand(B, T, T) if dense_target else allowed
             with torch.no_grad():
-                pt = p
-                if self.indexer_dense_target and not self.dense_attention:
-                    pt = torch.softmax(logit_all.masked_fill(~causal, float("-inf")), dim=-1)
+                pt = p if full_logit is None else torch.softmax(full_logit.masked_fill(~causal, float("-inf")), dim=-1)
                 target = pt.sum(1).masked_fill(~over, 0.0)
                 target = target / target.sum(-1, keepdim=True)
-                del pt
             logq = torch.log_softmax(scores.masked_fill(~over, float("-inf")), dim=-1)
             term = torch.where(target > 0, target * (torch.log(target.clamp_min(1e-30)) - logq), torch.zeros_like(logq))
             self.index_kl = term.sum(-1)                              # [B, T]

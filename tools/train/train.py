@@ -166,7 +166,7 @@ class Batches:
         out, total = [], 0
         while total < self.budget:
             ids = self.tok.encode(make())
-            out.append((ids, len(ids)))
+            out.append((ids, len(ids)))  # no pass-key reply: every target weighs 1
             total += len(ids)
         return out
 
