@@ -152,10 +152,15 @@ class Attention(nn.Module):
         # indexer_dense_target also set, the KL is taken over every earlier key against
         # the attention the heads would give with no selection (computed without
         # gradients), while the heads still attend sparsely: a sparse stage's KL over
-        # the selected keys cannot teach the indexer to pick a key it misses.
+        # the selected keys cannot teach the indexer to pick a key it misses. With
+        # indexer_target_topk also set, that target keeps only each row's index_topk
+        # keys of most summed attention (renormalised): over thousands of keys the
+        # heads' dense attention spreads mass the selection cannot follow, and what
+        # the indexer has to get right is which keys rank first.
         self.dense_attention = False
         self.indexer_loss = False
         self.indexer_dense_target = False
+        self.indexer_target_topk = False
         self.index_kl = None
 
     def forward(self, a, cos, sin, trace=None):
@@ -210,6 +215,9 @@ class Attention(nn.Module):
             with torch.no_grad():
                 pt = p if full_logit is None else torch.softmax(full_logit.masked_fill(~causal, float("-inf")), dim=-1)
                 target = pt.sum(1).masked_fill(~over, 0.0)
+                if dense_target and self.indexer_target_topk and T > cfg.index_topk:
+                    keep = torch.topk(target, cfg.index_topk, dim=-1).indices
+                    target = torch.zeros_like(target).scatter_(-1, keep, target.gather(-1, keep))
                 target = target / target.sum(-1, keepdim=True)
             logq = torch.log_softmax(scores.masked_fill(~over, float("-inf")), dim=-1)
             term = torch.where(target > 0, target * (torch.log(target.clamp_min(1e-30)) - logq), torch.zeros_like(logq))

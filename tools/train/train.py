@@ -67,7 +67,7 @@ CHECK_HAYSTACKS = (40, 120, 250, 500)  # filler sentences of the greedy check's 
 # Flags that only shape training; --eval-only refuses them rather than ignore them.
 TRAINING_FLAGS = ("steps", "dense_fraction", "budget", "lr", "bias_rate", "eval_every", "save_every",
                   "mix", "stop_after", "passkey_min", "passkey_max", "working", "answer_weight", "init",
-                  "indexer_dense_target")
+                  "indexer_dense_target", "indexer_target_topk")
 
 
 def hf_config(tok, heads=2):
@@ -310,6 +310,9 @@ def main():
     ap.add_argument("--indexer-dense-target", action="store_true",
                     help="in the sparse stage, train the indexer against the heads' attention over every earlier key "
                          "(computed without gradients), not only over the keys it selected")
+    ap.add_argument("--indexer-target-topk", action="store_true",
+                    help="with --indexer-dense-target: keep in the indexer's target only each row's index_topk keys "
+                         "that the heads' dense attention weighs most, renormalised")
     ap.add_argument("--passkey-min", type=int, default=8, help="fewest filler sentences of a passkey haystack")
     ap.add_argument("--eval-only", action="store_true",
                     help="with --resume: print the greedy check's replies and scores of the saved state "
@@ -384,6 +387,8 @@ def main():
         raise SystemExit(f"--mix {args.mix}: want three or four shares summing to 1, e.g. 0.6,0.3,0.1")
     if not 1 <= args.passkey_min <= args.passkey_max:
         raise SystemExit(f"--passkey-min {args.passkey_min} must be at least 1 and at most --passkey-max {args.passkey_max}")
+    if args.indexer_target_topk and not args.indexer_dense_target:
+        raise SystemExit("--indexer-target-topk narrows the target of --indexer-dense-target: give both")
     if args.answer_weight < 1:
         raise SystemExit(f"--answer-weight {args.answer_weight} must be at least 1 (1: every token alike)")
     batches = Batches(args.seed, tok, heldout, args.budget, mix, args.passkey_max, args.working, args.passkey_min,
@@ -401,6 +406,7 @@ def main():
             a.dense_attention = dense
             a.indexer_loss = True
             a.indexer_dense_target = args.indexer_dense_target
+            a.indexer_target_topk = args.indexer_target_topk
         lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
