@@ -2223,9 +2223,9 @@ type fp8GEMV struct {
 }
 
 // fp8GEMVPrefetch is how many code bytes ahead of its loads the one-row fp8
-// GEMV tile prefetches each of its eight weight rows. Twice the bf16 tile's
-// gemvPrefetch: on a Zen 4 core (AVX-512 at half width) 1,024 bytes left the
-// fp8 tile at about 60 % of its in-cache rate when streaming from memory,
+// GEMV tile prefetches each of its eight weight rows. On a Zen 4 core
+// (AVX-512 at half width), 1,024 bytes (the bf16 tile's gemvPrefetch) left
+// the fp8 tile at 35–65 % of its in-cache rate when streaming from memory,
 // and whole fp8 decode steps ran 8–40 % faster at 2,048
 // (docs/performance.md, "fp8 prefetch distance").
 const fp8GEMVPrefetch = 2048

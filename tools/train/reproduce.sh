@@ -8,14 +8,15 @@
 # -n prints the invocations without running them.
 # WORK_DIR (default /tmp/cpmla-tiny-repro) receives every invocation's --out.
 # An invocation that has finished is skipped, so a stopped run can be started
-# again: the from-scratch invocations resume from their last save (--resume
-# replays the data to the saved step and gives the same bytes as a run that
-# was never stopped), a long-context invocation starts over.
+# again: invocations 2 to 6 resume from their last save (--resume replays the
+# data to the saved step and gives the same bytes as a run that was never
+# stopped); the first and the long-context invocation start over.
 #
 # Every step is seeded and torch runs with use_deterministic_algorithms on two
 # threads, so on the same software (Debian bookworm's python3-torch 1.13.1 and
-# OpenBLAS) the last lines print equal sha256 sums for the new and the
-# committed tensor files.
+# OpenBLAS) the last lines should print equal sha256 sums for the new and the
+# committed tensor files; that was checked on short runs (tools/train/README.md),
+# not on the whole chain.
 #
 # Needs: apt-get install -y python3-torch libopenblas0-pthread libtcmalloc-minimal4
 # Time on a two-core machine: about 4.4 hours.
