@@ -31,6 +31,8 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	b := randSlice(r, 64, 1)
 	scores := randSlice(r, 1000, 10)
 	idx := make([]int32, 16)
+	longScores := randSlice(r, 40000, 10) // the radix select and the sampled threshold
+	longIdx := make([]int32, 2048)
 	rope := NewRope(64, 10000, nil)
 	row64 := make([]float64, 64)
 
@@ -56,6 +58,7 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"Softmax", func() { Softmax(row) }},
 		{"LogSumExp", func() { _ = LogSumExp(row) }},
 		{"TopK", func() { TopK(idx, scores) }},
+		{"TopK long row", func() { TopK(longIdx, longScores) }},
 		{"Rope.Apply", func() { rope.Apply(row, 4097, true) }},
 		{"Rope.Angles", func() { rope.Angles(row, 4097) }},
 		{"Rope.Rotate", func() { rope.Rotate(row, w, true) }},

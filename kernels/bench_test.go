@@ -99,14 +99,41 @@ func BenchmarkRopeApply(b *testing.B) {
 	}
 }
 
+// BenchmarkTopK selects an indexer's 2,048 keys on one thread from rows of
+// ReLU-like scores (a third exact zeros, the rest exponential), through
+// TopK and through each of its long-row paths: the radix select and the
+// sampled threshold's single pass.
 func BenchmarkTopK(b *testing.B) {
-	const n, k = 65536, 2048
-	scores := randSlice(newRand(24), n, 1)
-	dst := make([]int32, k)
-	b.Run(fmt.Sprintf("n=%d/k=%d", n, k), func(b *testing.B) {
-		for b.Loop() {
-			TopK(dst, scores)
+	defer SetThreads(SetThreads(1))
+	const k = 2048
+	for _, n := range []int{8192, 32768, 131072} {
+		r := newRand(uint64(n))
+		scores := make([]float32, n)
+		for i := range scores {
+			if r.IntN(3) != 0 {
+				scores[i] = float32(r.ExpFloat64())
+			}
 		}
-		reportRate(b, float64(4*n), "GB/s")
-	})
+		dst := make([]int32, k)
+		paths := []struct {
+			name string
+			run  func()
+		}{
+			{"TopK", func() { TopK(dst, scores) }},
+			{"radix", func() { topKRadix(dst, scores) }},
+			{"sampled", func() {
+				if _, ok := topKSampled(dst, scores); !ok {
+					b.Fatal("the sampled threshold refused an indexer row")
+				}
+			}},
+		}
+		for _, p := range paths {
+			b.Run(fmt.Sprintf("n=%d/k=%d/%s", n, k, p.name), func(b *testing.B) {
+				for b.Loop() {
+					p.run()
+				}
+				reportRate(b, float64(4*n), "GB/s")
+			})
+		}
+	}
 }

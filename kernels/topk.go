@@ -19,9 +19,12 @@ import (
 // with a large k (useRadix) use a radix select instead: up to three histogram
 // passes over the scores' order-preserving 32-bit keys find the k-th best
 // key, one pass collects the entries above it and the lowest-index ties at
-// it, and the k selected are sorted (O(n + k log k)). Both allocate nothing:
-// the radix select's histograms and, for k ≤ 2048, its sort buffer live on
-// the stack.
+// it, and the k selected are sorted (O(n + k log k)). Rows of topkSampleMin
+// scores or more first try topKSampled, one pass over the row from a
+// sampled threshold, and fall back to the radix select when the sample's
+// threshold does not hold. None allocates after warm-up: the radix select's
+// histograms and, for k ≤ 2048, its sort buffer live on the stack, and the
+// sampled pass's candidates in pooled buffers.
 func TopK(dst []int32, scores []float32) int {
 	if len(scores) > math.MaxInt32 {
 		panic(fmt.Sprintf("kernels: TopK: %d scores exceed the int32 index range", len(scores)))
@@ -34,6 +37,11 @@ func TopK(dst []int32, scores []float32) int {
 		return topKAll(dst, scores)
 	}
 	if useRadix(len(scores), k) {
+		if len(scores) >= topkSampleMin {
+			if cnt, ok := topKSampled(dst, scores); ok {
+				return cnt
+			}
+		}
 		if Threads() > 1 && len(scores) >= topkSplitMin && k <= topkSplitMaxK {
 			return topKSplit(dst, scores)
 		}
@@ -131,12 +139,12 @@ func useRadix(n, k int) bool {
 // topkKey maps a selectable score (not NaN, not −Inf) to a key whose
 // unsigned order is the score order, with −0 and +0 equal; keys are ≥ 1.
 func topkKey(s float32) uint32 {
-	if s == 0 {
-		return 1 << 31
-	}
-	// Negative: all bits flipped; positive: the sign bit set. Branch-free,
-	// since signs are random in a row of scores.
-	b := math.Float32bits(s)
+	// s + 0 is +0 for both zeros (IEEE 754 rounding to nearest) and s for
+	// every other score, so −0 and +0 map alike without a branch: rows of
+	// ReLU scores hold zeros at random places. Negative: all bits flipped;
+	// positive: the sign bit set. Branch-free, since signs are random in a
+	// row of scores.
+	b := math.Float32bits(s + 0)
 	return b ^ (uint32(int32(b)>>31) | 1<<31)
 }
 

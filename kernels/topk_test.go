@@ -230,11 +230,135 @@ func TestTopKSplit(t *testing.T) {
 		}
 		want, wantCnt := topKSorted(tc.k, scores)
 		got := make([]int32, tc.k)
-		if cnt := TopK(got, scores); cnt != wantCnt {
+		if cnt := topKSplit(got, scores); cnt != wantCnt {
 			t.Errorf("n=%d levels=%d k=%d: count %d, want %d", tc.n, tc.levels, tc.k, cnt, wantCnt)
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("n=%d levels=%d k=%d (-sorted oracle +split TopK):\n%s", tc.n, tc.levels, tc.k, diff)
 		}
 	}
+}
+
+// TestTopKSampled: the sampled threshold's single pass gives the sorted
+// oracle's result wherever it accepts a row, and it accepts the rows it is
+// for (indexer scores over long contexts, ties of a few dozen values); rows
+// it refuses (heavy ties that overflow its buffer, most scores equal, a
+// sample that puts the threshold above the k-th best score, a k near the
+// row's length) go to the radix select, and TopK still gives the oracle's
+// result.
+func TestTopKSampled(t *testing.T) {
+	relu := func(seed uint64, n int, zeros float64) []float32 {
+		r := newRand(seed)
+		s := make([]float32, n)
+		for i := range s {
+			if r.Float64() >= zeros {
+				s[i] = float32(r.ExpFloat64())
+			}
+		}
+		return s
+	}
+	withSpecials := func(s []float32, every int) []float32 {
+		for i := 0; i < len(s); i += every {
+			s[i] = []float32{float32(math.NaN()), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), float32(math.Inf(1)), -3e38}[i/every%5]
+		}
+		return s
+	}
+	// The sample's points (every n/512-th score) hold the row's best score
+	// and nothing else does, so the sample puts its threshold there, above
+	// the row's k-th best: fewer than k candidates.
+	sampledBest := func(n int) []float32 {
+		s := relu(10, n, 0)
+		for i := 0; i < n; i += n / topkSamples {
+			s[i] = 1000
+		}
+		return s
+	}
+	tests := []struct {
+		name     string
+		scores   []float32
+		k        int
+		accepted bool
+	}{
+		{"indexer row, 32 Ki", relu(1, 32768, 0.3), 2048, true},
+		{"indexer row, 128 Ki", relu(2, 131072, 0.5), 2048, true},
+		{"indexer row, small k", relu(3, 65536, 0.2), 16, true},
+		{"specials every 11th", withSpecials(relu(4, 40000, 0.1), 11), 2048, true},
+		{"short row", relu(5, topkSampleMin, 0), 256, true},
+		{"ties of a few values", tieScores(6, 65536, 50), 2048, true},
+		{"ties overflowing the buffer", tieScores(6, 65536, 3), 2048, false},
+		{"mostly zeros", relu(7, 32768, 0.97), 2048, false},
+		{"the sample holds the best", sampledBest(32768), 2048, false},
+		{"k near the row", relu(8, 10000, 0), 9000, false},
+		{"ties at the k-th", tieScores(9, 32768, 1<<12), 2048, true},
+	}
+	for _, tc := range tests {
+		want, wantCnt := topKSorted(tc.k, tc.scores)
+		got := make([]int32, tc.k)
+		cnt, ok := topKSampled(got, tc.scores)
+		if ok != tc.accepted {
+			t.Errorf("%s: accepted %v, want %v", tc.name, ok, tc.accepted)
+		}
+		if ok {
+			if cnt != wantCnt {
+				t.Errorf("%s: count %d, want %d", tc.name, cnt, wantCnt)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s (-sorted oracle +sampled):\n%s", tc.name, diff)
+			}
+		}
+		got = make([]int32, tc.k)
+		if cnt := TopK(got, tc.scores); cnt != wantCnt {
+			t.Errorf("%s: TopK count %d, want %d", tc.name, cnt, wantCnt)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-sorted oracle +TopK):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// FuzzTopKSampled tiles the fuzzer's bytes into a row long enough for the
+// sampled threshold (each byte a score of a small alphabet, ties, NaN, ±Inf
+// and ±0 included, offset by its tile so rows are not all ties) and checks
+// the sampled pass, where it accepts the row, and TopK against the oracle.
+func FuzzTopKSampled(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 2, 1}, uint16(2048), uint8(3))
+	f.Add([]byte{0, 0, 0, 255, 254}, uint16(16), uint8(0))
+	f.Add([]byte{9}, uint16(300), uint8(200))
+	alphabet := []float32{
+		float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)),
+		0, float32(math.Copysign(0, -1)), 1, -1, 2, 0.5, -3e38, 3e38,
+	}
+	f.Fuzz(func(t *testing.T, data []byte, k uint16, spread uint8) {
+		if len(data) == 0 {
+			return
+		}
+		n := topkSampleMin + len(data)*37
+		scores := make([]float32, n)
+		for i := range scores {
+			b := data[i%len(data)]
+			if int(b) < len(alphabet) {
+				scores[i] = alphabet[b]
+			} else {
+				scores[i] = float32(b%7) - 3 + float32(i/len(data)%(int(spread)+1))
+			}
+		}
+		kk := int(k)%n + 1
+		want, wantCnt := topKSorted(kk, scores)
+		got := make([]int32, kk)
+		if cnt, ok := topKSampled(got, scores); ok {
+			if cnt != wantCnt {
+				t.Fatalf("sampled: count %d, want %d (n %d, k %d)", cnt, wantCnt, n, kk)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("n %d k %d (-oracle +sampled):\n%s", n, kk, diff)
+			}
+		}
+		got = make([]int32, kk)
+		if cnt := TopK(got, scores); cnt != wantCnt {
+			t.Fatalf("count %d, want %d (n %d, k %d)", cnt, wantCnt, n, kk)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("n %d k %d (-oracle +TopK):\n%s", n, kk, diff)
+		}
+	})
 }

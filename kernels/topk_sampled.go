@@ -1,0 +1,149 @@
+package kernels
+
+import (
+	"math"
+	"slices"
+)
+
+// A long row's k best are found from a threshold that a sample of the row
+// puts just below its k-th best score: one pass keeps the scores at or above
+// it (about twice k of them) and a radix sort orders those. The radix
+// select (topKRadix) passes over the whole row four times; this passes over
+// it once.
+const (
+	topkSampleMin = 8192     // scores in a row worth sampling
+	topkSamples   = 512      // scores in the sample, evenly spaced
+	topkCandMax   = 16 << 10 // candidates the pass may keep
+)
+
+// topkCands is the candidate buffer of one topKSampled call (the kept
+// indices, then the packed keys), with the radix sort's scratch and counts.
+type topkCands struct {
+	idx         [topkCandMax]uint32
+	packed, tmp [topkCandMax]uint64
+	counts      [2048]int32
+}
+
+var topkCandBufs = make(chan *topkCands, 16)
+
+// topKSampled is TopK (same selection, same order) for a row of at least
+// topkSampleMin scores, or reports false, having written nothing, when the
+// sample gives no usable threshold: too few candidates (fewer than k scores at or
+// above the threshold, which a binomial count makes unlikely past four
+// standard deviations) or too many (more than topkCandMax: heavy ties, or a k
+// near n). The caller then selects by radix.
+//
+// The sample is every (n/topkSamples)-th score; its selectable keys are
+// sorted and the threshold is its r-th best, r = e + 4√e + 8, where e = k·m/n
+// is how many of the m sampled keys lie above the row's k-th best on
+// average. Every selectable score whose key is at least the threshold is kept,
+// packed as (^key, index) so that the packed order is TopK's order (score
+// descending, then index ascending); when at least k are kept, the row's k
+// best are among them, and an LSD radix sort of their keys (stable, and the
+// pass kept them in index order) gives the first k in order.
+func topKSampled(dst []int32, scores []float32) (int, bool) {
+	n, k := len(scores), len(dst)
+	var sample [topkSamples]uint32
+	m := 0
+	stride := n / topkSamples
+	for j := range topkSamples {
+		if s := scores[j*stride]; selectable(s) {
+			sample[m] = topkKey(s)
+			m++
+		}
+	}
+	e := float64(k) * float64(m) / float64(n)
+	r := int(e + 4*math.Sqrt(e) + 8)
+	// Too many candidates expected (n·r/m of them): the radix select is the
+	// better choice, and the buffer would likely overflow.
+	if r >= m || float64(n)*float64(r) > float64(topkCandMax/2)*float64(m) {
+		return 0, false
+	}
+	slices.Sort(sample[:m])
+	thr := sample[m-r]
+
+	var c *topkCands
+	select {
+	case c = <-topkCandBufs:
+	default:
+		c = new(topkCands)
+	}
+	defer func() {
+		select {
+		case topkCandBufs <- c:
+		default:
+		}
+	}()
+	// Branch-free compaction: every index is written at idx[cnt] and cnt
+	// moves past it when its score is kept; each block of 64 checks the room
+	// first. A float comparison with the threshold's score keeps the same
+	// scores as comparing keys (both zeros pass a zero threshold, and NaN
+	// fails every comparison).
+	thrScore := topkScore(thr)
+	cnt := 0
+	idx := &c.idx
+	for b := 0; b < n; b += 64 {
+		if cnt > topkCandMax-64 {
+			return 0, false
+		}
+		for i, s := range scores[b:min(b+64, n)] {
+			idx[cnt] = uint32(b + i)
+			cnt += int(b2i(s >= thrScore))
+		}
+	}
+	if cnt < k {
+		return 0, false
+	}
+	for j, i := range idx[:cnt] {
+		c.packed[j] = uint64(^topkKey(scores[i]))<<32 | uint64(i)
+	}
+	sorted := radixSortPacked(c, cnt)
+	for i := range dst {
+		dst[i] = int32(uint32(sorted[i]))
+	}
+	return k, true
+}
+
+// radixSortPacked sorts c.packed[:n] by their high 32 bits (^key), stably,
+// 11, 11 and 10 bits at a time, and returns the sorted slice (c.packed or
+// c.tmp). The low bits (indices) are in increasing order already, so the
+// result is sorted by the whole 64 bits.
+func radixSortPacked(c *topkCands, n int) []uint64 {
+	src, dst := c.packed[:n], c.tmp[:n]
+	for _, shift := range [3]uint{32, 43, 54} {
+		width := uint(11)
+		if shift == 54 {
+			width = 10
+		}
+		mask := uint64(1)<<width - 1
+		counts := c.counts[:1<<width]
+		clear(counts)
+		for _, p := range src {
+			counts[p>>shift&mask]++
+		}
+		// If one bucket holds everything, this digit orders nothing.
+		if int(counts[src[0]>>shift&mask]) == n {
+			continue
+		}
+		var sum int32
+		for b, v := range counts {
+			counts[b] = sum
+			sum += v
+		}
+		for _, p := range src {
+			d := p >> shift & mask
+			dst[counts[d]] = p
+			counts[d]++
+		}
+		src, dst = dst, src
+	}
+	return src
+}
+
+// topkScore is the score whose key (topkKey) is key, +0 for the zeros' key.
+func topkScore(key uint32) float32 {
+	if key&(1<<31) != 0 {
+		return math.Float32frombits(key ^ 1<<31)
+	}
+	return math.Float32frombits(^key)
+}
