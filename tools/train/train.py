@@ -67,14 +67,16 @@ CHECK_HAYSTACKS = (40, 120, 250, 500)  # filler sentences of the greedy check's 
 # Flags that only shape training; --eval-only refuses them rather than ignore them.
 TRAINING_FLAGS = ("steps", "dense_fraction", "budget", "lr", "bias_rate", "eval_every", "save_every",
                   "mix", "stop_after", "passkey_min", "passkey_max", "working", "answer_weight", "init",
-                  "indexer_dense_target", "indexer_target_topk")
+                  "indexer_dense_target", "indexer_target_topk", "indexer_answer_weight", "indexer_warmup")
 
 
-def hf_config(tok, heads=2):
+def hf_config(tok, heads=2, index_topk=128, index_head_dim=64):
     """config.json of cpmla-tiny: a glm_moe_dsa model with GLM-5's attention shapes
     (kv_lora_rank 512 + qk_rope_head_dim 64: the 576/512 latent), the DSA indexer,
     one dense layer then MoE layers with noaux_tc routing, and one MTP layer; heads
-    is the number of attention heads (2 in the committed cpmla-tiny)."""
+    is the number of attention heads (2 in the first run, 4 in the committed one),
+    index_topk the keys the indexer selects per query and index_head_dim its heads'
+    dimensions, of which the first qk_rope_head_dim (64) are rotated."""
     return {
         "architectures": ["GlmMoeDsaForCausalLM"],
         "model_type": "glm_moe_dsa",
@@ -87,9 +89,9 @@ def hf_config(tok, heads=2):
         "head_dim": 32,
         "hidden_act": "silu",
         "hidden_size": 128,
-        "index_head_dim": 64,
+        "index_head_dim": index_head_dim,
         "index_n_heads": 2,
-        "index_topk": 128,
+        "index_topk": index_topk,
         "indexer_rope_interleave": True,
         "initializer_range": 0.02,
         "intermediate_size": 256,
@@ -183,7 +185,8 @@ class Batches:
 
     def next(self):
         """(kind, tokens [B, T], mask of real tokens, weight of each token as a target:
-        --answer-weight on pass-key replies, 1 elsewhere, 0 on padding)."""
+        --answer-weight on pass-key replies, 1 elsewhere, 0 on padding, and the mask of
+        the pass-key replies' tokens)."""
         r = self.rng.random()
         a, p, c = self.mix[:3]
         kind = "arithmetic" if r < a else ("passkey" if r < a + p else ("copy" if r < a + p + c else "lookup"))
@@ -192,36 +195,50 @@ class Batches:
         x = torch.full((len(docs), T), self.pad, dtype=torch.long)
         mask = torch.zeros(len(docs), T, dtype=torch.bool)
         weight = torch.zeros(len(docs), T)
+        replies = torch.zeros(len(docs), T, dtype=torch.bool)
         for i, (d, reply) in enumerate(docs):
             x[i, :len(d)] = torch.tensor(d)
             mask[i, :len(d)] = True
             weight[i, :len(d)] = 1.0
             weight[i, reply:len(d)] = self.answer_weight
-        return kind, x, mask, weight
+            replies[i, reply:len(d)] = True
+        return kind, x, mask, weight, replies
 
 
 def init_from(m, hf, directory):
     """Copy the weights of the exported checkpoint in directory into m, whose config
-    (hf) must be the checkpoint's but for its dtype."""
+    (hf) must be the checkpoint's but for its dtype, index_topk and index_head_dim.
+    With another index_head_dim the indexers' tensors keep m's initialisation (the
+    indexer is then trained anew, --indexer-warmup); returns their names."""
     ck = Checkpoint(directory)
-    theirs = {k: v for k, v in ck.config.items() if k != "torch_dtype"}
-    ours = {k: v for k, v in json.loads(json.dumps(hf)).items() if k != "torch_dtype"}
+    # index_topk shapes no tensor: a continuation may select more or fewer keys.
+    free = ("torch_dtype", "index_topk", "index_head_dim")
+    theirs = {k: v for k, v in ck.config.items() if k not in free}
+    ours = {k: v for k, v in json.loads(json.dumps(hf)).items() if k not in free}
     if theirs != ours:
         diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
         raise SystemExit(f"--init {directory}: its config.json differs from this run's model in {diff}; "
                          f"give the --heads it was trained with")
     if any(ck.dtype(n) == "F8_E4M3" for n in ck.names()):
         raise SystemExit(f"--init {directory}: start from the bf16 export (cpmla-tiny), not the fp8 one")
-    m.load_state_dict(load_checkpoint(ck, torch.float32).state_dict())
+    if ck.config.get("index_head_dim") == hf["index_head_dim"]:
+        m.load_state_dict(load_checkpoint(ck, torch.float32).state_dict())
+        return []
+    theirs = load_checkpoint(ck, torch.float32).state_dict()
+    ours = m.state_dict()
+    fresh = [k for k in ours if ".indexer." in k]
+    m.load_state_dict({k: (ours[k] if k in fresh else theirs[k]) for k in ours})
+    return fresh
 
 
 def attention_modules(m):
     return [mod for mod in m.modules() if isinstance(mod, Attention)]
 
 
-def losses(m, x, mask, mtp_weight, weight=None):
+def losses(m, x, mask, mtp_weight, weight=None, replies=None, indexer_reply_weight=1.0):
     """The training loss and its parts; weight (as Batches.next gives it, default the
-    mask) weighs each token's next-token loss as a target."""
+    mask) weighs each token's next-token loss as a target, and the indexer's KL of a
+    row whose next token is in replies weighs indexer_reply_weight times the others'."""
     logits, hn = m(x)
     V = logits.shape[-1]
     tw = (mask if weight is None else weight)[:, 1:].to(logits.dtype)
@@ -235,6 +252,15 @@ def losses(m, x, mask, mtp_weight, weight=None):
     for a in attention_modules(m):
         if a.index_kl is not None:
             rows = mask[:, : a.index_kl.shape[1]]
+            if replies is not None and indexer_reply_weight != 1:
+                # Row r is the query at token p = r + off (off 1 in the MTP layer, whose
+                # row r reads token r + 1), which predicts token p + 1.
+                W = a.index_kl.shape[1]
+                off = x.shape[1] - W
+                rows = rows.to(a.index_kl.dtype)
+                nxt = torch.zeros_like(rows)
+                nxt[:, : W - 1] = replies[:, off + 1:].to(rows.dtype)
+                rows = rows * (1 + (indexer_reply_weight - 1) * nxt)
             kls.append((a.index_kl * rows).sum() / rows.sum())
             a.index_kl = None
     kl = torch.stack(kls).mean() if kls else torch.zeros(())
@@ -304,12 +330,23 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--heads", type=int, default=2, help="attention heads of the model")
+    ap.add_argument("--index-topk", type=int, default=128,
+                    help="keys the indexer selects per query in the sparse stage (config.json's index_topk)")
+    ap.add_argument("--index-head-dim", type=int, default=64,
+                    help="dimensions of an indexer head, the first 64 rotated (config.json's index_head_dim; "
+                         "GLM-5 and DeepSeek-V3.2: 128)")
+    ap.add_argument("--indexer-warmup", type=int, default=0,
+                    help="first N steps: dense attention, every parameter but the indexers' frozen, the loss the "
+                         "indexers' KL only (DeepSeek-V3.2's dense warm-up)")
     ap.add_argument("--passkey-max", type=int, default=560, help="most filler sentences of a passkey haystack")
     ap.add_argument("--answer-weight", type=float, default=1.0,
                     help="weight of a pass-key reply's tokens in the next-token loss, against 1 for the haystack's")
     ap.add_argument("--indexer-dense-target", action="store_true",
                     help="in the sparse stage, train the indexer against the heads' attention over every earlier key "
                          "(computed without gradients), not only over the keys it selected")
+    ap.add_argument("--indexer-answer-weight", type=float, default=1.0,
+                    help="weigh the indexer's KL on the rows that predict a pass-key reply's tokens W times the "
+                         "other rows' (1: every row alike; a reply is five digit rows of a 4,096-token document)")
     ap.add_argument("--indexer-target-topk", action="store_true",
                     help="with --indexer-dense-target: keep in the indexer's target only each row's index_topk keys "
                          "that the heads' dense attention weighs most, renormalised")
@@ -354,12 +391,19 @@ def main():
     with open(os.path.join(args.out, "heldout.jsonl"), "w") as f:
         for h in heldout:
             f.write(json.dumps({"question": h["question"], "answer": h["answer"]}) + "\n")
-    hf = hf_config(tok, args.heads)
+    if not 1 <= args.index_topk <= 4096:
+        raise SystemExit(f"--index-topk {args.index_topk} must be between 1 and the context, 4096")
+    if args.index_head_dim < 64 or args.index_head_dim % 2:
+        raise SystemExit(f"--index-head-dim {args.index_head_dim}: want an even number of at least "
+                         f"qk_rope_head_dim, 64")
+    hf = hf_config(tok, args.heads, args.index_topk, args.index_head_dim)
     cfg = Config.from_hf(hf)
     m = Model(cfg)
     init_weights(m, 0.02)
-    if args.init:
-        init_from(m, hf, args.init)
+    fresh = init_from(m, hf, args.init) if args.init else []
+    if fresh and not args.indexer_warmup:
+        raise SystemExit(f"--init {args.init} has indexers of another index_head_dim, so theirs start anew: "
+                         f"give --indexer-warmup N to train them before the model attends through them")
     opt = torch.optim.AdamW(m.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     start = 0
     state_path = os.path.join(args.out, "state.pt")
@@ -372,7 +416,7 @@ def main():
         given = ["--" + k.replace("_", "-") for k in TRAINING_FLAGS if getattr(args, k) != ap.get_default(k)]
         if given:
             raise SystemExit(f"--eval-only does not train, so it takes none of {' '.join(given)}; "
-                             f"give only --out, --resume, --heads, --seed and --threads")
+                             f"give only --out, --resume, --heads, --index-topk, --seed and --threads")
         if not start:
             raise SystemExit("--eval-only reads the state of a run: give --resume and an --out with state.pt")
         for a in attention_modules(m):
@@ -389,6 +433,8 @@ def main():
         raise SystemExit(f"--passkey-min {args.passkey_min} must be at least 1 and at most --passkey-max {args.passkey_max}")
     if args.indexer_target_topk and not args.indexer_dense_target:
         raise SystemExit("--indexer-target-topk narrows the target of --indexer-dense-target: give both")
+    if args.indexer_answer_weight < 1:
+        raise SystemExit(f"--indexer-answer-weight {args.indexer_answer_weight} must be at least 1 (1: every row alike)")
     if args.answer_weight < 1:
         raise SystemExit(f"--answer-weight {args.answer_weight} must be at least 1 (1: every token alike)")
     batches = Batches(args.seed, tok, heldout, args.budget, mix, args.passkey_max, args.working, args.passkey_min,
@@ -397,11 +443,15 @@ def main():
     for _ in range(start):
         batches.next()
     dense_steps = int(args.steps * args.dense_fraction)
+    if not 0 <= args.indexer_warmup <= args.steps:
+        raise SystemExit(f"--indexer-warmup {args.indexer_warmup} must be between 0 and --steps {args.steps}")
+    indexer_params = {id(p) for n, p in m.named_parameters() if ".indexer." in n}
     warm = 100
     t0 = time.time()
     say(f"params {sum(p.numel() for p in m.parameters())} steps {args.steps} dense {dense_steps} budget {args.budget}")
     for step in range(start, args.steps):
-        dense = step < dense_steps
+        warmup = step < args.indexer_warmup
+        dense = step < dense_steps or warmup
         for a in attention_modules(m):
             a.dense_attention = dense
             a.indexer_loss = True
@@ -410,15 +460,24 @@ def main():
         lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        kind, x, mask, weight = batches.next()
-        loss, lm, mtp, kl = losses(m, x, mask, 0.3, weight)
+        kind, x, mask, weight, replies = batches.next()
+        loss, lm, mtp, kl = losses(m, x, mask, 0.3, weight, replies, args.indexer_answer_weight)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if warmup:
+            # Only the indexers learn: their KL is the loss, and the other
+            # parameters get no gradient, so AdamW leaves them (and their
+            # weight decay) alone.
+            kl.backward()
+            for p in m.parameters():
+                if id(p) not in indexer_params:
+                    p.grad = None
+        else:
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         balance(m, args.bias_rate)
         if step % 25 == 0:
-            say(f"step {step} {'dense' if dense else 'sparse'} {kind} T={x.shape[1]} B={x.shape[0]} lm {lm.item():.4f} "
+            say(f"step {step} {'indexer warm-up' if warmup else 'dense' if dense else 'sparse'} {kind} T={x.shape[1]} B={x.shape[0]} lm {lm.item():.4f} "
                 f"mtp {mtp.item():.4f} kl {kl.item():.4f} lr {lr:.2e} t {time.time() - t0:.0f}s")
         if (step + 1) % args.save_every == 0 or step + 1 == args.steps or step + 1 == args.stop_after:
             torch.save({"model": m.state_dict(), "opt": opt.state_dict(), "step": step + 1}, state_path)
