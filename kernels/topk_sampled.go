@@ -33,9 +33,9 @@ var topkCandBufs = make(chan *topkCands, 16)
 // standard deviations) or too many (more than topkCandMax: heavy ties, or a k
 // near n). The caller then selects by radix.
 //
-// The sample is every (n/topkSamples)-th score; its selectable keys are
-// sorted and the threshold is its r-th best, r = e + 4√e + 8, where e = k·m/n
-// is how many of the m sampled keys lie above the row's k-th best on
+// The sample is every (n/topkSamples)-th score; its m selectable keys are
+// sorted and the threshold is their r-th best, r = e + 4√e + 8, where
+// e = k·topkSamples/n is how many of them lie above the row's k-th best on
 // average. Every selectable score whose key is at least the threshold is kept,
 // packed as (^key, index) so that the packed order is TopK's order (score
 // descending, then index ascending); when at least k are kept, the row's k
@@ -52,11 +52,15 @@ func topKSampled(dst []int32, scores []float32) (int, bool) {
 			m++
 		}
 	}
-	e := float64(k) * float64(m) / float64(n)
+	// Of the row's selectable scores (about n·m/topkSamples), a fraction k
+	// over that lies above its k-th best, so about e = k·topkSamples/n of
+	// the m sampled ones do: the rows of a prefill, −Inf past their
+	// position, sample fewer selectable scores and need no larger e.
+	e := float64(k) * topkSamples / float64(n)
 	r := int(e + 4*math.Sqrt(e) + 8)
-	// Too many candidates expected (n·r/m of them): the radix select is the
-	// better choice, and the buffer would likely overflow.
-	if r >= m || float64(n)*float64(r) > float64(topkCandMax/2)*float64(m) {
+	// Too many candidates expected (n·r/topkSamples of them): the radix
+	// select is the better choice, and the buffer would likely overflow.
+	if r >= m || float64(n)*float64(r) > float64(topkCandMax/2)*topkSamples {
 		return 0, false
 	}
 	slices.Sort(sample[:m])

@@ -263,6 +263,12 @@ func TestTopKSampled(t *testing.T) {
 		}
 		return s
 	}
+	causal := func(s []float32, seen int) []float32 {
+		for i := seen; i < len(s); i++ {
+			s[i] = float32(math.Inf(-1))
+		}
+		return s
+	}
 	// The sample's points (every n/512-th score) hold the row's best score
 	// and nothing else does, so the sample puts its threshold there, above
 	// the row's k-th best: fewer than k candidates.
@@ -290,6 +296,8 @@ func TestTopKSampled(t *testing.T) {
 		{"the sample holds the best", sampledBest(32768), 2048, false},
 		{"k near the row", relu(8, 10000, 0), 9000, false},
 		{"ties at the k-th", tieScores(9, 32768, 1<<12), 2048, true},
+		{"a prefill row, -Inf past its position", causal(relu(11, 32768, 0.3), 12000), 2048, true},
+		{"a prefill row selecting all it sees", causal(relu(12, 32768, 0.3), 2000), 2048, false},
 	}
 	for _, tc := range tests {
 		want, wantCnt := topKSorted(tc.k, tc.scores)
