@@ -416,7 +416,7 @@ def main():
         given = ["--" + k.replace("_", "-") for k in TRAINING_FLAGS if getattr(args, k) != ap.get_default(k)]
         if given:
             raise SystemExit(f"--eval-only does not train, so it takes none of {' '.join(given)}; "
-                             f"give only --out, --resume, --heads, --index-topk, --seed and --threads")
+                             f"give only --out, --resume, --heads, --index-topk, --index-head-dim, --seed and --threads")
         if not start:
             raise SystemExit("--eval-only reads the state of a run: give --resume and an --out with state.pt")
         for a in attention_modules(m):
