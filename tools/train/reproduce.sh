@@ -15,8 +15,9 @@
 # Every step is seeded and torch runs with use_deterministic_algorithms on two
 # threads, so on the same software (Debian bookworm's python3-torch 1.13.1 and
 # OpenBLAS) the last lines should print equal sha256 sums for the new and the
-# committed tensor files; that was checked on short runs (tools/train/README.md),
-# not on the whole chain.
+# committed tensor files; that was checked on short runs of the first invocation
+# and on the last two invocations whole (tools/train/README.md), not on the
+# whole chain.
 #
 # Needs: apt-get install -y python3-torch libopenblas0-pthread libtcmalloc-minimal4
 # Time on a two-core machine: about 5 hours.
