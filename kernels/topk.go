@@ -148,6 +148,11 @@ func topkKey(s float32) uint32 {
 	return b ^ (uint32(int32(b)>>31) | 1<<31)
 }
 
+// topkPacked packs score s at index i so that the packed values' unsigned
+// order is TopK's order: score descending (the key inverted above), then
+// index ascending.
+func topkPacked(s float32, i uint32) uint64 { return uint64(^topkKey(s))<<32 | uint64(i) }
+
 // b2i is 1 for true and 0 for false.
 func b2i(b bool) int32 {
 	if b {
@@ -262,7 +267,7 @@ func sortTopK(idx []int32, scores []float32) {
 	}
 	packed := buf[:len(idx)]
 	for j, i := range idx {
-		packed[j] = uint64(^topkKey(scores[i]))<<32 | uint64(uint32(i))
+		packed[j] = topkPacked(scores[i], uint32(i))
 	}
 	slices.Sort(packed)
 	for j, p := range packed {

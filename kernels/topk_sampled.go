@@ -99,7 +99,7 @@ func topKSampled(dst []int32, scores []float32) (int, bool) {
 		return 0, false
 	}
 	for j, i := range idx[:cnt] {
-		c.packed[j] = uint64(^topkKey(scores[i]))<<32 | uint64(i)
+		c.packed[j] = topkPacked(scores[i], i)
 	}
 	sorted := radixSortPacked(c, cnt)
 	for i := range dst {
