@@ -70,7 +70,8 @@ scratch 4 --lr 1e-3 --mix 0.3,0.25,0.1,0.35 --dense-fraction 0.3 --steps 6000 --
 scratch 5 --lr 4e-3 --working digits --mix 0.5,0.25,0.05,0.2 --dense-fraction 0.3 --steps 6800 --resume --stop-after 6100 --eval-every 250
 scratch 6 --lr 4e-3 --working digits --mix 0.55,0.25,0,0.2 --dense-fraction 0.3 --steps 7600 --resume --eval-every 500
 long 7 "$work/tiny/cpmla-tiny" --lr 1e-3 --mix 0.4,0.35,0.05,0.2 --steps 600 --eval-every 300
-# Indexers of 128 dimensions (64 of them free of RoPE), trained anew with the rest frozen, then everything.
+# Indexers of 128 dimensions (64 of them free of RoPE), trained anew alone (the routers' balancing
+# bias still moving), then everything.
 long 8 "$work/long-7/cpmla-tiny" --index-head-dim 128 --indexer-warmup 300 --indexer-answer-weight 30 \
 	--lr 1e-3 --mix 0.3,0.5,0.05,0.15 --steps 300
 long 9 "$work/long-8/cpmla-tiny" --index-head-dim 128 --indexer-answer-weight 30 \

@@ -336,8 +336,9 @@ def main():
                     help="dimensions of an indexer head, the first 64 rotated (config.json's index_head_dim; "
                          "GLM-5 and DeepSeek-V3.2: 128)")
     ap.add_argument("--indexer-warmup", type=int, default=0,
-                    help="first N steps: dense attention, every parameter but the indexers' frozen, the loss the "
-                         "indexers' KL only (DeepSeek-V3.2's dense warm-up)")
+                    help="first N steps: dense attention, the loss the indexers' KL only, no gradient for any other "
+                         "parameter (DeepSeek-V3.2's dense warm-up); the routers' balancing bias, set outside "
+                         "backpropagation, still follows the experts' loads")
     ap.add_argument("--passkey-max", type=int, default=560, help="most filler sentences of a passkey haystack")
     ap.add_argument("--answer-weight", type=float, default=1.0,
                     help="weight of a pass-key reply's tokens in the next-token loss, against 1 for the haystack's")
@@ -464,9 +465,10 @@ def main():
         loss, lm, mtp, kl = losses(m, x, mask, 0.3, weight, replies, args.indexer_answer_weight)
         opt.zero_grad(set_to_none=True)
         if warmup:
-            # Only the indexers learn: their KL is the loss, and the other
-            # parameters get no gradient, so AdamW leaves them (and their
-            # weight decay) alone.
+            # Only the indexers learn by gradient: their KL is the loss, and the
+            # other parameters get no gradient, so AdamW leaves them (and their
+            # weight decay) alone. balance() below still moves the routers'
+            # e_score_correction_bias, which no gradient trains.
             kl.backward()
             for p in m.parameters():
                 if id(p) not in indexer_params:
