@@ -262,16 +262,19 @@ func dotTile512(m int, bf16 bool) {
 // eight weight rows at w + j·ldw and kn (a multiple of 16) elements: one
 // activation row against eight weight streams at once, which keeps more
 // memory requests in flight than four. Every output has exactly the
-// accumulator and reduction of dotTile512's, so the bits are the same.
-// gemvPrefetch is how many bytes ahead of its loads the one-row GEMV tile
-// prefetches each of its eight weight rows (0: no prefetch).
+// accumulator and reduction of dotTile512's, so the bits are the same. Each
+// row is prefetched pfd bytes past what the tile reads (the caller's
+// choice: kernels.gemvPrefetch).
+//
+// gemvPrefetch is how many bytes ahead of its loads the AVX2 one-row tile
+// and the few-row fp8 tiles prefetch each weight row.
 const gemvPrefetch = 1024
 
 func gemv8x512(bf16 bool) {
 	name := fmt.Sprintf("dotTile1x8%sAVX512", wName(bf16))
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w %s, ldw int, kn int, out *float32)", wType(bf16)))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w %s, ldw int, kn int, pfd int, out *float32)", wType(bf16)))
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements.", name))
+	Doc(fmt.Sprintf("%s computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements, prefetching each row pfd bytes past what it reads.", name))
 	x := Load(Param("x"), GP64())
 	w0 := Load(Param("w"), GP64())
 	ldw := Load(Param("ldw"), GP64())
@@ -294,6 +297,7 @@ func gemv8x512(bf16 bool) {
 	offW := GP64()
 	XORQ(offX, offX)
 	XORQ(offW, offW)
+	pfo := Load(Param("pfd"), GP64()) // offW + pfd
 	SHRQ(U8(4), kn)
 	JZ(LabelRef(name + "_reduce"))
 	// step handles 16 values of every row; a bf16 step reads half a line,
@@ -305,8 +309,8 @@ func gemv8x512(bf16 bool) {
 	step := func(disp int, prefetch bool) {
 		VMOVUPS(Mem{Base: x, Index: offX, Scale: 1, Disp: disp * 64 / wStep}, Z28)
 		for j := range 8 {
-			if prefetch && gemvPrefetch > 0 {
-				PREFETCHT0(Mem{Base: w[j], Index: offW, Scale: 1, Disp: gemvPrefetch})
+			if prefetch {
+				PREFETCHT0(Mem{Base: w[j], Index: pfo, Scale: 1})
 			}
 			loadW(Mem{Base: w[j], Index: offW, Scale: 1, Disp: disp}, zmm[16+j], bf16)
 			VFMADD231PS(zmm[16+j], Z28, zmm[j])
@@ -322,6 +326,7 @@ func gemv8x512(bf16 bool) {
 		step(32, false)
 		ADDQ(U32(128), offX)
 		ADDQ(U32(64), offW)
+		ADDQ(U32(64), pfo)
 		DECQ(pairs)
 		JNZ(LabelRef(name + "_loop"))
 		Label(name + "_single")
@@ -333,6 +338,7 @@ func gemv8x512(bf16 bool) {
 		step(0, true)
 		ADDQ(U32(64), offX)
 		ADDQ(U32(64), offW)
+		ADDQ(U32(64), pfo)
 		DECQ(kn)
 		JNZ(LabelRef(name + "_loop"))
 	}
@@ -2222,14 +2228,6 @@ type fp8GEMV struct {
 	finite      bool
 }
 
-// fp8GEMVPrefetch is how many code bytes ahead of its loads the one-row fp8
-// GEMV tile prefetches each of its eight weight rows. On a Zen 4 core
-// (AVX-512 at half width), 1,024 bytes (the bf16 tile's gemvPrefetch) left
-// the fp8 tile at 35–65 % of its in-cache rate when streaming from memory,
-// and whole fp8 decode steps ran 8–40 % faster at 2,048
-// (docs/performance.md, "fp8 prefetch distance").
-const fp8GEMVPrefetch = 2048
-
 func gemvFP8512() {
 	fp8GEMVTile(fp8GEMV{name: "dotTile1x8FP8AVX512", lanes: 16, rows: 8, chunk: 64, vec: zmm, evex: true})
 	fp8GEMVTile(fp8GEMV{name: "dotTile1x8FP8FiniteAVX512", lanes: 16, rows: 8, chunk: 64, vec: zmm, evex: true, finite: true})
@@ -2241,10 +2239,7 @@ func gemvFP8256() {
 
 func fp8GEMVTile(g fp8GEMV) {
 	name := g.name
-	sig := fmt.Sprintf("func(x *float32, w *uint8, ldw int, kn int, sc *[%d]*float32, first int, out *float32) int", g.rows)
-	if g.rows == 4 {
-		sig = "func(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int"
-	}
+	sig := fmt.Sprintf("func(x *float32, w *uint8, ldw int, kn int, sc *[%d]*float32, first int, pfd int, out *float32) int", g.rows)
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
 	nans := " and reports NaN codes."
@@ -2290,7 +2285,7 @@ func fp8GEMVTile(g fp8GEMV) {
 	off := GP64() // code bytes consumed per row
 	XORQ(off, off)
 	var pfo Register // pfd + off, on AVX2
-	pf := func(j int) Mem { return row(j, fp8GEMVPrefetch) }
+	var pf func(j int) Mem
 	xmem := func(v int) Mem { return Mem{Base: x, Disp: 4 * g.lanes * v} }
 	if R == 4 {
 		// Four row pointers indexed by off, and x by 4·off: one add per
@@ -2306,6 +2301,10 @@ func fp8GEMVTile(g fp8GEMV) {
 		// or after a row's last block the first of the row four below).
 		pfo = Load(Param("pfd"), GP64())
 		pf = func(j int) Mem { return Mem{Base: r[j], Index: pfo, Scale: 1} }
+	}
+	var pfd Register // on AVX-512: the caller's prefetch offset (kernels.fp8TilePrefetch)
+	if R == 8 {
+		pfd = Load(Param("pfd"), GP64())
 	}
 	kn := Load(Param("kn"), GP64())
 	sc := Load(Param("sc"), GP64())
@@ -2378,7 +2377,25 @@ func fp8GEMVTile(g fp8GEMV) {
 				VPMAXUB(row(j, -g.chunk), nanU, nanU)
 				VPMAXSB(row(j, -g.chunk), nanS, nanS)
 			}
-			PREFETCHT0(pf(j))
+		}
+		if R == 4 {
+			for j := range R {
+				PREFETCHT0(pf(j))
+			}
+		} else {
+			// Each row's line pfd bytes past the one just read, from the
+			// three row bases moved by pfd: rows 0, 1, 2, 4 from row 0's
+			// base, 3, 5, 7 from row 3's, 6 from its own.
+			for i, scales := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}} {
+				LEAQ(Mem{Base: bases[i], Index: pfd, Scale: 1}, tmp)
+				for _, f := range scales {
+					if f == 0 {
+						PREFETCHT0(Mem{Base: tmp})
+					} else {
+						PREFETCHT0(Mem{Base: tmp, Index: ldw, Scale: f})
+					}
+				}
+			}
 		}
 		Label(next)
 	}

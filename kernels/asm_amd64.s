@@ -708,9 +708,9 @@ dotTile6x4F32AVX512_reduce:
 	VZEROUPPER
 	RET
 
-// func dotTile1x8F32AVX512(x *float32, w *float32, ldw int, kn int, out *float32)
+// func dotTile1x8F32AVX512(x *float32, w *float32, ldw int, kn int, pfd int, out *float32)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·dotTile1x8F32AVX512(SB), NOSPLIT, $0-40
+TEXT ·dotTile1x8F32AVX512(SB), NOSPLIT, $0-48
 	MOVQ   x+0(FP), AX
 	MOVQ   w+8(FP), CX
 	MOVQ   ldw+16(FP), DX
@@ -733,42 +733,44 @@ TEXT ·dotTile1x8F32AVX512(SB), NOSPLIT, $0-40
 	VPXORD Z7, Z7, Z7
 	XORQ   R12, R12
 	XORQ   R13, R13
+	MOVQ   pfd+32(FP), R14
 	SHRQ   $0x04, BX
 	JZ     dotTile1x8F32AVX512_reduce
 
 dotTile1x8F32AVX512_loop:
 	VMOVUPS     (AX)(R12*1), Z28
-	PREFETCHT0  1024(CX)(R13*1)
+	PREFETCHT0  (CX)(R14*1)
 	VMOVUPS     (CX)(R13*1), Z16
 	VFMADD231PS Z16, Z28, Z0
-	PREFETCHT0  1024(SI)(R13*1)
+	PREFETCHT0  (SI)(R14*1)
 	VMOVUPS     (SI)(R13*1), Z17
 	VFMADD231PS Z17, Z28, Z1
-	PREFETCHT0  1024(DI)(R13*1)
+	PREFETCHT0  (DI)(R14*1)
 	VMOVUPS     (DI)(R13*1), Z18
 	VFMADD231PS Z18, Z28, Z2
-	PREFETCHT0  1024(R8)(R13*1)
+	PREFETCHT0  (R8)(R14*1)
 	VMOVUPS     (R8)(R13*1), Z19
 	VFMADD231PS Z19, Z28, Z3
-	PREFETCHT0  1024(R9)(R13*1)
+	PREFETCHT0  (R9)(R14*1)
 	VMOVUPS     (R9)(R13*1), Z20
 	VFMADD231PS Z20, Z28, Z4
-	PREFETCHT0  1024(R10)(R13*1)
+	PREFETCHT0  (R10)(R14*1)
 	VMOVUPS     (R10)(R13*1), Z21
 	VFMADD231PS Z21, Z28, Z5
-	PREFETCHT0  1024(R11)(R13*1)
+	PREFETCHT0  (R11)(R14*1)
 	VMOVUPS     (R11)(R13*1), Z22
 	VFMADD231PS Z22, Z28, Z6
-	PREFETCHT0  1024(DX)(R13*1)
+	PREFETCHT0  (DX)(R14*1)
 	VMOVUPS     (DX)(R13*1), Z23
 	VFMADD231PS Z23, Z28, Z7
 	ADDQ        $0x00000040, R12
 	ADDQ        $0x00000040, R13
+	ADDQ        $0x00000040, R14
 	DECQ        BX
 	JNZ         dotTile1x8F32AVX512_loop
 
 dotTile1x8F32AVX512_reduce:
-	MOVQ          out+32(FP), AX
+	MOVQ          out+40(FP), AX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -3219,9 +3221,9 @@ dotTile6x4BF16AVX512_reduce:
 	VZEROUPPER
 	RET
 
-// func dotTile1x8BF16AVX512(x *float32, w *uint16, ldw int, kn int, out *float32)
+// func dotTile1x8BF16AVX512(x *float32, w *uint16, ldw int, kn int, pfd int, out *float32)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·dotTile1x8BF16AVX512(SB), NOSPLIT, $0-40
+TEXT ·dotTile1x8BF16AVX512(SB), NOSPLIT, $0-48
 	MOVQ   x+0(FP), AX
 	MOVQ   w+8(FP), CX
 	MOVQ   ldw+16(FP), DX
@@ -3244,43 +3246,44 @@ TEXT ·dotTile1x8BF16AVX512(SB), NOSPLIT, $0-40
 	VPXORD Z7, Z7, Z7
 	XORQ   R12, R12
 	XORQ   R13, R13
+	MOVQ   pfd+32(FP), R14
 	SHRQ   $0x04, BX
 	JZ     dotTile1x8BF16AVX512_reduce
-	MOVQ   BX, R14
-	SHRQ   $0x01, R14
+	MOVQ   BX, R15
+	SHRQ   $0x01, R15
 	JZ     dotTile1x8BF16AVX512_single
 
 dotTile1x8BF16AVX512_loop:
 	VMOVUPS     (AX)(R12*1), Z28
-	PREFETCHT0  1024(CX)(R13*1)
+	PREFETCHT0  (CX)(R14*1)
 	VPMOVZXWD   (CX)(R13*1), Z16
 	VPSLLD      $0x10, Z16, Z16
 	VFMADD231PS Z16, Z28, Z0
-	PREFETCHT0  1024(SI)(R13*1)
+	PREFETCHT0  (SI)(R14*1)
 	VPMOVZXWD   (SI)(R13*1), Z17
 	VPSLLD      $0x10, Z17, Z17
 	VFMADD231PS Z17, Z28, Z1
-	PREFETCHT0  1024(DI)(R13*1)
+	PREFETCHT0  (DI)(R14*1)
 	VPMOVZXWD   (DI)(R13*1), Z18
 	VPSLLD      $0x10, Z18, Z18
 	VFMADD231PS Z18, Z28, Z2
-	PREFETCHT0  1024(R8)(R13*1)
+	PREFETCHT0  (R8)(R14*1)
 	VPMOVZXWD   (R8)(R13*1), Z19
 	VPSLLD      $0x10, Z19, Z19
 	VFMADD231PS Z19, Z28, Z3
-	PREFETCHT0  1024(R9)(R13*1)
+	PREFETCHT0  (R9)(R14*1)
 	VPMOVZXWD   (R9)(R13*1), Z20
 	VPSLLD      $0x10, Z20, Z20
 	VFMADD231PS Z20, Z28, Z4
-	PREFETCHT0  1024(R10)(R13*1)
+	PREFETCHT0  (R10)(R14*1)
 	VPMOVZXWD   (R10)(R13*1), Z21
 	VPSLLD      $0x10, Z21, Z21
 	VFMADD231PS Z21, Z28, Z5
-	PREFETCHT0  1024(R11)(R13*1)
+	PREFETCHT0  (R11)(R14*1)
 	VPMOVZXWD   (R11)(R13*1), Z22
 	VPSLLD      $0x10, Z22, Z22
 	VFMADD231PS Z22, Z28, Z6
-	PREFETCHT0  1024(DX)(R13*1)
+	PREFETCHT0  (DX)(R14*1)
 	VPMOVZXWD   (DX)(R13*1), Z23
 	VPSLLD      $0x10, Z23, Z23
 	VFMADD231PS Z23, Z28, Z7
@@ -3311,48 +3314,49 @@ dotTile1x8BF16AVX512_loop:
 	VFMADD231PS Z23, Z28, Z7
 	ADDQ        $0x00000080, R12
 	ADDQ        $0x00000040, R13
-	DECQ        R14
+	ADDQ        $0x00000040, R14
+	DECQ        R15
 	JNZ         dotTile1x8BF16AVX512_loop
 
 dotTile1x8BF16AVX512_single:
 	TESTQ       $0x00000001, BX
 	JZ          dotTile1x8BF16AVX512_reduce
 	VMOVUPS     (AX)(R12*1), Z28
-	PREFETCHT0  1024(CX)(R13*1)
+	PREFETCHT0  (CX)(R14*1)
 	VPMOVZXWD   (CX)(R13*1), Z16
 	VPSLLD      $0x10, Z16, Z16
 	VFMADD231PS Z16, Z28, Z0
-	PREFETCHT0  1024(SI)(R13*1)
+	PREFETCHT0  (SI)(R14*1)
 	VPMOVZXWD   (SI)(R13*1), Z17
 	VPSLLD      $0x10, Z17, Z17
 	VFMADD231PS Z17, Z28, Z1
-	PREFETCHT0  1024(DI)(R13*1)
+	PREFETCHT0  (DI)(R14*1)
 	VPMOVZXWD   (DI)(R13*1), Z18
 	VPSLLD      $0x10, Z18, Z18
 	VFMADD231PS Z18, Z28, Z2
-	PREFETCHT0  1024(R8)(R13*1)
+	PREFETCHT0  (R8)(R14*1)
 	VPMOVZXWD   (R8)(R13*1), Z19
 	VPSLLD      $0x10, Z19, Z19
 	VFMADD231PS Z19, Z28, Z3
-	PREFETCHT0  1024(R9)(R13*1)
+	PREFETCHT0  (R9)(R14*1)
 	VPMOVZXWD   (R9)(R13*1), Z20
 	VPSLLD      $0x10, Z20, Z20
 	VFMADD231PS Z20, Z28, Z4
-	PREFETCHT0  1024(R10)(R13*1)
+	PREFETCHT0  (R10)(R14*1)
 	VPMOVZXWD   (R10)(R13*1), Z21
 	VPSLLD      $0x10, Z21, Z21
 	VFMADD231PS Z21, Z28, Z5
-	PREFETCHT0  1024(R11)(R13*1)
+	PREFETCHT0  (R11)(R14*1)
 	VPMOVZXWD   (R11)(R13*1), Z22
 	VPSLLD      $0x10, Z22, Z22
 	VFMADD231PS Z22, Z28, Z6
-	PREFETCHT0  1024(DX)(R13*1)
+	PREFETCHT0  (DX)(R14*1)
 	VPMOVZXWD   (DX)(R13*1), Z23
 	VPSLLD      $0x10, Z23, Z23
 	VFMADD231PS Z23, Z28, Z7
 
 dotTile1x8BF16AVX512_reduce:
-	MOVQ          out+32(FP), AX
+	MOVQ          out+40(FP), AX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -11122,9 +11126,9 @@ decodeE4M3AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, out *float32) int
+// func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-64
+TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-72
 	MOVQ         x+0(FP), AX
 	MOVQ         w+8(FP), CX
 	MOVQ         ldw+16(FP), DX
@@ -11133,9 +11137,10 @@ TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-64
 	LEAQ         (BX)(DX*2), SI
 	ADDQ         DX, SI
 	XORQ         DI, DI
-	MOVQ         kn+24(FP), R8
-	MOVQ         sc+32(FP), R9
-	MOVQ         first+40(FP), R10
+	MOVQ         pfd+48(FP), R8
+	MOVQ         kn+24(FP), R9
+	MOVQ         sc+32(FP), R10
+	MOVQ         first+40(FP), R11
 	VPXORD       Z0, Z0, Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
@@ -11146,57 +11151,57 @@ TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-64
 	VPXORD       Z7, Z7, Z7
 	VPXORD       Z26, Z26, Z26
 	VPXORD       Z27, Z27, Z27
-	MOVL         $0x87f00000, R11
-	VPBROADCASTD R11, Z25
-	SHRQ         $0x04, R8
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z25
+	SHRQ         $0x04, R9
 	JZ           dotTile1x8FP8AVX512_nan
 
 dotTile1x8FP8AVX512_block:
-	MOVL         $0x7b800000, R11
-	VPBROADCASTD R11, Z16
-	MOVQ         (R9), R11
-	VBROADCASTSS (R11), Z8
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z16
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z8
 	VMULPS       Z16, Z8, Z8
-	ADDQ         $0x04, R11
-	MOVQ         R11, (R9)
-	MOVQ         8(R9), R11
-	VBROADCASTSS (R11), Z9
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z9
 	VMULPS       Z16, Z9, Z9
-	ADDQ         $0x04, R11
-	MOVQ         R11, 8(R9)
-	MOVQ         16(R9), R11
-	VBROADCASTSS (R11), Z10
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z10
 	VMULPS       Z16, Z10, Z10
-	ADDQ         $0x04, R11
-	MOVQ         R11, 16(R9)
-	MOVQ         24(R9), R11
-	VBROADCASTSS (R11), Z11
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z11
 	VMULPS       Z16, Z11, Z11
-	ADDQ         $0x04, R11
-	MOVQ         R11, 24(R9)
-	MOVQ         32(R9), R11
-	VBROADCASTSS (R11), Z12
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	MOVQ         32(R10), R12
+	VBROADCASTSS (R12), Z12
 	VMULPS       Z16, Z12, Z12
-	ADDQ         $0x04, R11
-	MOVQ         R11, 32(R9)
-	MOVQ         40(R9), R11
-	VBROADCASTSS (R11), Z13
+	ADDQ         $0x04, R12
+	MOVQ         R12, 32(R10)
+	MOVQ         40(R10), R12
+	VBROADCASTSS (R12), Z13
 	VMULPS       Z16, Z13, Z13
-	ADDQ         $0x04, R11
-	MOVQ         R11, 40(R9)
-	MOVQ         48(R9), R11
-	VBROADCASTSS (R11), Z14
+	ADDQ         $0x04, R12
+	MOVQ         R12, 40(R10)
+	MOVQ         48(R10), R12
+	VBROADCASTSS (R12), Z14
 	VMULPS       Z16, Z14, Z14
-	ADDQ         $0x04, R11
-	MOVQ         R11, 48(R9)
-	MOVQ         56(R9), R11
-	VBROADCASTSS (R11), Z15
+	ADDQ         $0x04, R12
+	MOVQ         R12, 48(R10)
+	MOVQ         56(R10), R12
+	VBROADCASTSS (R12), Z15
 	VMULPS       Z16, Z15, Z15
-	ADDQ         $0x04, R11
-	MOVQ         R11, 56(R9)
-	CMPQ         R8, R10
-	CMOVQLT      R8, R10
-	SUBQ         R10, R8
+	ADDQ         $0x04, R12
+	MOVQ         R12, 56(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
 
 dotTile1x8FP8AVX512_step:
 	VMOVUPS     (AX), Z24
@@ -11249,46 +11254,49 @@ dotTile1x8FP8AVX512_step:
 	JNZ         dotTile1x8FP8AVX512_next
 	VPMAXUB     -64(CX), Z26, Z26
 	VPMAXSB     -64(CX), Z27, Z27
-	PREFETCHT0  2048(CX)
 	VPMAXUB     -64(CX)(DX*1), Z26, Z26
 	VPMAXSB     -64(CX)(DX*1), Z27, Z27
-	PREFETCHT0  2048(CX)(DX*1)
 	VPMAXUB     -64(CX)(DX*2), Z26, Z26
 	VPMAXSB     -64(CX)(DX*2), Z27, Z27
-	PREFETCHT0  2048(CX)(DX*2)
 	VPMAXUB     -64(BX), Z26, Z26
 	VPMAXSB     -64(BX), Z27, Z27
-	PREFETCHT0  2048(BX)
 	VPMAXUB     -64(CX)(DX*4), Z26, Z26
 	VPMAXSB     -64(CX)(DX*4), Z27, Z27
-	PREFETCHT0  2048(CX)(DX*4)
 	VPMAXUB     -64(BX)(DX*2), Z26, Z26
 	VPMAXSB     -64(BX)(DX*2), Z27, Z27
-	PREFETCHT0  2048(BX)(DX*2)
 	VPMAXUB     -64(SI), Z26, Z26
 	VPMAXSB     -64(SI), Z27, Z27
-	PREFETCHT0  2048(SI)
 	VPMAXUB     -64(BX)(DX*4), Z26, Z26
 	VPMAXSB     -64(BX)(DX*4), Z27, Z27
-	PREFETCHT0  2048(BX)(DX*4)
+	LEAQ        (CX)(R8*1), R12
+	PREFETCHT0  (R12)
+	PREFETCHT0  (R12)(DX*1)
+	PREFETCHT0  (R12)(DX*2)
+	PREFETCHT0  (R12)(DX*4)
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT0  (R12)
+	PREFETCHT0  (R12)(DX*2)
+	PREFETCHT0  (R12)(DX*4)
+	LEAQ        (SI)(R8*1), R12
+	PREFETCHT0  (R12)
 
 dotTile1x8FP8AVX512_next:
-	DECQ  R10
+	DECQ  R11
 	JNZ   dotTile1x8FP8AVX512_step
-	MOVQ  $0x00000008, R10
-	TESTQ R8, R8
+	MOVQ  $0x00000008, R11
+	TESTQ R9, R9
 	JNZ   dotTile1x8FP8AVX512_block
 
 dotTile1x8FP8AVX512_nan:
 	VPTERNLOGD    $0xff, Z16, Z16, Z16
 	VPCMPEQB      Z16, Z26, K1
-	MOVL          $0x7f7f7f7f, R11
-	VPBROADCASTD  R11, Z17
+	MOVL          $0x7f7f7f7f, R12
+	VPBROADCASTD  R12, Z17
 	VPCMPEQB      Z17, Z27, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
-	MOVQ          AX, ret+56(FP)
-	MOVQ          out+48(FP), AX
+	MOVQ          AX, ret+64(FP)
+	MOVQ          out+56(FP), AX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -11320,9 +11328,9 @@ dotTile1x8FP8AVX512_nan:
 	VZEROUPPER
 	RET
 
-// func dotTile1x8FP8FiniteAVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, out *float32) int
+// func dotTile1x8FP8FiniteAVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32) int
 // Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile1x8FP8FiniteAVX512(SB), NOSPLIT, $0-64
+TEXT ·dotTile1x8FP8FiniteAVX512(SB), NOSPLIT, $0-72
 	MOVQ         x+0(FP), AX
 	MOVQ         w+8(FP), CX
 	MOVQ         ldw+16(FP), DX
@@ -11331,9 +11339,10 @@ TEXT ·dotTile1x8FP8FiniteAVX512(SB), NOSPLIT, $0-64
 	LEAQ         (BX)(DX*2), SI
 	ADDQ         DX, SI
 	XORQ         DI, DI
-	MOVQ         kn+24(FP), R8
-	MOVQ         sc+32(FP), R9
-	MOVQ         first+40(FP), R10
+	MOVQ         pfd+48(FP), R8
+	MOVQ         kn+24(FP), R9
+	MOVQ         sc+32(FP), R10
+	MOVQ         first+40(FP), R11
 	VPXORD       Z0, Z0, Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
@@ -11342,57 +11351,57 @@ TEXT ·dotTile1x8FP8FiniteAVX512(SB), NOSPLIT, $0-64
 	VPXORD       Z5, Z5, Z5
 	VPXORD       Z6, Z6, Z6
 	VPXORD       Z7, Z7, Z7
-	MOVL         $0x87f00000, R11
-	VPBROADCASTD R11, Z25
-	SHRQ         $0x04, R8
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z25
+	SHRQ         $0x04, R9
 	JZ           dotTile1x8FP8FiniteAVX512_nan
 
 dotTile1x8FP8FiniteAVX512_block:
-	MOVL         $0x7b800000, R11
-	VPBROADCASTD R11, Z16
-	MOVQ         (R9), R11
-	VBROADCASTSS (R11), Z8
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z16
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z8
 	VMULPS       Z16, Z8, Z8
-	ADDQ         $0x04, R11
-	MOVQ         R11, (R9)
-	MOVQ         8(R9), R11
-	VBROADCASTSS (R11), Z9
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z9
 	VMULPS       Z16, Z9, Z9
-	ADDQ         $0x04, R11
-	MOVQ         R11, 8(R9)
-	MOVQ         16(R9), R11
-	VBROADCASTSS (R11), Z10
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z10
 	VMULPS       Z16, Z10, Z10
-	ADDQ         $0x04, R11
-	MOVQ         R11, 16(R9)
-	MOVQ         24(R9), R11
-	VBROADCASTSS (R11), Z11
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z11
 	VMULPS       Z16, Z11, Z11
-	ADDQ         $0x04, R11
-	MOVQ         R11, 24(R9)
-	MOVQ         32(R9), R11
-	VBROADCASTSS (R11), Z12
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	MOVQ         32(R10), R12
+	VBROADCASTSS (R12), Z12
 	VMULPS       Z16, Z12, Z12
-	ADDQ         $0x04, R11
-	MOVQ         R11, 32(R9)
-	MOVQ         40(R9), R11
-	VBROADCASTSS (R11), Z13
+	ADDQ         $0x04, R12
+	MOVQ         R12, 32(R10)
+	MOVQ         40(R10), R12
+	VBROADCASTSS (R12), Z13
 	VMULPS       Z16, Z13, Z13
-	ADDQ         $0x04, R11
-	MOVQ         R11, 40(R9)
-	MOVQ         48(R9), R11
-	VBROADCASTSS (R11), Z14
+	ADDQ         $0x04, R12
+	MOVQ         R12, 40(R10)
+	MOVQ         48(R10), R12
+	VBROADCASTSS (R12), Z14
 	VMULPS       Z16, Z14, Z14
-	ADDQ         $0x04, R11
-	MOVQ         R11, 48(R9)
-	MOVQ         56(R9), R11
-	VBROADCASTSS (R11), Z15
+	ADDQ         $0x04, R12
+	MOVQ         R12, 48(R10)
+	MOVQ         56(R10), R12
+	VBROADCASTSS (R12), Z15
 	VMULPS       Z16, Z15, Z15
-	ADDQ         $0x04, R11
-	MOVQ         R11, 56(R9)
-	CMPQ         R8, R10
-	CMOVQLT      R8, R10
-	SUBQ         R10, R8
+	ADDQ         $0x04, R12
+	MOVQ         R12, 56(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
 
 dotTile1x8FP8FiniteAVX512_step:
 	VMOVUPS     (AX), Z24
@@ -11443,26 +11452,29 @@ dotTile1x8FP8FiniteAVX512_step:
 	ADDQ        $0x00000010, DI
 	TESTQ       $0x0000003f, DI
 	JNZ         dotTile1x8FP8FiniteAVX512_next
-	PREFETCHT0  2048(CX)
-	PREFETCHT0  2048(CX)(DX*1)
-	PREFETCHT0  2048(CX)(DX*2)
-	PREFETCHT0  2048(BX)
-	PREFETCHT0  2048(CX)(DX*4)
-	PREFETCHT0  2048(BX)(DX*2)
-	PREFETCHT0  2048(SI)
-	PREFETCHT0  2048(BX)(DX*4)
+	LEAQ        (CX)(R8*1), R12
+	PREFETCHT0  (R12)
+	PREFETCHT0  (R12)(DX*1)
+	PREFETCHT0  (R12)(DX*2)
+	PREFETCHT0  (R12)(DX*4)
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT0  (R12)
+	PREFETCHT0  (R12)(DX*2)
+	PREFETCHT0  (R12)(DX*4)
+	LEAQ        (SI)(R8*1), R12
+	PREFETCHT0  (R12)
 
 dotTile1x8FP8FiniteAVX512_next:
-	DECQ  R10
+	DECQ  R11
 	JNZ   dotTile1x8FP8FiniteAVX512_step
-	MOVQ  $0x00000008, R10
-	TESTQ R8, R8
+	MOVQ  $0x00000008, R11
+	TESTQ R9, R9
 	JNZ   dotTile1x8FP8FiniteAVX512_block
 
 dotTile1x8FP8FiniteAVX512_nan:
 	XORQ          AX, AX
-	MOVQ          AX, ret+56(FP)
-	MOVQ          out+48(FP), AX
+	MOVQ          AX, ret+64(FP)
+	MOVQ          out+56(FP), AX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -11600,15 +11612,15 @@ dotTile1x4FP8AVX2_pair:
 	JNZ         dotTile1x4FP8AVX2_next
 	VPMAXUB     -32(CX)(BX*1), Y14, Y14
 	VPMAXSB     -32(CX)(BX*1), Y15, Y15
-	PREFETCHT0  (CX)(R8*1)
 	VPMAXUB     -32(SI)(BX*1), Y14, Y14
 	VPMAXSB     -32(SI)(BX*1), Y15, Y15
-	PREFETCHT0  (SI)(R8*1)
 	VPMAXUB     -32(DI)(BX*1), Y14, Y14
 	VPMAXSB     -32(DI)(BX*1), Y15, Y15
-	PREFETCHT0  (DI)(R8*1)
 	VPMAXUB     -32(DX)(BX*1), Y14, Y14
 	VPMAXSB     -32(DX)(BX*1), Y15, Y15
+	PREFETCHT0  (CX)(R8*1)
+	PREFETCHT0  (SI)(R8*1)
+	PREFETCHT0  (DI)(R8*1)
 	PREFETCHT0  (DX)(R8*1)
 
 dotTile1x4FP8AVX2_next:

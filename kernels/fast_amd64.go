@@ -158,32 +158,33 @@ func stripBF16(l level, m int, x *float32, ldx int, w *uint16, ldw, groups, kn i
 // dotTile1x8F32 runs the one-row, eight-weight-row tile of level l.
 func dotTile1x8F32(l level, x, w *float32, ldw, kn int, out *[8]float32) {
 	if l == levelAVX512 {
-		dotTile1x8F32AVX512(x, w, ldw, kn, &out[0])
+		dotTile1x8F32AVX512(x, w, ldw, kn, gemvPrefetch, &out[0])
 		return
 	}
 	dotTile1x8F32AVX2(x, w, ldw, kn, &out[0])
 }
 
-// dotTile1x8BF16 is dotTile1x8F32 with bf16 weights.
-func dotTile1x8BF16(l level, x *float32, w *uint16, ldw, kn int, out *[8]float32) {
+// dotTile1x8BF16 is dotTile1x8F32 with bf16 weights; on AVX-512 it
+// prefetches each row pfd bytes past what it reads (AVX2: gemvPrefetch).
+func dotTile1x8BF16(l level, x *float32, w *uint16, ldw, kn, pfd int, out *[8]float32) {
 	if l == levelAVX512 {
-		dotTile1x8BF16AVX512(x, w, ldw, kn, &out[0])
+		dotTile1x8BF16AVX512(x, w, ldw, kn, pfd, &out[0])
 		return
 	}
 	dotTile1x8BF16AVX2(x, w, ldw, kn, &out[0])
 }
 
 // dotTile1x8FP8 runs the AVX-512 one-row tile over eight fp8 weight rows
-// (see gemvTileFP8) and reports whether a full 64-byte chunk of codes held
-// a NaN code.
-func dotTile1x8FP8(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first int, out *[8]float32) bool {
-	return dotTile1x8FP8AVX512(x, w, ldw, kn, sc, first, &out[0]) != 0
+// (see gemvTileFP8), prefetching each row pfd bytes past what it reads, and
+// reports whether a full 64-byte chunk of codes held a NaN code.
+func dotTile1x8FP8(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first, pfd int, out *[8]float32) bool {
+	return dotTile1x8FP8AVX512(x, w, ldw, kn, sc, first, pfd, &out[0]) != 0
 }
 
 // dotTile1x8FP8Finite is dotTile1x8FP8 for codes known to hold no NaN
 // code (Matrix.finite): it does not check them.
-func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first int, out *[8]float32) {
-	dotTile1x8FP8FiniteAVX512(x, w, ldw, kn, sc, first, &out[0])
+func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first, pfd int, out *[8]float32) {
+	dotTile1x8FP8FiniteAVX512(x, w, ldw, kn, sc, first, pfd, &out[0])
 }
 
 // dotTileFP8Rows runs the AVX-512 tile of m (2 ≤ m ≤ 4) activation rows

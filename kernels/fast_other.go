@@ -62,17 +62,17 @@ func dotTile1x8F32(level, *float32, *float32, int, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTile1x8BF16(level, *float32, *uint16, int, int, *[8]float32) {
+func dotTile1x8BF16(level, *float32, *uint16, int, int, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
 func axpyFast(float32, []float32, []float32) bool { return false }
 
-func dotTile1x8FP8(*float32, *uint8, int, int, *[8]*float32, int, *[8]float32) bool {
+func dotTile1x8FP8(*float32, *uint8, int, int, *[8]*float32, int, int, *[8]float32) bool {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTile1x8FP8Finite(*float32, *uint8, int, int, *[8]*float32, int, *[8]float32) {
+func dotTile1x8FP8Finite(*float32, *uint8, int, int, *[8]*float32, int, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

@@ -459,9 +459,9 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	switch {
 	case l == levelAVX512 && w.finite:
 		// Codes checked when the matrix was made: no check per product.
-		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, &tile)
+		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, k0), &tile)
 	case l == levelAVX512:
-		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, &tile)
+		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, k0), &tile)
 	default:
 		// Prefetch what the next call reads: each row's next block or,
 		// after its last, the first block of the row four below (the
@@ -484,6 +484,34 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 		return
 	}
 	addTileFP8(dst, x, w, tile[:], 8, 1, jt, rows, k0, kv)
+}
+
+// gemvPrefetch is how many bytes ahead of its loads the one-row tile of f32
+// and bf16 weights prefetches each of its eight rows (_gen's gemvPrefetch,
+// which the AVX2 tile builds in).
+const gemvPrefetch = 1024
+
+// fp8GEMVPrefetch is how many code bytes ahead of its loads the one-row fp8
+// tile on AVX-512 prefetches each of its eight weight rows. On a Zen 4 core
+// (AVX-512 at half width), 1,024 bytes (the bf16 tile's distance) left the
+// fp8 tile at 35–65 % of its in-cache rate when streaming from memory, and
+// whole fp8 decode steps ran 8–40 % faster at 2,048 (docs/performance.md,
+// "fp8 prefetch distance").
+const fp8GEMVPrefetch = 2048
+
+// fp8TilePrefetch is the prefetch offset in bytes for the one-row fp8
+// tile's call on rows [jt, jt+8) of w and the reduction block at k0:
+// fp8GEMVPrefetch bytes ahead in each row while that stays in the row, and
+// past a row's end the same distance into the row eight below, which the
+// next tile reads. A distance that ran on into the next row would prefetch
+// the tile's own rows and leave the next tile to start cold: on rows of
+// 2,048 codes, all of it but one row. The matrix's last tile, which has no
+// next tile, keeps the plain distance.
+func fp8TilePrefetch(w *Matrix, jt, k0 int) int {
+	if k0+gemmKC/2+fp8GEMVPrefetch < w.Cols || jt+16 > w.Rows {
+		return fp8GEMVPrefetch
+	}
+	return fp8GEMVPrefetch + 7*w.Cols
 }
 
 // fp8RegisterMaxRows is the most activation rows fewTileFP8 takes: four
@@ -662,7 +690,11 @@ func gemvTile8(dst, x []float32, w *Matrix, p *f32Rows, l level, jt, k0 int) {
 	if p != nil {
 		dotTile1x8F32(l, &x[k0], p.at(jt, k0), p.ld, kv, &tile)
 	} else {
-		dotTile1x8BF16(l, &x[k0], &w.BF16[jt*in+k0], in, kv, &tile)
+		// bf16 rows stay at a plain distance: following a row's end into
+		// the next tile measured no faster for them (memory-bound at
+		// 1,024 bytes ahead, where a block of a row of 2,048 weights
+		// straddles the row's end).
+		dotTile1x8BF16(l, &x[k0], &w.BF16[jt*in+k0], in, kv, gemvPrefetch, &tile)
 	}
 	xi := x[k0+kv : k1]
 	di := dst[jt : jt+8]
