@@ -267,7 +267,7 @@ func dotTile512(m int, bf16 bool) {
 // choice: kernels.gemvPrefetch).
 //
 // gemvPrefetch is how many bytes ahead of its loads the AVX2 one-row tile
-// and the few-row fp8 tiles prefetch each weight row.
+// prefetches each weight row.
 const gemvPrefetch = 1024
 
 func gemv8x512(bf16 bool) {
@@ -2494,7 +2494,7 @@ func fp8GEMVTile(g fp8GEMV) {
 // checked; the caller checks the rest).
 func fp8Tile512(m int) {
 	name := fmt.Sprintf("dotTile%dx4FP8AVX512", m)
-	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int")
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.", name, m))
 	acc := func(i, j int) VecPhysical { return zmm[4*i+j] }
@@ -2532,6 +2532,7 @@ func fp8Tile512(m int) {
 		}
 		return Mem{Base: w0, Index: ldw, Scale: uint8(j), Disp: disp}
 	}
+	pfd := Load(Param("pfd"), GP64()) // the caller's prefetch offset (kernels.fp8TilePrefetch)
 	kn := Load(Param("kn"), GP64())
 	sc := Load(Param("sc"), GP64())
 	seg := Load(Param("first"), GP64())
@@ -2593,8 +2594,15 @@ func fp8Tile512(m int) {
 	for j := range 4 {
 		VPMAXUB(row(j, -64), nanU, nanU)
 		VPMAXSB(row(j, -64), nanS, nanS)
-		PREFETCHT0(row(j, gemvPrefetch))
 	}
+	// Each row's line pfd bytes past the one just read: rows 0, 1, 2 from
+	// row 0's base moved by pfd, row 3 from its own.
+	LEAQ(Mem{Base: w0, Index: pfd, Scale: 1}, tmp)
+	PREFETCHT0(Mem{Base: tmp})
+	PREFETCHT0(Mem{Base: tmp, Index: ldw, Scale: 1})
+	PREFETCHT0(Mem{Base: tmp, Index: ldw, Scale: 2})
+	LEAQ(Mem{Base: w3, Index: pfd, Scale: 1}, tmp)
+	PREFETCHT0(Mem{Base: tmp})
 	Label(name + "_next")
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))

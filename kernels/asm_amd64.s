@@ -11883,9 +11883,9 @@ decodeFP8RowAVX512_check:
 	VZEROUPPER
 	RET
 
-// func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+// func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile2x4FP8AVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile2x4FP8AVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -11895,9 +11895,10 @@ TEXT ·dotTile2x4FP8AVX512(SB), NOSPLIT, $0-72
 	MOVQ         ldw+24(FP), SI
 	LEAQ         (BX)(SI*2), DI
 	ADDQ         SI, DI
-	MOVQ         kn+32(FP), R8
-	MOVQ         sc+40(FP), R9
-	MOVQ         first+48(FP), R10
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
 	VPXORD       Z0, Z0, Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
@@ -11908,38 +11909,38 @@ TEXT ·dotTile2x4FP8AVX512(SB), NOSPLIT, $0-72
 	VPXORD       Z7, Z7, Z7
 	VPXORD       Z29, Z29, Z29
 	VPXORD       Z30, Z30, Z30
-	MOVL         $0x87f00000, R11
-	VPBROADCASTD R11, Z28
-	SHRQ         $0x04, R8
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
 	JZ           dotTile2x4FP8AVX512_nan
-	XORQ         R12, R12
+	XORQ         R13, R13
 
 dotTile2x4FP8AVX512_block:
-	MOVL         $0x7b800000, R11
-	VPBROADCASTD R11, Z20
-	MOVQ         (R9), R11
-	VBROADCASTSS (R11), Z16
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
 	VMULPS       Z20, Z16, Z16
-	ADDQ         $0x04, R11
-	MOVQ         R11, (R9)
-	MOVQ         8(R9), R11
-	VBROADCASTSS (R11), Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
 	VMULPS       Z20, Z17, Z17
-	ADDQ         $0x04, R11
-	MOVQ         R11, 8(R9)
-	MOVQ         16(R9), R11
-	VBROADCASTSS (R11), Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
 	VMULPS       Z20, Z18, Z18
-	ADDQ         $0x04, R11
-	MOVQ         R11, 16(R9)
-	MOVQ         24(R9), R11
-	VBROADCASTSS (R11), Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
 	VMULPS       Z20, Z19, Z19
-	ADDQ         $0x04, R11
-	MOVQ         R11, 24(R9)
-	CMPQ         R8, R10
-	CMOVQLT      R8, R10
-	SUBQ         R10, R8
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
 
 dotTile2x4FP8AVX512_step:
 	VMOVUPS     (AX), Z24
@@ -11972,39 +11973,41 @@ dotTile2x4FP8AVX512_step:
 	ADDQ        $0x40, DX
 	ADDQ        $0x10, BX
 	ADDQ        $0x10, DI
-	ADDQ        $0x10, R12
-	TESTQ       $0x0000003f, R12
+	ADDQ        $0x10, R13
+	TESTQ       $0x0000003f, R13
 	JNZ         dotTile2x4FP8AVX512_next
 	VPMAXUB     -64(BX), Z29, Z29
 	VPMAXSB     -64(BX), Z30, Z30
-	PREFETCHT0  1024(BX)
 	VPMAXUB     -64(BX)(SI*1), Z29, Z29
 	VPMAXSB     -64(BX)(SI*1), Z30, Z30
-	PREFETCHT0  1024(BX)(SI*1)
 	VPMAXUB     -64(BX)(SI*2), Z29, Z29
 	VPMAXSB     -64(BX)(SI*2), Z30, Z30
-	PREFETCHT0  1024(BX)(SI*2)
 	VPMAXUB     -64(DI), Z29, Z29
 	VPMAXSB     -64(DI), Z30, Z30
-	PREFETCHT0  1024(DI)
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT0  (R12)
+	PREFETCHT0  (R12)(SI*1)
+	PREFETCHT0  (R12)(SI*2)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT0  (R12)
 
 dotTile2x4FP8AVX512_next:
-	DECQ  R10
+	DECQ  R11
 	JNZ   dotTile2x4FP8AVX512_step
-	MOVQ  $0x00000008, R10
-	TESTQ R8, R8
+	MOVQ  $0x00000008, R11
+	TESTQ R9, R9
 	JNZ   dotTile2x4FP8AVX512_block
 
 dotTile2x4FP8AVX512_nan:
 	VPTERNLOGD    $0xff, Z20, Z20, Z20
 	VPCMPEQB      Z20, Z29, K1
-	MOVL          $0x7f7f7f7f, R11
-	VPBROADCASTD  R11, Z21
+	MOVL          $0x7f7f7f7f, R12
+	VPBROADCASTD  R12, Z21
 	VPCMPEQB      Z21, Z30, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
-	MOVQ          AX, ret+64(FP)
-	MOVQ          out+56(FP), AX
+	MOVQ          AX, ret+72(FP)
+	MOVQ          out+64(FP), AX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -12036,9 +12039,9 @@ dotTile2x4FP8AVX512_nan:
 	VZEROUPPER
 	RET
 
-// func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+// func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile3x4FP8AVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile3x4FP8AVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -12048,9 +12051,10 @@ TEXT ·dotTile3x4FP8AVX512(SB), NOSPLIT, $0-72
 	MOVQ         ldw+24(FP), SI
 	LEAQ         (BX)(SI*2), DI
 	ADDQ         SI, DI
-	MOVQ         kn+32(FP), R8
-	MOVQ         sc+40(FP), R9
-	MOVQ         first+48(FP), R10
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
 	VPXORD       Z0, Z0, Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
@@ -12065,38 +12069,38 @@ TEXT ·dotTile3x4FP8AVX512(SB), NOSPLIT, $0-72
 	VPXORD       Z11, Z11, Z11
 	VPXORD       Z29, Z29, Z29
 	VPXORD       Z30, Z30, Z30
-	MOVL         $0x87f00000, R11
-	VPBROADCASTD R11, Z28
-	SHRQ         $0x04, R8
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
 	JZ           dotTile3x4FP8AVX512_nan
-	XORQ         R12, R12
+	XORQ         R13, R13
 
 dotTile3x4FP8AVX512_block:
-	MOVL         $0x7b800000, R11
-	VPBROADCASTD R11, Z20
-	MOVQ         (R9), R11
-	VBROADCASTSS (R11), Z16
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
 	VMULPS       Z20, Z16, Z16
-	ADDQ         $0x04, R11
-	MOVQ         R11, (R9)
-	MOVQ         8(R9), R11
-	VBROADCASTSS (R11), Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
 	VMULPS       Z20, Z17, Z17
-	ADDQ         $0x04, R11
-	MOVQ         R11, 8(R9)
-	MOVQ         16(R9), R11
-	VBROADCASTSS (R11), Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
 	VMULPS       Z20, Z18, Z18
-	ADDQ         $0x04, R11
-	MOVQ         R11, 16(R9)
-	MOVQ         24(R9), R11
-	VBROADCASTSS (R11), Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
 	VMULPS       Z20, Z19, Z19
-	ADDQ         $0x04, R11
-	MOVQ         R11, 24(R9)
-	CMPQ         R8, R10
-	CMOVQLT      R8, R10
-	SUBQ         R10, R8
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
 
 dotTile3x4FP8AVX512_step:
 	VMOVUPS     (AX), Z24
@@ -12134,39 +12138,41 @@ dotTile3x4FP8AVX512_step:
 	ADDQ        $0x40, DX
 	ADDQ        $0x10, BX
 	ADDQ        $0x10, DI
-	ADDQ        $0x10, R12
-	TESTQ       $0x0000003f, R12
+	ADDQ        $0x10, R13
+	TESTQ       $0x0000003f, R13
 	JNZ         dotTile3x4FP8AVX512_next
 	VPMAXUB     -64(BX), Z29, Z29
 	VPMAXSB     -64(BX), Z30, Z30
-	PREFETCHT0  1024(BX)
 	VPMAXUB     -64(BX)(SI*1), Z29, Z29
 	VPMAXSB     -64(BX)(SI*1), Z30, Z30
-	PREFETCHT0  1024(BX)(SI*1)
 	VPMAXUB     -64(BX)(SI*2), Z29, Z29
 	VPMAXSB     -64(BX)(SI*2), Z30, Z30
-	PREFETCHT0  1024(BX)(SI*2)
 	VPMAXUB     -64(DI), Z29, Z29
 	VPMAXSB     -64(DI), Z30, Z30
-	PREFETCHT0  1024(DI)
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT0  (R12)
+	PREFETCHT0  (R12)(SI*1)
+	PREFETCHT0  (R12)(SI*2)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT0  (R12)
 
 dotTile3x4FP8AVX512_next:
-	DECQ  R10
+	DECQ  R11
 	JNZ   dotTile3x4FP8AVX512_step
-	MOVQ  $0x00000008, R10
-	TESTQ R8, R8
+	MOVQ  $0x00000008, R11
+	TESTQ R9, R9
 	JNZ   dotTile3x4FP8AVX512_block
 
 dotTile3x4FP8AVX512_nan:
 	VPTERNLOGD    $0xff, Z20, Z20, Z20
 	VPCMPEQB      Z20, Z29, K1
-	MOVL          $0x7f7f7f7f, R11
-	VPBROADCASTD  R11, Z21
+	MOVL          $0x7f7f7f7f, R12
+	VPBROADCASTD  R12, Z21
 	VPCMPEQB      Z21, Z30, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
-	MOVQ          AX, ret+64(FP)
-	MOVQ          out+56(FP), AX
+	MOVQ          AX, ret+72(FP)
+	MOVQ          out+64(FP), AX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -12212,9 +12218,9 @@ dotTile3x4FP8AVX512_nan:
 	VZEROUPPER
 	RET
 
-// func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+// func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile4x4FP8AVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile4x4FP8AVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -12224,9 +12230,10 @@ TEXT ·dotTile4x4FP8AVX512(SB), NOSPLIT, $0-72
 	MOVQ         ldw+24(FP), SI
 	LEAQ         (BX)(SI*2), DI
 	ADDQ         SI, DI
-	MOVQ         kn+32(FP), R8
-	MOVQ         sc+40(FP), R9
-	MOVQ         first+48(FP), R10
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
 	VPXORD       Z0, Z0, Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
@@ -12245,38 +12252,38 @@ TEXT ·dotTile4x4FP8AVX512(SB), NOSPLIT, $0-72
 	VPXORD       Z15, Z15, Z15
 	VPXORD       Z29, Z29, Z29
 	VPXORD       Z30, Z30, Z30
-	MOVL         $0x87f00000, R11
-	VPBROADCASTD R11, Z28
-	SHRQ         $0x04, R8
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
 	JZ           dotTile4x4FP8AVX512_nan
-	XORQ         R12, R12
+	XORQ         R13, R13
 
 dotTile4x4FP8AVX512_block:
-	MOVL         $0x7b800000, R11
-	VPBROADCASTD R11, Z20
-	MOVQ         (R9), R11
-	VBROADCASTSS (R11), Z16
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
 	VMULPS       Z20, Z16, Z16
-	ADDQ         $0x04, R11
-	MOVQ         R11, (R9)
-	MOVQ         8(R9), R11
-	VBROADCASTSS (R11), Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
 	VMULPS       Z20, Z17, Z17
-	ADDQ         $0x04, R11
-	MOVQ         R11, 8(R9)
-	MOVQ         16(R9), R11
-	VBROADCASTSS (R11), Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
 	VMULPS       Z20, Z18, Z18
-	ADDQ         $0x04, R11
-	MOVQ         R11, 16(R9)
-	MOVQ         24(R9), R11
-	VBROADCASTSS (R11), Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
 	VMULPS       Z20, Z19, Z19
-	ADDQ         $0x04, R11
-	MOVQ         R11, 24(R9)
-	CMPQ         R8, R10
-	CMOVQLT      R8, R10
-	SUBQ         R10, R8
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
 
 dotTile4x4FP8AVX512_step:
 	VMOVUPS     (AX), Z24
@@ -12319,39 +12326,41 @@ dotTile4x4FP8AVX512_step:
 	ADDQ        $0x40, DX
 	ADDQ        $0x10, BX
 	ADDQ        $0x10, DI
-	ADDQ        $0x10, R12
-	TESTQ       $0x0000003f, R12
+	ADDQ        $0x10, R13
+	TESTQ       $0x0000003f, R13
 	JNZ         dotTile4x4FP8AVX512_next
 	VPMAXUB     -64(BX), Z29, Z29
 	VPMAXSB     -64(BX), Z30, Z30
-	PREFETCHT0  1024(BX)
 	VPMAXUB     -64(BX)(SI*1), Z29, Z29
 	VPMAXSB     -64(BX)(SI*1), Z30, Z30
-	PREFETCHT0  1024(BX)(SI*1)
 	VPMAXUB     -64(BX)(SI*2), Z29, Z29
 	VPMAXSB     -64(BX)(SI*2), Z30, Z30
-	PREFETCHT0  1024(BX)(SI*2)
 	VPMAXUB     -64(DI), Z29, Z29
 	VPMAXSB     -64(DI), Z30, Z30
-	PREFETCHT0  1024(DI)
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT0  (R12)
+	PREFETCHT0  (R12)(SI*1)
+	PREFETCHT0  (R12)(SI*2)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT0  (R12)
 
 dotTile4x4FP8AVX512_next:
-	DECQ  R10
+	DECQ  R11
 	JNZ   dotTile4x4FP8AVX512_step
-	MOVQ  $0x00000008, R10
-	TESTQ R8, R8
+	MOVQ  $0x00000008, R11
+	TESTQ R9, R9
 	JNZ   dotTile4x4FP8AVX512_block
 
 dotTile4x4FP8AVX512_nan:
 	VPTERNLOGD    $0xff, Z20, Z20, Z20
 	VPCMPEQB      Z20, Z29, K1
-	MOVL          $0x7f7f7f7f, R11
-	VPBROADCASTD  R11, Z21
+	MOVL          $0x7f7f7f7f, R12
+	VPBROADCASTD  R12, Z21
 	VPCMPEQB      Z21, Z30, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
-	MOVQ          AX, ret+64(FP)
-	MOVQ          out+56(FP), AX
+	MOVQ          AX, ret+72(FP)
+	MOVQ          out+64(FP), AX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28

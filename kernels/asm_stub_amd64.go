@@ -466,17 +466,17 @@ func decodeFP8RowAVX512(dst *float32, w *uint8, kn int, sc *float32, first int, 
 // dotTile2x4FP8AVX512 computes 2 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.
 //
 //go:noescape
-func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 
 // dotTile3x4FP8AVX512 computes 3 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.
 //
 //go:noescape
-func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 
 // dotTile4x4FP8AVX512 computes 4 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.
 //
 //go:noescape
-func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, out *float32) int
+func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //

@@ -188,16 +188,17 @@ func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, fir
 }
 
 // dotTileFP8Rows runs the AVX-512 tile of m (2 ≤ m ≤ 4) activation rows
-// over four fp8 weight rows (see fewTileFP8) and reports whether a full
-// 64-byte chunk of codes held a NaN code.
-func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*float32, first int, out *[16]float32) bool {
+// over four fp8 weight rows (see fewTileFP8), prefetching each row pfd
+// bytes past what it reads, and reports whether a full 64-byte chunk of
+// codes held a NaN code.
+func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[16]float32) bool {
 	switch m {
 	case 2:
-		return dotTile2x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, &out[0]) != 0
+		return dotTile2x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0]) != 0
 	case 3:
-		return dotTile3x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, &out[0]) != 0
+		return dotTile3x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0]) != 0
 	}
-	return dotTile4x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, &out[0]) != 0
+	return dotTile4x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0]) != 0
 }
 
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,

@@ -459,9 +459,9 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	switch {
 	case l == levelAVX512 && w.finite:
 		// Codes checked when the matrix was made: no check per product.
-		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, k0), &tile)
+		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 8, k0, fp8GEMVPrefetch), &tile)
 	case l == levelAVX512:
-		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, k0), &tile)
+		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 8, k0, fp8GEMVPrefetch), &tile)
 	default:
 		// Prefetch what the next call reads: each row's next block or,
 		// after its last, the first block of the row four below (the
@@ -499,20 +499,24 @@ const gemvPrefetch = 1024
 // "fp8 prefetch distance").
 const fp8GEMVPrefetch = 2048
 
-// fp8TilePrefetch is the prefetch offset in bytes for the one-row fp8
-// tile's call on rows [jt, jt+8) of w and the reduction block at k0:
-// fp8GEMVPrefetch bytes ahead in each row while that stays in the row, and
-// past a row's end the same distance into the row eight below, which the
-// next tile reads. A distance that ran on into the next row would prefetch
-// the tile's own rows and leave the next tile to start cold: on rows of
-// 2,048 codes, all of it but one row. The matrix's last tile, which has no
-// next tile, keeps the plain distance.
-func fp8TilePrefetch(w *Matrix, jt, k0 int) int {
-	if k0+gemmKC/2+fp8GEMVPrefetch < w.Cols || jt+16 > w.Rows {
-		return fp8GEMVPrefetch
+// fp8TilePrefetch is the prefetch offset in bytes for an fp8 tile's call on
+// weight rows [jt, jt+rows) of w and the reduction block at k0: dist bytes
+// ahead in each row while that stays in the row, and past a row's end the
+// same distance into the row `rows` below, which the next tile reads. A
+// distance that ran on into the next row would prefetch the tile's own rows
+// and leave the next tile to start cold: on rows of 2,048 codes, all of the
+// eight-row tile's next tile but one row. The matrix's last tile, which has
+// no next tile, keeps the plain distance.
+func fp8TilePrefetch(w *Matrix, jt, rows, k0, dist int) int {
+	if k0+gemmKC/2+dist < w.Cols || jt+2*rows > w.Rows {
+		return dist
 	}
-	return fp8GEMVPrefetch + 7*w.Cols
+	return dist + (rows-1)*w.Cols
 }
+
+// fp8FewPrefetch is how many code bytes ahead of its loads the few-row fp8
+// tile (fewTileFP8) prefetches each of its four weight rows.
+const fp8FewPrefetch = 1024
 
 // fp8RegisterMaxRows is the most activation rows fewTileFP8 takes: four
 // rows by four weight rows fill sixteen of AVX-512's accumulators.
@@ -532,7 +536,7 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 	first := fp8TileScales(w, sc[:], jt, k0, lanes)
 	var tile [16]float32
 	codes := w.FP8[jt*in+k0:]
-	nan := dotTileFP8Rows(n, &x[k0], in, &codes[0], in, kv, &sc, first, &tile)
+	nan := dotTileFP8Rows(n, &x[k0], in, &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 4, k0, fp8FewPrefetch), &tile)
 	// The tile checks whole 64-byte chunks; the rest here.
 	nan = nan || nanPastChunks(codes, in, 4, kv, 4*lanes)
 	if nan {

@@ -153,7 +153,7 @@ func TestFP8GEMVNaNCodes(t *testing.T) {
 	})
 }
 
-// TestFP8TilePrefetch pins where the one-row fp8 tile prefetches: ahead in
+// TestFP8TilePrefetch pins where the fp8 tiles prefetch: ahead in
 // its own rows while the distance stays in them, then into the rows of the
 // next tile (eight below); the matrix's last tile, which has no next tile,
 // keeps the plain distance.
@@ -163,23 +163,27 @@ func TestFP8TilePrefetch(t *testing.T) {
 		name             string
 		rows, cols       int
 		jt, k0           int
+		tileRows, dist   int
 		want             int
 		nextTileRowStart int // the row whose line the first code's prefetch reads, counted from jt
 	}{
-		{"short rows, first block", 6144, 2048, 0, 0, d + 7*2048, 8},
-		{"short rows, second block", 6144, 2048, 8, 1024, d + 7*2048, 8},
-		{"long rows, early block", 6144, 16384, 0, 4096, d, 0},
-		{"long rows, block before the last two", 6144, 16384, 0, 16384 - 3*1024, d, 0},
-		{"long rows, second-last block", 6144, 16384, 0, 16384 - 2*1024, d + 7*16384, 8},
-		{"long rows, last block", 6144, 16384, 16, 16384 - 1024, d + 7*16384, 8},
-		{"last tile keeps the plain distance", 6144, 2048, 6144 - 8, 0, d, 1},
-		{"second-last tile reaches the last", 6144, 2048, 6144 - 16, 1024, d + 7*2048, 8},
+		{"short rows, first block", 6144, 2048, 0, 0, 8, d, d + 7*2048, 8},
+		{"short rows, second block", 6144, 2048, 8, 1024, 8, d, d + 7*2048, 8},
+		{"long rows, early block", 6144, 16384, 0, 4096, 8, d, d, 0},
+		{"long rows, block before the last two", 6144, 16384, 0, 16384 - 3*1024, 8, d, d, 0},
+		{"long rows, second-last block", 6144, 16384, 0, 16384 - 2*1024, 8, d, d + 7*16384, 8},
+		{"long rows, last block", 6144, 16384, 16, 16384 - 1024, 8, d, d + 7*16384, 8},
+		{"last tile keeps the plain distance", 6144, 2048, 6144 - 8, 0, 8, d, d, 1},
+		{"second-last tile reaches the last", 6144, 2048, 6144 - 16, 1024, 8, d, d + 7*2048, 8},
+		{"four-row tile, short rows, first block", 6144, 2048, 0, 0, 4, fp8FewPrefetch, fp8FewPrefetch, 0},
+		{"four-row tile, short rows, last block", 6144, 2048, 4, 1024, 4, fp8FewPrefetch, fp8FewPrefetch + 3*2048, 4},
+		{"four-row tile, last tile", 6144, 2048, 6144 - 4, 1024, 4, fp8FewPrefetch, fp8FewPrefetch, 1},
 	}
 	for _, tc := range tests {
 		w := &Matrix{Rows: tc.rows, Cols: tc.cols}
-		got := fp8TilePrefetch(w, tc.jt, tc.k0)
+		got := fp8TilePrefetch(w, tc.jt, tc.tileRows, tc.k0, tc.dist)
 		if got != tc.want {
-			t.Errorf("%s: fp8TilePrefetch(%d×%d, jt=%d, k0=%d) = %d, want %d", tc.name, tc.rows, tc.cols, tc.jt, tc.k0, got, tc.want)
+			t.Errorf("%s: fp8TilePrefetch(%d×%d, jt=%d, rows=%d, k0=%d, dist=%d) = %d, want %d", tc.name, tc.rows, tc.cols, tc.jt, tc.tileRows, tc.k0, tc.dist, got, tc.want)
 		}
 		// The line prefetched for row jt's code at k0: its row, relative to jt.
 		if row := (tc.k0 + got) / tc.cols; row != tc.nextTileRowStart {
