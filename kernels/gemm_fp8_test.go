@@ -18,6 +18,7 @@ var fp8GEMMCases = []struct{ n, rows, cols, rowOff, colOff int }{
 	{1, 11, 1000, 16, 16}, {1, 7, 333, 3, 8}, {1, 10, 250, 127, 1}, {1, 30, 140, 200, 250},
 	{2, 5, 130, 0, 0}, {3, 7, 257, 1, 16}, {5, 9, 1100, 120, 112}, {6, 4, 16, 0, 0},
 	{7, 13, 129, 0, 8}, {9, 31, 300, 64, 64}, {13, 6, 2100, 5, 100}, {16, 33, 64, 0, 0},
+	{8, 10, 2*gemmKC + 40, 0, 0}, {8, 7, 300, 64, 64}, {5, 3, 1040, 0, 16}, {6, 17, 1100, 16, 16},
 	{3, 5, 0, 0, 0}, {0, 4, 16, 0, 0}, {2, 0, 8, 0, 0},
 }
 
@@ -119,8 +120,8 @@ func FuzzMatMulTFP8(f *testing.F) {
 	})
 }
 
-// TestFP8GEMVNaNCodes: the in-register GEMV tiles (which this test checks
-// are the ones taken) give NaN for exactly the rows holding a NaN code,
+// TestFP8GEMVNaNCodes: the in-register tiles (which this test checks are
+// the ones taken) give NaN for exactly the rows holding a NaN code,
 // wherever the code lies: in a chunk the tile checks, in the partial chunk
 // the caller checks, or in the scalar tail; and the other rows keep the
 // dequantized product's bits.
@@ -138,14 +139,18 @@ func TestFP8GEMVNaNCodes(t *testing.T) {
 				}
 				bad := 5 % c.rows
 				w.FP8[bad*c.cols+col] = 0x7F | uint8(col&1)<<7
-				name := fmt.Sprintf("[%d,%d] at column offset %d, NaN code in row %d column %d", c.rows, c.cols, c.colOff, bad, col)
-				x := randSlice(r, c.cols, 1)
-				checkFP8Product(t, name, w, x, 1)
-				dst := make([]float32, c.rows)
-				MatVecT(dst, x, w)
-				for j, v := range dst {
-					if (v != v) != (j == bad) {
-						t.Errorf("%s: output %d = %v", name, j, v)
+				// One activation row (the eight-row GEMV tile), three (the
+				// four-row tile) and eight (rows decoded to a scratch).
+				for _, n := range []int{1, 3, 8} {
+					name := fmt.Sprintf("n=%d [%d,%d] at column offset %d, NaN code in row %d column %d", n, c.rows, c.cols, c.colOff, bad, col)
+					x := randSlice(r, n*c.cols, 1)
+					checkFP8Product(t, name, w, x, n)
+					dst := make([]float32, n*c.rows)
+					MatMulT(dst, x, n, w)
+					for o, v := range dst {
+						if j := o % c.rows; (v != v) != (j == bad) {
+							t.Errorf("%s: row %d output %d = %v", name, o/c.rows, j, v)
+						}
 					}
 				}
 			}
@@ -153,10 +158,10 @@ func TestFP8GEMVNaNCodes(t *testing.T) {
 	})
 }
 
-// TestFP8TilePrefetch pins where the fp8 tiles prefetch: ahead in
-// its own rows while the distance stays in them, then into the rows of the
-// next tile (eight below); the matrix's last tile, which has no next tile,
-// keeps the plain distance.
+// TestFP8TilePrefetch pins where the fp8 tiles prefetch: ahead in their own
+// rows while the distance stays in them, then into the rows of the next
+// tile (the tile's height below); the matrix's last tile, which has no next
+// tile, keeps the plain distance.
 func TestFP8TilePrefetch(t *testing.T) {
 	const d = fp8GEMVPrefetch
 	tests := []struct {
