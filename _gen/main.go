@@ -1566,12 +1566,13 @@ func max512() {
 // gains max(dot, 0)·w for heads 0–15 and then for heads 16–31 of the group,
 // lane-wise. When out is not nil the running sums are final: each is reduced
 // by hsum512 and stored to out[j]. Every key's arithmetic is the same
-// whichever keys share the tile.
+// whichever keys share the tile. While it reads line l of its keys it
+// prefetches line l of the eight keys at next[0..7] (the next tile's).
 func scoreTile8T512() {
 	name := "scoreTile8TAVX512"
-	TEXT(name, NOSPLIT, "func(qT *float32, stride int, dim int, w *float32, k0, k1, k2, k3, k4, k5, k6, k7 *float32, run *float32, out *float32)")
+	TEXT(name, NOSPLIT, "func(qT *float32, stride int, dim int, w *float32, k0, k1, k2, k3, k4, k5, k6, k7 *float32, next *[8]*float32, run *float32, out *float32)")
 	Pragma("noescape")
-	Doc(name + " adds one 32-head group of the weighted ReLU scores of eight keys to their running sums (and reduces them into out when out is not nil).")
+	Doc(name + " adds one 32-head group of the weighted ReLU scores of eight keys to their running sums (and reduces them into out when out is not nil), prefetching the keys at next.")
 	qrow := Load(Param("qT"), GP64())
 	stride := Load(Param("stride"), GP64())
 	dim := Load(Param("dim"), GP64())
@@ -1587,7 +1588,21 @@ func scoreTile8T512() {
 	XORQ(off, off)
 	TESTQ(dim, dim)
 	JZ(LabelRef(name + "_dots"))
+	next := Load(Param("next"), GP64())
+	np := GP64()
 	Label(name + "_d")
+	// At the start of each 64-byte line of the keys: prefetch the same
+	// line of the eight keys the next call reads, so that their lines are
+	// requested a few at a time over the whole call rather than all at
+	// once before it (a burst of 64 lines outruns the core's outstanding
+	// misses, and the lines it drops arrive late).
+	TESTQ(U32(63), off)
+	JNZ(LabelRef(name + "_noprefetch"))
+	for j := range 8 {
+		MOVQ(Mem{Base: next, Disp: 8 * j}, np)
+		PREFETCHT0(Mem{Base: np, Index: off, Scale: 1})
+	}
+	Label(name + "_noprefetch")
 	VMOVUPS(Mem{Base: qrow}, Z24)
 	VMOVUPS(Mem{Base: qrow, Disp: 64}, Z25)
 	for j := range 8 {

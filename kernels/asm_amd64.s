@@ -10368,9 +10368,9 @@ max_reduce:
 	VZEROUPPER
 	RET
 
-// func scoreTile8TAVX512(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, k6 *float32, k7 *float32, run *float32, out *float32)
-// Requires: AVX, AVX512F
-TEXT ·scoreTile8TAVX512(SB), NOSPLIT, $0-112
+// func scoreTile8TAVX512(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, k6 *float32, k7 *float32, next *[8]*float32, run *float32, out *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·scoreTile8TAVX512(SB), NOSPLIT, $0-120
 	MOVQ   qT+0(FP), AX
 	MOVQ   stride+8(FP), CX
 	MOVQ   dim+16(FP), DX
@@ -10402,8 +10402,29 @@ TEXT ·scoreTile8TAVX512(SB), NOSPLIT, $0-112
 	XORQ   R13, R13
 	TESTQ  DX, DX
 	JZ     scoreTile8TAVX512_dots
+	MOVQ   next+96(FP), R14
 
 scoreTile8TAVX512_d:
+	TESTQ      $0x0000003f, R13
+	JNZ        scoreTile8TAVX512_noprefetch
+	MOVQ       (R14), R15
+	PREFETCHT0 (R15)(R13*1)
+	MOVQ       8(R14), R15
+	PREFETCHT0 (R15)(R13*1)
+	MOVQ       16(R14), R15
+	PREFETCHT0 (R15)(R13*1)
+	MOVQ       24(R14), R15
+	PREFETCHT0 (R15)(R13*1)
+	MOVQ       32(R14), R15
+	PREFETCHT0 (R15)(R13*1)
+	MOVQ       40(R14), R15
+	PREFETCHT0 (R15)(R13*1)
+	MOVQ       48(R14), R15
+	PREFETCHT0 (R15)(R13*1)
+	MOVQ       56(R14), R15
+	PREFETCHT0 (R15)(R13*1)
+
+scoreTile8TAVX512_noprefetch:
 	VMOVUPS      (AX), Z24
 	VMOVUPS      64(AX), Z25
 	VBROADCASTSS (BX)(R13*1), Z26
@@ -10437,7 +10458,7 @@ scoreTile8TAVX512_d:
 
 scoreTile8TAVX512_dots:
 	MOVQ          w+24(FP), AX
-	MOVQ          run+96(FP), CX
+	MOVQ          run+104(FP), CX
 	VMOVUPS       (AX), Z28
 	VMOVUPS       64(AX), Z29
 	VPXORD        Z27, Z27, Z27
@@ -10505,7 +10526,7 @@ scoreTile8TAVX512_dots:
 	VMULPS        Z29, Z15, Z15
 	VADDPS        Z15, Z30, Z30
 	VMOVUPS       Z30, 448(CX)
-	MOVQ          out+104(FP), AX
+	MOVQ          out+112(FP), AX
 	TESTQ         AX, AX
 	JZ            scoreTile8TAVX512_done
 	VMOVUPS       (CX), Z0

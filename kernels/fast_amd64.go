@@ -512,9 +512,9 @@ func decodeRecordsFast(dst []float32, base []byte, lt RecordLayout, slots []int3
 }
 
 // scoreTile8T is the AVX-512 transposed-query score tile of eight keys (see
-// scoreKeysT).
-func scoreTile8T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k5, k6, k7 *float32, run, out *float32) {
-	scoreTile8TAVX512(qT, stride, dim, w, k0, k1, k2, k3, k4, k5, k6, k7, run, out)
+// scoreKeysT), prefetching the keys at next as it goes.
+func scoreTile8T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k5, k6, k7 *float32, next *[8]*float32, run, out *float32) {
+	scoreTile8TAVX512(qT, stride, dim, w, k0, k1, k2, k3, k4, k5, k6, k7, next, run, out)
 }
 
 // scoreTile6T is the AVX2 transposed-query score tile of six keys and one

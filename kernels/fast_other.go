@@ -90,7 +90,7 @@ func decodeFP8Row(level, *float32, *uint8, int, *float32, int, *uint8) bool {
 
 func decodeE4M3Fast([]float32, []byte, float32) int { return 0 }
 
-func scoreTile8T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32) {
+func scoreTile8T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *[8]*float32, *float32, *float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

@@ -303,26 +303,34 @@ func (t *scoreTask) runPart(p, parts int) {
 }
 
 // scoreKeysT is the AVX-512 WeightedReLUScores over keys, eight per tile
-// (a short tile repeats its last key), 32 heads per assembly call,
-// prefetching the next eight keys (they live in scattered cache slots).
+// (a short tile repeats its last key), 32 heads per assembly call, each
+// call prefetching the next eight keys (they live in scattered cache slots)
+// a line at a time as it reads its own.
 func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
 	hp, dim := len(t.wP), t.dim
 	var run [8 * 16]float32
 	var out [8]float32
 	n := len(keys)
+	var next [8]*float32
 	for j := 0; j < n; j += 8 {
 		nj := min(8, n-j)
-		for next := j + 8; next < min(n, j+16); next += 4 {
-			prefetchFour(keys, next, 4*dim)
-		}
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
+		// The tile prefetches the next tile's keys a line at a time as it
+		// reads its own; the last tile, its own.
+		for c := range next {
+			if j+8 < n {
+				next[c] = &keys[min(j+8+c, n-1)][0]
+			} else {
+				next[c] = k(c)
+			}
+		}
 		clear(run[:])
 		for g := 0; g < hp; g += 32 {
 			var o *float32
 			if g+32 == hp {
 				o = &out[0]
 			}
-			scoreTile8T(&t.qT[g], 4*hp, dim, &t.wP[g], k(0), k(1), k(2), k(3), k(4), k(5), k(6), k(7), &run[0], o)
+			scoreTile8T(&t.qT[g], 4*hp, dim, &t.wP[g], k(0), k(1), k(2), k(3), k(4), k(5), k(6), k(7), &next, &run[0], o)
 		}
 		copy(dst[j:j+nj], out[:nj])
 	}
