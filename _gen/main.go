@@ -1652,12 +1652,13 @@ func scoreTile8T512() {
 // half, every lane sees the operations of scoreTile8TAVX512 in the same
 // order; when out is not nil the running sums are final and each is reduced
 // as hsum512 does (the two vectors added, then hsum256) into out[j]. The
-// results are those of the AVX-512 tile, bit for bit.
+// results are those of the AVX-512 tile, bit for bit. While it reads line l
+// of its keys it prefetches line l of the six keys at next[0..5].
 func scoreTile6T256() {
 	name := "scoreTile6TAVX2"
-	TEXT(name, NOSPLIT, "func(qT *float32, stride int, dim int, w *float32, k0, k1, k2, k3, k4, k5 *float32, run *float32, out *float32)")
+	TEXT(name, NOSPLIT, "func(qT *float32, stride int, dim int, w *float32, k0, k1, k2, k3, k4, k5 *float32, next *[6]*float32, run *float32, out *float32)")
 	Pragma("noescape")
-	Doc(name + " adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil).")
+	Doc(name + " adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil), prefetching the keys at next.")
 	qrow := Load(Param("qT"), GP64())
 	stride := Load(Param("stride"), GP64())
 	dim := Load(Param("dim"), GP64())
@@ -1673,7 +1674,18 @@ func scoreTile6T256() {
 	XORQ(off, off)
 	TESTQ(dim, dim)
 	JZ(LabelRef(name + "_dots"))
+	next := Load(Param("next"), GP64())
+	np := GP64()
 	Label(name + "_d")
+	// At the start of each 64-byte line of the keys: the same line of the
+	// six keys at next (see scoreTile8T512).
+	TESTQ(U32(63), off)
+	JNZ(LabelRef(name + "_noprefetch"))
+	for j := range 6 {
+		MOVQ(Mem{Base: next, Disp: 8 * j}, np)
+		PREFETCHT0(Mem{Base: np, Index: off, Scale: 1})
+	}
+	Label(name + "_noprefetch")
 	VMOVUPS(Mem{Base: qrow}, Y12)
 	VMOVUPS(Mem{Base: qrow, Disp: 32}, Y13)
 	for j := range 6 {

@@ -10598,9 +10598,9 @@ scoreTile8TAVX512_done:
 	VZEROUPPER
 	RET
 
-// func scoreTile6TAVX2(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, run *float32, out *float32)
-// Requires: AVX, FMA3
-TEXT ·scoreTile6TAVX2(SB), NOSPLIT, $0-96
+// func scoreTile6TAVX2(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, next *[6]*float32, run *float32, out *float32)
+// Requires: AVX, FMA3, MMX+
+TEXT ·scoreTile6TAVX2(SB), NOSPLIT, $0-104
 	MOVQ   qT+0(FP), AX
 	MOVQ   stride+8(FP), CX
 	MOVQ   dim+16(FP), DX
@@ -10626,8 +10626,25 @@ TEXT ·scoreTile6TAVX2(SB), NOSPLIT, $0-96
 	XORQ   R11, R11
 	TESTQ  DX, DX
 	JZ     scoreTile6TAVX2_dots
+	MOVQ   next+80(FP), R12
 
 scoreTile6TAVX2_d:
+	TESTQ      $0x0000003f, R11
+	JNZ        scoreTile6TAVX2_noprefetch
+	MOVQ       (R12), R13
+	PREFETCHT0 (R13)(R11*1)
+	MOVQ       8(R12), R13
+	PREFETCHT0 (R13)(R11*1)
+	MOVQ       16(R12), R13
+	PREFETCHT0 (R13)(R11*1)
+	MOVQ       24(R12), R13
+	PREFETCHT0 (R13)(R11*1)
+	MOVQ       32(R12), R13
+	PREFETCHT0 (R13)(R11*1)
+	MOVQ       40(R12), R13
+	PREFETCHT0 (R13)(R11*1)
+
+scoreTile6TAVX2_noprefetch:
 	VMOVUPS      (AX), Y12
 	VMOVUPS      32(AX), Y13
 	VBROADCASTSS (BX)(R11*1), Y14
@@ -10655,7 +10672,7 @@ scoreTile6TAVX2_d:
 
 scoreTile6TAVX2_dots:
 	MOVQ         w+24(FP), AX
-	MOVQ         run+80(FP), CX
+	MOVQ         run+88(FP), CX
 	VMOVUPS      (AX), Y12
 	VMOVUPS      32(AX), Y13
 	VXORPS       Y14, Y14, Y14
@@ -10719,7 +10736,7 @@ scoreTile6TAVX2_dots:
 	VMULPS       Y13, Y11, Y11
 	VADDPS       Y11, Y15, Y15
 	VMOVUPS      Y15, 352(CX)
-	MOVQ         out+88(FP), AX
+	MOVQ         out+96(FP), AX
 	TESTQ        AX, AX
 	JZ           scoreTile6TAVX2_done
 	VMOVUPS      (CX), Y0

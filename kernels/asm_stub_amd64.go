@@ -407,10 +407,10 @@ func maxAVX512(x *float32, n int) float32
 //go:noescape
 func scoreTile8TAVX512(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, k6 *float32, k7 *float32, next *[8]*float32, run *float32, out *float32)
 
-// scoreTile6TAVX2 adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil).
+// scoreTile6TAVX2 adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil), prefetching the keys at next.
 //
 //go:noescape
-func scoreTile6TAVX2(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, run *float32, out *float32)
+func scoreTile6TAVX2(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, next *[6]*float32, run *float32, out *float32)
 
 // fmaPeakAVX512 runs n rounds of 24 independent 16-lane FMA chains.
 func fmaPeakAVX512(n int) float32

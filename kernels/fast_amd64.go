@@ -518,9 +518,10 @@ func scoreTile8T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k
 }
 
 // scoreTile6T is the AVX2 transposed-query score tile of six keys and one
-// 16-head half of a group (see scoreKeysT6).
-func scoreTile6T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k5 *float32, run, out *float32) {
-	scoreTile6TAVX2(qT, stride, dim, w, k0, k1, k2, k3, k4, k5, run, out)
+// 16-head half of a group (see scoreKeysT6), prefetching the keys at next
+// as it goes.
+func scoreTile6T(qT *float32, stride, dim int, w *float32, k0, k1, k2, k3, k4, k5 *float32, next *[6]*float32, run, out *float32) {
+	scoreTile6TAVX2(qT, stride, dim, w, k0, k1, k2, k3, k4, k5, next, run, out)
 }
 
 // widenBF16Fast widens the longest multiple of 16 (AVX2: 8) of the bf16

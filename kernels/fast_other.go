@@ -124,6 +124,6 @@ func stripBF16(level, int, *float32, int, *uint16, int, int, int, *float32, int,
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func scoreTile6T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *float32) {
+func scoreTile6T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *[6]*float32, *float32, *float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }

@@ -338,27 +338,35 @@ func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
 
 // scoreKeysT6 is scoreKeysT for AVX2: six keys per tile (a short tile
 // repeats its last key), each 32-head group in two 16-head calls, the next
-// keys prefetched.
+// keys prefetched a line at a time by the calls.
 func scoreKeysT6(dst []float32, t *ScoreQuery, keys [][]float32) {
 	hp, dim := len(t.wP), t.dim
 	var run [6 * 16]float32
 	var out [6]float32
 	n := len(keys)
+	var next [6]*float32
 	for j := 0; j < n; j += 6 {
 		nj := min(6, n-j)
-		for next := j + 6; next < min(n, j+12); next += 4 {
-			prefetchFour(keys, next, 4*dim)
-		}
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
 		k0, k1, k2, k3, k4, k5 := k(0), k(1), k(2), k(3), k(4), k(5)
+		// Each call prefetches the next tile's keys a line at a time as it
+		// reads its own (the later calls find those lines requested); the
+		// last tile, its own.
+		for c := range next {
+			if j+6 < n {
+				next[c] = &keys[min(j+6+c, n-1)][0]
+			} else {
+				next[c] = k(c)
+			}
+		}
 		clear(run[:])
 		for g := 0; g < hp; g += 32 {
-			scoreTile6T(&t.qT[g], 4*hp, dim, &t.wP[g], k0, k1, k2, k3, k4, k5, &run[0], nil)
+			scoreTile6T(&t.qT[g], 4*hp, dim, &t.wP[g], k0, k1, k2, k3, k4, k5, &next, &run[0], nil)
 			var o *float32
 			if g+32 == hp {
 				o = &out[0]
 			}
-			scoreTile6T(&t.qT[g+16], 4*hp, dim, &t.wP[g+16], k0, k1, k2, k3, k4, k5, &run[0], o)
+			scoreTile6T(&t.qT[g+16], 4*hp, dim, &t.wP[g+16], k0, k1, k2, k3, k4, k5, &next, &run[0], o)
 		}
 		copy(dst[j:j+nj], out[:nj])
 	}
