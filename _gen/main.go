@@ -262,19 +262,16 @@ func dotTile512(m int, bf16 bool) {
 // eight weight rows at w + j·ldw and kn (a multiple of 16) elements: one
 // activation row against eight weight streams at once, which keeps more
 // memory requests in flight than four. Every output has exactly the
-// accumulator and reduction of dotTile512's, so the bits are the same. Each
-// row is prefetched pfd bytes past what the tile reads (the caller's
-// choice: kernels.gemvPrefetch).
-//
-// gemvPrefetch is how many bytes ahead of its loads the AVX2 one-row tile
-// prefetches each weight row.
+// accumulator and reduction of dotTile512's, so the bits are the same.
+// gemvPrefetch is how many bytes ahead of its loads the one-row GEMV tile
+// prefetches each of its eight weight rows (0: no prefetch).
 const gemvPrefetch = 1024
 
 func gemv8x512(bf16 bool) {
 	name := fmt.Sprintf("dotTile1x8%sAVX512", wName(bf16))
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w %s, ldw int, kn int, pfd int, out *float32)", wType(bf16)))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, w %s, ldw int, kn int, out *float32)", wType(bf16)))
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements, prefetching each row pfd bytes past what it reads.", name))
+	Doc(fmt.Sprintf("%s computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements.", name))
 	x := Load(Param("x"), GP64())
 	w0 := Load(Param("w"), GP64())
 	ldw := Load(Param("ldw"), GP64())
@@ -297,7 +294,6 @@ func gemv8x512(bf16 bool) {
 	offW := GP64()
 	XORQ(offX, offX)
 	XORQ(offW, offW)
-	pfo := Load(Param("pfd"), GP64()) // offW + pfd
 	SHRQ(U8(4), kn)
 	JZ(LabelRef(name + "_reduce"))
 	// step handles 16 values of every row; a bf16 step reads half a line,
@@ -309,8 +305,8 @@ func gemv8x512(bf16 bool) {
 	step := func(disp int, prefetch bool) {
 		VMOVUPS(Mem{Base: x, Index: offX, Scale: 1, Disp: disp * 64 / wStep}, Z28)
 		for j := range 8 {
-			if prefetch {
-				PREFETCHT0(Mem{Base: w[j], Index: pfo, Scale: 1})
+			if prefetch && gemvPrefetch > 0 {
+				PREFETCHT0(Mem{Base: w[j], Index: offW, Scale: 1, Disp: gemvPrefetch})
 			}
 			loadW(Mem{Base: w[j], Index: offW, Scale: 1, Disp: disp}, zmm[16+j], bf16)
 			VFMADD231PS(zmm[16+j], Z28, zmm[j])
@@ -326,7 +322,6 @@ func gemv8x512(bf16 bool) {
 		step(32, false)
 		ADDQ(U32(128), offX)
 		ADDQ(U32(64), offW)
-		ADDQ(U32(64), pfo)
 		DECQ(pairs)
 		JNZ(LabelRef(name + "_loop"))
 		Label(name + "_single")
@@ -338,7 +333,6 @@ func gemv8x512(bf16 bool) {
 		step(0, true)
 		ADDQ(U32(64), offX)
 		ADDQ(U32(64), offW)
-		ADDQ(U32(64), pfo)
 		DECQ(kn)
 		JNZ(LabelRef(name + "_loop"))
 	}
@@ -1589,20 +1583,8 @@ func scoreTile8T512() {
 	TESTQ(dim, dim)
 	JZ(LabelRef(name + "_dots"))
 	next := Load(Param("next"), GP64())
-	np := GP64()
 	Label(name + "_d")
-	// At the start of each 64-byte line of the keys: prefetch the same
-	// line of the eight keys the next call reads, so that their lines are
-	// requested a few at a time over the whole call rather than all at
-	// once before it (a burst of 64 lines outruns the core's outstanding
-	// misses, and the lines it drops arrive late).
-	TESTQ(U32(63), off)
-	JNZ(LabelRef(name + "_noprefetch"))
-	for j := range 8 {
-		MOVQ(Mem{Base: next, Disp: 8 * j}, np)
-		PREFETCHT0(Mem{Base: np, Index: off, Scale: 1})
-	}
-	Label(name + "_noprefetch")
+	prefetchNextKeys(name, next, off, 8)
 	VMOVUPS(Mem{Base: qrow}, Z24)
 	VMOVUPS(Mem{Base: qrow, Disp: 64}, Z25)
 	for j := range 8 {
@@ -1642,6 +1624,25 @@ func scoreTile8T512() {
 	RET()
 }
 
+// prefetchNextKeys emits, for a score tile's loop over the byte offset off
+// of its keys, a prefetch of line off of each of the keys keys at next (the
+// next tile's) whenever off starts a 64-byte line: the next tile's lines are
+// requested a few at a time over the whole call rather than all at once
+// before it. A burst of a tile's lines (64 for eight f32 keys of 128
+// values) is likely more than a core keeps in flight; spread out, the
+// tile's from-memory rate came close to its in-cache rate
+// (docs/performance.md, "The indexer's keys prefetched a line at a time").
+func prefetchNextKeys(name string, next, off Register, keys int) {
+	np := GP64()
+	TESTQ(U32(63), off)
+	JNZ(LabelRef(name + "_noprefetch"))
+	for j := range keys {
+		MOVQ(Mem{Base: next, Disp: 8 * j}, np)
+		PREFETCHT0(Mem{Base: np, Index: off, Scale: 1})
+	}
+	Label(name + "_noprefetch")
+}
+
 // scoreTile6T256 emits scoreTile6TAVX2: scoreTile8TAVX512 for AVX2 over six
 // keys and one 16-head half of a 32-head group: for each key j and head h
 // the dot product runs over d in ascending order as a chain of fused
@@ -1675,17 +1676,8 @@ func scoreTile6T256() {
 	TESTQ(dim, dim)
 	JZ(LabelRef(name + "_dots"))
 	next := Load(Param("next"), GP64())
-	np := GP64()
 	Label(name + "_d")
-	// At the start of each 64-byte line of the keys: the same line of the
-	// six keys at next (see scoreTile8T512).
-	TESTQ(U32(63), off)
-	JNZ(LabelRef(name + "_noprefetch"))
-	for j := range 6 {
-		MOVQ(Mem{Base: next, Disp: 8 * j}, np)
-		PREFETCHT0(Mem{Base: np, Index: off, Scale: 1})
-	}
-	Label(name + "_noprefetch")
+	prefetchNextKeys(name, next, off, 6)
 	VMOVUPS(Mem{Base: qrow}, Y12)
 	VMOVUPS(Mem{Base: qrow, Disp: 32}, Y13)
 	for j := range 6 {

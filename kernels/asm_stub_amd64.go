@@ -32,10 +32,10 @@ func dotTile5x4F32AVX512(x *float32, ldx int, w0 *float32, w1 *float32, w2 *floa
 //go:noescape
 func dotTile6x4F32AVX512(x *float32, ldx int, w0 *float32, w1 *float32, w2 *float32, w3 *float32, kn int, out *float32)
 
-// dotTile1x8F32AVX512 computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements, prefetching each row pfd bytes past what it reads.
+// dotTile1x8F32AVX512 computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements.
 //
 //go:noescape
-func dotTile1x8F32AVX512(x *float32, w *float32, ldw int, kn int, pfd int, out *float32)
+func dotTile1x8F32AVX512(x *float32, w *float32, ldw int, kn int, out *float32)
 
 // dotTile1x4F32AVX2 computes a 1x4 tile of dot products over kn (a multiple of 8) elements.
 //
@@ -132,10 +132,10 @@ func dotTile5x4BF16AVX512(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint1
 //go:noescape
 func dotTile6x4BF16AVX512(x *float32, ldx int, w0 *uint16, w1 *uint16, w2 *uint16, w3 *uint16, kn int, out *float32)
 
-// dotTile1x8BF16AVX512 computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements, prefetching each row pfd bytes past what it reads.
+// dotTile1x8BF16AVX512 computes one activation row's dot products with eight weight rows over kn (a multiple of 16) elements.
 //
 //go:noescape
-func dotTile1x8BF16AVX512(x *float32, w *uint16, ldw int, kn int, pfd int, out *float32)
+func dotTile1x8BF16AVX512(x *float32, w *uint16, ldw int, kn int, out *float32)
 
 // dotTile1x4BF16AVX2 computes a 1x4 tile of dot products over kn (a multiple of 8) elements.
 //

@@ -158,17 +158,16 @@ func stripBF16(l level, m int, x *float32, ldx int, w *uint16, ldw, groups, kn i
 // dotTile1x8F32 runs the one-row, eight-weight-row tile of level l.
 func dotTile1x8F32(l level, x, w *float32, ldw, kn int, out *[8]float32) {
 	if l == levelAVX512 {
-		dotTile1x8F32AVX512(x, w, ldw, kn, gemvPrefetch, &out[0])
+		dotTile1x8F32AVX512(x, w, ldw, kn, &out[0])
 		return
 	}
 	dotTile1x8F32AVX2(x, w, ldw, kn, &out[0])
 }
 
-// dotTile1x8BF16 is dotTile1x8F32 with bf16 weights; on AVX-512 it
-// prefetches each row pfd bytes past what it reads (AVX2: gemvPrefetch).
-func dotTile1x8BF16(l level, x *float32, w *uint16, ldw, kn, pfd int, out *[8]float32) {
+// dotTile1x8BF16 is dotTile1x8F32 with bf16 weights.
+func dotTile1x8BF16(l level, x *float32, w *uint16, ldw, kn int, out *[8]float32) {
 	if l == levelAVX512 {
-		dotTile1x8BF16AVX512(x, w, ldw, kn, pfd, &out[0])
+		dotTile1x8BF16AVX512(x, w, ldw, kn, &out[0])
 		return
 	}
 	dotTile1x8BF16AVX2(x, w, ldw, kn, &out[0])

@@ -62,7 +62,7 @@ func dotTile1x8F32(level, *float32, *float32, int, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTile1x8BF16(level, *float32, *uint16, int, int, int, *[8]float32) {
+func dotTile1x8BF16(level, *float32, *uint16, int, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

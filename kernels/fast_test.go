@@ -779,3 +779,42 @@ func TestScoreGatheredKeys(t *testing.T) {
 		}
 	})
 }
+
+// TestNextTileKeys pins which keys a score tile prefetches: the next
+// tile's (a short next tile repeating the last key), and after the last
+// tile its own.
+func TestNextTileKeys(t *testing.T) {
+	keys := make([][]float32, 19)
+	for i := range keys {
+		keys[i] = make([]float32, 1)
+	}
+	index := func(p *float32) int {
+		for i := range keys {
+			if &keys[i][0] == p {
+				return i
+			}
+		}
+		return -1
+	}
+	tests := []struct {
+		tile, j int
+		want    []int
+	}{
+		{8, 0, []int{8, 9, 10, 11, 12, 13, 14, 15}},
+		{8, 8, []int{16, 17, 18, 18, 18, 18, 18, 18}},
+		{8, 16, []int{16, 17, 18, 18, 18, 18, 18, 18}},
+		{6, 12, []int{18, 18, 18, 18, 18, 18}},
+		{6, 18, []int{18, 18, 18, 18, 18, 18}},
+	}
+	for _, tc := range tests {
+		next := make([]*float32, tc.tile)
+		nextTileKeys(next, keys, tc.j)
+		got := make([]int, len(next))
+		for c, p := range next {
+			got[c] = index(p)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("tile %d at key %d of %d: prefetched keys (-want +got):\n%s", tc.tile, tc.j, len(keys), diff)
+		}
+	}
+}

@@ -486,11 +486,6 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	addTileFP8(dst, x, w, tile[:], 8, 1, jt, rows, k0, kv)
 }
 
-// gemvPrefetch is how many bytes ahead of its loads the one-row tile of f32
-// and bf16 weights prefetches each of its eight rows (_gen's gemvPrefetch,
-// which the AVX2 tile builds in).
-const gemvPrefetch = 1024
-
 // fp8GEMVPrefetch is how many code bytes ahead of its loads the one-row fp8
 // tile on AVX-512 prefetches each of its eight weight rows. On a Zen 4 core
 // (AVX-512 at half width), 1,024 bytes (the bf16 tile's distance) left the
@@ -694,11 +689,10 @@ func gemvTile8(dst, x []float32, w *Matrix, p *f32Rows, l level, jt, k0 int) {
 	if p != nil {
 		dotTile1x8F32(l, &x[k0], p.at(jt, k0), p.ld, kv, &tile)
 	} else {
-		// bf16 rows stay at a plain distance: following a row's end into
-		// the next tile measured no faster for them (memory-bound at
-		// 1,024 bytes ahead, where a block of a row of 2,048 weights
-		// straddles the row's end).
-		dotTile1x8BF16(l, &x[k0], &w.BF16[jt*in+k0], in, kv, gemvPrefetch, &tile)
+		// bf16 rows keep the tile's plain distance: following a row's end
+		// into the next tile, as the fp8 tiles do, measured no faster
+		// for them (docs/performance.md, "Prefetching past a row's end").
+		dotTile1x8BF16(l, &x[k0], &w.BF16[jt*in+k0], in, kv, &tile)
 	}
 	xi := x[k0+kv : k1]
 	di := dst[jt : jt+8]

@@ -315,15 +315,7 @@ func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
 	for j := 0; j < n; j += 8 {
 		nj := min(8, n-j)
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
-		// The tile prefetches the next tile's keys a line at a time as it
-		// reads its own; the last tile, its own.
-		for c := range next {
-			if j+8 < n {
-				next[c] = &keys[min(j+8+c, n-1)][0]
-			} else {
-				next[c] = k(c)
-			}
-		}
+		nextTileKeys(next[:], keys, j)
 		clear(run[:])
 		for g := 0; g < hp; g += 32 {
 			var o *float32
@@ -333,6 +325,20 @@ func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
 			scoreTile8T(&t.qT[g], 4*hp, dim, &t.wP[g], k(0), k(1), k(2), k(3), k(4), k(5), k(6), k(7), &next, &run[0], o)
 		}
 		copy(dst[j:j+nj], out[:nj])
+	}
+}
+
+// nextTileKeys points next at the keys of the tile after the one at j (a
+// tile of len(next) keys; a short tile repeats the last key), which the
+// score tile prefetches a line at a time as it reads its own; after the last
+// tile, at that tile's own keys.
+func nextTileKeys(next []*float32, keys [][]float32, j int) {
+	t, n := len(next), len(keys)
+	if j+t >= n {
+		j -= t
+	}
+	for c := range next {
+		next[c] = &keys[min(j+t+c, n-1)][0]
 	}
 }
 
@@ -349,16 +355,8 @@ func scoreKeysT6(dst []float32, t *ScoreQuery, keys [][]float32) {
 		nj := min(6, n-j)
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
 		k0, k1, k2, k3, k4, k5 := k(0), k(1), k(2), k(3), k(4), k(5)
-		// Each call prefetches the next tile's keys a line at a time as it
-		// reads its own (the later calls find those lines requested); the
-		// last tile, its own.
-		for c := range next {
-			if j+6 < n {
-				next[c] = &keys[min(j+6+c, n-1)][0]
-			} else {
-				next[c] = k(c)
-			}
-		}
+		// The second call of a group finds the lines the first requested.
+		nextTileKeys(next[:], keys, j)
 		clear(run[:])
 		for g := 0; g < hp; g += 32 {
 			scoreTile6T(&t.qT[g], 4*hp, dim, &t.wP[g], k0, k1, k2, k3, k4, k5, &next, &run[0], nil)
