@@ -26,6 +26,13 @@ import (
 // histograms and, for k ≤ 2048, its sort buffer live on the stack, and the
 // sampled pass's candidates in pooled buffers.
 func TopK(dst []int32, scores []float32) int {
+	return topK(dst, scores, Threads() > 1)
+}
+
+// topK is TopK; split says whether a long row may be split over two
+// threads (never inside a part of a parallel call, whose pool it would wait
+// on).
+func topK(dst []int32, scores []float32, split bool) int {
 	if len(scores) > math.MaxInt32 {
 		panic(fmt.Sprintf("kernels: TopK: %d scores exceed the int32 index range", len(scores)))
 	}
@@ -42,12 +49,73 @@ func TopK(dst []int32, scores []float32) int {
 				return cnt
 			}
 		}
-		if Threads() > 1 && len(scores) >= topkSplitMin && k <= topkSplitMaxK {
+		if split && len(scores) >= topkSplitMin && k <= topkSplitMaxK {
 			return topKSplit(dst, scores)
 		}
 		return topKRadix(dst, scores)
 	}
 	return topKHeap(dst, scores)
+}
+
+// TopKRows is TopK over rows of scores at once: row i is
+// scores[i·stride : i·stride+lens[i]], its indices go to dst[i·k:(i+1)·k]
+// and its count to counts[i], k = len(dst)/len(lens). On two or more threads
+// the rows are spread over the threads (row i on part i mod parts, so that
+// rows of growing length, as a causal prompt's are, share out evenly); each
+// row's result is TopK's whatever the thread count. It panics on
+// inconsistent sizes.
+func TopKRows(dst, counts []int32, scores []float32, stride int, lens []int32) {
+	rows := len(lens)
+	if rows == 0 {
+		return
+	}
+	if len(dst)%rows != 0 || len(counts) < rows {
+		panic(fmt.Sprintf("kernels: TopKRows: %d rows need len(dst) a multiple of %d and %d counts; got %d and %d", rows, rows, rows, len(dst), len(counts)))
+	}
+	for i, n := range lens {
+		if n < 0 || int(n) > stride || len(scores) < i*stride+int(n) {
+			panic(fmt.Sprintf("kernels: TopKRows: row %d of %d scores with stride %d does not fit %d scores", i, n, stride, len(scores)))
+		}
+	}
+	parts := min(Threads(), rows)
+	if parts <= 1 {
+		k := len(dst) / rows
+		for i, n := range lens {
+			counts[i] = int32(TopK(dst[i*k:(i+1)*k], scores[i*stride:i*stride+int(n)]))
+		}
+		return
+	}
+	var t *topkRowsTask
+	select {
+	case t = <-topkRowsTasks:
+	default:
+		t = new(topkRowsTask)
+	}
+	t.dst, t.counts, t.scores, t.stride, t.lens = dst, counts, scores, stride, lens
+	runParts(t, parts, &t.join)
+	t.dst, t.counts, t.scores, t.lens = nil, nil, nil, nil
+	select {
+	case topkRowsTasks <- t:
+	default:
+	}
+}
+
+// topkRowsTask is one TopKRows call on several threads: part p selects rows
+// p, p+parts, p+2·parts, …
+type topkRowsTask struct {
+	dst, counts, lens []int32
+	scores            []float32
+	stride            int
+	join              joiner
+}
+
+var topkRowsTasks = make(chan *topkRowsTask, 16)
+
+func (t *topkRowsTask) runPart(p, parts int) {
+	k := len(t.dst) / len(t.lens)
+	for i := p; i < len(t.lens); i += parts {
+		t.counts[i] = int32(topK(t.dst[i*k:(i+1)*k], t.scores[i*t.stride:i*t.stride+int(t.lens[i])], false))
+	}
 }
 
 // A long row on two or more threads is split in two halves selected

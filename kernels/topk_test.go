@@ -1,8 +1,10 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -235,6 +237,76 @@ func TestTopKSplit(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("n=%d levels=%d k=%d (-sorted oracle +split TopK):\n%s", tc.n, tc.levels, tc.k, diff)
+		}
+	}
+}
+
+// TestTopKRows: rows of different lengths selected at once give the sorted
+// oracle's result row by row on one, two and three threads: empty rows,
+// rows shorter than k, rows taking the heap, radix, sampled and (long
+// enough to split on their own) split paths, ties and unselectable entries.
+func TestTopKRows(t *testing.T) {
+	const stride = 40000
+	for _, tc := range []struct {
+		name string
+		k    int
+		lens []int32
+	}{
+		{"one row", 2048, []int32{33000}},
+		{"causal prompt", 64, []int32{1, 2, 63, 64, 65, 200, 3000, 9000}},
+		{"decode batch", 2048, []int32{512, 2047, 2048, 2049, 8192, 16384, 33000, 0}},
+		{"empty", 16, []int32{0, 0, 0}},
+	} {
+		rows := len(tc.lens)
+		scores := tieScores(uint64(tc.k+rows), rows*stride, 40)
+		for i := 0; i < len(scores); i += 17 {
+			scores[i] = []float32{float32(math.NaN()), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 0}[i%4]
+		}
+		want := make([]int32, rows*tc.k)
+		wantCnt := make([]int32, rows)
+		for i, n := range tc.lens {
+			w, c := topKSorted(tc.k, scores[i*stride:i*stride+int(n)])
+			copy(want[i*tc.k:], w)
+			wantCnt[i] = int32(c)
+		}
+		for _, threads := range []int{1, 2, 3} {
+			SetThreads(threads)
+			got := make([]int32, rows*tc.k)
+			cnt := make([]int32, rows)
+			TopKRows(got, cnt, scores, stride, tc.lens)
+			if diff := cmp.Diff(wantCnt, cnt); diff != "" {
+				t.Errorf("%s, %d threads: counts (-sorted oracle +TopKRows):\n%s", tc.name, threads, diff)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s, %d threads (-sorted oracle +TopKRows):\n%s", tc.name, threads, diff)
+			}
+		}
+	}
+	SetThreads(1)
+}
+
+// TestTopKRowsRefusesBadSizes: sizes that do not fit panic with the sizes.
+func TestTopKRowsRefusesBadSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		dst, counts    int
+		scores, stride int
+		lens           []int32
+		want           string
+	}{
+		{"dst not whole rows", 5, 2, 20, 10, []int32{3, 3}, "multiple of 2"},
+		{"few counts", 4, 1, 20, 10, []int32{3, 3}, "2 counts"},
+		{"row past stride", 4, 2, 20, 10, []int32{11, 3}, "row 0 of 11 scores"},
+		{"row past scores", 4, 2, 15, 10, []int32{3, 6}, "row 1 of 6 scores"},
+		{"negative length", 4, 2, 20, 10, []int32{3, -1}, "row 1 of -1 scores"},
+	} {
+		got := func() (msg string) {
+			defer func() { msg = fmt.Sprint(recover()) }()
+			TopKRows(make([]int32, tc.dst), make([]int32, tc.counts), make([]float32, tc.scores), tc.stride, tc.lens)
+			return ""
+		}()
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("%s: panic %q, want it to say %q", tc.name, got, tc.want)
 		}
 	}
 }

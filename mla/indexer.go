@@ -135,3 +135,13 @@ func IndexerTopK(indices, counts []int32, scores []float32, t, nkeys, k int) {
 		counts[i] = int32(kernels.TopK(indices[i*k:(i+1)*k], scores[i*nkeys:(i+1)*nkeys]))
 	}
 }
+
+// IndexerTopKRows is IndexerTopK over rows of different lengths, selected
+// at once over the threads: row i is scores[i·stride : i·stride+lens[i]]
+// (lens[i] = 0 for a row that selects nothing), its positions go to
+// indices[i·k:(i+1)·k] and its count to counts[i], k = len(indices)/len(lens).
+// Each row gets exactly IndexerTopK's selection, whatever the thread count.
+// It does not allocate after warm-up.
+func IndexerTopKRows(indices, counts []int32, scores []float32, stride int, lens []int32) {
+	kernels.TopKRows(indices, counts, scores, stride, lens)
+}

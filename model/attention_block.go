@@ -39,8 +39,8 @@ type attentionBlock struct {
 	cq, q, kva, qabs, attnOut, lse, o []float32
 	headScratch                       []float32 // the per-head products' rows (kernels.MatMulTHeads)
 	qI, kI, wI, scores                []float32
-	idxPos, idxCount, indices, valid  []int32
-	ends, rowReq                      []int32
+	idxPos, indices, valid            []int32
+	ends, rowReq, rowLens             []int32
 	ws                                *mla.Workspace
 	idxScratch                        *mla.IndexerScratch
 	// DCP exchange
@@ -91,7 +91,6 @@ func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *Se
 		a.qI = f("indexer q", T*cfg.IndexNHeads*cfg.IndexHeadDim)
 		a.kI = f("indexer k", T*cfg.IndexHeadDim)
 		a.wI = f("indexer weights", T*cfg.IndexNHeads)
-		a.idxCount = make([]int32, 1)
 		a.ends = make([]int32, 1)
 		a.idxScratch = mla.NewIndexerScratch(cfg.IndexNHeads, cfg.IndexHeadDim)
 		bufs.add("indexer key scratch", mla.IndexerScratchBytes(cfg.IndexNHeads, cfg.IndexHeadDim))
@@ -121,6 +120,7 @@ func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *Se
 		a.scoreCols = localKeys
 		a.scores = f("indexer scores", sel*localKeys)
 		a.idxPos = i32("top-k positions", sel*a.topk)
+		a.rowLens = i32("indexer row lengths", T)
 	}
 	a.indices = i32("top-k slots", sel*a.topk)
 	a.valid = i32("top-k counts", sel)
@@ -368,21 +368,22 @@ func validSlots(indices []int32) int {
 // selectLocal fills indices [M, K] with the cache slots every local row
 // attends to when this rank holds every key (no DCP): the indexer's top-k,
 // or every causal key for dense MLA. It returns the number of slots
-// selected over all rows.
+// selected over all rows. Each row's scores go to its own row of a.scores,
+// so that the rows' top-k run at once, spread over the threads (a prompt's
+// rows would otherwise select one after another on one thread).
 func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 	cfg, s := a.m.Cfg, a.steps
-	K := a.topk
-	HI, dI := cfg.IndexNHeads, cfg.IndexHeadDim
-	for t := 0; t < s.nLocal; t++ {
-		dst := a.indices[t*K : (t+1)*K]
-		br := s.lrow[t]
-		if br < 0 {
-			fillInvalid(dst)
-			continue
-		}
-		end := int(s.rowPos[br]) + 1
-		slots := s.keys(int(s.rowSeq[br]))
-		if !cfg.Sparse() {
+	K, M := a.topk, s.nLocal
+	if !cfg.Sparse() {
+		for t := range M {
+			dst := a.indices[t*K : (t+1)*K]
+			br := s.lrow[t]
+			if br < 0 {
+				fillInvalid(dst)
+				continue
+			}
+			end := int(s.rowPos[br]) + 1
+			slots := s.keys(int(s.rowSeq[br]))
 			for k := range dst {
 				dst[k] = -1
 				if k < end {
@@ -390,22 +391,43 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 				}
 			}
 			selected += min(end, K)
+		}
+		return selected
+	}
+	HI, dI, W := cfg.IndexNHeads, cfg.IndexHeadDim, a.scoreCols
+	lens := a.rowLens[:M]
+	for t := range M {
+		lens[t] = 0
+		br := s.lrow[t]
+		if br < 0 {
 			continue
 		}
+		end := int(s.rowPos[br]) + 1
+		slots := s.keys(int(s.rowSeq[br]))
 		a.ends[0] = int32(end)
-		scores := a.scores[:end]
-		mla.IndexerScoresScratch(a.idxScratch, scores, a.qI[t*HI*dI:(t+1)*HI*dI], a.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], a.ends)
+		mla.IndexerScoresScratch(a.idxScratch, a.scores[t*W:t*W+end], a.qI[t*HI*dI:(t+1)*HI*dI], a.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], a.ends)
 		a.countIndexer(end)
-		pos := a.idxPos[:K]
-		mla.IndexerTopK(pos, a.idxCount, scores, 1, end, K)
-		selected += int(a.idxCount[0])
-		if *a.trace != nil {
-			(*a.trace)(a.layer, s.rowPos[br], s.rowSeq[br], pos[:a.idxCount[0]])
+		lens[t] = int32(end)
+	}
+	pos, counts := a.idxPos[:M*K], a.valid[:M]
+	mla.IndexerTopKRows(pos, counts, a.scores[:M*W], W, lens)
+	for t := range M {
+		dst := a.indices[t*K : (t+1)*K]
+		br := s.lrow[t]
+		if br < 0 {
+			fillInvalid(dst)
+			continue
 		}
-		for k := 0; k < K; k++ {
+		slots := s.keys(int(s.rowSeq[br]))
+		p := pos[t*K : (t+1)*K]
+		selected += int(counts[t])
+		if *a.trace != nil {
+			(*a.trace)(a.layer, s.rowPos[br], s.rowSeq[br], p[:counts[t]])
+		}
+		for k, i := range p {
 			dst[k] = -1
-			if p := pos[k]; p >= 0 {
-				dst[k] = slots[p]
+			if i >= 0 {
+				dst[k] = slots[i]
 			}
 		}
 	}
