@@ -374,43 +374,26 @@ func validSlots(indices []int32) int {
 func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 	cfg, s := a.m.Cfg, a.steps
 	K, M := a.topk, s.nLocal
-	if !cfg.Sparse() {
+	var pos, counts []int32
+	if cfg.Sparse() {
+		HI, dI, W := cfg.IndexNHeads, cfg.IndexHeadDim, a.scoreCols
+		lens := a.rowLens[:M]
 		for t := range M {
-			dst := a.indices[t*K : (t+1)*K]
+			lens[t] = 0
 			br := s.lrow[t]
 			if br < 0 {
-				fillInvalid(dst)
 				continue
 			}
 			end := int(s.rowPos[br]) + 1
 			slots := s.keys(int(s.rowSeq[br]))
-			for k := range dst {
-				dst[k] = -1
-				if k < end {
-					dst[k] = slots[k]
-				}
-			}
-			selected += min(end, K)
+			a.ends[0] = int32(end)
+			mla.IndexerScoresScratch(a.idxScratch, a.scores[t*W:t*W+end], a.qI[t*HI*dI:(t+1)*HI*dI], a.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], a.ends)
+			a.countIndexer(end)
+			lens[t] = int32(end)
 		}
-		return selected
+		pos, counts = a.idxPos[:M*K], a.valid[:M]
+		mla.IndexerTopKRows(pos, counts, a.scores[:M*W], W, lens)
 	}
-	HI, dI, W := cfg.IndexNHeads, cfg.IndexHeadDim, a.scoreCols
-	lens := a.rowLens[:M]
-	for t := range M {
-		lens[t] = 0
-		br := s.lrow[t]
-		if br < 0 {
-			continue
-		}
-		end := int(s.rowPos[br]) + 1
-		slots := s.keys(int(s.rowSeq[br]))
-		a.ends[0] = int32(end)
-		mla.IndexerScoresScratch(a.idxScratch, a.scores[t*W:t*W+end], a.qI[t*HI*dI:(t+1)*HI*dI], a.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], a.ends)
-		a.countIndexer(end)
-		lens[t] = int32(end)
-	}
-	pos, counts := a.idxPos[:M*K], a.valid[:M]
-	mla.IndexerTopKRows(pos, counts, a.scores[:M*W], W, lens)
 	for t := range M {
 		dst := a.indices[t*K : (t+1)*K]
 		br := s.lrow[t]
@@ -419,6 +402,18 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 			continue
 		}
 		slots := s.keys(int(s.rowSeq[br]))
+		if pos == nil {
+			// Dense MLA: every causal key.
+			end := int(s.rowPos[br]) + 1
+			for k := range dst {
+				dst[k] = -1
+				if k < end {
+					dst[k] = slots[k]
+				}
+			}
+			selected += min(end, K)
+			continue
+		}
 		p := pos[t*K : (t+1)*K]
 		selected += int(counts[t])
 		if *a.trace != nil {
