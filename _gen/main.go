@@ -43,8 +43,12 @@ func main() {
 			gemmStrip256(m, bf16)
 		}
 		for m := 1; m <= 6; m++ {
-			gemmStrip512(m, bf16)
+			gemmStrip512(m, bf16, false)
 		}
+	}
+	gemv8x512Ilv()
+	for m := 1; m <= 6; m++ {
+		gemmStrip512(m, true, true)
 	}
 	for _, bf16 := range []bool{false, true} {
 		for m := 1; m <= 6; m++ {
@@ -346,6 +350,58 @@ func gemv8x512(bf16 bool) {
 	RET()
 }
 
+// gemv8x512Ilv emits dotTile1x8BF16IlvAVX512: dotTile1x8BF16AVX512 for a
+// group of eight weight rows in the interleaved layout of
+// Matrix.InterleaveBF16 (row r's values k…k+15 at w + 256·(k/16) + 32·r), so
+// the tile reads its weights as one stream, front to back, which the
+// hardware prefetchers follow without help. Every output has exactly
+// dotTile1x8BF16AVX512's accumulator and reduction, so the bits are the
+// same.
+func gemv8x512Ilv() {
+	name := "dotTile1x8BF16IlvAVX512"
+	TEXT(name, NOSPLIT, "func(x *float32, w *uint16, kn int, out *float32)")
+	Pragma("noescape")
+	Doc(name + " computes one activation row's dot products with a group of eight interleaved bf16 weight rows over kn (a multiple of 16) elements.")
+	x := Load(Param("x"), GP64())
+	w := Load(Param("w"), GP64())
+	kn := Load(Param("kn"), GP64())
+	for a := range 8 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	SHRQ(U8(4), kn)
+	JZ(LabelRef(name + "_reduce"))
+	step := func(s int) {
+		VMOVUPS(Mem{Base: x, Disp: 64 * s}, Z28)
+		for j := range 8 {
+			loadW(Mem{Base: w, Disp: 256*s + 32*j}, zmm[16+j], true)
+			VFMADD231PS(zmm[16+j], Z28, zmm[j])
+		}
+	}
+	pairs := GP64()
+	MOVQ(kn, pairs)
+	SHRQ(U8(1), pairs)
+	JZ(LabelRef(name + "_single"))
+	Label(name + "_loop")
+	step(0)
+	step(1)
+	ADDQ(U32(128), x)
+	ADDQ(U32(512), w)
+	DECQ(pairs)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_single")
+	TESTQ(U32(1), kn)
+	JZ(LabelRef(name + "_reduce"))
+	step(0)
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	reduce4x512([4]int{0, 1, 2, 3})
+	VMOVUPS(X0, Mem{Base: out})
+	reduce4x512([4]int{4, 5, 6, 7})
+	VMOVUPS(X4, Mem{Base: out, Disp: 16})
+	VZEROUPPER()
+	RET()
+}
+
 // dotTile256 emits dotTile{m}x4{F32,BF16}AVX2 (m ≤ 3): the AVX2 form of
 // dotTile512 over kn (a multiple of 8) with 8-lane accumulators, lanes summed
 // ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)).
@@ -559,9 +615,20 @@ func gemmStrip256(m int, bf16 bool) {
 // same as a tile at a time. While it reads a 64-byte line of a weight row it
 // prefetches the line pfd bytes further on (pfd = 0: the line itself), so
 // that the rows the caller reads next are on their way.
-func gemmStrip512(m int, bf16 bool) {
+//
+// With ilv (bf16 only) it emits gemmStrip{m}x4BF16IlvAVX512, which reads its
+// weights in the interleaved layout of Matrix.InterleaveBF16: row r of a
+// group of eight at w + 32·r, the next 16 values 256 bytes further on; its
+// groups (at most two) are the halves of one group of eight, 128 bytes
+// apart. The arithmetic is the same.
+func gemmStrip512(m int, bf16, ilv bool) {
 	name := fmt.Sprintf("gemmStrip%dx4%sAVX512", m, wName(bf16))
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(x *float32, ldx int, w %s, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)", wType(bf16)))
+	sig := fmt.Sprintf("func(x *float32, ldx int, w %s, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)", wType(bf16))
+	if ilv {
+		name = fmt.Sprintf("gemmStrip%dx4BF16IlvAVX512", m)
+		sig = "func(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)"
+	}
+	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes groups %dx4 tiles of dot products over kn (a multiple of 16) elements into dst.", name, m))
 	x := Load(Param("x"), GP64())
@@ -578,10 +645,16 @@ func gemmStrip512(m int, bf16 bool) {
 	}
 	// Weight rows 0–2 from w0 (index ldw), row 3 from w3; both advance.
 	w0 := Load(Param("w"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	if bf16 {
+	var ldw Register
+	switch {
+	case ilv:
+		ldw = GP64()
+		MOVQ(U32(32), ldw)
+	case bf16:
+		ldw = Load(Param("ldw"), GP64())
 		SHLQ(U8(1), ldw)
-	} else {
+	default:
+		ldw = Load(Param("ldw"), GP64())
 		SHLQ(U8(2), ldw)
 	}
 	w3 := GP64()
@@ -603,6 +676,12 @@ func gemmStrip512(m int, bf16 bool) {
 	if bf16 {
 		wStep = 32
 	}
+	// wAdv is how far a step moves the weight pointers: a row's next 16
+	// values, or (ilv) the next 16 values of the group of eight.
+	wAdv := wStep
+	if ilv {
+		wAdv = 256
+	}
 	acc := func(i, j int) VecPhysical { return zmm[4*i+j] }
 	TESTQ(groups, groups)
 	JZ(LabelRef(name + "_done"))
@@ -618,7 +697,7 @@ func gemmStrip512(m int, bf16 bool) {
 	JZ(LabelRef(name + "_reduce"))
 	step := func(s int) {
 		for j := range 4 {
-			loadW(wrow(j, wStep*s), zmm[24+j], bf16)
+			loadW(wrow(j, wAdv*s), zmm[24+j], bf16)
 		}
 		for i := range m {
 			VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1, Disp: 64 * s}, Z28)
@@ -630,6 +709,16 @@ func gemmStrip512(m int, bf16 bool) {
 	prefetch := func() {
 		Load(Param("pfd"), tmp)
 		ADDQ(w0, tmp)
+		if ilv {
+			// Every line of the step pair's two chunks, both halves of the
+			// group of eight: the first half's pass then brings in the
+			// second's lines too (its lines alone measured slower on
+			// BenchmarkSkinnyGEMM at 2 to 8 rows).
+			for _, d := range []int{0, 64, 128, 192, 256, 320, 384, 448} {
+				PREFETCHT0(Mem{Base: tmp, Disp: d})
+			}
+			return
+		}
 		for j := range 3 {
 			if j == 0 {
 				PREFETCHT0(Mem{Base: tmp})
@@ -653,8 +742,8 @@ func gemmStrip512(m int, bf16 bool) {
 		step(st)
 	}
 	ADDQ(U32(64*perLine), off)
-	ADDQ(U8(64), w0)
-	ADDQ(U8(64), w3)
+	ADDQ(U32(wAdv*perLine), w0)
+	ADDQ(U32(wAdv*perLine), w3)
 	DECQ(lines)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_rest")
@@ -664,13 +753,16 @@ func gemmStrip512(m int, bf16 bool) {
 		prefetch()
 		step(0)
 		ADDQ(U8(64), off)
-		ADDQ(U8(int8(wStep)), w0)
-		ADDQ(U8(int8(wStep)), w3)
+		ADDQ(U32(wAdv), w0)
+		ADDQ(U32(wAdv), w3)
 	}
 	Label(name + "_reduce")
 	// Back to the start of the group's rows, then on to the next group.
 	MOVQ(off, tmp)
-	if bf16 {
+	switch {
+	case ilv:
+		SHLQ(U8(2), tmp)
+	case bf16:
 		SHRQ(U8(1), tmp)
 	}
 	SUBQ(tmp, w0)
@@ -720,7 +812,11 @@ func gemmStrip512(m int, bf16 bool) {
 			ADDQ(cnt, tmp)
 		}
 	}
-	CMPQ(NewParamAddr("add", 64), U8(0))
+	addOff := 64 // add's place in the arguments: after ldw
+	if ilv {
+		addOff = 56
+	}
+	CMPQ(NewParamAddr("add", addOff), U8(0))
 	JE(LabelRef(name + "_store"))
 	for i := range m {
 		setTmp(i)

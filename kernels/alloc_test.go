@@ -25,6 +25,12 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	dst5 := make([]float32, 5*16)
 	x3 := randSlice(r, 3*256, 1)
 	dst3 := make([]float32, 3*16)
+	// Interleaved bf16 (where AVX-512 runs; row-major elsewhere): the GEMV
+	// tile, the strips' passes and blocks of weight rows.
+	wi := &Matrix{Rows: 16, Cols: 256, BF16: make([]uint16, 16*256)}
+	wi.InterleaveBF16()
+	xi := randSlice(r, 20*256, 1)
+	dsti := make([]float32, 20*16)
 	row := make([]float32, 64)
 	wrow := make([]float32, cols)
 	w := randSlice(r, 64, 1)
@@ -48,6 +54,10 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatMulT fp8 n=5 no tail", func() { MatMulT(dst5, x5, 5, wq256) }},
 		{"MatMulT fp8 n=3 in registers", func() { MatMulT(dst3, x3, 3, wq256) }},
 		{"MatVecT fp8", func() { MatVecT(dst[:rows], x[:cols], wq) }},
+		{"MatVecT bf16 interleaved", func() { MatVecT(dsti[:16], xi[:256], wi) }},
+		{"MatMulT bf16 interleaved n=5", func() { MatMulT(dsti[:5*16], xi[:5*256], 5, wi) }},
+		{"MatMulT bf16 interleaved n=20", func() { MatMulT(dsti, xi, 20, wi) }},
+		{"Matrix.Row bf16 interleaved", func() { wrow = wi.Row(1, wrow) }},
 		{"Matrix.Row", func() { wrow = wb.Row(1, wrow) }},
 		{"Matrix.Row fp8", func() { wrow = wq.Row(1, wrow) }},
 		{"Dot", func() { _ = Dot(row, w) }},

@@ -155,6 +155,33 @@ func stripBF16(l level, m int, x *float32, ldx int, w *uint16, ldw, groups, kn i
 	}
 }
 
+// stripBF16Ilv is stripBF16 on AVX-512 for weights in the interleaved
+// layout of Matrix.InterleaveBF16: w is the first value of a half of a
+// group of eight rows in the reduction block, groups (1 or 2) the halves the
+// call takes.
+func stripBF16Ilv(m int, x *float32, ldx int, w *uint16, groups, kn int, dst *float32, ldd, add, pfd int) {
+	switch m {
+	case 1:
+		gemmStrip1x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+	case 2:
+		gemmStrip2x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+	case 3:
+		gemmStrip3x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+	case 4:
+		gemmStrip4x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+	case 5:
+		gemmStrip5x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+	default:
+		gemmStrip6x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+	}
+}
+
+// dotTile1x8BF16Ilv is dotTile1x8BF16 on AVX-512 for a group of eight rows
+// in the interleaved layout of Matrix.InterleaveBF16.
+func dotTile1x8BF16Ilv(x *float32, w *uint16, kn int, out *[8]float32) {
+	dotTile1x8BF16IlvAVX512(x, w, kn, &out[0])
+}
+
 // dotTile1x8F32 runs the one-row, eight-weight-row tile of level l.
 func dotTile1x8F32(l level, x, w *float32, ldw, kn int, out *[8]float32) {
 	if l == levelAVX512 {

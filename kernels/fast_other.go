@@ -127,3 +127,11 @@ func stripBF16(level, int, *float32, int, *uint16, int, int, int, *float32, int,
 func scoreTile6T(*float32, int, int, *float32, *float32, *float32, *float32, *float32, *float32, *float32, *[6]*float32, *float32, *float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
+
+func stripBF16Ilv(int, *float32, int, *uint16, int, int, *float32, int, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func dotTile1x8BF16Ilv(*float32, *uint16, int, *[8]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}

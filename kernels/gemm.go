@@ -48,7 +48,7 @@ func matMulTFast(dst, x []float32, n int, w *Matrix) bool {
 		return true
 	}
 	flops := 2 * float64(n) * float64(w.Rows) * float64(w.Cols)
-	parts := planParts((w.Rows+3)/4, flops)
+	parts := planParts((w.Rows+w.rowAlign()-1)/w.rowAlign(), flops)
 	if parts == 1 {
 		gemmRange(dst, x, n, w, l, 0, w.Rows)
 		return true
@@ -70,7 +70,7 @@ func matMulTFast(dst, x []float32, n int, w *Matrix) bool {
 }
 
 func (t *gemmTask) runPart(p, parts int) {
-	j0, j1 := partRange(t.w.Rows, 4, p, parts)
+	j0, j1 := partRange(t.w.Rows, t.w.rowAlign(), p, parts)
 	gemmRange(t.dst, t.x, t.n, t.w, t.l, j0, j1)
 }
 
@@ -88,8 +88,12 @@ func (p *f32Rows) at(j, k int) *float32 { return &p.v[(j-p.j0)*p.ld+k-p.k0] }
 
 // gemmRange computes output columns [j0, j1) of dst = x·wᵀ for all n rows.
 func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
-	if w.FP8 != nil {
+	switch {
+	case w.FP8 != nil:
 		gemmRangeFP8(dst, x, n, w, l, j0, j1)
+		return
+	case w.interleaved:
+		gemmRangeIlv(dst, x, n, w, l, j0, j1)
 		return
 	}
 	in := w.Cols
@@ -232,6 +236,87 @@ func gemmSkinny(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, j0, j1 
 	return jt
 }
 
+// rowAlign is the multiple of rows the parts of a product take: whole groups
+// of four weight rows, of eight for an interleaved matrix.
+func (w *Matrix) rowAlign() int {
+	if w.interleaved {
+		return 8
+	}
+	return 4
+}
+
+// gemmRangeIlv is gemmRange for a bf16 matrix in the interleaved layout of
+// InterleaveBF16 (j0 and j1 multiples of 8, Cols a positive multiple of
+// 16, so no block has a scalar tail). On AVX-512 the tiles read that
+// layout as they find it: one activation row through dotTile1x8BF16Ilv, a
+// group of eight at a time; up to skinnyMaxRows rows as gemmSkinny does, each
+// group of eight's block staying in L1 while the passes of activation rows
+// go over it; more a block of weight rows at a time, as gemmRange does.
+// Every output has the per-element arithmetic of the row-major tiles, so
+// the bits are the same. Other levels widen the rows a block at a time into
+// the f32 panel, whose tiles have that arithmetic too.
+func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
+	if l != levelAVX512 {
+		buf := getPanel()
+		defer putPanel(buf)
+		gemmRangePanel(dst, x, n, w, l, buf, j0, j1)
+		return
+	}
+	in, out := w.Cols, w.Rows
+	if n == 1 {
+		var tile [8]float32
+		for jt := j0; jt < j1; jt += 8 {
+			g := w.BF16[jt*in : (jt+8)*in]
+			d := dst[jt : jt+8 : jt+8]
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				dotTile1x8BF16Ilv(&x[k0], &g[8*k0], min(gemmKC, in-k0), &tile)
+				if k0 == 0 {
+					copy(d, tile[:])
+					continue
+				}
+				for c := range d {
+					d[c] += tile[c]
+				}
+			}
+		}
+		return
+	}
+	strip := func(i0, m, jt, k0, pfd int) {
+		add := 0
+		if k0 > 0 {
+			add = 1
+		}
+		stripBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[jt*in+8*k0], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, add, pfd)
+	}
+	if n <= skinnyMaxRows {
+		for jt := j0; jt < j1; jt += 8 {
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				// The same value of the next block (or, after the last, of
+				// the next group's first) lies 8·kc values further on.
+				pfd := 16 * min(gemmKC, in-k0)
+				for i0 := 0; i0 < n; {
+					m := passRows(l, n-i0)
+					strip(i0, m, jt, k0, pfd)
+					i0 += m
+				}
+			}
+		}
+		return
+	}
+	mr := maxTileRows(l)
+	jb := max(8, (gemmBlockBytes/(min(in, gemmKC)*2))&^7)
+	for b0 := j0; b0 < j1; b0 += jb {
+		b1 := min(b0+jb, j1)
+		for k0 := 0; k0 < in; k0 += gemmKC {
+			for i0 := 0; i0 < n; i0 += mr {
+				for jt := b0; jt < b1; jt += 8 {
+					strip(i0, min(mr, n-i0), jt, k0, 0)
+				}
+			}
+		}
+	}
+}
+
 // gemmStrip computes, where block [k0, k0+gemmKC) has no scalar tail, the
 // tiles of activation rows [i0, i0+maxTileRows) and the whole groups of four
 // weight rows in [jt, j1) in one call, with gemmTile's per-element
@@ -269,7 +354,6 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 // when there is more than one activation tile.
 func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	in := w.Cols
-	mr := maxTileRows(l)
 	buf := getPanel()
 	defer putPanel(buf)
 	if n == 1 && in > 0 && fp8InRegister(w, l, j0, j1) {
@@ -301,6 +385,16 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// over (fewer than four) go through the panel.
 		j0 = gemmFP8Decoded(dst, x, n, w, l, buf, j0, j1)
 	}
+	gemmRangePanel(dst, x, n, w, l, buf, j0, j1)
+}
+
+// gemmRangePanel computes output columns [j0, j1) of dst = x·wᵀ for all n
+// rows with the f32 tiles on panels dequantPanel fills: a reduction block of
+// a few weight rows at a time for one activation tile, a block of rows once
+// for all activation tiles for more.
+func gemmRangePanel(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloats]float32, j0, j1 int) {
+	in := w.Cols
+	mr := maxTileRows(l)
 	if n <= mr {
 		jt := j0
 		if n == 1 && in > 0 {
@@ -632,12 +726,17 @@ func putPanel(p *[panelFloats]float32) {
 }
 
 // dequantPanel dequantizes rows [ja, jb) and columns [k0, k0+gemmKC) ∩
-// [0, Cols) of the FP8 matrix w into buf and returns where they are.
+// [0, Cols) of the FP8 matrix w (or widens those of an interleaved bf16
+// matrix) into buf and returns where they are.
 func dequantPanel(buf *[panelFloats]float32, w *Matrix, ja, jb, k0 int) f32Rows {
 	in := w.Cols
 	k1 := min(k0+gemmKC, in)
 	kc := k1 - k0
 	for j := ja; j < jb; j++ {
+		if w.interleaved {
+			w.widenIlv(buf[(j-ja)*kc:(j-ja+1)*kc], j, k0)
+			continue
+		}
 		dequantizeRowFP8(buf[(j-ja)*kc:(j-ja+1)*kc], w.FP8[j*in+k0:j*in+k1], w.Scales.scaleRow(j), w.Scales.ColOff+k0)
 	}
 	return f32Rows{v: buf[:], j0: ja, k0: k0, ld: kc}

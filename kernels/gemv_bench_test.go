@@ -27,7 +27,7 @@ var glm5GEMVShapes = []struct {
 // memory): fp8 quantized from normal weights by QuantizeFP8 (fp8-checked
 // the same codes not marked as checked at construction, so that every
 // product checks them for NaN codes), bf16 and f32 their rounding and
-// values.
+// values, bf16-ilv the bf16 values interleaved by InterleaveBF16.
 func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	w := make([]float32, out*in)
 	for i := range w {
@@ -43,9 +43,12 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 		if dtype == "fp8-checked" {
 			m.finite = false
 		}
-	case "bf16":
+	case "bf16", "bf16-ilv":
 		m.BF16 = make([]uint16, len(w))
 		numfmt.F32sToBF16(m.BF16, w)
+		if dtype == "bf16-ilv" && !m.InterleaveBF16() {
+			panic("bf16-ilv weights need the AVX-512 implementation")
+		}
 	default:
 		m.F32 = w
 	}
@@ -56,6 +59,15 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 		ms = append(ms, &c)
 	}
 	return ms
+}
+
+// benchDtypes is dtypes without bf16-ilv (bf16 weights interleaved by
+// InterleaveBF16) where the AVX-512 implementation is not the active one.
+func benchDtypes(dtypes ...string) []string {
+	if activeLevel() == levelAVX512 {
+		return dtypes
+	}
+	return slices.DeleteFunc(dtypes, func(d string) bool { return d == "bf16-ilv" })
 }
 
 // streamRate is the StreamSum read bandwidth of threads goroutines over
@@ -88,7 +100,7 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 	for _, sh := range glm5GEMVShapes {
 		for _, threads := range []int{1, 2} {
-			for _, dtype := range []string{"fp8", "fp8-checked", "bf16", "f32"} {
+			for _, dtype := range benchDtypes("fp8", "fp8-checked", "bf16", "bf16-ilv", "f32") {
 				b.Run(fmt.Sprintf("%s/%dx%d/threads=%d/%s", sh.name, sh.out, sh.in, threads, dtype), func(b *testing.B) {
 					r := newRand(80)
 					ws := benchWeights(r, dtype, sh.out, sh.in)
@@ -137,7 +149,7 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 	for i := range buf {
 		buf[i] = float32(i & 1023)
 	}
-	for _, dtype := range []string{"fp8", "bf16"} {
+	for _, dtype := range benchDtypes("fp8", "bf16", "bf16-ilv") {
 		ws := benchWeights(newRand(81), dtype, out, in)
 		for _, n := range skinnyRows {
 			b.Run(fmt.Sprintf("%s/%dx%d/rows=%d", dtype, out, in, n), func(b *testing.B) {

@@ -22,8 +22,9 @@ import (
 type Matrix struct {
 	Rows, Cols int
 	F32        []float32
-	BF16       []uint16
-	FP8        []uint8
+	// BF16 is row-major, or after InterleaveBF16 in its interleaved layout.
+	BF16 []uint16
+	FP8  []uint8
 	// Scales holds the block scales of FP8 (nil for the other storages).
 	Scales *BlockScales
 	// finite is set when the FP8 codes were checked to hold no NaN code
@@ -31,6 +32,82 @@ type Matrix struct {
 	// them on every product. A Matrix built as a literal leaves it unset
 	// and is checked as it is read.
 	finite bool
+	// interleaved is set when BF16 holds the layout of InterleaveBF16.
+	interleaved bool
+}
+
+// InterleaveBF16 stores a bf16 matrix in the layout the AVX-512 tiles read
+// as one stream, front to back: the rows in groups of eight, each group's
+// values sixteen columns at a time, row after row, so element (j, k) is at
+//
+//	(j/8)·8·Cols + (k/16)·128 + (j%8)·16 + k%16.
+//
+// A one-row product of a row-major matrix reads eight rows at once, eight
+// streams the hardware prefetchers follow less well than one (see
+// docs/performance.md, "Interleaved bf16 rows"). The values are copied into
+// new storage: a checkpoint's read-only view is left as it is. It reports
+// whether the matrix is interleaved now; it does nothing unless the AVX-512
+// implementation is active, Rows is a positive multiple of 8 and Cols of
+// 16. Products, Row, Dequantize and the slices give the same bits in either
+// layout, under every implementation.
+func (m *Matrix) InterleaveBF16() bool {
+	if m.interleaved || m.BF16 == nil || activeLevel() != levelAVX512 || !ilvShape(m.Rows, m.Cols) {
+		return m.interleaved
+	}
+	in := m.Cols
+	v := make([]uint16, len(m.BF16))
+	for j := range m.Rows {
+		row := m.BF16[j*in : (j+1)*in]
+		base := ilvBase(in, j)
+		for q := 0; q < in; q += 16 {
+			copy(v[base+8*q:base+8*q+16], row[q:q+16])
+		}
+	}
+	m.BF16, m.interleaved = v, true
+	return true
+}
+
+// Interleaved reports whether m's BF16 values are in the layout of
+// InterleaveBF16 rather than row-major.
+func (m *Matrix) Interleaved() bool { return m.interleaved }
+
+// ilvShape reports whether a [rows, cols] matrix can be interleaved.
+func ilvShape(rows, cols int) bool { return rows > 0 && rows%8 == 0 && cols > 0 && cols%16 == 0 }
+
+// ilvBase is where row j's first sixteen values are in the interleaved
+// layout of a matrix of in columns; values k…k+15 (k a multiple of 16) are
+// 8·k further on.
+func ilvBase(in, j int) int { return (j&^7)*in + (j&7)*16 }
+
+// ilvRowBits copies row j of an interleaved matrix into dst (Cols values).
+func (m *Matrix) ilvRowBits(dst []uint16, j int) {
+	base := ilvBase(m.Cols, j)
+	for q := 0; q < m.Cols; q += 16 {
+		copy(dst[q:q+16], m.BF16[base+8*q:base+8*q+16])
+	}
+}
+
+// widenIlv writes row j's values [k0, k0+len(dst)) of an interleaved
+// matrix (k0 and len(dst) multiples of 16) to dst as float32.
+func (m *Matrix) widenIlv(dst []float32, j, k0 int) {
+	base := ilvBase(m.Cols, j)
+	for q := 0; q < len(dst); q += 16 {
+		src := m.BF16[base+8*(k0+q) : base+8*(k0+q)+16]
+		d := dst[q : q+16 : q+16]
+		for k, h := range src {
+			d[k] = bf16ToF32(h)
+		}
+	}
+}
+
+// rowMajorBF16 returns rows [lo, lo+n) of an interleaved matrix in a new
+// row-major slice.
+func (m *Matrix) rowMajorBF16(lo, n int) []uint16 {
+	v := make([]uint16, n*m.Cols)
+	for r := range n {
+		m.ilvRowBits(v[r*m.Cols:(r+1)*m.Cols], lo+r)
+	}
+	return v
 }
 
 // FP8Block is the side of the square blocks of an FP8 matrix that share one
@@ -170,6 +247,8 @@ func (m *Matrix) Validate() error {
 		return fmt.Errorf("kernels: %s matrix [%d, %d] has block scales; Scales is for FP8 storage only", strings.ToLower(m.dtype()), m.Rows, m.Cols)
 	case m.FP8 != nil:
 		return m.Scales.validate(m.Rows, m.Cols)
+	case m.interleaved && (m.BF16 == nil || !ilvShape(m.Rows, m.Cols)):
+		return fmt.Errorf("kernels: interleaved matrix [%d, %d] with %s storage: the layout holds bf16 values of whole groups of eight rows and sixteen columns", m.Rows, m.Cols, m.dtype())
 	}
 	return nil
 }
@@ -232,6 +311,8 @@ func (m *Matrix) Row(i int, dst []float32) []float32 {
 	switch {
 	case m.F32 != nil:
 		copy(dst, m.F32[i*m.Cols:(i+1)*m.Cols])
+	case m.interleaved:
+		m.widenIlv(dst, i, 0)
 	case m.BF16 != nil:
 		src := m.BF16[i*m.Cols : (i+1)*m.Cols]
 		for k, h := range src {
@@ -277,6 +358,11 @@ func (m *Matrix) SliceRows(lo, n int) *Matrix {
 	switch {
 	case m.F32 != nil:
 		s.F32 = m.F32[a:b]
+	case m.interleaved && lo%8 == 0 && n%8 == 0 && n > 0:
+		// Whole groups of eight: a view.
+		s.BF16, s.interleaved = m.BF16[a:b], true
+	case m.interleaved:
+		s.BF16 = m.rowMajorBF16(lo, n)
 	case m.BF16 != nil:
 		s.BF16 = m.BF16[a:b]
 	default:
@@ -299,6 +385,8 @@ func (m *Matrix) SliceCols(lo, n int) *Matrix {
 	switch {
 	case m.F32 != nil:
 		s.F32 = copyCols(m.F32, m.Rows, m.Cols, lo, n)
+	case m.interleaved:
+		s.BF16 = copyCols(m.rowMajorBF16(0, m.Rows), m.Rows, m.Cols, lo, n)
 	case m.BF16 != nil:
 		s.BF16 = copyCols(m.BF16, m.Rows, m.Cols, lo, n)
 	default:
@@ -407,6 +495,8 @@ func (m *Matrix) dotRow(x []float32, j int) float32 {
 	switch {
 	case m.F32 != nil:
 		return Dot(x, m.F32[j*in:(j+1)*in])
+	case m.interleaved:
+		return dotBF16Ilv(x, m.BF16, ilvBase(in, j))
 	case m.BF16 != nil:
 		return dotBF16(x, m.BF16[j*in:(j+1)*in])
 	}
@@ -473,6 +563,24 @@ func dotBF16(x []float32, w []uint16) float32 {
 	}
 	for ; k < len(w); k++ {
 		s0 += float32(x[k] * bf16ToF32(w[k]))
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dotBF16Ilv is dotBF16 of x with the interleaved row whose first sixteen
+// values are at w[base] (len(x) a multiple of 16): the same order, sixteen
+// values, four steps, at a time.
+func dotBF16Ilv(x []float32, w []uint16, base int) float32 {
+	var s0, s1, s2, s3 float32
+	for q := 0; q < len(x); q += 16 {
+		c := w[base+8*q : base+8*q+16 : base+8*q+16]
+		p := x[q : q+16 : q+16]
+		for k := 0; k < 16; k += 4 {
+			s0 += float32(p[k] * bf16ToF32(c[k]))
+			s1 += float32(p[k+1] * bf16ToF32(c[k+1]))
+			s2 += float32(p[k+2] * bf16ToF32(c[k+2]))
+			s3 += float32(p[k+3] * bf16ToF32(c[k+3]))
+		}
 	}
 	return (s0 + s1) + (s2 + s3)
 }
