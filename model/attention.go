@@ -119,6 +119,9 @@ func (t *transposer) rows(lo, n int) kernels.Matrix {
 	switch {
 	case w.F32 != nil:
 		m.F32 = transposeRange(w.F32, C, lo, n)
+	case w.BF16 != nil && w.Interleaved():
+		// Build interleaves the bf16 weights after every matrix is cut.
+		panic("model: transposer reads row-major bf16 storage, given an interleaved matrix")
 	case w.BF16 != nil:
 		m.BF16 = transposeRange(w.BF16, C, lo, n)
 	default:

@@ -151,6 +151,7 @@ func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 	if err := l.checkAllUsed(); err != nil {
 		return nil, err
 	}
+	m.interleaveBF16()
 	if c, ok := src.(io.Closer); ok {
 		m.closer = c
 	}
@@ -214,6 +215,56 @@ func (m *Model) loadMTP(l *weightLoader, i int) (MTPLayer, error) {
 	return t, err
 }
 
+// matrices lists every matrix of the rank, the embedding first; a matrix
+// held by two fields (tied embeddings, a head shared with the MTP layer) is
+// listed twice.
+func (m *Model) matrices() []*kernels.Matrix {
+	ms := []*kernels.Matrix{m.Embed, m.LMHead}
+	layer := func(L *Layer) {
+		ms = append(ms, L.Attn.matrices()...)
+		if L.MLP != nil {
+			ms = append(ms, L.MLP.matrices()...)
+		}
+		if L.MoE != nil {
+			ms = append(ms, L.MoE.matrices()...)
+		}
+	}
+	for i := range m.Layers {
+		layer(&m.Layers[i])
+	}
+	for i := range m.MTP {
+		t := &m.MTP[i]
+		layer(&t.Block)
+		ms = append(ms, t.EHProj, t.Head)
+	}
+	return ms
+}
+
+// interleaveBF16 moves the bf16 weights the products read into the layout
+// the AVX-512 tiles stream (kernels.Matrix.InterleaveBF16, a copy of each;
+// where another implementation runs, or a shape does not allow it, a matrix
+// stays as it is). The embedding, which only lends rows, stays row-major
+// unless it is also the LM head. Two matrices viewing the same storage end
+// up sharing one copy.
+func (m *Model) interleaveBF16() {
+	done := map[*kernels.Matrix]bool{}
+	copies := map[*uint16]*kernels.Matrix{}
+	for _, w := range m.matrices()[1:] {
+		if w == nil || done[w] || len(w.BF16) == 0 {
+			continue
+		}
+		done[w] = true
+		src := &w.BF16[0]
+		if c, ok := copies[src]; ok && c.Rows == w.Rows && c.Cols == w.Cols {
+			*w = *c
+			continue
+		}
+		if w.InterleaveBF16() {
+			copies[src] = w
+		}
+	}
+}
+
 // WeightBytes is the memory of the rank's weights: every matrix (fp8 codes
 // and their block scales included) and vector it holds, counting storage
 // shared by two fields (tied embeddings, a head shared with the MTP layer)
@@ -247,29 +298,19 @@ func (m *Model) WeightBytes() int64 {
 			add(unsafe.Pointer(&v[0]), int64(len(v))*4)
 		}
 	}
+	for _, w := range m.matrices() {
+		mat(w)
+	}
 	layer := func(L *Layer) {
-		for _, w := range L.Attn.matrices() {
-			mat(w)
-		}
 		for _, v := range L.Attn.vectors() {
 			vec(v)
 		}
 		vec(L.InputNorm)
 		vec(L.PostNorm)
-		if L.MLP != nil {
-			for _, w := range L.MLP.matrices() {
-				mat(w)
-			}
-		}
 		if L.MoE != nil {
-			for _, w := range L.MoE.matrices() {
-				mat(w)
-			}
 			vec(L.MoE.Bias)
 		}
 	}
-	mat(m.Embed)
-	mat(m.LMHead)
 	vec(m.Norm)
 	for i := range m.Layers {
 		layer(&m.Layers[i])
@@ -277,8 +318,6 @@ func (m *Model) WeightBytes() int64 {
 	for i := range m.MTP {
 		t := &m.MTP[i]
 		layer(&t.Block)
-		mat(t.EHProj)
-		mat(t.Head)
 		vec(t.ENorm)
 		vec(t.HNorm)
 		vec(t.HeadNorm)
