@@ -82,7 +82,9 @@
 //     weight as a whole (its codes are usually a read-only view of the
 //     checkpoint file): the fast path dequantizes at most one block of rows
 //     of one reduction block at a time, into a pooled panel. Only SliceCols
-//     copies, and only the columns it is asked for.
+//     copies, and only the columns it is asked for; InterleaveBF16, called
+//     once at load, copies a bf16 weight into the layout the AVX-512 tiles
+//     stream (SliceRows of it copies too where it cuts a group of eight).
 //   - They never silently truncate: a length mismatch is a programming error
 //     and panics with the lengths involved.
 //   - TopK never selects a −Inf or NaN score and breaks ties by the lowest
