@@ -190,7 +190,7 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 // right after.
 func BenchmarkProductInCache(b *testing.B) {
 	const out, in = 64, 4096
-	for _, dtype := range []string{"fp8", "fp8-checked", "bf16", "f32"} {
+	for _, dtype := range benchDtypes("fp8", "fp8-checked", "bf16", "bf16-ilv", "f32") {
 		w := benchWeights(newRand(83), dtype, out, in)[0]
 		for _, n := range []int{1, 4, 8, 16} {
 			b.Run(fmt.Sprintf("%s/rows=%d", dtype, n), func(b *testing.B) {
