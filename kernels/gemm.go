@@ -240,7 +240,7 @@ func gemmSkinny(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, j0, j1 
 // of four weight rows, of eight for an interleaved matrix.
 func (w *Matrix) rowAlign() int {
 	if w.interleaved {
-		return 8
+		return ilvRows
 	}
 	return 4
 }
@@ -265,11 +265,10 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	in, out := w.Cols, w.Rows
 	if n == 1 {
 		var tile [8]float32
-		for jt := j0; jt < j1; jt += 8 {
-			g := w.BF16[jt*in : (jt+8)*in]
-			d := dst[jt : jt+8 : jt+8]
+		for jt := j0; jt < j1; jt += ilvRows {
+			d := dst[jt : jt+ilvRows : jt+ilvRows]
 			for k0 := 0; k0 < in; k0 += gemmKC {
-				dotTile1x8BF16Ilv(&x[k0], &g[8*k0], min(gemmKC, in-k0), &tile)
+				dotTile1x8BF16Ilv(&x[k0], &w.BF16[ilvAt(in, jt, k0)], min(gemmKC, in-k0), &tile)
 				if k0 == 0 {
 					copy(d, tile[:])
 					continue
@@ -286,14 +285,15 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		if k0 > 0 {
 			add = 1
 		}
-		stripBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[jt*in+8*k0], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, add, pfd)
+		stripBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, add, pfd)
 	}
 	if n <= skinnyMaxRows {
-		for jt := j0; jt < j1; jt += 8 {
+		for jt := j0; jt < j1; jt += ilvRows {
 			for k0 := 0; k0 < in; k0 += gemmKC {
 				// The same value of the next block (or, after the last, of
-				// the next group's first) lies 8·kc values further on.
-				pfd := 16 * min(gemmKC, in-k0)
+				// the next group's first) lies ilvRows·kc values (two bytes
+				// each) further on.
+				pfd := 2 * ilvRows * min(gemmKC, in-k0)
 				for i0 := 0; i0 < n; {
 					m := passRows(l, n-i0)
 					strip(i0, m, jt, k0, pfd)
@@ -304,12 +304,12 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		return
 	}
 	mr := maxTileRows(l)
-	jb := max(8, (gemmBlockBytes/(min(in, gemmKC)*2))&^7)
+	jb := max(ilvRows, (gemmBlockBytes/(min(in, gemmKC)*2))/ilvRows*ilvRows)
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in; k0 += gemmKC {
 			for i0 := 0; i0 < n; i0 += mr {
-				for jt := b0; jt < b1; jt += 8 {
+				for jt := b0; jt < b1; jt += ilvRows {
 					strip(i0, min(mr, n-i0), jt, k0, 0)
 				}
 			}

@@ -58,9 +58,9 @@ func (m *Matrix) InterleaveBF16() bool {
 	v := make([]uint16, len(m.BF16))
 	for j := range m.Rows {
 		row := m.BF16[j*in : (j+1)*in]
-		base := ilvBase(in, j)
-		for q := 0; q < in; q += 16 {
-			copy(v[base+8*q:base+8*q+16], row[q:q+16])
+		for k := 0; k < in; k += ilvCols {
+			at := ilvAt(in, j, k)
+			copy(v[at:at+ilvCols], row[k:k+ilvCols])
 		}
 	}
 	m.BF16, m.interleaved = v, true
@@ -71,30 +71,36 @@ func (m *Matrix) InterleaveBF16() bool {
 // InterleaveBF16 rather than row-major.
 func (m *Matrix) Interleaved() bool { return m.interleaved }
 
-// ilvShape reports whether a [rows, cols] matrix can be interleaved.
-func ilvShape(rows, cols int) bool { return rows > 0 && rows%8 == 0 && cols > 0 && cols%16 == 0 }
+// The interleaved layout: groups of ilvRows rows whose values alternate
+// ilvCols at a time. The AVX-512 tiles that read it assume both.
+const ilvRows, ilvCols = 8, 16
 
-// ilvBase is where row j's first sixteen values are in the interleaved
-// layout of a matrix of in columns; values k…k+15 (k a multiple of 16) are
-// 8·k further on.
-func ilvBase(in, j int) int { return (j&^7)*in + (j&7)*16 }
+// ilvShape reports whether a [rows, cols] matrix can be interleaved.
+func ilvShape(rows, cols int) bool {
+	return rows > 0 && rows%ilvRows == 0 && cols > 0 && cols%ilvCols == 0
+}
+
+// ilvAt is where values k…k+ilvCols-1 of row j (k a multiple of ilvCols)
+// are in the interleaved layout of a matrix of in columns.
+func ilvAt(in, j, k int) int {
+	return (j/ilvRows)*ilvRows*in + k*ilvRows + (j%ilvRows)*ilvCols
+}
 
 // ilvRowBits copies row j of an interleaved matrix into dst (Cols values).
 func (m *Matrix) ilvRowBits(dst []uint16, j int) {
-	base := ilvBase(m.Cols, j)
-	for q := 0; q < m.Cols; q += 16 {
-		copy(dst[q:q+16], m.BF16[base+8*q:base+8*q+16])
+	for k := 0; k < m.Cols; k += ilvCols {
+		at := ilvAt(m.Cols, j, k)
+		copy(dst[k:k+ilvCols], m.BF16[at:at+ilvCols])
 	}
 }
 
 // widenIlv writes row j's values [k0, k0+len(dst)) of an interleaved
-// matrix (k0 and len(dst) multiples of 16) to dst as float32.
+// matrix (k0 and len(dst) multiples of ilvCols) to dst as float32.
 func (m *Matrix) widenIlv(dst []float32, j, k0 int) {
-	base := ilvBase(m.Cols, j)
-	for q := 0; q < len(dst); q += 16 {
-		src := m.BF16[base+8*(k0+q) : base+8*(k0+q)+16]
-		d := dst[q : q+16 : q+16]
-		for k, h := range src {
+	for q := 0; q < len(dst); q += ilvCols {
+		at := ilvAt(m.Cols, j, k0+q)
+		d := dst[q : q+ilvCols : q+ilvCols]
+		for k, h := range m.BF16[at : at+ilvCols] {
 			d[k] = bf16ToF32(h)
 		}
 	}
@@ -358,8 +364,8 @@ func (m *Matrix) SliceRows(lo, n int) *Matrix {
 	switch {
 	case m.F32 != nil:
 		s.F32 = m.F32[a:b]
-	case m.interleaved && lo%8 == 0 && n%8 == 0 && n > 0:
-		// Whole groups of eight: a view.
+	case m.interleaved && lo%ilvRows == 0 && n%ilvRows == 0 && n > 0:
+		// Whole groups: a view.
 		s.BF16, s.interleaved = m.BF16[a:b], true
 	case m.interleaved:
 		s.BF16 = m.rowMajorBF16(lo, n)
@@ -496,7 +502,7 @@ func (m *Matrix) dotRow(x []float32, j int) float32 {
 	case m.F32 != nil:
 		return Dot(x, m.F32[j*in:(j+1)*in])
 	case m.interleaved:
-		return dotBF16Ilv(x, m.BF16, ilvBase(in, j))
+		return dotBF16Ilv(x, m.BF16, in, j)
 	case m.BF16 != nil:
 		return dotBF16(x, m.BF16[j*in:(j+1)*in])
 	}
@@ -567,15 +573,16 @@ func dotBF16(x []float32, w []uint16) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// dotBF16Ilv is dotBF16 of x with the interleaved row whose first sixteen
-// values are at w[base] (len(x) a multiple of 16): the same order, sixteen
-// values, four steps, at a time.
-func dotBF16Ilv(x []float32, w []uint16, base int) float32 {
+// dotBF16Ilv is dotBF16 of x with row j of the interleaved values w of a
+// matrix of in columns (len(x) = in): the same order, ilvCols values (four
+// steps) at a time.
+func dotBF16Ilv(x []float32, w []uint16, in, j int) float32 {
 	var s0, s1, s2, s3 float32
-	for q := 0; q < len(x); q += 16 {
-		c := w[base+8*q : base+8*q+16 : base+8*q+16]
-		p := x[q : q+16 : q+16]
-		for k := 0; k < 16; k += 4 {
+	for q := 0; q < in; q += ilvCols {
+		at := ilvAt(in, j, q)
+		c := w[at : at+ilvCols : at+ilvCols]
+		p := x[q : q+ilvCols : q+ilvCols]
+		for k := 0; k < ilvCols; k += 4 {
 			s0 += float32(p[k] * bf16ToF32(c[k]))
 			s1 += float32(p[k+1] * bf16ToF32(c[k+1]))
 			s2 += float32(p[k+2] * bf16ToF32(c[k+2]))
