@@ -352,46 +352,42 @@ func gemv8x512(bf16 bool) {
 
 // gemv8x512Ilv emits dotTile1x8BF16IlvAVX512: dotTile1x8BF16AVX512 for a
 // group of eight weight rows in the interleaved layout of
-// Matrix.InterleaveBF16 (row r's values k…k+15 at w + 256·(k/16) + 32·r), so
-// the tile reads its weights as one stream, front to back, which the
-// hardware prefetchers follow without help. Every output has exactly
-// dotTile1x8BF16AVX512's accumulator and reduction, so the bits are the
-// same.
+// Matrix.InterleaveBF16 (row r's chunk of values k…k+31 at
+// w + 512·(k/32) + 64·r, value i of the chunk and value i+16 in the low and
+// high half of word i), so the tile reads its weights as one stream, front to
+// back, which the hardware prefetchers follow without help. A 64-byte load
+// shifted left by 16 bits is values k…k+15 as float32, the same load masked
+// to its high halves values k+16…k+31: one operation per sixteen values
+// where row-major rows take a widening shuffle and a shift. Every output has
+// exactly dotTile1x8BF16AVX512's accumulator and reduction, so the bits are
+// the same.
 func gemv8x512Ilv() {
 	name := "dotTile1x8BF16IlvAVX512"
 	TEXT(name, NOSPLIT, "func(x *float32, w *uint16, kn int, out *float32)")
 	Pragma("noescape")
-	Doc(name + " computes one activation row's dot products with a group of eight interleaved bf16 weight rows over kn (a multiple of 16) elements.")
+	Doc(name + " computes one activation row's dot products with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements.")
 	x := Load(Param("x"), GP64())
 	w := Load(Param("w"), GP64())
 	kn := Load(Param("kn"), GP64())
 	for a := range 8 {
 		VPXORD(zmm[a], zmm[a], zmm[a])
 	}
-	SHRQ(U8(4), kn)
+	highMask(Z31)
+	SHRQ(U8(5), kn)
 	JZ(LabelRef(name + "_reduce"))
-	step := func(s int) {
-		VMOVUPS(Mem{Base: x, Disp: 64 * s}, Z28)
-		for j := range 8 {
-			loadW(Mem{Base: w, Disp: 256*s + 32*j}, zmm[16+j], true)
-			VFMADD231PS(zmm[16+j], Z28, zmm[j])
-		}
-	}
-	pairs := GP64()
-	MOVQ(kn, pairs)
-	SHRQ(U8(1), pairs)
-	JZ(LabelRef(name + "_single"))
 	Label(name + "_loop")
-	step(0)
-	step(1)
+	VMOVUPS(Mem{Base: x}, Z28)
+	VMOVUPS(Mem{Base: x, Disp: 64}, Z29)
+	for j := range 8 {
+		VPSLLD(U8(16), Mem{Base: w, Disp: 64 * j}, zmm[8+j])
+		VPANDD(Mem{Base: w, Disp: 64 * j}, Z31, zmm[16+j])
+		VFMADD231PS(zmm[8+j], Z28, zmm[j])
+		VFMADD231PS(zmm[16+j], Z29, zmm[j])
+	}
 	ADDQ(U32(128), x)
 	ADDQ(U32(512), w)
-	DECQ(pairs)
+	DECQ(kn)
 	JNZ(LabelRef(name + "_loop"))
-	Label(name + "_single")
-	TESTQ(U32(1), kn)
-	JZ(LabelRef(name + "_reduce"))
-	step(0)
 	Label(name + "_reduce")
 	out := Load(Param("out"), GP64())
 	reduce4x512([4]int{0, 1, 2, 3})
@@ -400,6 +396,14 @@ func gemv8x512Ilv() {
 	VMOVUPS(X4, Mem{Base: out, Disp: 16})
 	VZEROUPPER()
 	RET()
+}
+
+// highMask sets every 32-bit lane of v to 0xffff0000, the mask that keeps
+// the high bf16 value of an interleaved word as a float32.
+func highMask(v VecPhysical) {
+	t := GP32()
+	MOVL(U32(0xffff0000), t)
+	VPBROADCASTD(t, v)
 }
 
 // dotTile256 emits dotTile{m}x4{F32,BF16}AVX2 (m ≤ 3): the AVX2 form of
@@ -617,10 +621,11 @@ func gemmStrip256(m int, bf16 bool) {
 // that the rows the caller reads next are on their way.
 //
 // With ilv (bf16 only) it emits gemmStrip{m}x4BF16IlvAVX512, which reads its
-// weights in the interleaved layout of Matrix.InterleaveBF16: row r of a
-// group of eight at w + 32·r, the next 16 values 256 bytes further on; its
-// groups (at most two) are the halves of one group of eight, 128 bytes
-// apart. The arithmetic is the same.
+// weights in the interleaved layout of Matrix.InterleaveBF16: row r's chunk
+// of 32 values of a group of eight at w + 64·r, the next chunk 512 bytes
+// further on, each chunk widened as gemv8x512Ilv does (a shift, then a
+// mask); its groups (at most two) are the halves of one group of eight, 256
+// bytes apart, and kn is a multiple of 32. The arithmetic is the same.
 func gemmStrip512(m int, bf16, ilv bool) {
 	name := fmt.Sprintf("gemmStrip%dx4%sAVX512", m, wName(bf16))
 	sig := fmt.Sprintf("func(x *float32, ldx int, w %s, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)", wType(bf16))
@@ -630,7 +635,11 @@ func gemmStrip512(m int, bf16, ilv bool) {
 	}
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes groups %dx4 tiles of dot products over kn (a multiple of 16) elements into dst.", name, m))
+	kmul := 16
+	if ilv {
+		kmul = 32
+	}
+	Doc(fmt.Sprintf("%s computes groups %dx4 tiles of dot products over kn (a multiple of %d) elements into dst.", name, m, kmul))
 	x := Load(Param("x"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	SHLQ(U8(2), ldx)
@@ -649,7 +658,8 @@ func gemmStrip512(m int, bf16, ilv bool) {
 	switch {
 	case ilv:
 		ldw = GP64()
-		MOVQ(U32(32), ldw)
+		MOVQ(U32(64), ldw)
+		highMask(Z29)
 	case bf16:
 		ldw = Load(Param("ldw"), GP64())
 		SHLQ(U8(1), ldw)
@@ -677,7 +687,7 @@ func gemmStrip512(m int, bf16, ilv bool) {
 		wStep = 32
 	}
 	// wAdv is how far a step moves the weight pointers: a row's next 16
-	// values, or (ilv) the next 16 values of the group of eight.
+	// values, or (ilv) half the way to the group of eight's next chunk.
 	wAdv := wStep
 	if ilv {
 		wAdv = 256
@@ -697,7 +707,14 @@ func gemmStrip512(m int, bf16, ilv bool) {
 	JZ(LabelRef(name + "_reduce"))
 	step := func(s int) {
 		for j := range 4 {
-			loadW(wrow(j, wAdv*s), zmm[24+j], bf16)
+			switch {
+			case ilv && s == 0:
+				VPSLLD(U8(16), wrow(j, 0), zmm[24+j])
+			case ilv:
+				VPANDD(wrow(j, 0), Z29, zmm[24+j])
+			default:
+				loadW(wrow(j, wAdv*s), zmm[24+j], bf16)
+			}
 		}
 		for i := range m {
 			VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1, Disp: 64 * s}, Z28)
@@ -747,7 +764,7 @@ func gemmStrip512(m int, bf16, ilv bool) {
 	DECQ(lines)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_rest")
-	if perLine > 1 {
+	if perLine > 1 && !ilv {
 		TESTQ(U32(1), cnt)
 		JZ(LabelRef(name + "_reduce"))
 		prefetch()

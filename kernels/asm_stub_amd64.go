@@ -202,37 +202,37 @@ func gemmStrip5x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int,
 //go:noescape
 func gemmStrip6x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)
 
-// dotTile1x8BF16IlvAVX512 computes one activation row's dot products with a group of eight interleaved bf16 weight rows over kn (a multiple of 16) elements.
+// dotTile1x8BF16IlvAVX512 computes one activation row's dot products with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements.
 //
 //go:noescape
 func dotTile1x8BF16IlvAVX512(x *float32, w *uint16, kn int, out *float32)
 
-// gemmStrip1x4BF16IlvAVX512 computes groups 1x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+// gemmStrip1x4BF16IlvAVX512 computes groups 1x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
 func gemmStrip1x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
 
-// gemmStrip2x4BF16IlvAVX512 computes groups 2x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+// gemmStrip2x4BF16IlvAVX512 computes groups 2x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
 func gemmStrip2x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
 
-// gemmStrip3x4BF16IlvAVX512 computes groups 3x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+// gemmStrip3x4BF16IlvAVX512 computes groups 3x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
 func gemmStrip3x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
 
-// gemmStrip4x4BF16IlvAVX512 computes groups 4x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+// gemmStrip4x4BF16IlvAVX512 computes groups 4x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
 func gemmStrip4x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
 
-// gemmStrip5x4BF16IlvAVX512 computes groups 5x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+// gemmStrip5x4BF16IlvAVX512 computes groups 5x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
 func gemmStrip5x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
 
-// gemmStrip6x4BF16IlvAVX512 computes groups 6x4 tiles of dot products over kn (a multiple of 16) elements into dst.
+// gemmStrip6x4BF16IlvAVX512 computes groups 6x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
 func gemmStrip6x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)

@@ -41,12 +41,12 @@ func ilvMatrices(t *testing.T, seed uint64, rows, cols int) (rm, ilv *Matrix) {
 // copies rather than rewrites the storage it was given, and the shapes and
 // storages it leaves alone.
 func TestInterleavedLayout(t *testing.T) {
-	rm, ilv := ilvMatrices(t, 90, 16, 48)
+	rm, ilv := ilvMatrices(t, 90, 16, 96)
 	orig := slices.Clone(rm.BF16)
 	for j := range 16 {
-		for k := range 48 {
-			at := (j/8)*8*48 + (k/16)*128 + (j%8)*16 + k%16
-			if ilv.BF16[at] != rm.BF16[j*48+k] {
+		for k := range 96 {
+			at := (j/8)*8*96 + (k/32)*256 + (j%8)*32 + 2*(k%16) + (k%32)/16
+			if ilv.BF16[at] != rm.BF16[j*96+k] {
 				t.Fatalf("element (%d, %d) is not at %d of the interleaved storage", j, k, at)
 			}
 		}
@@ -62,8 +62,9 @@ func TestInterleavedLayout(t *testing.T) {
 	for _, m := range []*Matrix{
 		{Rows: 12, Cols: 32, BF16: make([]uint16, 12*32)},
 		{Rows: 16, Cols: 40, BF16: make([]uint16, 16*40)},
+		{Rows: 8, Cols: 48, BF16: make([]uint16, 8*48)},
 		{Rows: 0, Cols: 32, BF16: []uint16{}},
-		{Rows: 8, Cols: 16, F32: make([]float32, 8*16)},
+		{Rows: 8, Cols: 32, F32: make([]float32, 8*32)},
 		randFP8(newRand(91), 8, 128, 0, 0),
 	} {
 		if m.InterleaveBF16() || m.Interleaved() {
@@ -75,14 +76,18 @@ func TestInterleavedLayout(t *testing.T) {
 			continue
 		}
 		SetImpl(name)
-		m := &Matrix{Rows: 8, Cols: 16, BF16: make([]uint16, 8*16)}
+		m := &Matrix{Rows: 8, Cols: 32, BF16: make([]uint16, 8*32)}
 		if m.InterleaveBF16() {
 			t.Errorf("InterleaveBF16 under %s interleaved; only AVX-512 reads the layout", name)
 		}
 	}
-	bad := &Matrix{Rows: 8, Cols: 16, F32: make([]float32, 8*16), interleaved: true}
-	if err := bad.Validate(); err == nil {
-		t.Error("Validate accepted an interleaved matrix with f32 storage")
+	for _, bad := range []*Matrix{
+		{Rows: 8, Cols: 32, F32: make([]float32, 8*32), interleaved: true},
+		{Rows: 8, Cols: 48, BF16: make([]uint16, 8*48), interleaved: true},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate accepted an interleaved [%d, %d] %s matrix", bad.Rows, bad.Cols, bad.dtype())
+		}
 	}
 }
 
@@ -92,7 +97,7 @@ func TestInterleavedLayout(t *testing.T) {
 // GEMV tile), a few (the strips' passes) and many (blocks of weight rows),
 // with reductions of one block, several, and a short last block.
 func TestInterleavedProducts(t *testing.T) {
-	shapes := []struct{ rows, cols int }{{8, 16}, {24, 64}, {64, 1040}, {136, 2064}, {16, 3072}}
+	shapes := []struct{ rows, cols int }{{8, 32}, {24, 64}, {64, 1056}, {136, 2080}, {16, 3072}}
 	ns := []int{1, 2, 3, 5, 8, 13, 16, 17, 40}
 	for si, sh := range shapes {
 		rm, ilv := ilvMatrices(t, uint64(100+si), sh.rows, sh.cols)

@@ -38,17 +38,22 @@ type Matrix struct {
 
 // InterleaveBF16 stores a bf16 matrix in the layout the AVX-512 tiles read
 // as one stream, front to back: the rows in groups of eight, each group's
-// values sixteen columns at a time, row after row, so element (j, k) is at
+// values in chunks of thirty-two columns, row after row, and inside a chunk
+// value i and value i+16 (i < 16) side by side in one 32-bit word, the first
+// in its low half. So element (j, k) is at
 //
-//	(j/8)·8·Cols + (k/16)·128 + (j%8)·16 + k%16.
+//	(j/8)·8·Cols + (k/32)·256 + (j%8)·32 + 2·(k%16) + (k%32)/16.
 //
 // A one-row product of a row-major matrix reads eight rows at once, eight
 // streams the hardware prefetchers follow less well than one (see
-// docs/performance.md, "Interleaved bf16 rows"). The values are copied into
-// new storage: a checkpoint's read-only view is left as it is. It reports
-// whether the matrix is interleaved now; it does nothing unless the AVX-512
+// docs/performance.md, "Interleaved bf16 rows"). The pairing lets a tile
+// widen sixteen values to float32 with one shift or one mask of the words
+// it loads, in element order, where row-major values need a widening
+// shuffle and a shift. The values are copied into new storage: a
+// checkpoint's read-only view is left as it is. It reports whether the
+// matrix is interleaved now; it does nothing unless the AVX-512
 // implementation is active, Rows is a positive multiple of 8 and Cols of
-// 16. Products, Row, Dequantize and the slices give the same bits in either
+// 32. Products, Row, Dequantize and the slices give the same bits in either
 // layout, under every implementation.
 func (m *Matrix) InterleaveBF16() bool {
 	if m.interleaved || m.BF16 == nil || activeLevel() != levelAVX512 || !ilvShape(m.Rows, m.Cols) {
@@ -59,8 +64,7 @@ func (m *Matrix) InterleaveBF16() bool {
 	for j := range m.Rows {
 		row := m.BF16[j*in : (j+1)*in]
 		for k := 0; k < in; k += ilvCols {
-			at := ilvAt(in, j, k)
-			copy(v[at:at+ilvCols], row[k:k+ilvCols])
+			ilvPack(v[ilvAt(in, j, k):], row[k:k+ilvCols])
 		}
 	}
 	m.BF16, m.interleaved = v, true
@@ -71,17 +75,38 @@ func (m *Matrix) InterleaveBF16() bool {
 // InterleaveBF16 rather than row-major.
 func (m *Matrix) Interleaved() bool { return m.interleaved }
 
-// The interleaved layout: groups of ilvRows rows whose values alternate
-// ilvCols at a time. The AVX-512 tiles that read it assume both.
-const ilvRows, ilvCols = 8, 16
+// The interleaved layout: groups of ilvRows rows whose values alternate in
+// chunks of ilvCols, each chunk's values paired ilvCols/2 apart (ilvPack).
+// The AVX-512 tiles that read it assume all three.
+const ilvRows, ilvCols = 8, 32
+
+// ilvPack writes the ilvCols values src of one row's chunk to dst in the
+// chunk's interleaved order: value i at 2i and value i+ilvCols/2 at 2i+1.
+func ilvPack(dst, src []uint16) {
+	const half = ilvCols / 2
+	dst, src = dst[:ilvCols], src[:ilvCols]
+	for i := range half {
+		dst[2*i], dst[2*i+1] = src[i], src[i+half]
+	}
+}
+
+// ilvUnpack is the inverse of ilvPack: the chunk at src back in column
+// order in dst.
+func ilvUnpack(dst, src []uint16) {
+	const half = ilvCols / 2
+	dst, src = dst[:ilvCols], src[:ilvCols]
+	for i := range half {
+		dst[i], dst[i+half] = src[2*i], src[2*i+1]
+	}
+}
 
 // ilvShape reports whether a [rows, cols] matrix can be interleaved.
 func ilvShape(rows, cols int) bool {
 	return rows > 0 && rows%ilvRows == 0 && cols > 0 && cols%ilvCols == 0
 }
 
-// ilvAt is where values k…k+ilvCols-1 of row j (k a multiple of ilvCols)
-// are in the interleaved layout of a matrix of in columns.
+// ilvAt is where the chunk of values k…k+ilvCols-1 of row j (k a multiple
+// of ilvCols) starts in the interleaved layout of a matrix of in columns.
 func ilvAt(in, j, k int) int {
 	return (j/ilvRows)*ilvRows*in + k*ilvRows + (j%ilvRows)*ilvCols
 }
@@ -89,18 +114,18 @@ func ilvAt(in, j, k int) int {
 // ilvRowBits copies row j of an interleaved matrix into dst (Cols values).
 func (m *Matrix) ilvRowBits(dst []uint16, j int) {
 	for k := 0; k < m.Cols; k += ilvCols {
-		at := ilvAt(m.Cols, j, k)
-		copy(dst[k:k+ilvCols], m.BF16[at:at+ilvCols])
+		ilvUnpack(dst[k:], m.BF16[ilvAt(m.Cols, j, k):])
 	}
 }
 
 // widenIlv writes row j's values [k0, k0+len(dst)) of an interleaved
 // matrix (k0 and len(dst) multiples of ilvCols) to dst as float32.
 func (m *Matrix) widenIlv(dst []float32, j, k0 int) {
+	var c [ilvCols]uint16
 	for q := 0; q < len(dst); q += ilvCols {
-		at := ilvAt(m.Cols, j, k0+q)
+		ilvUnpack(c[:], m.BF16[ilvAt(m.Cols, j, k0+q):])
 		d := dst[q : q+ilvCols : q+ilvCols]
-		for k, h := range m.BF16[at : at+ilvCols] {
+		for k, h := range c {
 			d[k] = bf16ToF32(h)
 		}
 	}
@@ -254,7 +279,7 @@ func (m *Matrix) Validate() error {
 	case m.FP8 != nil:
 		return m.Scales.validate(m.Rows, m.Cols)
 	case m.interleaved && (m.BF16 == nil || !ilvShape(m.Rows, m.Cols)):
-		return fmt.Errorf("kernels: interleaved matrix [%d, %d] with %s storage: the layout holds bf16 values of whole groups of eight rows and sixteen columns", m.Rows, m.Cols, m.dtype())
+		return fmt.Errorf("kernels: interleaved matrix [%d, %d] with %s storage: the layout holds bf16 values of whole groups of eight rows and chunks of thirty-two columns", m.Rows, m.Cols, m.dtype())
 	}
 	return nil
 }
@@ -574,13 +599,13 @@ func dotBF16(x []float32, w []uint16) float32 {
 }
 
 // dotBF16Ilv is dotBF16 of x with row j of the interleaved values w of a
-// matrix of in columns (len(x) = in): the same order, ilvCols values (four
-// steps) at a time.
+// matrix of in columns (len(x) = in): the same order, a chunk of ilvCols
+// values (eight steps) at a time.
 func dotBF16Ilv(x []float32, w []uint16, in, j int) float32 {
 	var s0, s1, s2, s3 float32
+	var c [ilvCols]uint16
 	for q := 0; q < in; q += ilvCols {
-		at := ilvAt(in, j, q)
-		c := w[at : at+ilvCols : at+ilvCols]
+		ilvUnpack(c[:], w[ilvAt(in, j, q):])
 		p := x[q : q+ilvCols : q+ilvCols]
 		for k := 0; k < ilvCols; k += 4 {
 			s0 += float32(p[k] * bf16ToF32(c[k]))
