@@ -269,6 +269,12 @@ func dotTile512(m int, bf16 bool) {
 // accumulator and reduction of dotTile512's, so the bits are the same.
 // gemvPrefetch is how many bytes ahead of its loads the one-row GEMV tile
 // prefetches each of its eight weight rows (0: no prefetch).
+//
+// The AVX-512 tiles prefetch weights into L2 (PREFETCHT1), not L1: on the
+// Zen 4 host PREFETCHT0 made the row-major GEMV 20–33 % slower, the few-row
+// strips 11–40 % and the fp8 GEMV 3–20 % (docs/performance.md, "Weights
+// prefetched into L2"). The AVX2 tiles keep PREFETCHT0, measured on their own
+// host.
 const gemvPrefetch = 1024
 
 func gemv8x512(bf16 bool) {
@@ -310,7 +316,7 @@ func gemv8x512(bf16 bool) {
 		VMOVUPS(Mem{Base: x, Index: offX, Scale: 1, Disp: disp * 64 / wStep}, Z28)
 		for j := range 8 {
 			if prefetch && gemvPrefetch > 0 {
-				PREFETCHT0(Mem{Base: w[j], Index: offW, Scale: 1, Disp: gemvPrefetch})
+				PREFETCHT1(Mem{Base: w[j], Index: offW, Scale: 1, Disp: gemvPrefetch})
 			}
 			loadW(Mem{Base: w[j], Index: offW, Scale: 1, Disp: disp}, zmm[16+j], bf16)
 			VFMADD231PS(zmm[16+j], Z28, zmm[j])
@@ -617,21 +623,25 @@ func gemmStrip256(m int, bf16 bool) {
 // (add ≠ 0) dst[i·ldd + 4g + c], as the Go loop `d += s` does. Every output
 // has exactly dotTile512's accumulator and reduction, so the bits are the
 // same as a tile at a time. While it reads a 64-byte line of a weight row it
-// prefetches the line pfd bytes further on (pfd = 0: the line itself), so
-// that the rows the caller reads next are on their way.
+// prefetches the line pfd bytes further on into L2 (pfd = 0: the line
+// itself), so that the rows the caller reads next are on their way.
 //
 // With ilv (bf16 only) it emits gemmStrip{m}x4BF16IlvAVX512, which reads its
 // weights in the interleaved layout of Matrix.InterleaveBF16: row r's chunk
 // of 32 values of a group of eight at w + 64·r, the next chunk 512 bytes
 // further on, each chunk widened as gemv8x512Ilv does (a shift, then a
 // mask); its groups (at most two) are the halves of one group of eight, 256
-// bytes apart, and kn is a multiple of 32. The arithmetic is the same.
+// bytes apart, and kn is a multiple of 32. The arithmetic is the same. Its
+// prefetches run through their own range instead of a distance from each
+// line read: pfs bytes (0, 128 or 256) into L2 per 32 values read, from pfd
+// bytes past w on, through all its halves, so the caller can spread the
+// lines of the block it reads next evenly over its passes over this one.
 func gemmStrip512(m int, bf16, ilv bool) {
 	name := fmt.Sprintf("gemmStrip%dx4%sAVX512", m, wName(bf16))
 	sig := fmt.Sprintf("func(x *float32, ldx int, w %s, ldw int, groups int, kn int, dst *float32, ldd int, add int, pfd int)", wType(bf16))
 	if ilv {
 		name = fmt.Sprintf("gemmStrip%dx4BF16IlvAVX512", m)
-		sig = "func(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)"
+		sig = "func(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)"
 	}
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
@@ -695,6 +705,11 @@ func gemmStrip512(m int, bf16, ilv bool) {
 	acc := func(i, j int) VecPhysical { return zmm[4*i+j] }
 	TESTQ(groups, groups)
 	JZ(LabelRef(name + "_done"))
+	if ilv {
+		Load(Param("pfd"), tmp)
+		ADDQ(w0, tmp)
+		MOVQ(tmp, NewParamAddr("pfd", 64))
+	}
 	Label(name + "_group")
 	for i := range m {
 		for j := range 4 {
@@ -723,29 +738,40 @@ func gemmStrip512(m int, bf16, ilv bool) {
 			}
 		}
 	}
+	pfLabel := 0
 	prefetch := func() {
-		Load(Param("pfd"), tmp)
-		ADDQ(w0, tmp)
 		if ilv {
-			// Every line of the step pair's two chunks, both halves of the
-			// group of eight: the first half's pass then brings in the
-			// second's lines too (its lines alone measured slower on
-			// BenchmarkSkinnyGEMM at 2 to 8 rows).
-			for _, d := range []int{0, 64, 128, 192, 256, 320, 384, 448} {
-				PREFETCHT0(Mem{Base: tmp, Disp: d})
-			}
+			// pfs bytes (0, 128 or 256: two or four lines) from the running
+			// pointer in pfd's slot, which moves on by as much.
+			pfs := NewParamAddr("pfs", 72)
+			CMPQ(pfs, U8(0))
+			JE(LabelRef(fmt.Sprintf("%s_pf%d", name, pfLabel)))
+			Load(Param("pfd"), tmp)
+			PREFETCHT1(Mem{Base: tmp})
+			PREFETCHT1(Mem{Base: tmp, Disp: 64})
+			CMPQ(pfs, U32(128))
+			JE(LabelRef(fmt.Sprintf("%s_pfa%d", name, pfLabel)))
+			PREFETCHT1(Mem{Base: tmp, Disp: 128})
+			PREFETCHT1(Mem{Base: tmp, Disp: 192})
+			Label(fmt.Sprintf("%s_pfa%d", name, pfLabel))
+			ADDQ(pfs, tmp)
+			MOVQ(tmp, NewParamAddr("pfd", 64))
+			Label(fmt.Sprintf("%s_pf%d", name, pfLabel))
+			pfLabel++
 			return
 		}
+		Load(Param("pfd"), tmp)
+		ADDQ(w0, tmp)
 		for j := range 3 {
 			if j == 0 {
-				PREFETCHT0(Mem{Base: tmp})
+				PREFETCHT1(Mem{Base: tmp})
 			} else {
-				PREFETCHT0(Mem{Base: tmp, Index: ldw, Scale: uint8(j)})
+				PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: uint8(j)})
 			}
 		}
 		Load(Param("pfd"), tmp)
 		ADDQ(w3, tmp)
-		PREFETCHT0(Mem{Base: tmp})
+		PREFETCHT1(Mem{Base: tmp})
 	}
 	// Whole 64-byte lines of the weight rows, then (bf16) one half line.
 	perLine := 64 / wStep
@@ -2522,9 +2548,9 @@ func fp8GEMVTile(g fp8GEMV) {
 				LEAQ(Mem{Base: bases[i], Index: pfd, Scale: 1}, tmp)
 				for _, f := range scales {
 					if f == 0 {
-						PREFETCHT0(Mem{Base: tmp})
+						PREFETCHT1(Mem{Base: tmp})
 					} else {
-						PREFETCHT0(Mem{Base: tmp, Index: ldw, Scale: f})
+						PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: f})
 					}
 				}
 			}
@@ -2730,11 +2756,11 @@ func fp8Tile512(m int) {
 	// Each row's line pfd bytes past the one just read: rows 0, 1, 2 from
 	// row 0's base moved by pfd, row 3 from its own.
 	LEAQ(Mem{Base: w0, Index: pfd, Scale: 1}, tmp)
-	PREFETCHT0(Mem{Base: tmp})
-	PREFETCHT0(Mem{Base: tmp, Index: ldw, Scale: 1})
-	PREFETCHT0(Mem{Base: tmp, Index: ldw, Scale: 2})
+	PREFETCHT1(Mem{Base: tmp})
+	PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 1})
+	PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 2})
 	LEAQ(Mem{Base: w3, Index: pfd, Scale: 1}, tmp)
-	PREFETCHT0(Mem{Base: tmp})
+	PREFETCHT1(Mem{Base: tmp})
 	Label(name + "_next")
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))

@@ -738,28 +738,28 @@ TEXT ·dotTile1x8F32AVX512(SB), NOSPLIT, $0-40
 
 dotTile1x8F32AVX512_loop:
 	VMOVUPS     (AX)(R12*1), Z28
-	PREFETCHT0  1024(CX)(R13*1)
+	PREFETCHT1  1024(CX)(R13*1)
 	VMOVUPS     (CX)(R13*1), Z16
 	VFMADD231PS Z16, Z28, Z0
-	PREFETCHT0  1024(SI)(R13*1)
+	PREFETCHT1  1024(SI)(R13*1)
 	VMOVUPS     (SI)(R13*1), Z17
 	VFMADD231PS Z17, Z28, Z1
-	PREFETCHT0  1024(DI)(R13*1)
+	PREFETCHT1  1024(DI)(R13*1)
 	VMOVUPS     (DI)(R13*1), Z18
 	VFMADD231PS Z18, Z28, Z2
-	PREFETCHT0  1024(R8)(R13*1)
+	PREFETCHT1  1024(R8)(R13*1)
 	VMOVUPS     (R8)(R13*1), Z19
 	VFMADD231PS Z19, Z28, Z3
-	PREFETCHT0  1024(R9)(R13*1)
+	PREFETCHT1  1024(R9)(R13*1)
 	VMOVUPS     (R9)(R13*1), Z20
 	VFMADD231PS Z20, Z28, Z4
-	PREFETCHT0  1024(R10)(R13*1)
+	PREFETCHT1  1024(R10)(R13*1)
 	VMOVUPS     (R10)(R13*1), Z21
 	VFMADD231PS Z21, Z28, Z5
-	PREFETCHT0  1024(R11)(R13*1)
+	PREFETCHT1  1024(R11)(R13*1)
 	VMOVUPS     (R11)(R13*1), Z22
 	VFMADD231PS Z22, Z28, Z6
-	PREFETCHT0  1024(DX)(R13*1)
+	PREFETCHT1  1024(DX)(R13*1)
 	VMOVUPS     (DX)(R13*1), Z23
 	VFMADD231PS Z23, Z28, Z7
 	ADDQ        $0x00000040, R12
@@ -1537,12 +1537,12 @@ gemmStrip1x4F32AVX512_group:
 gemmStrip1x4F32AVX512_loop:
 	MOVQ        pfd+72(FP), R9
 	ADDQ        CX, R9
-	PREFETCHT0  (R9)
-	PREFETCHT0  (R9)(DX*1)
-	PREFETCHT0  (R9)(DX*2)
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
 	MOVQ        pfd+72(FP), R9
 	ADDQ        BX, R9
-	PREFETCHT0  (R9)
+	PREFETCHT1  (R9)
 	VMOVUPS     (CX), Z24
 	VMOVUPS     (CX)(DX*1), Z25
 	VMOVUPS     (CX)(DX*2), Z26
@@ -1636,12 +1636,12 @@ gemmStrip2x4F32AVX512_group:
 gemmStrip2x4F32AVX512_loop:
 	MOVQ        pfd+72(FP), R10
 	ADDQ        DX, R10
-	PREFETCHT0  (R10)
-	PREFETCHT0  (R10)(BX*1)
-	PREFETCHT0  (R10)(BX*2)
+	PREFETCHT1  (R10)
+	PREFETCHT1  (R10)(BX*1)
+	PREFETCHT1  (R10)(BX*2)
 	MOVQ        pfd+72(FP), R10
 	ADDQ        SI, R10
-	PREFETCHT0  (R10)
+	PREFETCHT1  (R10)
 	VMOVUPS     (DX), Z24
 	VMOVUPS     (DX)(BX*1), Z25
 	VMOVUPS     (DX)(BX*2), Z26
@@ -1762,12 +1762,12 @@ gemmStrip3x4F32AVX512_group:
 gemmStrip3x4F32AVX512_loop:
 	MOVQ        pfd+72(FP), R11
 	ADDQ        BX, R11
-	PREFETCHT0  (R11)
-	PREFETCHT0  (R11)(SI*1)
-	PREFETCHT0  (R11)(SI*2)
+	PREFETCHT1  (R11)
+	PREFETCHT1  (R11)(SI*1)
+	PREFETCHT1  (R11)(SI*2)
 	MOVQ        pfd+72(FP), R11
 	ADDQ        DI, R11
-	PREFETCHT0  (R11)
+	PREFETCHT1  (R11)
 	VMOVUPS     (BX), Z24
 	VMOVUPS     (BX)(SI*1), Z25
 	VMOVUPS     (BX)(SI*2), Z26
@@ -1914,12 +1914,12 @@ gemmStrip4x4F32AVX512_group:
 gemmStrip4x4F32AVX512_loop:
 	MOVQ        pfd+72(FP), R13
 	ADDQ        SI, R13
-	PREFETCHT0  (R13)
-	PREFETCHT0  (R13)(DI*1)
-	PREFETCHT0  (R13)(DI*2)
+	PREFETCHT1  (R13)
+	PREFETCHT1  (R13)(DI*1)
+	PREFETCHT1  (R13)(DI*2)
 	MOVQ        pfd+72(FP), R13
 	ADDQ        R8, R13
-	PREFETCHT0  (R13)
+	PREFETCHT1  (R13)
 	VMOVUPS     (SI), Z24
 	VMOVUPS     (SI)(DI*1), Z25
 	VMOVUPS     (SI)(DI*2), Z26
@@ -2097,12 +2097,12 @@ gemmStrip5x4F32AVX512_group:
 gemmStrip5x4F32AVX512_loop:
 	MOVQ        pfd+72(FP), R14
 	ADDQ        DI, R14
-	PREFETCHT0  (R14)
-	PREFETCHT0  (R14)(R8*1)
-	PREFETCHT0  (R14)(R8*2)
+	PREFETCHT1  (R14)
+	PREFETCHT1  (R14)(R8*1)
+	PREFETCHT1  (R14)(R8*2)
 	MOVQ        pfd+72(FP), R14
 	ADDQ        R9, R14
-	PREFETCHT0  (R14)
+	PREFETCHT1  (R14)
 	VMOVUPS     (DI), Z24
 	VMOVUPS     (DI)(R8*1), Z25
 	VMOVUPS     (DI)(R8*2), Z26
@@ -2311,12 +2311,12 @@ gemmStrip6x4F32AVX512_group:
 gemmStrip6x4F32AVX512_loop:
 	MOVQ        pfd+72(FP), R15
 	ADDQ        R8, R15
-	PREFETCHT0  (R15)
-	PREFETCHT0  (R15)(R9*1)
-	PREFETCHT0  (R15)(R9*2)
+	PREFETCHT1  (R15)
+	PREFETCHT1  (R15)(R9*1)
+	PREFETCHT1  (R15)(R9*2)
 	MOVQ        pfd+72(FP), R15
 	ADDQ        R10, R15
-	PREFETCHT0  (R15)
+	PREFETCHT1  (R15)
 	VMOVUPS     (R8), Z24
 	VMOVUPS     (R8)(R9*1), Z25
 	VMOVUPS     (R8)(R9*2), Z26
@@ -3252,35 +3252,35 @@ TEXT ·dotTile1x8BF16AVX512(SB), NOSPLIT, $0-40
 
 dotTile1x8BF16AVX512_loop:
 	VMOVUPS     (AX)(R12*1), Z28
-	PREFETCHT0  1024(CX)(R13*1)
+	PREFETCHT1  1024(CX)(R13*1)
 	VPMOVZXWD   (CX)(R13*1), Z16
 	VPSLLD      $0x10, Z16, Z16
 	VFMADD231PS Z16, Z28, Z0
-	PREFETCHT0  1024(SI)(R13*1)
+	PREFETCHT1  1024(SI)(R13*1)
 	VPMOVZXWD   (SI)(R13*1), Z17
 	VPSLLD      $0x10, Z17, Z17
 	VFMADD231PS Z17, Z28, Z1
-	PREFETCHT0  1024(DI)(R13*1)
+	PREFETCHT1  1024(DI)(R13*1)
 	VPMOVZXWD   (DI)(R13*1), Z18
 	VPSLLD      $0x10, Z18, Z18
 	VFMADD231PS Z18, Z28, Z2
-	PREFETCHT0  1024(R8)(R13*1)
+	PREFETCHT1  1024(R8)(R13*1)
 	VPMOVZXWD   (R8)(R13*1), Z19
 	VPSLLD      $0x10, Z19, Z19
 	VFMADD231PS Z19, Z28, Z3
-	PREFETCHT0  1024(R9)(R13*1)
+	PREFETCHT1  1024(R9)(R13*1)
 	VPMOVZXWD   (R9)(R13*1), Z20
 	VPSLLD      $0x10, Z20, Z20
 	VFMADD231PS Z20, Z28, Z4
-	PREFETCHT0  1024(R10)(R13*1)
+	PREFETCHT1  1024(R10)(R13*1)
 	VPMOVZXWD   (R10)(R13*1), Z21
 	VPSLLD      $0x10, Z21, Z21
 	VFMADD231PS Z21, Z28, Z5
-	PREFETCHT0  1024(R11)(R13*1)
+	PREFETCHT1  1024(R11)(R13*1)
 	VPMOVZXWD   (R11)(R13*1), Z22
 	VPSLLD      $0x10, Z22, Z22
 	VFMADD231PS Z22, Z28, Z6
-	PREFETCHT0  1024(DX)(R13*1)
+	PREFETCHT1  1024(DX)(R13*1)
 	VPMOVZXWD   (DX)(R13*1), Z23
 	VPSLLD      $0x10, Z23, Z23
 	VFMADD231PS Z23, Z28, Z7
@@ -3318,35 +3318,35 @@ dotTile1x8BF16AVX512_single:
 	TESTQ       $0x00000001, BX
 	JZ          dotTile1x8BF16AVX512_reduce
 	VMOVUPS     (AX)(R12*1), Z28
-	PREFETCHT0  1024(CX)(R13*1)
+	PREFETCHT1  1024(CX)(R13*1)
 	VPMOVZXWD   (CX)(R13*1), Z16
 	VPSLLD      $0x10, Z16, Z16
 	VFMADD231PS Z16, Z28, Z0
-	PREFETCHT0  1024(SI)(R13*1)
+	PREFETCHT1  1024(SI)(R13*1)
 	VPMOVZXWD   (SI)(R13*1), Z17
 	VPSLLD      $0x10, Z17, Z17
 	VFMADD231PS Z17, Z28, Z1
-	PREFETCHT0  1024(DI)(R13*1)
+	PREFETCHT1  1024(DI)(R13*1)
 	VPMOVZXWD   (DI)(R13*1), Z18
 	VPSLLD      $0x10, Z18, Z18
 	VFMADD231PS Z18, Z28, Z2
-	PREFETCHT0  1024(R8)(R13*1)
+	PREFETCHT1  1024(R8)(R13*1)
 	VPMOVZXWD   (R8)(R13*1), Z19
 	VPSLLD      $0x10, Z19, Z19
 	VFMADD231PS Z19, Z28, Z3
-	PREFETCHT0  1024(R9)(R13*1)
+	PREFETCHT1  1024(R9)(R13*1)
 	VPMOVZXWD   (R9)(R13*1), Z20
 	VPSLLD      $0x10, Z20, Z20
 	VFMADD231PS Z20, Z28, Z4
-	PREFETCHT0  1024(R10)(R13*1)
+	PREFETCHT1  1024(R10)(R13*1)
 	VPMOVZXWD   (R10)(R13*1), Z21
 	VPSLLD      $0x10, Z21, Z21
 	VFMADD231PS Z21, Z28, Z5
-	PREFETCHT0  1024(R11)(R13*1)
+	PREFETCHT1  1024(R11)(R13*1)
 	VPMOVZXWD   (R11)(R13*1), Z22
 	VPSLLD      $0x10, Z22, Z22
 	VFMADD231PS Z22, Z28, Z6
-	PREFETCHT0  1024(DX)(R13*1)
+	PREFETCHT1  1024(DX)(R13*1)
 	VPMOVZXWD   (DX)(R13*1), Z23
 	VPSLLD      $0x10, Z23, Z23
 	VFMADD231PS Z23, Z28, Z7
@@ -4352,12 +4352,12 @@ gemmStrip1x4BF16AVX512_group:
 gemmStrip1x4BF16AVX512_loop:
 	MOVQ        pfd+72(FP), R10
 	ADDQ        CX, R10
-	PREFETCHT0  (R10)
-	PREFETCHT0  (R10)(DX*1)
-	PREFETCHT0  (R10)(DX*2)
+	PREFETCHT1  (R10)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (R10)(DX*2)
 	MOVQ        pfd+72(FP), R10
 	ADDQ        BX, R10
-	PREFETCHT0  (R10)
+	PREFETCHT1  (R10)
 	VPMOVZXWD   (CX), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (CX)(DX*1), Z25
@@ -4395,12 +4395,12 @@ gemmStrip1x4BF16AVX512_rest:
 	JZ          gemmStrip1x4BF16AVX512_reduce
 	MOVQ        pfd+72(FP), R10
 	ADDQ        CX, R10
-	PREFETCHT0  (R10)
-	PREFETCHT0  (R10)(DX*1)
-	PREFETCHT0  (R10)(DX*2)
+	PREFETCHT1  (R10)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (R10)(DX*2)
 	MOVQ        pfd+72(FP), R10
 	ADDQ        BX, R10
-	PREFETCHT0  (R10)
+	PREFETCHT1  (R10)
 	VPMOVZXWD   (CX), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (CX)(DX*1), Z25
@@ -4496,12 +4496,12 @@ gemmStrip2x4BF16AVX512_group:
 gemmStrip2x4BF16AVX512_loop:
 	MOVQ        pfd+72(FP), R11
 	ADDQ        DX, R11
-	PREFETCHT0  (R11)
-	PREFETCHT0  (R11)(BX*1)
-	PREFETCHT0  (R11)(BX*2)
+	PREFETCHT1  (R11)
+	PREFETCHT1  (R11)(BX*1)
+	PREFETCHT1  (R11)(BX*2)
 	MOVQ        pfd+72(FP), R11
 	ADDQ        SI, R11
-	PREFETCHT0  (R11)
+	PREFETCHT1  (R11)
 	VPMOVZXWD   (DX), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (DX)(BX*1), Z25
@@ -4549,12 +4549,12 @@ gemmStrip2x4BF16AVX512_rest:
 	JZ          gemmStrip2x4BF16AVX512_reduce
 	MOVQ        pfd+72(FP), R11
 	ADDQ        DX, R11
-	PREFETCHT0  (R11)
-	PREFETCHT0  (R11)(BX*1)
-	PREFETCHT0  (R11)(BX*2)
+	PREFETCHT1  (R11)
+	PREFETCHT1  (R11)(BX*1)
+	PREFETCHT1  (R11)(BX*2)
 	MOVQ        pfd+72(FP), R11
 	ADDQ        SI, R11
-	PREFETCHT0  (R11)
+	PREFETCHT1  (R11)
 	VPMOVZXWD   (DX), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (DX)(BX*1), Z25
@@ -4677,12 +4677,12 @@ gemmStrip3x4BF16AVX512_group:
 gemmStrip3x4BF16AVX512_loop:
 	MOVQ        pfd+72(FP), R12
 	ADDQ        BX, R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(SI*1)
-	PREFETCHT0  (R12)(SI*2)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(SI*1)
+	PREFETCHT1  (R12)(SI*2)
 	MOVQ        pfd+72(FP), R12
 	ADDQ        DI, R12
-	PREFETCHT0  (R12)
+	PREFETCHT1  (R12)
 	VPMOVZXWD   (BX), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (BX)(SI*1), Z25
@@ -4740,12 +4740,12 @@ gemmStrip3x4BF16AVX512_rest:
 	JZ          gemmStrip3x4BF16AVX512_reduce
 	MOVQ        pfd+72(FP), R12
 	ADDQ        BX, R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(SI*1)
-	PREFETCHT0  (R12)(SI*2)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(SI*1)
+	PREFETCHT1  (R12)(SI*2)
 	MOVQ        pfd+72(FP), R12
 	ADDQ        DI, R12
-	PREFETCHT0  (R12)
+	PREFETCHT1  (R12)
 	VPMOVZXWD   (BX), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (BX)(SI*1), Z25
@@ -4895,12 +4895,12 @@ gemmStrip4x4BF16AVX512_group:
 gemmStrip4x4BF16AVX512_loop:
 	MOVQ        pfd+72(FP), R13
 	ADDQ        SI, R13
-	PREFETCHT0  (R13)
-	PREFETCHT0  (R13)(DI*1)
-	PREFETCHT0  (R13)(DI*2)
+	PREFETCHT1  (R13)
+	PREFETCHT1  (R13)(DI*1)
+	PREFETCHT1  (R13)(DI*2)
 	MOVQ        pfd+72(FP), R13
 	ADDQ        R8, R13
-	PREFETCHT0  (R13)
+	PREFETCHT1  (R13)
 	VPMOVZXWD   (SI), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (SI)(DI*1), Z25
@@ -4968,12 +4968,12 @@ gemmStrip4x4BF16AVX512_rest:
 	JZ          gemmStrip4x4BF16AVX512_reduce
 	MOVQ        pfd+72(FP), R13
 	ADDQ        SI, R13
-	PREFETCHT0  (R13)
-	PREFETCHT0  (R13)(DI*1)
-	PREFETCHT0  (R13)(DI*2)
+	PREFETCHT1  (R13)
+	PREFETCHT1  (R13)(DI*1)
+	PREFETCHT1  (R13)(DI*2)
 	MOVQ        pfd+72(FP), R13
 	ADDQ        R8, R13
-	PREFETCHT0  (R13)
+	PREFETCHT1  (R13)
 	VPMOVZXWD   (SI), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (SI)(DI*1), Z25
@@ -5154,12 +5154,12 @@ gemmStrip5x4BF16AVX512_group:
 gemmStrip5x4BF16AVX512_loop:
 	MOVQ        pfd+72(FP), R14
 	ADDQ        DI, R14
-	PREFETCHT0  (R14)
-	PREFETCHT0  (R14)(R8*1)
-	PREFETCHT0  (R14)(R8*2)
+	PREFETCHT1  (R14)
+	PREFETCHT1  (R14)(R8*1)
+	PREFETCHT1  (R14)(R8*2)
 	MOVQ        pfd+72(FP), R14
 	ADDQ        R9, R14
-	PREFETCHT0  (R14)
+	PREFETCHT1  (R14)
 	VPMOVZXWD   (DI), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (DI)(R8*1), Z25
@@ -5237,12 +5237,12 @@ gemmStrip5x4BF16AVX512_rest:
 	JZ          gemmStrip5x4BF16AVX512_reduce
 	MOVQ        pfd+72(FP), R14
 	ADDQ        DI, R14
-	PREFETCHT0  (R14)
-	PREFETCHT0  (R14)(R8*1)
-	PREFETCHT0  (R14)(R8*2)
+	PREFETCHT1  (R14)
+	PREFETCHT1  (R14)(R8*1)
+	PREFETCHT1  (R14)(R8*2)
 	MOVQ        pfd+72(FP), R14
 	ADDQ        R9, R14
-	PREFETCHT0  (R14)
+	PREFETCHT1  (R14)
 	VPMOVZXWD   (DI), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (DI)(R8*1), Z25
@@ -5454,12 +5454,12 @@ gemmStrip6x4BF16AVX512_group:
 gemmStrip6x4BF16AVX512_loop:
 	MOVQ        pfd+72(FP), R15
 	ADDQ        R8, R15
-	PREFETCHT0  (R15)
-	PREFETCHT0  (R15)(R9*1)
-	PREFETCHT0  (R15)(R9*2)
+	PREFETCHT1  (R15)
+	PREFETCHT1  (R15)(R9*1)
+	PREFETCHT1  (R15)(R9*2)
 	MOVQ        pfd+72(FP), R15
 	ADDQ        R10, R15
-	PREFETCHT0  (R15)
+	PREFETCHT1  (R15)
 	VPMOVZXWD   (R8), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (R8)(R9*1), Z25
@@ -5547,12 +5547,12 @@ gemmStrip6x4BF16AVX512_rest:
 	JZ          gemmStrip6x4BF16AVX512_reduce
 	MOVQ        pfd+72(FP), R15
 	ADDQ        R8, R15
-	PREFETCHT0  (R15)
-	PREFETCHT0  (R15)(R9*1)
-	PREFETCHT0  (R15)(R9*2)
+	PREFETCHT1  (R15)
+	PREFETCHT1  (R15)(R9*1)
+	PREFETCHT1  (R15)(R9*2)
 	MOVQ        pfd+72(FP), R15
 	ADDQ        R10, R15
-	PREFETCHT0  (R15)
+	PREFETCHT1  (R15)
 	VPMOVZXWD   (R8), Z24
 	VPSLLD      $0x10, Z24, Z24
 	VPMOVZXWD   (R8)(R9*1), Z25
@@ -5829,9 +5829,9 @@ dotTile1x8BF16IlvAVX512_reduce:
 	VZEROUPPER
 	RET
 
-// func gemmStrip1x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+// func gemmStrip1x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gemmStrip1x4BF16IlvAVX512(SB), NOSPLIT, $0-72
+TEXT ·gemmStrip1x4BF16IlvAVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -5845,6 +5845,9 @@ TEXT ·gemmStrip1x4BF16IlvAVX512(SB), NOSPLIT, $0-72
 	MOVQ         groups+24(FP), DI
 	TESTQ        DI, DI
 	JZ           gemmStrip1x4BF16IlvAVX512_done
+	MOVQ         pfd+64(FP), R9
+	ADDQ         CX, R9
+	MOVQ         R9, pfd+64(FP)
 
 gemmStrip1x4BF16IlvAVX512_group:
 	VPXORD Z0, Z0, Z0
@@ -5860,16 +5863,21 @@ gemmStrip1x4BF16IlvAVX512_group:
 	JZ     gemmStrip1x4BF16IlvAVX512_rest
 
 gemmStrip1x4BF16IlvAVX512_loop:
-	MOVQ        pfd+64(FP), R9
-	ADDQ        CX, R9
-	PREFETCHT0  (R9)
-	PREFETCHT0  64(R9)
-	PREFETCHT0  128(R9)
-	PREFETCHT0  192(R9)
-	PREFETCHT0  256(R9)
-	PREFETCHT0  320(R9)
-	PREFETCHT0  384(R9)
-	PREFETCHT0  448(R9)
+	CMPQ       pfs+72(FP), $0x00
+	JE         gemmStrip1x4BF16IlvAVX512_pf0
+	MOVQ       pfd+64(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 64(R9)
+	CMPQ       pfs+72(FP), $0x00000080
+	JE         gemmStrip1x4BF16IlvAVX512_pfa0
+	PREFETCHT1 128(R9)
+	PREFETCHT1 192(R9)
+
+gemmStrip1x4BF16IlvAVX512_pfa0:
+	ADDQ pfs+72(FP), R9
+	MOVQ R9, pfd+64(FP)
+
+gemmStrip1x4BF16IlvAVX512_pf0:
 	VPSLLD      $0x10, (CX), Z24
 	VPSLLD      $0x10, (CX)(DX*1), Z25
 	VPSLLD      $0x10, (CX)(DX*2), Z26
@@ -5936,9 +5944,9 @@ gemmStrip1x4BF16IlvAVX512_done:
 	VZEROUPPER
 	RET
 
-// func gemmStrip2x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+// func gemmStrip2x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gemmStrip2x4BF16IlvAVX512(SB), NOSPLIT, $0-72
+TEXT ·gemmStrip2x4BF16IlvAVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -5953,6 +5961,9 @@ TEXT ·gemmStrip2x4BF16IlvAVX512(SB), NOSPLIT, $0-72
 	MOVQ         groups+24(FP), R8
 	TESTQ        R8, R8
 	JZ           gemmStrip2x4BF16IlvAVX512_done
+	MOVQ         pfd+64(FP), R10
+	ADDQ         DX, R10
+	MOVQ         R10, pfd+64(FP)
 
 gemmStrip2x4BF16IlvAVX512_group:
 	VPXORD Z0, Z0, Z0
@@ -5972,16 +5983,21 @@ gemmStrip2x4BF16IlvAVX512_group:
 	JZ     gemmStrip2x4BF16IlvAVX512_rest
 
 gemmStrip2x4BF16IlvAVX512_loop:
-	MOVQ        pfd+64(FP), R10
-	ADDQ        DX, R10
-	PREFETCHT0  (R10)
-	PREFETCHT0  64(R10)
-	PREFETCHT0  128(R10)
-	PREFETCHT0  192(R10)
-	PREFETCHT0  256(R10)
-	PREFETCHT0  320(R10)
-	PREFETCHT0  384(R10)
-	PREFETCHT0  448(R10)
+	CMPQ       pfs+72(FP), $0x00
+	JE         gemmStrip2x4BF16IlvAVX512_pf0
+	MOVQ       pfd+64(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 64(R10)
+	CMPQ       pfs+72(FP), $0x00000080
+	JE         gemmStrip2x4BF16IlvAVX512_pfa0
+	PREFETCHT1 128(R10)
+	PREFETCHT1 192(R10)
+
+gemmStrip2x4BF16IlvAVX512_pfa0:
+	ADDQ pfs+72(FP), R10
+	MOVQ R10, pfd+64(FP)
+
+gemmStrip2x4BF16IlvAVX512_pf0:
 	VPSLLD      $0x10, (DX), Z24
 	VPSLLD      $0x10, (DX)(BX*1), Z25
 	VPSLLD      $0x10, (DX)(BX*2), Z26
@@ -6075,9 +6091,9 @@ gemmStrip2x4BF16IlvAVX512_done:
 	VZEROUPPER
 	RET
 
-// func gemmStrip3x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+// func gemmStrip3x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gemmStrip3x4BF16IlvAVX512(SB), NOSPLIT, $0-72
+TEXT ·gemmStrip3x4BF16IlvAVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -6093,6 +6109,9 @@ TEXT ·gemmStrip3x4BF16IlvAVX512(SB), NOSPLIT, $0-72
 	MOVQ         groups+24(FP), R9
 	TESTQ        R9, R9
 	JZ           gemmStrip3x4BF16IlvAVX512_done
+	MOVQ         pfd+64(FP), R11
+	ADDQ         BX, R11
+	MOVQ         R11, pfd+64(FP)
 
 gemmStrip3x4BF16IlvAVX512_group:
 	VPXORD Z0, Z0, Z0
@@ -6116,16 +6135,21 @@ gemmStrip3x4BF16IlvAVX512_group:
 	JZ     gemmStrip3x4BF16IlvAVX512_rest
 
 gemmStrip3x4BF16IlvAVX512_loop:
-	MOVQ        pfd+64(FP), R11
-	ADDQ        BX, R11
-	PREFETCHT0  (R11)
-	PREFETCHT0  64(R11)
-	PREFETCHT0  128(R11)
-	PREFETCHT0  192(R11)
-	PREFETCHT0  256(R11)
-	PREFETCHT0  320(R11)
-	PREFETCHT0  384(R11)
-	PREFETCHT0  448(R11)
+	CMPQ       pfs+72(FP), $0x00
+	JE         gemmStrip3x4BF16IlvAVX512_pf0
+	MOVQ       pfd+64(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 64(R11)
+	CMPQ       pfs+72(FP), $0x00000080
+	JE         gemmStrip3x4BF16IlvAVX512_pfa0
+	PREFETCHT1 128(R11)
+	PREFETCHT1 192(R11)
+
+gemmStrip3x4BF16IlvAVX512_pfa0:
+	ADDQ pfs+72(FP), R11
+	MOVQ R11, pfd+64(FP)
+
+gemmStrip3x4BF16IlvAVX512_pf0:
 	VPSLLD      $0x10, (BX), Z24
 	VPSLLD      $0x10, (BX)(SI*1), Z25
 	VPSLLD      $0x10, (BX)(SI*2), Z26
@@ -6246,9 +6270,9 @@ gemmStrip3x4BF16IlvAVX512_done:
 	VZEROUPPER
 	RET
 
-// func gemmStrip4x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+// func gemmStrip4x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gemmStrip4x4BF16IlvAVX512(SB), NOSPLIT, $0-72
+TEXT ·gemmStrip4x4BF16IlvAVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -6265,6 +6289,9 @@ TEXT ·gemmStrip4x4BF16IlvAVX512(SB), NOSPLIT, $0-72
 	MOVQ         groups+24(FP), R10
 	TESTQ        R10, R10
 	JZ           gemmStrip4x4BF16IlvAVX512_done
+	MOVQ         pfd+64(FP), R13
+	ADDQ         SI, R13
+	MOVQ         R13, pfd+64(FP)
 
 gemmStrip4x4BF16IlvAVX512_group:
 	VPXORD Z0, Z0, Z0
@@ -6291,16 +6318,21 @@ gemmStrip4x4BF16IlvAVX512_group:
 	JZ     gemmStrip4x4BF16IlvAVX512_rest
 
 gemmStrip4x4BF16IlvAVX512_loop:
-	MOVQ        pfd+64(FP), R13
-	ADDQ        SI, R13
-	PREFETCHT0  (R13)
-	PREFETCHT0  64(R13)
-	PREFETCHT0  128(R13)
-	PREFETCHT0  192(R13)
-	PREFETCHT0  256(R13)
-	PREFETCHT0  320(R13)
-	PREFETCHT0  384(R13)
-	PREFETCHT0  448(R13)
+	CMPQ       pfs+72(FP), $0x00
+	JE         gemmStrip4x4BF16IlvAVX512_pf0
+	MOVQ       pfd+64(FP), R13
+	PREFETCHT1 (R13)
+	PREFETCHT1 64(R13)
+	CMPQ       pfs+72(FP), $0x00000080
+	JE         gemmStrip4x4BF16IlvAVX512_pfa0
+	PREFETCHT1 128(R13)
+	PREFETCHT1 192(R13)
+
+gemmStrip4x4BF16IlvAVX512_pfa0:
+	ADDQ pfs+72(FP), R13
+	MOVQ R13, pfd+64(FP)
+
+gemmStrip4x4BF16IlvAVX512_pf0:
 	VPSLLD      $0x10, (SI), Z24
 	VPSLLD      $0x10, (SI)(DI*1), Z25
 	VPSLLD      $0x10, (SI)(DI*2), Z26
@@ -6452,9 +6484,9 @@ gemmStrip4x4BF16IlvAVX512_done:
 	VZEROUPPER
 	RET
 
-// func gemmStrip5x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+// func gemmStrip5x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gemmStrip5x4BF16IlvAVX512(SB), NOSPLIT, $0-72
+TEXT ·gemmStrip5x4BF16IlvAVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -6472,6 +6504,9 @@ TEXT ·gemmStrip5x4BF16IlvAVX512(SB), NOSPLIT, $0-72
 	MOVQ         groups+24(FP), R11
 	TESTQ        R11, R11
 	JZ           gemmStrip5x4BF16IlvAVX512_done
+	MOVQ         pfd+64(FP), R14
+	ADDQ         DI, R14
+	MOVQ         R14, pfd+64(FP)
 
 gemmStrip5x4BF16IlvAVX512_group:
 	VPXORD Z0, Z0, Z0
@@ -6502,16 +6537,21 @@ gemmStrip5x4BF16IlvAVX512_group:
 	JZ     gemmStrip5x4BF16IlvAVX512_rest
 
 gemmStrip5x4BF16IlvAVX512_loop:
-	MOVQ        pfd+64(FP), R14
-	ADDQ        DI, R14
-	PREFETCHT0  (R14)
-	PREFETCHT0  64(R14)
-	PREFETCHT0  128(R14)
-	PREFETCHT0  192(R14)
-	PREFETCHT0  256(R14)
-	PREFETCHT0  320(R14)
-	PREFETCHT0  384(R14)
-	PREFETCHT0  448(R14)
+	CMPQ       pfs+72(FP), $0x00
+	JE         gemmStrip5x4BF16IlvAVX512_pf0
+	MOVQ       pfd+64(FP), R14
+	PREFETCHT1 (R14)
+	PREFETCHT1 64(R14)
+	CMPQ       pfs+72(FP), $0x00000080
+	JE         gemmStrip5x4BF16IlvAVX512_pfa0
+	PREFETCHT1 128(R14)
+	PREFETCHT1 192(R14)
+
+gemmStrip5x4BF16IlvAVX512_pfa0:
+	ADDQ pfs+72(FP), R14
+	MOVQ R14, pfd+64(FP)
+
+gemmStrip5x4BF16IlvAVX512_pf0:
 	VPSLLD      $0x10, (DI), Z24
 	VPSLLD      $0x10, (DI)(R8*1), Z25
 	VPSLLD      $0x10, (DI)(R8*2), Z26
@@ -6694,9 +6734,9 @@ gemmStrip5x4BF16IlvAVX512_done:
 	VZEROUPPER
 	RET
 
-// func gemmStrip6x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+// func gemmStrip6x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gemmStrip6x4BF16IlvAVX512(SB), NOSPLIT, $0-72
+TEXT ·gemmStrip6x4BF16IlvAVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -6715,6 +6755,9 @@ TEXT ·gemmStrip6x4BF16IlvAVX512(SB), NOSPLIT, $0-72
 	MOVQ         groups+24(FP), R12
 	TESTQ        R12, R12
 	JZ           gemmStrip6x4BF16IlvAVX512_done
+	MOVQ         pfd+64(FP), R15
+	ADDQ         R8, R15
+	MOVQ         R15, pfd+64(FP)
 
 gemmStrip6x4BF16IlvAVX512_group:
 	VPXORD Z0, Z0, Z0
@@ -6749,16 +6792,21 @@ gemmStrip6x4BF16IlvAVX512_group:
 	JZ     gemmStrip6x4BF16IlvAVX512_rest
 
 gemmStrip6x4BF16IlvAVX512_loop:
-	MOVQ        pfd+64(FP), R15
-	ADDQ        R8, R15
-	PREFETCHT0  (R15)
-	PREFETCHT0  64(R15)
-	PREFETCHT0  128(R15)
-	PREFETCHT0  192(R15)
-	PREFETCHT0  256(R15)
-	PREFETCHT0  320(R15)
-	PREFETCHT0  384(R15)
-	PREFETCHT0  448(R15)
+	CMPQ       pfs+72(FP), $0x00
+	JE         gemmStrip6x4BF16IlvAVX512_pf0
+	MOVQ       pfd+64(FP), R15
+	PREFETCHT1 (R15)
+	PREFETCHT1 64(R15)
+	CMPQ       pfs+72(FP), $0x00000080
+	JE         gemmStrip6x4BF16IlvAVX512_pfa0
+	PREFETCHT1 128(R15)
+	PREFETCHT1 192(R15)
+
+gemmStrip6x4BF16IlvAVX512_pfa0:
+	ADDQ pfs+72(FP), R15
+	MOVQ R15, pfd+64(FP)
+
+gemmStrip6x4BF16IlvAVX512_pf0:
 	VPSLLD      $0x10, (R8), Z24
 	VPSLLD      $0x10, (R8)(R9*1), Z25
 	VPSLLD      $0x10, (R8)(R9*2), Z26
@@ -12542,16 +12590,16 @@ dotTile1x8FP8AVX512_step:
 	VPMAXUB     -64(BX)(DX*4), Z26, Z26
 	VPMAXSB     -64(BX)(DX*4), Z27, Z27
 	LEAQ        (CX)(R8*1), R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(DX*1)
-	PREFETCHT0  (R12)(DX*2)
-	PREFETCHT0  (R12)(DX*4)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(DX*1)
+	PREFETCHT1  (R12)(DX*2)
+	PREFETCHT1  (R12)(DX*4)
 	LEAQ        (BX)(R8*1), R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(DX*2)
-	PREFETCHT0  (R12)(DX*4)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(DX*2)
+	PREFETCHT1  (R12)(DX*4)
 	LEAQ        (SI)(R8*1), R12
-	PREFETCHT0  (R12)
+	PREFETCHT1  (R12)
 
 dotTile1x8FP8AVX512_next:
 	DECQ  R11
@@ -12726,16 +12774,16 @@ dotTile1x8FP8FiniteAVX512_step:
 	TESTQ       $0x0000003f, DI
 	JNZ         dotTile1x8FP8FiniteAVX512_next
 	LEAQ        (CX)(R8*1), R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(DX*1)
-	PREFETCHT0  (R12)(DX*2)
-	PREFETCHT0  (R12)(DX*4)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(DX*1)
+	PREFETCHT1  (R12)(DX*2)
+	PREFETCHT1  (R12)(DX*4)
 	LEAQ        (BX)(R8*1), R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(DX*2)
-	PREFETCHT0  (R12)(DX*4)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(DX*2)
+	PREFETCHT1  (R12)(DX*4)
 	LEAQ        (SI)(R8*1), R12
-	PREFETCHT0  (R12)
+	PREFETCHT1  (R12)
 
 dotTile1x8FP8FiniteAVX512_next:
 	DECQ  R11
@@ -13258,11 +13306,11 @@ dotTile2x4FP8AVX512_step:
 	VPMAXUB     -64(DI), Z29, Z29
 	VPMAXSB     -64(DI), Z30, Z30
 	LEAQ        (BX)(R8*1), R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(SI*1)
-	PREFETCHT0  (R12)(SI*2)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(SI*1)
+	PREFETCHT1  (R12)(SI*2)
 	LEAQ        (DI)(R8*1), R12
-	PREFETCHT0  (R12)
+	PREFETCHT1  (R12)
 
 dotTile2x4FP8AVX512_next:
 	DECQ  R11
@@ -13423,11 +13471,11 @@ dotTile3x4FP8AVX512_step:
 	VPMAXUB     -64(DI), Z29, Z29
 	VPMAXSB     -64(DI), Z30, Z30
 	LEAQ        (BX)(R8*1), R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(SI*1)
-	PREFETCHT0  (R12)(SI*2)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(SI*1)
+	PREFETCHT1  (R12)(SI*2)
 	LEAQ        (DI)(R8*1), R12
-	PREFETCHT0  (R12)
+	PREFETCHT1  (R12)
 
 dotTile3x4FP8AVX512_next:
 	DECQ  R11
@@ -13611,11 +13659,11 @@ dotTile4x4FP8AVX512_step:
 	VPMAXUB     -64(DI), Z29, Z29
 	VPMAXSB     -64(DI), Z30, Z30
 	LEAQ        (BX)(R8*1), R12
-	PREFETCHT0  (R12)
-	PREFETCHT0  (R12)(SI*1)
-	PREFETCHT0  (R12)(SI*2)
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(SI*1)
+	PREFETCHT1  (R12)(SI*2)
 	LEAQ        (DI)(R8*1), R12
-	PREFETCHT0  (R12)
+	PREFETCHT1  (R12)
 
 dotTile4x4FP8AVX512_next:
 	DECQ  R11

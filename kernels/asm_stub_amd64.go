@@ -210,32 +210,32 @@ func dotTile1x8BF16IlvAVX512(x *float32, w *uint16, kn int, out *float32)
 // gemmStrip1x4BF16IlvAVX512 computes groups 1x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
-func gemmStrip1x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+func gemmStrip1x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 
 // gemmStrip2x4BF16IlvAVX512 computes groups 2x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
-func gemmStrip2x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+func gemmStrip2x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 
 // gemmStrip3x4BF16IlvAVX512 computes groups 3x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
-func gemmStrip3x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+func gemmStrip3x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 
 // gemmStrip4x4BF16IlvAVX512 computes groups 4x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
-func gemmStrip4x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+func gemmStrip4x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 
 // gemmStrip5x4BF16IlvAVX512 computes groups 5x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
-func gemmStrip5x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+func gemmStrip5x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 
 // gemmStrip6x4BF16IlvAVX512 computes groups 6x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape
-func gemmStrip6x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int)
+func gemmStrip6x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 
 // axpyTile1x64F32AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //

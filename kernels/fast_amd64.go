@@ -158,21 +158,23 @@ func stripBF16(l level, m int, x *float32, ldx int, w *uint16, ldw, groups, kn i
 // stripBF16Ilv is stripBF16 on AVX-512 for weights in the interleaved
 // layout of Matrix.InterleaveBF16: w is the first value of a half of a
 // group of eight rows in the reduction block, groups (1 or 2) the halves the
-// call takes.
-func stripBF16Ilv(m int, x *float32, ldx int, w *uint16, groups, kn int, dst *float32, ldd, add, pfd int) {
+// call takes. Instead of a distance per line read, the call prefetches pfs
+// bytes (0, 128 or 256) per 32 values it reads, front to back from pfd bytes
+// past w, through all its halves.
+func stripBF16Ilv(m int, x *float32, ldx int, w *uint16, groups, kn int, dst *float32, ldd, add, pfd, pfs int) {
 	switch m {
 	case 1:
-		gemmStrip1x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+		gemmStrip1x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd, pfs)
 	case 2:
-		gemmStrip2x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+		gemmStrip2x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd, pfs)
 	case 3:
-		gemmStrip3x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+		gemmStrip3x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd, pfs)
 	case 4:
-		gemmStrip4x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+		gemmStrip4x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd, pfs)
 	case 5:
-		gemmStrip5x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+		gemmStrip5x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd, pfs)
 	default:
-		gemmStrip6x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd)
+		gemmStrip6x4BF16IlvAVX512(x, ldx, w, groups, kn, dst, ldd, add, pfd, pfs)
 	}
 }
 

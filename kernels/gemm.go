@@ -280,23 +280,37 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		}
 		return
 	}
-	strip := func(i0, m, jt, k0, pfd int) {
+	strip := func(i0, m, jt, k0, pfd, pfs int) {
 		add := 0
 		if k0 > 0 {
 			add = 1
 		}
-		stripBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, add, pfd)
+		stripBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, add, pfd, pfs)
 	}
 	if n <= skinnyMaxRows {
+		// Each group of eight rows walks its reduction blocks in order, the
+		// activation rows in passes over a block (the later passes read it
+		// from cache). The next block (or, after the last, the next
+		// group's first) lies a block's bytes further on, and its lines
+		// are prefetched evenly over the passes over this one: the whole
+		// block by one pass (four lines per 32 values), half by each of
+		// the first two of several (two lines), none by a third. So memory
+		// streams while every pass computes, where prefetching the whole
+		// block in the first pass left it idle in the others.
+		passes := (n + maxTileRows(l) - 1) / maxTileRows(l)
 		for jt := j0; jt < j1; jt += ilvRows {
 			for k0 := 0; k0 < in; k0 += gemmKC {
-				// The same value of the next block (or, after the last, of
-				// the next group's first) lies ilvRows·kc values (two bytes
-				// each) further on.
-				pfd := 2 * ilvRows * min(gemmKC, in-k0)
-				for i0 := 0; i0 < n; {
+				block := 2 * ilvRows * min(gemmKC, in-k0)
+				for p, i0 := 0, 0; i0 < n; p++ {
 					m := passRows(l, n-i0)
-					strip(i0, m, jt, k0, pfd)
+					switch {
+					case passes == 1:
+						strip(i0, m, jt, k0, block, 256)
+					case p < 2:
+						strip(i0, m, jt, k0, block+p*block/2, 128)
+					default:
+						strip(i0, m, jt, k0, 0, 0)
+					}
 					i0 += m
 				}
 			}
@@ -310,7 +324,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		for k0 := 0; k0 < in; k0 += gemmKC {
 			for i0 := 0; i0 < n; i0 += mr {
 				for jt := b0; jt < b1; jt += ilvRows {
-					strip(i0, min(mr, n-i0), jt, k0, 0)
+					strip(i0, min(mr, n-i0), jt, k0, 0, 0)
 				}
 			}
 		}
