@@ -49,8 +49,9 @@ type Matrix struct {
 // docs/performance.md, "Interleaved bf16 rows"). The pairing lets a tile
 // widen sixteen values to float32 with one shift or one mask of the words
 // it loads, in element order, where row-major values need a widening
-// shuffle and a shift. The values are copied into new storage: a
-// checkpoint's read-only view is left as it is. It reports whether the
+// shuffle and a shift. The values are copied into new storage, which on
+// Linux is asked to sit on 2 MiB huge pages (toHugePages): a checkpoint's
+// read-only view is left as it is. It reports whether the
 // matrix is interleaved now; it does nothing unless the AVX-512
 // implementation is active, Rows is a positive multiple of 8 and Cols of
 // 32. Products, Row, Dequantize and the slices give the same bits in either
@@ -67,6 +68,7 @@ func (m *Matrix) InterleaveBF16() bool {
 			ilvPack(v[ilvAt(in, j, k):], row[k:k+ilvCols])
 		}
 	}
+	toHugePages(v)
 	m.BF16, m.interleaved = v, true
 	return true
 }
