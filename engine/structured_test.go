@@ -281,8 +281,12 @@ func TestStructuredOutputSpeculative(t *testing.T) {
 					e.spec.script = script
 				}
 				var out []specOutput
+				// ReadMemStats counts every goroutine's allocations, so a step
+				// during which another goroutine allocated (on a machine
+				// loaded by other test packages) counts that too: the best of
+				// three runs.
 				fewest := uint64(1 << 62)
-				for range 2 {
+				for range 3 {
 					before := e.Stats().DecodeStepAllocs
 					warmSleep()
 					out = serve(t, e)
@@ -290,7 +294,7 @@ func TestStructuredOutputSpeculative(t *testing.T) {
 				}
 				e.Close()
 				if st := e.Stats(); o.MeasureAllocs && (st.MeasuredDecodeSteps == 0 || fewest != 0) {
-					t.Errorf("%d heap allocations in the better of two runs (%d measured decode steps), want 0", fewest, st.MeasuredDecodeSteps)
+					t.Errorf("%d heap allocations in the best of three runs (%d measured decode steps), want 0", fewest, st.MeasuredDecodeSteps)
 				}
 				return out, e.Stats()
 			}
