@@ -346,6 +346,14 @@ func gemv8x512(bf16 bool) {
 		DECQ(kn)
 		JNZ(LabelRef(name + "_loop"))
 	}
+	reduceStore8x512(name)
+}
+
+// reduceStore8x512 ends a one-row, eight-weight-row AVX-512 GEMV tile: at
+// label name_reduce it reduces accumulators Z0–Z7 (reduce4x512 over rows 0–3,
+// then 4–7) into out[0..7] and returns, so every such tile has the same
+// reduction and so the same bits.
+func reduceStore8x512(name string) {
 	Label(name + "_reduce")
 	out := Load(Param("out"), GP64())
 	reduce4x512([4]int{0, 1, 2, 3})
@@ -394,14 +402,7 @@ func gemv8x512Ilv() {
 	ADDQ(U32(512), w)
 	DECQ(kn)
 	JNZ(LabelRef(name + "_loop"))
-	Label(name + "_reduce")
-	out := Load(Param("out"), GP64())
-	reduce4x512([4]int{0, 1, 2, 3})
-	VMOVUPS(X0, Mem{Base: out})
-	reduce4x512([4]int{4, 5, 6, 7})
-	VMOVUPS(X4, Mem{Base: out, Disp: 16})
-	VZEROUPPER()
-	RET()
+	reduceStore8x512(name)
 }
 
 // highMask sets every 32-bit lane of v to 0xffff0000, the mask that keeps
