@@ -342,16 +342,14 @@ func (a *attentionBlock) writeKV(lc *kvcache.LayerCache) error {
 // countAttention adds to the step's cost attention over rows selected
 // cache rows by a call of heads heads.
 func (a *attentionBlock) countAttention(rows, heads int) {
-	a.reads.kvBytes += int64(rows) * int64(a.rowBytes)
-	a.reads.flops += 2 * int64(rows) * int64(heads) * (mla.RowDim + mla.LatentDim)
+	a.reads.add(opAttention, int64(rows)*int64(a.rowBytes), 2*int64(rows)*int64(heads)*(mla.RowDim+mla.LatentDim))
 }
 
 // countIndexer adds to the step's cost the scoring of keys indexer keys
 // against one query row.
 func (a *attentionBlock) countIndexer(keys int) {
 	cfg := a.m.Cfg
-	a.reads.kvBytes += int64(keys) * int64(a.keyBytes)
-	a.reads.flops += 2 * int64(keys) * int64(cfg.IndexNHeads) * int64(cfg.IndexHeadDim)
+	a.reads.add(opIndexer, int64(keys)*int64(a.keyBytes), 2*int64(keys)*int64(cfg.IndexNHeads)*int64(cfg.IndexHeadDim))
 }
 
 // validSlots is the number of entries of indices that name a cache slot.

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -54,5 +55,30 @@ func TestStepCost(t *testing.T) {
 	}
 	if d := cmp.Diff(want, r.StepCost()); d != "" {
 		t.Errorf("decode step cost (-want +got):\n%s", d)
+	}
+
+	// Part by part, at 1 byte/s and 1 FLOP/s: every product and the
+	// lookup cost the larger of their bytes and FLOPs (a bf16 weight read
+	// once for one row is 2 bytes and 2 FLOPs), and so does each layer's
+	// attention and its indexer, on their own.
+	rowB, keyB := rows*int64(kvcache.RowBytes("bf16")), keys*int64(kvcache.KeyBytes("fp8", cfg.IndexHeadDim))
+	attnF, idxF := 2*rows*H*(mla.RowDim+mla.LatentDim), 2*keys*int64(cfg.IndexNHeads*cfg.IndexHeadDim)
+	wantBound := float64(2*(linear+head)+2*int64(cfg.HiddenSize)) + float64(L*(max(rowB, attnF)+max(keyB, idxF)))
+	if got := r.StepBound(1, 1); got != wantBound {
+		t.Errorf("StepBound(1, 1) = %v, want %v", got, wantBound)
+	}
+	// With one limit removed, the parts add up to the step's totals.
+	c := r.StepCost()
+	inf := math.Inf(1)
+	for _, b := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"memory alone", r.StepBound(1, inf), float64(c.WeightBytes + c.KVBytes)},
+		{"FMA alone", r.StepBound(inf, 1), float64(c.FLOPs)},
+	} {
+		if b.got != b.want {
+			t.Errorf("StepBound, %s = %v, want %v", b.name, b.got, b.want)
+		}
 	}
 }

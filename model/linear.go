@@ -199,32 +199,84 @@ func (l *weightLoader) checkAllUsed() error {
 // Linear layers (every product goes through mul, which adds the bytes of the
 // weight it reads, once per call whatever the number of rows) and their
 // FLOPs, and, added by the attention block, the cache rows and indexer keys
-// it reads and the FLOPs of attention and the indexer.
+// it reads and the FLOPs of attention and the indexer. It also keeps each
+// part's own terms (ops), for the step's roofline part by part (bound).
 type weightReads struct {
 	bytes   int64 // weight bytes
 	kvBytes int64 // cache rows and indexer keys read
 	flops   int64 // 2 per multiply-add
+	ops     []opCost
+}
+
+// opKind says what an opCost counts. Embedding lookups, attention calls of a
+// layer and indexer calls have one ratio of FLOPs to bytes each, so
+// consecutive calls of one of those kinds are counted as one part without
+// changing bound.
+type opKind uint8
+
+const (
+	opProduct   opKind = iota // a Linear layer's product (weight bytes)
+	opLookup                  // embedding rows looked up (weight bytes)
+	opAttention               // attention over cache rows (KV bytes)
+	opIndexer                 // indexer keys scored (KV bytes)
+)
+
+// opCost is what one part of a step read and computed.
+type opCost struct {
+	kind         opKind
+	bytes, flops int64
+}
+
+// add counts one part of the step.
+func (r *weightReads) add(kind opKind, bytes, flops int64) {
+	if kind == opProduct || kind == opLookup {
+		r.bytes += bytes
+	} else {
+		r.kvBytes += bytes
+	}
+	r.flops += flops
+	if n := len(r.ops); kind != opProduct && n > 0 && r.ops[n-1].kind == kind {
+		r.ops[n-1].bytes += bytes
+		r.ops[n-1].flops += flops
+		return
+	}
+	r.ops = append(r.ops, opCost{kind, bytes, flops})
 }
 
 func (r *weightReads) mul(dst, x []float32, n int, w *kernels.Matrix) {
 	kernels.MatMulT(dst, x, n, w)
-	r.bytes += matrixBytes(w)
-	r.flops += 2 * int64(n) * int64(w.Rows) * int64(w.Cols)
+	r.add(opProduct, matrixBytes(w), 2*int64(n)*int64(w.Rows)*int64(w.Cols))
 }
 
 // mulHeads is kernels.MatMulTHeads (one product per head of ws over rows
-// strided in x and dst), counted as one mul per head.
+// strided in x and dst), counted as one part: every head's product has the
+// same ratio of FLOPs to bytes.
 func (r *weightReads) mulHeads(dst []float32, ldd, hd int, x []float32, ldx, hx, n int, ws []kernels.Matrix, scratch []float32) {
 	kernels.MatMulTHeads(dst, ldd, hd, x, ldx, hx, n, ws, scratch)
+	var bytes, flops int64
 	for h := range ws {
 		w := &ws[h]
-		r.bytes += matrixBytes(w)
-		r.flops += 2 * int64(n) * int64(w.Rows) * int64(w.Cols)
+		bytes += matrixBytes(w)
+		flops += 2 * int64(n) * int64(w.Rows) * int64(w.Cols)
 	}
+	r.add(opProduct, bytes, flops)
 }
 
-// reset starts the count of a step.
-func (r *weightReads) reset() { *r = weightReads{} }
+// reset starts the count of a step, keeping the parts' storage.
+func (r *weightReads) reset() {
+	*r = weightReads{ops: r.ops[:0]}
+}
+
+// bound is Σ max(bytes / bw, FLOPs / peak) over the step's parts, in
+// seconds for bw in bytes/s and peak in FLOP/s: the step's time if each
+// part ran at its own roofline, one after another.
+func (r *weightReads) bound(bw, peak float64) float64 {
+	var t float64
+	for _, o := range r.ops {
+		t += max(float64(o.bytes)/bw, float64(o.flops)/peak)
+	}
+	return t
+}
 
 // matrixBytes is the storage a matrix's product reads: its values, and for
 // fp8 the block scales its blocks use.

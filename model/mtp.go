@@ -112,7 +112,7 @@ func (r *Runner) mtpInput(b *Batch, t *MTPLayer, from HiddenBank) {
 			clear(e)
 		} else {
 			m.Embed.Row(int(s.rowTok[br]), e)
-			r.reads.bytes += matrixBytes(m.Embed) / int64(m.Embed.Rows)
+			r.reads.add(opLookup, matrixBytes(m.Embed)/int64(m.Embed.Rows), 0)
 		}
 		kernels.RMSNorm(e, e, t.ENorm, eps)
 		hr := hiddenOf(br)

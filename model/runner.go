@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/cp"
@@ -243,6 +244,12 @@ func NewRunner(m *Model, opt RunnerOptions) (*Runner, error) {
 		r.gate, r.up = f("mlp gate", T*width), f("mlp up", T*width)
 	}
 	r.moe = newMoEBlock(m, r.steps, opt, &r.RouteTrace, &r.reads, &r.buffers)
+	// The parts of a step's cost (StepBound): per layer its products (all
+	// three of every expert, at most), its attention and indexer calls and
+	// lookups; one more layer for the MTP layer and the head.
+	parts := (len(m.Layers) + 1) * (32 + 3*(cfg.NRoutedExperts+cfg.NSharedExperts))
+	r.buffers.add("step cost parts", int64(parts)*int64(unsafe.Sizeof(opCost{})))
+	r.reads.ops = make([]opCost, 0, parts)
 	r.logits = f("logits", opt.MaxLogitRows*cfg.VocabSize)
 	r.head = newVocabHead(m, opt, r.par, &r.buffers)
 	if opt.MTP {
@@ -310,7 +317,7 @@ func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 			h := r.h[i*D : (i+1)*D]
 			if br := s.lrow[i]; br >= 0 {
 				m.Embed.Row(int(s.rowTok[br]), h)
-				r.reads.bytes += matrixBytes(m.Embed) / int64(m.Embed.Rows)
+				r.reads.add(opLookup, matrixBytes(m.Embed)/int64(m.Embed.Rows), 0)
 			} else {
 				clear(h)
 			}
@@ -385,6 +392,17 @@ type StepCost struct {
 	// and query row).
 	FLOPs int64
 }
+
+// StepBound is the last step's roofline on this rank taken part by part:
+// Σ max(bytes / bw, FLOPs / peak) in seconds over its parts (each Linear
+// product, each layer's attention and its indexer, the embedding lookups),
+// for a read bandwidth bw in bytes/s and an FMA peak in FLOP/s. The parts
+// run one after another, each needing the last one's output, so a step
+// cannot take less even with each part at its own limit; StepCost's
+// roofline, max over the step's totals, assumes a memory-bound part
+// overlaps a compute-bound one, and is lower when a step holds both (a
+// batch's attention products and its experts' GEMVs).
+func (r *Runner) StepBound(bw, peak float64) float64 { return r.reads.bound(bw, peak) }
 
 // StepCost is the cost of the last step on this rank.
 func (r *Runner) StepCost() StepCost {

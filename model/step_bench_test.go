@@ -26,7 +26,9 @@ import (
 // roofline is Σ max((weight + KV bytes) / read bandwidth, FLOPs / FMA peak)
 // over the steps against their time, with the bytes and FLOPs of
 // Runner.StepCost (routed experts only where selected); of-bw and of-fma
-// are the two terms alone. A case runs its steps in stepRounds rounds (a
+// are the two terms alone; of-parts is Runner.StepBound, the roofline taken
+// part by part (each product, attention and indexer at its own limit, one
+// after another), against the same time. A case runs its steps in stepRounds rounds (a
 // prefill case one prompt per round), each against the probes taken right
 // before it, and reports the medians of the rounds. On a machine shared with
 // other jobs the step gets only part of its cores while the short FMA probe
@@ -221,7 +223,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	vocab := m.Cfg.VocabSize
 	seqs := make([]Seq, batch)
 	toks := make([]int32, batch)
-	var rate, roof, memF, compF, cpuFMA, bws, fmas []float64
+	var rate, roof, partsF, memF, compF, cpuFMA, bws, fmas []float64
 	var cost StepCost
 	b.ResetTimer()
 	for round := range stepRounds {
@@ -232,7 +234,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 		b.StopTimer()
 		fma, bw := machinePeaks(threads)
 		b.StartTimer()
-		var rt, mt, ct float64
+		var rt, pt, mt, ct float64
 		t0, cpu0 := time.Now(), processCPUSeconds()
 		for range steps {
 			for s := range seqs {
@@ -245,6 +247,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			c := d.r.StepCost()
 			m, f := float64(c.WeightBytes+c.KVBytes)/bw, float64(c.FLOPs)/fma
 			rt, mt, ct = rt+max(m, f), mt+m, ct+f
+			pt += d.r.StepBound(bw, fma)
 			cost = c
 			if d.pos++; d.pos == d.ctx+stepRoom {
 				d.pos = d.ctx
@@ -252,6 +255,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 		}
 		el, cpu := time.Since(t0).Seconds(), processCPUSeconds()-cpu0
 		rate, roof, memF, compF = append(rate, float64(batch*steps)/el), append(roof, rt/el), append(memF, mt/el), append(compF, ct/el)
+		partsF = append(partsF, pt/el)
 		if cpu > 0 {
 			cpuFMA = append(cpuFMA, ct/(cpu/float64(threads)))
 		}
@@ -260,6 +264,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	b.StopTimer()
 	b.ReportMetric(medianOf(rate), "tokens/s")
 	b.ReportMetric(medianOf(roof), "roofline")
+	b.ReportMetric(medianOf(partsF), "of-parts")
 	b.ReportMetric(medianOf(memF), "of-bw")
 	b.ReportMetric(medianOf(compF), "of-fma")
 	if len(cpuFMA) > 0 {
