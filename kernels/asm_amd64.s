@@ -12223,6 +12223,112 @@ fmaPeak256_done:
 	VZEROUPPER
 	RET
 
+// func fp8DecodePeakAVX512(w *uint8, n int)
+// Requires: AVX, AVX512F
+TEXT ·fp8DecodePeakAVX512(SB), NOSPLIT, $0-16
+	MOVQ         w+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0x87f00000, DX
+	VPBROADCASTD DX, Z15
+	MOVL         $0x7a000000, DX
+	VPBROADCASTD DX, Z14
+	TESTQ        CX, CX
+	JZ           fp8DecodePeakAVX512_done
+
+fp8DecodePeakAVX512_loop:
+	VPMOVSXBD (AX), Z0
+	VPSLLD    $0x14, Z0, Z0
+	VPANDD    Z15, Z0, Z0
+	VMULPS    Z14, Z0, Z0
+	VPMOVSXBD 16(AX), Z1
+	VPSLLD    $0x14, Z1, Z1
+	VPANDD    Z15, Z1, Z1
+	VMULPS    Z14, Z1, Z1
+	VPMOVSXBD 32(AX), Z2
+	VPSLLD    $0x14, Z2, Z2
+	VPANDD    Z15, Z2, Z2
+	VMULPS    Z14, Z2, Z2
+	VPMOVSXBD 48(AX), Z3
+	VPSLLD    $0x14, Z3, Z3
+	VPANDD    Z15, Z3, Z3
+	VMULPS    Z14, Z3, Z3
+	VPMOVSXBD (AX), Z4
+	VPSLLD    $0x14, Z4, Z4
+	VPANDD    Z15, Z4, Z4
+	VMULPS    Z14, Z4, Z4
+	VPMOVSXBD 16(AX), Z5
+	VPSLLD    $0x14, Z5, Z5
+	VPANDD    Z15, Z5, Z5
+	VMULPS    Z14, Z5, Z5
+	VPMOVSXBD 32(AX), Z6
+	VPSLLD    $0x14, Z6, Z6
+	VPANDD    Z15, Z6, Z6
+	VMULPS    Z14, Z6, Z6
+	VPMOVSXBD 48(AX), Z7
+	VPSLLD    $0x14, Z7, Z7
+	VPANDD    Z15, Z7, Z7
+	VMULPS    Z14, Z7, Z7
+	DECQ      CX
+	JNZ       fp8DecodePeakAVX512_loop
+
+fp8DecodePeakAVX512_done:
+	VZEROUPPER
+	RET
+
+// func fp8DecodePeakAVX2(w *uint8, n int)
+// Requires: AVX, AVX2
+TEXT ·fp8DecodePeakAVX2(SB), NOSPLIT, $0-16
+	MOVQ         w+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0x87f00000, DX
+	VMOVD        DX, X15
+	VPBROADCASTD X15, Y15
+	MOVL         $0x7a000000, DX
+	VMOVD        DX, X13
+	VBROADCASTSS X13, Y14
+	TESTQ        CX, CX
+	JZ           fp8DecodePeakAVX2_done
+
+fp8DecodePeakAVX2_loop:
+	VPMOVSXBD (AX), Y0
+	VPSLLD    $0x14, Y0, Y0
+	VPAND     Y15, Y0, Y0
+	VMULPS    Y14, Y0, Y0
+	VPMOVSXBD 8(AX), Y1
+	VPSLLD    $0x14, Y1, Y1
+	VPAND     Y15, Y1, Y1
+	VMULPS    Y14, Y1, Y1
+	VPMOVSXBD 16(AX), Y2
+	VPSLLD    $0x14, Y2, Y2
+	VPAND     Y15, Y2, Y2
+	VMULPS    Y14, Y2, Y2
+	VPMOVSXBD 24(AX), Y3
+	VPSLLD    $0x14, Y3, Y3
+	VPAND     Y15, Y3, Y3
+	VMULPS    Y14, Y3, Y3
+	VPMOVSXBD (AX), Y4
+	VPSLLD    $0x14, Y4, Y4
+	VPAND     Y15, Y4, Y4
+	VMULPS    Y14, Y4, Y4
+	VPMOVSXBD 8(AX), Y5
+	VPSLLD    $0x14, Y5, Y5
+	VPAND     Y15, Y5, Y5
+	VMULPS    Y14, Y5, Y5
+	VPMOVSXBD 16(AX), Y6
+	VPSLLD    $0x14, Y6, Y6
+	VPAND     Y15, Y6, Y6
+	VMULPS    Y14, Y6, Y6
+	VPMOVSXBD 24(AX), Y7
+	VPSLLD    $0x14, Y7, Y7
+	VPAND     Y15, Y7, Y7
+	VMULPS    Y14, Y7, Y7
+	DECQ      CX
+	JNZ       fp8DecodePeakAVX2_loop
+
+fp8DecodePeakAVX2_done:
+	VZEROUPPER
+	RET
+
 // func readSumAVX512(x *float32, n int) float32
 // Requires: AVX, AVX512F, MMX+, SSE
 TEXT ·readSumAVX512(SB), NOSPLIT, $0-20

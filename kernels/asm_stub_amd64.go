@@ -453,6 +453,16 @@ func fmaPeakAVX512(n int) float32
 // fmaPeakAVX2 runs n rounds of 12 independent 8-lane FMA chains.
 func fmaPeakAVX2(n int) float32
 
+// fp8DecodePeakAVX512 runs n rounds of eight independent 16-code fp8 decodings from the codes at w (4·16 bytes).
+//
+//go:noescape
+func fp8DecodePeakAVX512(w *uint8, n int)
+
+// fp8DecodePeakAVX2 runs n rounds of eight independent 8-code fp8 decodings from the codes at w (4·8 bytes).
+//
+//go:noescape
+func fp8DecodePeakAVX2(w *uint8, n int)
+
 // readSumAVX512 returns the sum of n (a multiple of 128) values read as 8 concurrent streams.
 //
 //go:noescape

@@ -425,6 +425,25 @@ func fmaPeak(rounds int) float64 {
 	return 0
 }
 
+// fp8DecodePeak runs the fp8 decode-peak loop of the widest level the CPU
+// supports for rounds rounds and returns the codes it decoded (0 without
+// AVX2).
+func fp8DecodePeak(rounds int) float64 {
+	var codes [64]uint8
+	for i := range codes {
+		codes[i] = uint8(17 * i)
+	}
+	switch bestLevel() {
+	case levelAVX512:
+		fp8DecodePeakAVX512(&codes[0], rounds)
+		return float64(rounds) * 8 * 16
+	case levelAVX2:
+		fp8DecodePeakAVX2(&codes[0], rounds)
+		return float64(rounds) * 8 * 8
+	}
+	return 0
+}
+
 // readSum sums x with the widest loads the CPU supports; ok is false
 // without AVX2.
 func readSum(x []float32) (s float32, ok bool) {

@@ -16,6 +16,17 @@ func BenchmarkFMAPeak(b *testing.B) {
 	reportRate(b, flops, "GFLOP/s")
 }
 
+// BenchmarkFP8DecodePeak measures how many fp8 weights per second one core
+// decodes to float32 with the fp8 tiles' arithmetic and nothing else: the
+// yardstick of the fp8 products beside the FMA peak and the read bandwidth.
+func BenchmarkFP8DecodePeak(b *testing.B) {
+	var codes float64
+	for b.Loop() {
+		codes = FP8DecodeLoop(100_000)
+	}
+	reportRate(b, codes, "Gcodes/s")
+}
+
 // BenchmarkStreamSum measures the read bandwidth of one core over a buffer
 // (64 MiB) larger than the last-level cache: the yardstick of the GEMV and
 // indexer kernels.

@@ -437,6 +437,11 @@ func TestPeakProbes(t *testing.T) {
 		if flops != wantFlops {
 			t.Errorf("FMAPeakLoop(10) = %v FLOPs, want %v", flops, wantFlops)
 		}
+		codes := FP8DecodeLoop(10)
+		wantCodes := map[string]float64{"ref": 0, "avx2": 10 * 8 * 8, "avx512": 10 * 8 * 16}[bestLevel().String()]
+		if codes != wantCodes {
+			t.Errorf("FP8DecodeLoop(10) = %v codes, want %v", codes, wantCodes)
+		}
 		if d := cmp.Diff(want, float64(StreamSum(x)), cmpopts.EquateApprox(1e-5, 1e-4)); d != "" {
 			t.Errorf("StreamSum (-want +got):\n%s", d)
 		}

@@ -19,6 +19,28 @@ func FMAPeakLoop(rounds int) (flops float64) {
 	return flops
 }
 
+// FP8DecodeLoop runs rounds rounds of the fp8 tiles' decoding with the
+// widest vectors the CPU supports, whatever implementation is active (eight
+// independent vectors of 16 codes a round for AVX-512, of 8 for AVX2), on
+// codes that stay in L1, and returns the codes it decoded; timing it gives
+// the most fp8 weights per second a core can turn into the float32 values a
+// product multiplies, with nothing else running. Each weight an fp8 product
+// reads is decoded at least once, on the same vector pipes as its FMAs
+// (the scale's multiply on the FMA pipes themselves), so next to the read
+// bandwidth this rate says how much of a core an fp8 GEMV leaves to its
+// FMAs. Without AVX2 (or off amd64) it
+// runs nothing and returns 0. A call of 10⁵ rounds takes well under a
+// millisecond.
+func FP8DecodeLoop(rounds int) (codes float64) {
+	const chunk = 50_000
+	for rounds > 0 {
+		r := min(rounds, chunk)
+		codes += fp8DecodePeak(r)
+		rounds -= r
+	}
+	return codes
+}
+
 // StreamSum returns Σ x, reading every element once with the widest loads the
 // CPU supports (whatever implementation is active): chunks of 32 Ki values,
 // each read as eight concurrent streams of 16 KiB (one per eighth, each with
