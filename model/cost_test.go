@@ -64,8 +64,8 @@ func TestStepCost(t *testing.T) {
 	rowB, keyB := rows*int64(kvcache.RowBytes("bf16")), keys*int64(kvcache.KeyBytes("fp8", cfg.IndexHeadDim))
 	attnF, idxF := 2*rows*H*(mla.RowDim+mla.LatentDim), 2*keys*int64(cfg.IndexNHeads*cfg.IndexHeadDim)
 	wantBound := float64(2*(linear+head)+2*int64(cfg.HiddenSize)) + float64(L*(max(rowB, attnF)+max(keyB, idxF)))
-	if got := r.StepBound(1, 1); got != wantBound {
-		t.Errorf("StepBound(1, 1) = %v, want %v", got, wantBound)
+	if got := r.StepBound(Limits{ReadBW: 1, FMAPeak: 1}); got != wantBound {
+		t.Errorf("StepBound at 1 byte/s and 1 FLOP/s = %v, want %v", got, wantBound)
 	}
 	// With one limit removed, the parts add up to the step's totals.
 	c := r.StepCost()
@@ -74,8 +74,8 @@ func TestStepCost(t *testing.T) {
 		name      string
 		got, want float64
 	}{
-		{"memory alone", r.StepBound(1, inf), float64(c.WeightBytes + c.KVBytes)},
-		{"FMA alone", r.StepBound(inf, 1), float64(c.FLOPs)},
+		{"memory alone", r.StepBound(Limits{ReadBW: 1, FMAPeak: inf}), float64(c.WeightBytes + c.KVBytes)},
+		{"FMA alone", r.StepBound(Limits{ReadBW: inf, FMAPeak: 1}), float64(c.FLOPs)},
 	} {
 		if b.got != b.want {
 			t.Errorf("StepBound, %s = %v, want %v", b.name, b.got, b.want)

@@ -267,13 +267,13 @@ func (r *weightReads) reset() {
 	*r = weightReads{ops: r.ops[:0]}
 }
 
-// bound is Σ max(bytes / bw, FLOPs / peak) over the step's parts, in
-// seconds for bw in bytes/s and peak in FLOP/s: the step's time if each
-// part ran at its own roofline, one after another.
-func (r *weightReads) bound(bw, peak float64) float64 {
+// bound is Σ max(bytes / ReadBW, FLOPs / FMAPeak) over the step's parts, in
+// seconds: the step's time if each part ran at its own roofline, one after
+// another.
+func (r *weightReads) bound(l Limits) float64 {
 	var t float64
 	for _, o := range r.ops {
-		t += max(float64(o.bytes)/bw, float64(o.flops)/peak)
+		t += max(float64(o.bytes)/l.ReadBW, float64(o.flops)/l.FMAPeak)
 	}
 	return t
 }

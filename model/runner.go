@@ -393,16 +393,23 @@ type StepCost struct {
 	FLOPs int64
 }
 
-// StepBound is the last step's roofline on this rank taken part by part:
-// Σ max(bytes / bw, FLOPs / peak) in seconds over its parts (each Linear
-// product, each layer's attention and its indexer, the embedding lookups),
-// for a read bandwidth bw in bytes/s and an FMA peak in FLOP/s. The parts
-// run one after another, each needing the last one's output, so a step
-// cannot take less even with each part at its own limit; StepCost's
-// roofline, max over the step's totals, assumes a memory-bound part
-// overlaps a compute-bound one, and is lower when a step holds both (a
-// batch's attention products and its experts' GEMVs).
-func (r *Runner) StepBound(bw, peak float64) float64 { return r.reads.bound(bw, peak) }
+// Limits are the rates of one rank's cores that bound a step (StepBound),
+// measured on the machine: kernels.StreamSum over a buffer larger than the
+// caches and kernels.FMAPeakLoop.
+type Limits struct {
+	ReadBW  float64 // bytes read per second
+	FMAPeak float64 // FLOPs per second
+}
+
+// StepBound is the last step's roofline on this rank taken part by part: the
+// sum over its parts (each Linear product, each layer's attention and its
+// indexer, the embedding lookups) of max(bytes / ReadBW, FLOPs / FMAPeak),
+// in seconds. The parts run one after another, each needing the last one's
+// output, so a step cannot take less even with each part at its own limit.
+// StepCost's roofline, the max over the step's totals, assumes a
+// memory-bound part overlaps a compute-bound one, and is lower when a step
+// holds both (a batch's attention products and its experts' GEMVs).
+func (r *Runner) StepBound(l Limits) float64 { return r.reads.bound(l) }
 
 // StepCost is the cost of the last step on this rank.
 func (r *Runner) StepCost() StepCost {

@@ -247,7 +247,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			c := d.r.StepCost()
 			m, f := float64(c.WeightBytes+c.KVBytes)/bw, float64(c.FLOPs)/fma
 			rt, mt, ct = rt+max(m, f), mt+m, ct+f
-			pt += d.r.StepBound(bw, fma)
+			pt += d.r.StepBound(Limits{ReadBW: bw, FMAPeak: fma})
 			cost = c
 			if d.pos++; d.pos == d.ctx+stepRoom {
 				d.pos = d.ctx
