@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/kernels"
@@ -206,6 +207,9 @@ type weightReads struct {
 	kvBytes int64 // cache rows and indexer keys read
 	flops   int64 // 2 per multiply-add
 	ops     []opCost
+	// timed has every product timed (opCost.ns): a profile of the step
+	// by part, off unless asked for.
+	timed bool
 }
 
 // opKind says what an opCost counts. Embedding lookups, attention calls of a
@@ -221,14 +225,25 @@ const (
 	opIndexer                 // indexer keys scored (KV bytes)
 )
 
-// opCost is what one part of a step read and computed.
+// opCost is what one part of a step read and computed; for a product, also
+// its shape (rows activation rows by heads weights of out×in, of dtype)
+// and, when the step is timed, how long it took.
 type opCost struct {
-	kind         opKind
-	bytes, flops int64
+	kind                 opKind
+	bytes, flops         int64
+	rows, heads, out, in int
+	dtype                string
+	ns                   int64
 }
 
 // add counts one part of the step.
 func (r *weightReads) add(kind opKind, bytes, flops int64) {
+	r.addOp(opCost{kind: kind, bytes: bytes, flops: flops})
+}
+
+// addOp counts the part o.
+func (r *weightReads) addOp(o opCost) {
+	kind, bytes, flops := o.kind, o.bytes, o.flops
 	if kind == opProduct || kind == opLookup {
 		r.bytes += bytes
 	} else {
@@ -240,31 +255,63 @@ func (r *weightReads) add(kind opKind, bytes, flops int64) {
 		r.ops[n-1].flops += flops
 		return
 	}
-	r.ops = append(r.ops, opCost{kind, bytes, flops})
+	r.ops = append(r.ops, o)
 }
 
 func (r *weightReads) mul(dst, x []float32, n int, w *kernels.Matrix) {
+	var t0 time.Time
+	if r.timed {
+		t0 = time.Now()
+	}
 	kernels.MatMulT(dst, x, n, w)
-	r.add(opProduct, matrixBytes(w), 2*int64(n)*int64(w.Rows)*int64(w.Cols))
+	r.addProduct(n, 1, w, matrixBytes(w), 2*int64(n)*int64(w.Rows)*int64(w.Cols), t0)
+}
+
+// addProduct counts a product of n rows with heads weights shaped as w,
+// started at t0 when the step is timed.
+func (r *weightReads) addProduct(n, heads int, w *kernels.Matrix, bytes, flops int64, t0 time.Time) {
+	o := opCost{kind: opProduct, bytes: bytes, flops: flops, rows: n, heads: heads, out: w.Rows, in: w.Cols, dtype: matrixDType(w)}
+	if r.timed {
+		o.ns = int64(time.Since(t0))
+	}
+	r.addOp(o)
+}
+
+// matrixDType names the storage of w's weights.
+func matrixDType(w *kernels.Matrix) string {
+	switch {
+	case w.F32 != nil:
+		return "f32"
+	case w.BF16 != nil:
+		return "bf16"
+	}
+	return "fp8"
 }
 
 // mulHeads is kernels.MatMulTHeads (one product per head of ws over rows
 // strided in x and dst), counted as one part: every head's product has the
 // same ratio of FLOPs to bytes.
 func (r *weightReads) mulHeads(dst []float32, ldd, hd int, x []float32, ldx, hx, n int, ws []kernels.Matrix, scratch []float32) {
+	var t0 time.Time
+	if r.timed {
+		t0 = time.Now()
+	}
 	kernels.MatMulTHeads(dst, ldd, hd, x, ldx, hx, n, ws, scratch)
+	if len(ws) == 0 {
+		return
+	}
 	var bytes, flops int64
 	for h := range ws {
 		w := &ws[h]
 		bytes += matrixBytes(w)
 		flops += 2 * int64(n) * int64(w.Rows) * int64(w.Cols)
 	}
-	r.add(opProduct, bytes, flops)
+	r.addProduct(n, len(ws), &ws[0], bytes, flops, t0)
 }
 
 // reset starts the count of a step, keeping the parts' storage.
 func (r *weightReads) reset() {
-	*r = weightReads{ops: r.ops[:0]}
+	*r = weightReads{ops: r.ops[:0], timed: r.timed}
 }
 
 // bound is Σ max(bytes / ReadBW, FLOPs / FMAPeak) over the step's parts, in

@@ -125,6 +125,22 @@ func stepTokens(vocab, start, n int) []int32 {
 	return t
 }
 
+// step runs one decode step of len(seqs) sequences at d.pos (toks holds
+// their tokens) and moves d.pos on, back to d.ctx after stepRoom steps.
+func (d *stepRun) step(b *testing.B, seqs []Seq, toks []int32) {
+	vocab := d.r.M.Cfg.VocabSize
+	for s := range seqs {
+		toks[s] = int32((d.pos*31 + s) % vocab)
+		seqs[s] = Seq{Tokens: toks[s : s+1], Start: d.pos, BlockTable: d.tables[s]}
+	}
+	if err := d.r.Forward(&Batch{Seqs: seqs}); err != nil {
+		b.Fatal(err)
+	}
+	if d.pos++; d.pos == d.ctx+stepRoom {
+		d.pos = d.ctx
+	}
+}
+
 // decodeRunner returns the runner of stepBatch sequences holding ctx tokens
 // each: the first sequence prefilled in 512-token steps (on every core, as
 // set-up), its blocks copied to the others' (the same KV, computed once).
@@ -220,7 +236,6 @@ const stepRounds = 5
 // stepRounds rounds.
 func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	d := decodeRunner(b, m, ctx)
-	vocab := m.Cfg.VocabSize
 	seqs := make([]Seq, batch)
 	toks := make([]int32, batch)
 	var rate, roof, partsF, memF, compF, cpuFMA, bws, fmas []float64
@@ -237,21 +252,12 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 		var rt, pt, mt, ct float64
 		t0, cpu0 := time.Now(), processCPUSeconds()
 		for range steps {
-			for s := range seqs {
-				toks[s] = int32((d.pos*31 + s) % vocab)
-				seqs[s] = Seq{Tokens: toks[s : s+1], Start: d.pos, BlockTable: d.tables[s]}
-			}
-			if err := d.r.Forward(&Batch{Seqs: seqs}); err != nil {
-				b.Fatal(err)
-			}
+			d.step(b, seqs, toks)
 			c := d.r.StepCost()
 			m, f := float64(c.WeightBytes+c.KVBytes)/bw, float64(c.FLOPs)/fma
 			rt, mt, ct = rt+max(m, f), mt+m, ct+f
 			pt += d.r.StepBound(Limits{ReadBW: bw, FMAPeak: fma})
 			cost = c
-			if d.pos++; d.pos == d.ctx+stepRoom {
-				d.pos = d.ctx
-			}
 		}
 		el, cpu := time.Since(t0).Seconds(), processCPUSeconds()-cpu0
 		rate, roof, memF, compF = append(rate, float64(batch*steps)/el), append(roof, rt/el), append(memF, mt/el), append(compF, ct/el)

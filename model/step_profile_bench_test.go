@@ -1,0 +1,115 @@
+package model
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpmla/cpmla/kernels"
+)
+
+// BenchmarkStepProfile times every product of BenchmarkStep's decode steps
+// (one thread or two, 512 of context) and logs, per product shape, its time
+// against its own roofline (max(weight bytes / read bandwidth, FLOPs / FMA
+// peak), with the probes of machinePeaks taken before the steps); what is
+// not a product (attention, the indexer, norms, routing, the all-reduces'
+// copies, the sampler's logits) is one line, against the roofline of the
+// attention and indexer parts. It reports the products' share of the step
+// time (products-share) and the products' time against their roofline
+// (products-of-bound). Select with -bench, e.g.
+//
+//	go test ./model -run XXX -bench 'StepProfile/glm5-shape/fp8/threads=1/batch=8' -benchtime 20x
+func BenchmarkStepProfile(b *testing.B) {
+	for _, mc := range []struct{ name, weights string }{
+		{"glm5-dense-350m", WeightBF16}, {"glm5-dense-350m", WeightFP8},
+		{"glm5-shape", WeightBF16}, {"glm5-shape", WeightFP8},
+		{"glm5-moe-shape", WeightFP8},
+	} {
+		for _, threads := range []int{1, 2} {
+			for _, batch := range []int{1, 8} {
+				b.Run(fmt.Sprintf("%s/%s/threads=%d/batch=%d", mc.name, mc.weights, threads, batch), func(b *testing.B) {
+					defer kernels.SetThreads(kernels.SetThreads(threads))
+					profileDecode(b, stepModel(b, mc.name, mc.weights), 512, batch, threads)
+				})
+			}
+		}
+	}
+}
+
+// profileShape is what BenchmarkStepProfile sums per product shape.
+type profileShape struct {
+	name         string
+	calls        int
+	ns, boundNS  float64
+	bytes, flops int64
+}
+
+func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
+	d := decodeRunner(b, m, ctx)
+	seqs, toks := make([]Seq, batch), make([]int32, batch)
+	d.step(b, seqs, toks) // warm-up
+	fma, bw := machinePeaks(threads)
+	l := Limits{ReadBW: bw, FMAPeak: fma}
+	shapes := map[string]*profileShape{}
+	var stepNS, restBound float64
+	d.r.reads.timed = true
+	defer func() { d.r.reads.timed = false }()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		d.step(b, seqs, toks)
+		stepNS += float64(time.Since(t0))
+		for _, o := range d.r.reads.ops {
+			bound := 1e9 * max(float64(o.bytes)/l.ReadBW, float64(o.flops)/l.FMAPeak)
+			if o.kind != opProduct || o.out == 0 {
+				restBound += bound
+				continue
+			}
+			key := fmt.Sprintf("%s %d×%d", o.dtype, o.out, o.in)
+			if o.heads > 1 {
+				key = fmt.Sprintf("%s %d heads of %d×%d", o.dtype, o.heads, o.out, o.in)
+			}
+			key += fmt.Sprintf(", %d rows", o.rows)
+			p := shapes[key]
+			if p == nil {
+				p = &profileShape{name: key}
+				shapes[key] = p
+			}
+			p.calls++
+			p.ns += float64(o.ns)
+			p.bytes += o.bytes
+			p.flops += o.flops
+			p.boundNS += bound
+		}
+	}
+	b.StopTimer()
+	list := slices.SortedFunc(func(yield func(*profileShape) bool) {
+		for _, p := range shapes {
+			if !yield(p) {
+				return
+			}
+		}
+	}, func(a, c *profileShape) int { return cmp.Compare(c.ns, a.ns) })
+	var prodNS, prodBound float64
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "FMA peak %.0f GFLOP/s, read %.1f GB/s; per step:\n", fma/1e9, bw/1e9)
+	fmt.Fprintf(&sb, "| part | calls | ms | share of step | roofline ms | of its roofline | bound by |\n|---|---|---|---|---|---|---|\n")
+	n := float64(b.N)
+	for _, p := range list {
+		prodNS, prodBound = prodNS+p.ns, prodBound+p.boundNS
+		by := "memory"
+		if float64(p.flops)/l.FMAPeak > float64(p.bytes)/l.ReadBW {
+			by = "FMA"
+		}
+		fmt.Fprintf(&sb, "| %s | %.0f | %.3f | %.1f %% | %.3f | %.0f %% | %s |\n", p.name, float64(p.calls)/n, p.ns/n/1e6, 100*p.ns/stepNS, p.boundNS/n/1e6, 100*p.boundNS/p.ns, by)
+	}
+	rest := stepNS - prodNS
+	fmt.Fprintf(&sb, "| everything else | – | %.3f | %.1f %% | %.3f | %.0f %% | – |\n", rest/n/1e6, 100*rest/stepNS, restBound/n/1e6, 100*restBound/rest)
+	b.Log(sb.String())
+	b.ReportMetric(prodNS/stepNS, "products-share")
+	b.ReportMetric(prodBound/prodNS, "products-of-bound")
+	b.ReportMetric(float64(batch)*n/(stepNS/1e9), "tokens/s")
+}
