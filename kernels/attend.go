@@ -204,12 +204,12 @@ func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int,
 	putAttendTask(t)
 }
 
-// splitRows is the number of rows of one split of a long call: a call over
-// more rows computes each split's softmax partial separately (every head,
-// with its own running max and sum) and merges the partials by their
-// log-sum-exp at the end, in split order. Splits depend only on the number
-// of rows, so results are the same for every thread count; threads share
-// the splits (each reads only its splits' rows) before they share heads.
+// splitRows is the most rows of one split of a long call: a call over more
+// rows computes each split's softmax partial separately (every head, with
+// its own running max and sum) and merges the partials by their log-sum-exp
+// at the end, in split order. Splits depend only on the number of rows, so
+// results are the same for every thread count; threads share the splits
+// (each reads only its splits' rows) before they share heads.
 const splitRows = 4 * attendBlock
 
 // attendSplits is the number of splits of a call over n rows.
@@ -218,6 +218,13 @@ func attendSplits(n int) int {
 		return 1
 	}
 	return (n + splitRows - 1) / splitRows
+}
+
+// splitRange is the rows [r0, r1) of split s of a call over n rows: the
+// splits are as even as whole tiles of four rows allow, so that threads
+// sharing them get equal work (513 rows are 256 and 257, not 512 and 1).
+func splitRange(n, s int) (r0, r1 int) {
+	return partRange(n, 4, s, attendSplits(n))
 }
 
 // AttendScratchLen is the length of the logits scratch AttendRows,
@@ -495,13 +502,14 @@ func (t *attendTask) runPart(p, parts int) {
 			views = t.rows[u*bl : (u+1)*bl]
 		}
 		if t.splits == 1 {
-			attendHeads(t, h0, h1, 0, t.n, t.out, t.lse, t.sums, true, scratch, views)
+			attendHeads(t, h0, h1, 0, 0, t.n, t.out, t.lse, t.sums, true, scratch, views)
 			continue
 		}
 		stride := t.heads * (t.vdim + 2)
 		part := t.logits[t.heads*t.n+s*stride : t.heads*t.n+(s+1)*stride]
 		hv := t.heads * t.vdim
-		attendHeads(t, h0, h1, s*splitRows, min(t.n, (s+1)*splitRows), part[:hv], part[hv:hv+t.heads], part[hv+t.heads:], false, scratch, views)
+		r0, r1 := splitRange(t.n, s)
+		attendHeads(t, h0, h1, s, r0, r1, part[:hv], part[hv:hv+t.heads], part[hv+t.heads:], false, scratch, views)
 	}
 }
 
@@ -530,18 +538,17 @@ const rowPrefetchAhead = 8
 // depends only on the number of rows. With a decoder (AttendDecodedRows) each
 // block is first decoded into scratch, with views pointing at its rows.
 //
-// Only rows [r0, r1) are read. The output out ([heads, vdim]), running max
+// Only rows [r0, r1) (split sp's, or all of them) are read. The output out ([heads, vdim]), running max
 // runMax and sum runSum ([heads]) are indexed by head; when final they are
 // normalized (out divided by the sum, t.lse and t.maxLogits written — runMax
 // is then t.lse), otherwise left as the split's partial.
-func attendHeads(t *attendTask, h0, h1, r0, r1 int, out, runMax, runSum []float32, final bool, scratch []float32, views [][]float32) {
+func attendHeads(t *attendTask, h0, h1, sp, r0, r1 int, out, runMax, runSum []float32, final bool, scratch []float32, views [][]float32) {
 	q, dim, vdim := t.q, t.dim, t.vdim
 	bf := t.rowsBF16 != nil // bf16 rows: no dim or vdim tails (see AttendRowsBF16)
 	l := t.l
 	// The logits of one block of rows, [heads, bl], in a region of t.logits
 	// that belongs to the split (units of a split own different heads).
 	bl := min(t.n, attendBlock)
-	sp := r0 / splitRows
 	logits := t.logits[sp*t.heads*bl : (sp+1)*t.heads*bl]
 	kv := dim &^ (vecWidth(l) - 1)
 	cw := attendCols(l)

@@ -823,3 +823,32 @@ func TestNextTileKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitRange: a long attention call's splits cover its rows in order,
+// hold at most splitRows each, start on whole tiles of four rows and differ
+// by at most four rows, so the threads that share them share the work (513
+// rows split as 256 and 257, not 512 and 1).
+func TestSplitRange(t *testing.T) {
+	for _, n := range []int{1, 511, 512, 513, 600, 1024, 1025, 2049, 8193, 32769} {
+		s := attendSplits(n)
+		var got [][2]int
+		next := 0
+		lo, hi := n, 0
+		for i := range s {
+			r0, r1 := splitRange(n, i)
+			got = append(got, [2]int{r0, r1})
+			if r0 != next || r1 <= r0 || r1-r0 > splitRows || (i < s-1 && r1%4 != 0) {
+				t.Errorf("n=%d: split %d is [%d, %d) after %d", n, i, r0, r1, next)
+			}
+			lo, hi, next = min(lo, r1-r0), max(hi, r1-r0), r1
+		}
+		if next != n || hi-lo > 4 {
+			t.Errorf("n=%d: splits %v, want [0, %d) covered in splits differing by at most 4 rows", n, got, n)
+		}
+	}
+	r0, r1 := splitRange(513, 0)
+	s0, s1 := splitRange(513, 1)
+	if d := cmp.Diff([4]int{0, 256, 256, 513}, [4]int{r0, r1, s0, s1}); d != "" {
+		t.Errorf("513 rows (-want +got):\n%s", d)
+	}
+}
