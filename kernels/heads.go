@@ -2,14 +2,17 @@ package kernels
 
 import "fmt"
 
-// headsTask is one parallel MatMulTHeads call of one row; parts split the
-// heads.
+// headsTask is one parallel MatMulTHeads call; parts split the heads.
 type headsTask struct {
-	dst, x []float32
-	hd, hx int
-	ws     []Matrix
-	l      level
-	join   joiner
+	dst, x     []float32
+	n          int // rows
+	ldd, ldx   int
+	hd, hx     int
+	ws         []Matrix
+	l          level
+	join       joiner
+	scratch    []float32   // the caller's gather scratch, part 0's
+	partsSpace [][]float32 // the other parts' gather scratch, kept across calls
 }
 
 var headsTasks = make(chan *headsTask, 64)
@@ -36,12 +39,13 @@ func MatMulTHeadsScratch(n int, ws []Matrix) int {
 // with exactly the bits of MatMulT on head h's rows gathered into a
 // contiguous [n, ws[h].Cols] matrix, so a head's result never depends on n,
 // on the other heads or on SetThreads. It is for the per-head products of
-// MLA (the absorbed W_UK and W_UV). One row (a decode step of one
-// sequence) is read and written in place, and its heads, each too small to
-// pay for splitting its weight rows across threads, are split across the
-// threads instead. More rows are gathered head by head into scratch (at
-// least MatMulTHeadsScratch(n, ws) values) and each head's product is a
-// MatMulT. The heads' regions of dst must not overlap each other or x. It
+// MLA (the absorbed W_UK and W_UV). The heads, each too small to pay for
+// splitting its weight rows across threads, are split across the threads
+// instead. One row (a decode step of one sequence) is read and written in
+// place; more rows are gathered head by head into scratch (at least
+// MatMulTHeadsScratch(n, ws) values, for the caller's thread; the other
+// threads' space is kept by the call's task) and each head's product is
+// MatMulT's on one thread. The heads' regions of dst must not overlap each other or x. It
 // panics on a malformed matrix, strides that do not hold the regions, or a
 // short scratch.
 func MatMulTHeads(dst []float32, ldd, hd int, x []float32, ldx, hx int, n int, ws []Matrix, scratch []float32) {
@@ -70,23 +74,13 @@ func MatMulTHeads(dst []float32, ldd, hd int, x []float32, ldx, hx int, n int, w
 	if n == 0 || len(ws) == 0 {
 		return
 	}
-	if n > 1 {
-		for h := range ws {
-			w := &ws[h]
-			g, out := scratch[:n*w.Cols], scratch[n*w.Cols:n*(w.Cols+w.Rows)]
-			for i := range n {
-				copy(g[i*w.Cols:(i+1)*w.Cols], x[i*ldx+h*hx:])
-			}
-			MatMulT(out, g, n, w)
-			for i := range n {
-				copy(dst[i*ldd+h*hd:i*ldd+h*hd+w.Rows], out[i*w.Rows:(i+1)*w.Rows])
-			}
-		}
-		return
-	}
 	l := activeLevel()
 	if l == levelRef {
 		for h := range ws {
+			if n > 1 {
+				gatherHead(dst, ldd, hd, x, ldx, hx, n, ws, h, scratch, l)
+				continue
+			}
 			w := &ws[h]
 			matMulTRef(dst[h*hd:h*hd+w.Rows], x[h*hx:h*hx+w.Cols], 1, w)
 		}
@@ -98,17 +92,63 @@ func MatMulTHeads(dst []float32, ldd, hd int, x []float32, ldx, hx int, n int, w
 	default:
 		t = new(headsTask)
 	}
-	t.dst, t.x, t.hd, t.hx, t.ws, t.l = dst, x, hd, hx, ws, l
-	runParts(t, planParts(len(ws), flops), &t.join)
-	t.dst, t.x, t.ws = nil, nil, nil
+	t.dst, t.x, t.n, t.ldd, t.ldx, t.hd, t.hx, t.ws, t.l, t.scratch = dst, x, n, ldd, ldx, hd, hx, ws, l, scratch
+	parts := planParts(len(ws), float64(n)*flops)
+	if n > 1 {
+		// Every part but the first gathers into space of its own, made
+		// once for the largest call and kept with the task.
+		need := MatMulTHeadsScratch(n, ws)
+		for len(t.partsSpace) < parts-1 {
+			t.partsSpace = append(t.partsSpace, nil)
+		}
+		for p := range parts - 1 {
+			if len(t.partsSpace[p]) < need {
+				t.partsSpace[p] = make([]float32, need)
+			}
+		}
+	}
+	runParts(t, parts, &t.join)
+	t.dst, t.x, t.ws, t.scratch = nil, nil, nil, nil
 	select {
 	case headsTasks <- t:
 	default:
 	}
 }
 
+// gatherHead computes head h of MatMulTHeads for n > 1 rows: its rows of x
+// gathered into scratch, the product on the calling thread alone with level
+// l's kernels (whose bits do not depend on how many threads share a
+// product), and its outputs copied out to dst.
+func gatherHead(dst []float32, ldd, hd int, x []float32, ldx, hx, n int, ws []Matrix, h int, scratch []float32, l level) {
+	w := &ws[h]
+	g, out := scratch[:n*w.Cols], scratch[n*w.Cols:n*(w.Cols+w.Rows)]
+	for i := range n {
+		copy(g[i*w.Cols:(i+1)*w.Cols], x[i*ldx+h*hx:])
+	}
+	if l == levelRef {
+		matMulTRef(out, g, n, w)
+	} else {
+		gemmRange(out, g, n, w, l, 0, w.Rows)
+	}
+	for i := range n {
+		copy(dst[i*ldd+h*hd:i*ldd+h*hd+w.Rows], out[i*w.Rows:(i+1)*w.Rows])
+	}
+}
+
 func (t *headsTask) runPart(p, parts int) {
 	h0, h1 := partRange(len(t.ws), 1, p, parts)
+	if t.n > 1 {
+		scratch := t.scratch
+		if p > 0 {
+			scratch = t.partsSpace[p-1]
+		}
+		for h := h0; h < h1; h++ {
+			if t.ws[h].Rows > 0 {
+				gatherHead(t.dst, t.ldd, t.hd, t.x, t.ldx, t.hx, t.n, t.ws, h, scratch, t.l)
+			}
+		}
+		return
+	}
 	for h := h0; h < h1; h++ {
 		w := &t.ws[h]
 		if w.Rows > 0 {

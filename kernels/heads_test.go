@@ -14,7 +14,7 @@ func TestMatMulTHeads(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := newRand(90)
 		for _, sh := range []struct{ heads, out, in, n int }{
-			{1, 5, 7, 1}, {3, 8, 16, 1}, {16, 64, 48, 1}, {16, 64, 48, 3}, {16, 200, 128, 1}, {5, 300, 200, 1}, {4, 300, 200, 2}, {5, 17, 33, 8}, {4, 0, 8, 2}, {2, 9, 0, 2}, {7, 12, 24, 0},
+			{1, 5, 7, 1}, {3, 8, 16, 1}, {16, 64, 48, 1}, {16, 64, 48, 3}, {16, 200, 128, 1}, {5, 300, 200, 1}, {4, 300, 200, 2}, {5, 17, 33, 8}, {12, 40, 64, 8}, {4, 0, 8, 2}, {2, 9, 0, 2}, {7, 12, 24, 0},
 		} {
 			for _, dtype := range []string{"f32", "bf16", "fp8"} {
 				name := fmt.Sprintf("%s heads=%d [%d,%d] n=%d", dtype, sh.heads, sh.out, sh.in, sh.n)
@@ -98,4 +98,28 @@ func TestMatMulTHeadsRefusesShortStrides(t *testing.T) {
 			MatMulTHeads(make([]float32, tc.dstLen), tc.ldd, tc.hd, make([]float32, tc.xLen), tc.ldx, tc.hx, tc.rows, ws, make([]float32, tc.scratch))
 		})
 	}
+}
+
+// TestMatMulTHeadsDoesNotAllocate: once a call of a size has run, the next
+// does not allocate, on one thread or several (the other threads' gather
+// space is kept by the call's task).
+func TestMatMulTHeadsDoesNotAllocate(t *testing.T) {
+	r := newRand(91)
+	const heads, out, in, n = 12, 40, 64, 8
+	ws := make([]Matrix, heads)
+	for h := range ws {
+		ws[h] = Matrix{Rows: out, Cols: in, F32: randSlice(r, out*in, 1)}
+	}
+	x := randSlice(r, n*heads*in, 1)
+	dst := make([]float32, n*heads*out)
+	scratch := make([]float32, MatMulTHeadsScratch(n, ws))
+	for _, threads := range []int{1, 3} {
+		SetThreads(threads)
+		for _, rows := range []int{1, n} {
+			if got := testing.AllocsPerRun(20, func() { MatMulTHeads(dst, heads*out, out, x, heads*in, in, rows, ws, scratch) }); got != 0 {
+				t.Errorf("%d rows on %d threads: %v allocations per call, want 0", rows, threads, got)
+			}
+		}
+	}
+	SetThreads(1)
 }
