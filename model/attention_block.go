@@ -225,8 +225,13 @@ func (a *attentionBlock) forward(li int, at *Attention, lc *kvcache.LayerCache, 
 	}
 	out := a.attnOut[:M*H*mla.LatentDim]
 	if s.layout.N == 1 {
-		a.countAttention(a.selectLocal(lc), H)
+		t0 := a.reads.start()
+		selected := a.selectLocal(lc)
+		a.reads.took(opIndexer, t0) // scores and top-k, when sparse
+		a.countAttention(selected, H)
+		t0 = a.reads.start()
 		mla.SparseAttention(out, a.lse[:M*H], nil, a.qabs[:M*H*mla.RowDim], M, H, lc, a.indices[:M*a.topk], a.topk, nil, m.Scale, a.ws)
+		a.reads.took(opAttention, t0)
 	} else if err := a.attendDCP(lc, out); err != nil {
 		return err
 	}

@@ -277,6 +277,22 @@ func (r *weightReads) addProduct(n, heads int, w *kernels.Matrix, bytes, flops i
 	r.addOp(o)
 }
 
+// start is the start of a part to time: now when the step is timed.
+func (r *weightReads) start() time.Time {
+	if !r.timed {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// took adds the time since t0 to the last part counted when the step is
+// timed and that part is of kind (consecutive parts of one kind are one).
+func (r *weightReads) took(kind opKind, t0 time.Time) {
+	if n := len(r.ops); r.timed && n > 0 && r.ops[n-1].kind == kind {
+		r.ops[n-1].ns += int64(time.Since(t0))
+	}
+}
+
 // matrixDType names the storage of w's weights.
 func matrixDType(w *kernels.Matrix) string {
 	switch {
