@@ -212,17 +212,20 @@ func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int,
 // (each reads only its splits' rows) before they share heads.
 const splitRows = 4 * attendBlock
 
-// attendSplits is the number of splits of a call over n rows.
+// attendSplits is the number of splits of a call over n rows: enough for
+// splitRows rows each, rounded up to a multiple of four, so that two or four
+// threads sharing them get as many each.
 func attendSplits(n int) int {
 	if n <= splitRows {
 		return 1
 	}
-	return (n + splitRows - 1) / splitRows
+	return ((n+splitRows-1)/splitRows + 3) &^ 3
 }
 
 // splitRange is the rows [r0, r1) of split s of a call over n rows: the
 // splits are as even as whole tiles of four rows allow, so that threads
-// sharing them get equal work (513 rows are 256 and 257, not 512 and 1).
+// sharing them get equal work (513 rows are four splits of 128 and 129
+// rows, not 512 and 1).
 func splitRange(n, s int) (r0, r1 int) {
 	return partRange(n, 4, s, attendSplits(n))
 }

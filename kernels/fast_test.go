@@ -825,9 +825,10 @@ func TestNextTileKeys(t *testing.T) {
 }
 
 // TestSplitRange: a long attention call's splits cover its rows in order,
-// hold at most splitRows each, start on whole tiles of four rows and differ
-// by at most four rows, so the threads that share them share the work (513
-// rows split as 256 and 257, not 512 and 1).
+// hold at most splitRows each, start on whole tiles of four rows, differ by
+// at most four rows and come in fours, so the two or four threads that share
+// them share the work (513 rows split as 128, 128, 128 and 129, not 512 and
+// 1), and their logits regions fit the scratch AttendScratchLen sizes.
 func TestSplitRange(t *testing.T) {
 	for _, n := range []int{1, 511, 512, 513, 600, 1024, 1025, 2049, 8193, 32769} {
 		s := attendSplits(n)
@@ -845,10 +846,16 @@ func TestSplitRange(t *testing.T) {
 		if next != n || hi-lo > 4 {
 			t.Errorf("n=%d: splits %v, want [0, %d) covered in splits differing by at most 4 rows", n, got, n)
 		}
+		if s > 1 && (s%4 != 0 || s*min(n, attendBlock) > n) {
+			t.Errorf("n=%d: %d splits, want a multiple of 4 whose logits regions fit in %d rows", n, s, n)
+		}
 	}
-	r0, r1 := splitRange(513, 0)
-	s0, s1 := splitRange(513, 1)
-	if d := cmp.Diff([4]int{0, 256, 256, 513}, [4]int{r0, r1, s0, s1}); d != "" {
+	var got [][2]int
+	for i := range attendSplits(513) {
+		r0, r1 := splitRange(513, i)
+		got = append(got, [2]int{r0, r1})
+	}
+	if d := cmp.Diff([][2]int{{0, 128}, {128, 256}, {256, 384}, {384, 513}}, got); d != "" {
 		t.Errorf("513 rows (-want +got):\n%s", d)
 	}
 }
