@@ -223,11 +223,12 @@ func attendSplits(n int) int {
 }
 
 // splitRange is the rows [r0, r1) of split s of a call over n rows: the
-// splits are as even as whole tiles of four rows allow, so that threads
-// sharing them get equal work (513 rows are four splits of 128 and 129
-// rows, not 512 and 1).
+// splits are as even as whole blocks of attendBlock rows allow (the kernel
+// walks a split a block at a time, and a short block in every split would
+// cost), so that threads sharing them get equal work (513 rows are four
+// splits of 128, 128, 128 and 129 rows, not 512 and 1).
 func splitRange(n, s int) (r0, r1 int) {
-	return partRange(n, 4, s, attendSplits(n))
+	return partRange(n, attendBlock, s, attendSplits(n))
 }
 
 // AttendScratchLen is the length of the logits scratch AttendRows,

@@ -825,10 +825,10 @@ func TestNextTileKeys(t *testing.T) {
 }
 
 // TestSplitRange: a long attention call's splits cover its rows in order,
-// hold at most splitRows each, start on whole tiles of four rows, differ by
-// at most four rows and come in fours, so the two or four threads that share
-// them share the work (513 rows split as 128, 128, 128 and 129, not 512 and
-// 1), and their logits regions fit the scratch AttendScratchLen sizes.
+// hold at most splitRows each, start on whole blocks, differ by at most a
+// block and come in fours, so the two or four threads that share them share
+// the work (513 rows split as 128, 128, 128 and 129, not 512 and 1), and
+// their logits regions fit the scratch AttendScratchLen sizes.
 func TestSplitRange(t *testing.T) {
 	for _, n := range []int{1, 511, 512, 513, 600, 1024, 1025, 2049, 8193, 32769} {
 		s := attendSplits(n)
@@ -838,13 +838,13 @@ func TestSplitRange(t *testing.T) {
 		for i := range s {
 			r0, r1 := splitRange(n, i)
 			got = append(got, [2]int{r0, r1})
-			if r0 != next || r1 <= r0 || r1-r0 > splitRows || (i < s-1 && r1%4 != 0) {
+			if r0 != next || r1 <= r0 || r1-r0 > splitRows || (i < s-1 && r1%attendBlock != 0) {
 				t.Errorf("n=%d: split %d is [%d, %d) after %d", n, i, r0, r1, next)
 			}
 			lo, hi, next = min(lo, r1-r0), max(hi, r1-r0), r1
 		}
-		if next != n || hi-lo > 4 {
-			t.Errorf("n=%d: splits %v, want [0, %d) covered in splits differing by at most 4 rows", n, got, n)
+		if next != n || hi-lo > attendBlock {
+			t.Errorf("n=%d: splits %v, want [0, %d) covered in splits differing by at most a block", n, got, n)
 		}
 		if s > 1 && (s%4 != 0 || s*min(n, attendBlock) > n) {
 			t.Errorf("n=%d: %d splits, want a multiple of 4 whose logits regions fit in %d rows", n, s, n)
