@@ -99,3 +99,35 @@ func BenchmarkScoreKeys(b *testing.B) {
 	}
 	reportRate(b, 2*float64(heads*dim*nk), "GFLOP/s")
 }
+
+// BenchmarkAttendRowsBF16 runs the decode core on bf16 rows (the cache's
+// storage) at GLM-5 shapes (64 heads) over a decode step's row counts at
+// 512, 1,024 and 8,192 of context (the context and the new token), on one
+// thread and two: the calls whose splits the threads share.
+func BenchmarkAttendRowsBF16(b *testing.B) {
+	const dim, vdim, pool, heads = 576, 512, 16384, 64
+	r := newRand(32)
+	kv := make([]uint16, pool*dim)
+	for i := range kv {
+		kv[i] = uint16(0x3c00 + r.IntN(512)) // bf16 values in [1, 4)
+	}
+	q := randSlice(r, heads*dim, 0.05)
+	for _, n := range []int{513, 1025, 8193} {
+		rows := make([][]uint16, n)
+		for j, p := range r.Perm(pool)[:n] {
+			rows[j] = kv[p*dim : (p+1)*dim]
+		}
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("rows=%d/threads=%d", n, threads), func(b *testing.B) {
+				out := make([]float32, heads*vdim)
+				lse := make([]float32, heads)
+				logits := make([]float32, AttendScratchLen(heads, n, vdim))
+				defer SetThreads(SetThreads(threads))
+				for b.Loop() {
+					AttendRowsBF16(out, lse, nil, q, heads, vdim, rows, 0.0625, logits)
+				}
+				reportRate(b, 2*float64(heads*n*(dim+vdim)), "GFLOP/s")
+			})
+		}
+	}
+}
