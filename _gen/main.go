@@ -1923,21 +1923,28 @@ func fp8DecodePeak(lanes int) {
 	JZ(LabelRef(name + "_done"))
 	Label(name + "_loop")
 	for k := range 8 {
-		t := v[k]
-		VPMOVSXBD(Mem{Base: w, Disp: lanes * (k % 4)}, t)
-		VPSLLD(U8(20), t, t)
-		if evex {
-			VPANDD(mask, t, t)
-		} else {
-			VPAND(mask, t, t)
-		}
-		VMULPS(sc, t, t)
+		decodeE4M3Vec(Mem{Base: w, Disp: lanes * (k % 4)}, v[k], mask, sc, evex)
 	}
 	DECQ(n)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
+}
+
+// decodeE4M3Vec decodes the e4m3 codes at src (one per lane of r) to
+// float32 in r with the fp8 tiles' exact sequence: sign-extend, shift the
+// sign and EEEEMMM bits into float32 position, mask (0x87F00000), multiply
+// by scale·2^120.
+func decodeE4M3Vec(src Mem, r, mask, scale VecPhysical, evex bool) {
+	VPMOVSXBD(src, r)
+	VPSLLD(U8(20), r, r)
+	if evex {
+		VPANDD(mask, r, r)
+	} else {
+		VPAND(mask, r, r)
+	}
+	VMULPS(scale, r, r)
 }
 
 // fmaPeak256 emits fmaPeakAVX2: n rounds of 12 independent 8-lane FMA chains.
@@ -2566,14 +2573,7 @@ func fp8GEMVTile(g fp8GEMV) {
 	vecStep := func(v int) {
 		VMOVUPS(xmem(v), xv)
 		for j := range R {
-			VPMOVSXBD(row(j, g.lanes*v), tv(j))
-			VPSLLD(U8(20), tv(j), tv(j))
-			if g.evex {
-				VPANDD(mask, tv(j), tv(j))
-			} else {
-				VPAND(mask, tv(j), tv(j))
-			}
-			VMULPS(sv(j), tv(j), tv(j))
+			decodeE4M3Vec(row(j, g.lanes*v), tv(j), mask, sv(j), g.evex)
 			VFMADD231PS(tv(j), xv, acc(j))
 		}
 	}
@@ -2784,10 +2784,7 @@ func fp8Tile512(m int) {
 		VMOVUPS(xmem(i), xv(i))
 	}
 	for j := range 4 {
-		VPMOVSXBD(row(j, 0), tv(j))
-		VPSLLD(U8(20), tv(j), tv(j))
-		VPANDD(mask, tv(j), tv(j))
-		VMULPS(sv(j), tv(j), tv(j))
+		decodeE4M3Vec(row(j, 0), tv(j), mask, sv(j), true)
 		for i := range m {
 			VFMADD231PS(tv(j), xv(i), acc(i, j))
 		}
@@ -2889,14 +2886,7 @@ func decodeFP8Row(lanes int) {
 	JZ(LabelRef(name + "_nan"))
 	cnt, pairs := GP64(), GP64()
 	decode := func(k int, r VecPhysical) {
-		VPMOVSXBD(Mem{Base: w, Index: off, Scale: 1, Disp: lanes * k}, r)
-		VPSLLD(U8(20), r, r)
-		if evex {
-			VPANDD(mask, r, r)
-		} else {
-			VPAND(mask, r, r)
-		}
-		VMULPS(s, r, r)
+		decodeE4M3Vec(Mem{Base: w, Index: off, Scale: 1, Disp: lanes * k}, r, mask, s, evex)
 		VMOVUPS(r, Mem{Base: dst, Index: off, Scale: 4, Disp: 4 * lanes * k})
 	}
 	Label(name + "_block")

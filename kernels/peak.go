@@ -7,16 +7,19 @@ package kernels
 // FMA peak, the yardstick of every implementation. Without AVX2 (or off
 // amd64) it runs nothing and returns 0. A call of 10⁵ rounds takes well under
 // a millisecond.
-func FMAPeakLoop(rounds int) (flops float64) {
-	// At most peakChunk rounds per assembly call keep each call far below a
-	// millisecond, so the scheduler and GC are never held up.
-	const peakChunk = 50_000
+func FMAPeakLoop(rounds int) (flops float64) { return inChunks(rounds, fmaPeak) }
+
+// inChunks runs a probe loop for rounds rounds, at most 50,000 per assembly
+// call so that each call stays far below a millisecond and the scheduler
+// and GC are never held up, and sums what the calls report.
+func inChunks(rounds int, probe func(rounds int) float64) (work float64) {
+	const chunk = 50_000
 	for rounds > 0 {
-		r := min(rounds, peakChunk)
-		flops += fmaPeak(r)
+		r := min(rounds, chunk)
+		work += probe(r)
 		rounds -= r
 	}
-	return flops
+	return work
 }
 
 // FP8DecodeLoop runs rounds rounds of the fp8 tiles' decoding with the
@@ -28,18 +31,9 @@ func FMAPeakLoop(rounds int) (flops float64) {
 // reads is decoded at least once, on the same vector pipes as its FMAs
 // (the scale's multiply on the FMA pipes themselves), so next to the read
 // bandwidth this rate says how much of a core an fp8 GEMV leaves to its
-// FMAs. Without AVX2 (or off amd64) it
-// runs nothing and returns 0. A call of 10⁵ rounds takes well under a
-// millisecond.
-func FP8DecodeLoop(rounds int) (codes float64) {
-	const chunk = 50_000
-	for rounds > 0 {
-		r := min(rounds, chunk)
-		codes += fp8DecodePeak(r)
-		rounds -= r
-	}
-	return codes
-}
+// FMAs. Without AVX2 (or off amd64) it runs nothing and returns 0. A call
+// of 10⁵ rounds takes well under a millisecond.
+func FP8DecodeLoop(rounds int) (codes float64) { return inChunks(rounds, fp8DecodePeak) }
 
 // StreamSum returns Σ x, reading every element once with the widest loads the
 // CPU supports (whatever implementation is active): chunks of 32 Ki values,
