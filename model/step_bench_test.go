@@ -12,6 +12,13 @@ import (
 	"github.com/cpmla/cpmla/kernels"
 )
 
+// stepCases are the models and weight dtypes of the step benchmarks.
+var stepCases = []struct{ name, weights string }{
+	{"glm5-dense-350m", WeightBF16}, {"glm5-dense-350m", WeightFP8},
+	{"glm5-shape", WeightBF16}, {"glm5-shape", WeightFP8},
+	{"glm5-moe-shape", WeightFP8},
+}
+
 // BenchmarkStep times whole forward steps of the models docs/performance.md
 // reports on — glm5-dense-350m and glm5-shape in bf16 and fp8 weights,
 // glm5-moe-shape in fp8 — against the machine's rooflines measured on the
@@ -40,11 +47,7 @@ import (
 //
 //	go test ./model -run XXX -bench 'Step/glm5-dense-350m/bf16/threads=1/decode' -benchtime 20x
 func BenchmarkStep(b *testing.B) {
-	for _, mc := range []struct{ name, weights string }{
-		{"glm5-dense-350m", WeightBF16}, {"glm5-dense-350m", WeightFP8},
-		{"glm5-shape", WeightBF16}, {"glm5-shape", WeightFP8},
-		{"glm5-moe-shape", WeightFP8},
-	} {
+	for _, mc := range stepCases {
 		b.Run(mc.name+"/"+mc.weights, func(b *testing.B) {
 			for _, threads := range []int{1, 2} {
 				b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {

@@ -24,11 +24,7 @@ import (
 //
 //	go test ./model -run XXX -bench 'StepProfile/glm5-shape/fp8/threads=1/batch=8' -benchtime 20x
 func BenchmarkStepProfile(b *testing.B) {
-	for _, mc := range []struct{ name, weights string }{
-		{"glm5-dense-350m", WeightBF16}, {"glm5-dense-350m", WeightFP8},
-		{"glm5-shape", WeightBF16}, {"glm5-shape", WeightFP8},
-		{"glm5-moe-shape", WeightFP8},
-	} {
+	for _, mc := range stepCases {
 		for _, threads := range []int{1, 2} {
 			for _, batch := range []int{1, 8} {
 				b.Run(fmt.Sprintf("%s/%s/threads=%d/batch=%d", mc.name, mc.weights, threads, batch), func(b *testing.B) {
