@@ -542,10 +542,11 @@ const rowPrefetchAhead = 8
 // depends only on the number of rows. With a decoder (AttendDecodedRows) each
 // block is first decoded into scratch, with views pointing at its rows.
 //
-// Only rows [r0, r1) (split sp's, or all of them) are read. The output out ([heads, vdim]), running max
-// runMax and sum runSum ([heads]) are indexed by head; when final they are
-// normalized (out divided by the sum, t.lse and t.maxLogits written — runMax
-// is then t.lse), otherwise left as the split's partial.
+// Only rows [r0, r1) (split sp's, or all of them) are read. The output out
+// ([heads, vdim]), running max runMax and sum runSum ([heads]) are indexed
+// by head; when final they are normalized (out divided by the sum, t.lse and
+// t.maxLogits written — runMax is then t.lse), otherwise left as the
+// split's partial.
 func attendHeads(t *attendTask, h0, h1, sp, r0, r1 int, out, runMax, runSum []float32, final bool, scratch []float32, views [][]float32) {
 	q, dim, vdim := t.q, t.dim, t.vdim
 	bf := t.rowsBF16 != nil // bf16 rows: no dim or vdim tails (see AttendRowsBF16)

@@ -45,9 +45,9 @@ func MatMulTHeadsScratch(n int, ws []Matrix) int {
 // place; more rows are gathered head by head into scratch (at least
 // MatMulTHeadsScratch(n, ws) values, for the caller's thread; the other
 // threads' space is kept by the call's task) and each head's product is
-// MatMulT's on one thread. The heads' regions of dst must not overlap each other or x. It
-// panics on a malformed matrix, strides that do not hold the regions, or a
-// short scratch.
+// MatMulT's on one thread. The heads' regions of dst must not overlap each
+// other or x. It panics on a malformed matrix, strides that do not hold the
+// regions, or a short scratch.
 func MatMulTHeads(dst []float32, ldd, hd int, x []float32, ldx, hx int, n int, ws []Matrix, scratch []float32) {
 	if n < 0 {
 		panic(fmt.Sprintf("kernels: MatMulTHeads: n=%d", n))

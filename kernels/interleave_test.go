@@ -68,7 +68,7 @@ func TestInterleavedLayout(t *testing.T) {
 		randFP8(newRand(91), 8, 128, 0, 0),
 	} {
 		if m.InterleaveBF16() || m.Interleaved() {
-			t.Errorf("InterleaveBF16 of a [%d, %d] %s matrix interleaved it; want it left as it is", m.Rows, m.Cols, m.dtype())
+			t.Errorf("InterleaveBF16 of a [%d, %d] %s matrix interleaved it; want it left as it is", m.Rows, m.Cols, m.DType())
 		}
 	}
 	for _, name := range impls() {
@@ -86,7 +86,7 @@ func TestInterleavedLayout(t *testing.T) {
 		{Rows: 8, Cols: 48, BF16: make([]uint16, 8*48), interleaved: true},
 	} {
 		if err := bad.Validate(); err == nil {
-			t.Errorf("Validate accepted an interleaved [%d, %d] %s matrix", bad.Rows, bad.Cols, bad.dtype())
+			t.Errorf("Validate accepted an interleaved [%d, %d] %s matrix", bad.Rows, bad.Cols, bad.DType())
 		}
 	}
 }

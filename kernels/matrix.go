@@ -51,10 +51,9 @@ type Matrix struct {
 // it loads, in element order, where row-major values need a widening
 // shuffle and a shift. The values are copied into new storage, which on
 // Linux is asked to sit on 2 MiB huge pages (toHugePages): a checkpoint's
-// read-only view is left as it is. It reports whether the
-// matrix is interleaved now; it does nothing unless the AVX-512
-// implementation is active, Rows is a positive multiple of 8 and Cols of
-// 32. Products, Row, Dequantize and the slices give the same bits in either
+// read-only view is left as it is. It reports whether the matrix is
+// interleaved now; it does nothing unless the AVX-512 implementation is
+// active, Rows is a positive multiple of 8 and Cols of 32. Products, Row, Dequantize and the slices give the same bits in either
 // layout, under every implementation.
 func (m *Matrix) InterleaveBF16() bool {
 	if m.interleaved || m.BF16 == nil || activeLevel() != levelAVX512 || !ilvShape(m.Rows, m.Cols) {
@@ -275,13 +274,13 @@ func (m *Matrix) Validate() error {
 	case nset == 0:
 		return fmt.Errorf("kernels: matrix [%d, %d] has no storage; set F32, BF16 or FP8 (with Scales)", m.Rows, m.Cols)
 	case have != want:
-		return fmt.Errorf("kernels: matrix [%d, %d] needs %d %s elements, has %d", m.Rows, m.Cols, want, strings.ToLower(m.dtype()), have)
+		return fmt.Errorf("kernels: matrix [%d, %d] needs %d %s elements, has %d", m.Rows, m.Cols, want, strings.ToLower(m.DType()), have)
 	case m.FP8 == nil && m.Scales != nil:
-		return fmt.Errorf("kernels: %s matrix [%d, %d] has block scales; Scales is for FP8 storage only", strings.ToLower(m.dtype()), m.Rows, m.Cols)
+		return fmt.Errorf("kernels: %s matrix [%d, %d] has block scales; Scales is for FP8 storage only", strings.ToLower(m.DType()), m.Rows, m.Cols)
 	case m.FP8 != nil:
 		return m.Scales.validate(m.Rows, m.Cols)
 	case m.interleaved && (m.BF16 == nil || !ilvShape(m.Rows, m.Cols)):
-		return fmt.Errorf("kernels: interleaved matrix [%d, %d] with %s storage: the layout holds bf16 values of whole groups of eight rows and chunks of thirty-two columns", m.Rows, m.Cols, m.dtype())
+		return fmt.Errorf("kernels: interleaved matrix [%d, %d] with %s storage: the layout holds bf16 values of whole groups of eight rows and chunks of thirty-two columns", m.Rows, m.Cols, m.DType())
 	}
 	return nil
 }
@@ -312,8 +311,9 @@ func (s *BlockScales) validate(rows, cols int) error {
 	return nil
 }
 
-// dtype names the storage of a matrix with exactly one storage set.
-func (m *Matrix) dtype() string {
+// DType names the storage of a matrix with exactly one storage set: F32,
+// BF16 or FP8.
+func (m *Matrix) DType() string {
 	switch {
 	case m.F32 != nil:
 		return "F32"

@@ -159,8 +159,8 @@ func TestMatrixSlices(t *testing.T) {
 					if err := s.Validate(); err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}
-					if s.dtype() != m.dtype() {
-						t.Errorf("%s: slice is %s", name, s.dtype())
+					if s.DType() != m.DType() {
+						t.Errorf("%s: slice is %s", name, s.DType())
 					}
 					if s.Scales != nil && (s.Scales.RowOff >= FP8Block || s.Scales.ColOff >= FP8Block) {
 						t.Errorf("%s: offsets (%d, %d) not reduced below %d", name, s.Scales.RowOff, s.Scales.ColOff, FP8Block)

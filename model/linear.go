@@ -196,17 +196,15 @@ func (l *weightLoader) checkAllUsed() error {
 		extra[0], more, l.cfg.NumLayers, l.cfg.NRoutedExperts, l.cfg.NumNextNPredict)
 }
 
-// weightReads counts what a step reads and computes: the weight bytes of its
-// Linear layers (every product goes through mul, which adds the bytes of the
-// weight it reads, once per call whatever the number of rows) and their
-// FLOPs, and, added by the attention block, the cache rows and indexer keys
-// it reads and the FLOPs of attention and the indexer. It also keeps each
-// part's own terms (ops), for the step's roofline part by part (bound).
+// weightReads counts what a step reads and computes, part by part (ops):
+// the weight bytes of its Linear layers (every product goes through mul,
+// which counts the bytes of the weight it reads, once per call whatever the
+// number of rows) and their FLOPs, and, added by the attention block, the
+// cache rows and indexer keys it reads and the FLOPs of attention and the
+// indexer. The step's totals (StepCost) and its roofline part by part
+// (bound) are sums over the parts.
 type weightReads struct {
-	bytes   int64 // weight bytes
-	kvBytes int64 // cache rows and indexer keys read
-	flops   int64 // 2 per multiply-add
-	ops     []opCost
+	ops []opCost
 	// timed has every product timed (opCost.ns): a profile of the step
 	// by part, off unless asked for.
 	timed bool
@@ -226,55 +224,34 @@ const (
 )
 
 // opCost is what one part of a step read and computed; for a product, also
-// its shape (rows activation rows by heads weights of out×in, of dtype)
-// and, when the step is timed, how long it took.
+// its shape (rows activation rows by heads weights shaped as w) and, when
+// the step is timed, how long it took.
 type opCost struct {
-	kind                 opKind
-	bytes, flops         int64
-	rows, heads, out, in int
-	dtype                string
-	ns                   int64
+	kind         opKind
+	bytes, flops int64
+	rows, heads  int
+	w            *kernels.Matrix
+	ns           int64
 }
 
-// add counts one part of the step.
+// add counts one part of the step that is not a product.
 func (r *weightReads) add(kind opKind, bytes, flops int64) {
-	r.addOp(opCost{kind: kind, bytes: bytes, flops: flops})
-}
-
-// addOp counts the part o.
-func (r *weightReads) addOp(o opCost) {
-	kind, bytes, flops := o.kind, o.bytes, o.flops
-	if kind == opProduct || kind == opLookup {
-		r.bytes += bytes
-	} else {
-		r.kvBytes += bytes
-	}
-	r.flops += flops
-	if n := len(r.ops); kind != opProduct && n > 0 && r.ops[n-1].kind == kind {
+	if n := len(r.ops); n > 0 && r.ops[n-1].kind == kind {
 		r.ops[n-1].bytes += bytes
 		r.ops[n-1].flops += flops
 		return
 	}
-	r.ops = append(r.ops, o)
-}
-
-func (r *weightReads) mul(dst, x []float32, n int, w *kernels.Matrix) {
-	var t0 time.Time
-	if r.timed {
-		t0 = time.Now()
-	}
-	kernels.MatMulT(dst, x, n, w)
-	r.addProduct(n, 1, w, matrixBytes(w), 2*int64(n)*int64(w.Rows)*int64(w.Cols), t0)
+	r.ops = append(r.ops, opCost{kind: kind, bytes: bytes, flops: flops})
 }
 
 // addProduct counts a product of n rows with heads weights shaped as w,
-// started at t0 when the step is timed.
+// started at t0 (start).
 func (r *weightReads) addProduct(n, heads int, w *kernels.Matrix, bytes, flops int64, t0 time.Time) {
-	o := opCost{kind: opProduct, bytes: bytes, flops: flops, rows: n, heads: heads, out: w.Rows, in: w.Cols, dtype: matrixDType(w)}
+	o := opCost{kind: opProduct, bytes: bytes, flops: flops, rows: n, heads: heads, w: w}
 	if r.timed {
 		o.ns = int64(time.Since(t0))
 	}
-	r.addOp(o)
+	r.ops = append(r.ops, o)
 }
 
 // start is the start of a part to time: now when the step is timed.
@@ -293,25 +270,17 @@ func (r *weightReads) took(kind opKind, t0 time.Time) {
 	}
 }
 
-// matrixDType names the storage of w's weights.
-func matrixDType(w *kernels.Matrix) string {
-	switch {
-	case w.F32 != nil:
-		return "f32"
-	case w.BF16 != nil:
-		return "bf16"
-	}
-	return "fp8"
+func (r *weightReads) mul(dst, x []float32, n int, w *kernels.Matrix) {
+	t0 := r.start()
+	kernels.MatMulT(dst, x, n, w)
+	r.addProduct(n, 1, w, matrixBytes(w), 2*int64(n)*int64(w.Rows)*int64(w.Cols), t0)
 }
 
 // mulHeads is kernels.MatMulTHeads (one product per head of ws over rows
 // strided in x and dst), counted as one part: every head's product has the
 // same ratio of FLOPs to bytes.
 func (r *weightReads) mulHeads(dst []float32, ldd, hd int, x []float32, ldx, hx, n int, ws []kernels.Matrix, scratch []float32) {
-	var t0 time.Time
-	if r.timed {
-		t0 = time.Now()
-	}
+	t0 := r.start()
 	kernels.MatMulTHeads(dst, ldd, hd, x, ldx, hx, n, ws, scratch)
 	if len(ws) == 0 {
 		return
@@ -326,8 +295,21 @@ func (r *weightReads) mulHeads(dst []float32, ldd, hd int, x []float32, ldx, hx,
 }
 
 // reset starts the count of a step, keeping the parts' storage.
-func (r *weightReads) reset() {
-	*r = weightReads{ops: r.ops[:0], timed: r.timed}
+func (r *weightReads) reset() { r.ops = r.ops[:0] }
+
+// cost is the step's totals: weight bytes (products and lookups), cache
+// and indexer-key bytes, FLOPs.
+func (r *weightReads) cost() StepCost {
+	var c StepCost
+	for _, o := range r.ops {
+		if o.kind == opProduct || o.kind == opLookup {
+			c.WeightBytes += o.bytes
+		} else {
+			c.KVBytes += o.bytes
+		}
+		c.FLOPs += o.flops
+	}
+	return c
 }
 
 // bound is Σ max(bytes / ReadBW, FLOPs / FMAPeak) over the step's parts, in
@@ -336,9 +318,15 @@ func (r *weightReads) reset() {
 func (r *weightReads) bound(l Limits) float64 {
 	var t float64
 	for _, o := range r.ops {
-		t += max(float64(o.bytes)/l.ReadBW, float64(o.flops)/l.FMAPeak)
+		t += o.bound(l)
 	}
 	return t
+}
+
+// bound is the part's own roofline in seconds: max(bytes / ReadBW, FLOPs /
+// FMAPeak).
+func (o *opCost) bound(l Limits) float64 {
+	return max(float64(o.bytes)/l.ReadBW, float64(o.flops)/l.FMAPeak)
 }
 
 // matrixBytes is the storage a matrix's product reads: its values, and for

@@ -375,7 +375,7 @@ func (r *Runner) run(b *Batch, mtp *mtpStep) error {
 // each weight counted once per product it takes part in (a GEMM over many
 // rows reads it once), the embedding rows looked up, fp8 block scales
 // included. A routed layer counts only the experts its rows selected.
-func (r *Runner) StepWeightBytes() int64 { return r.reads.bytes }
+func (r *Runner) StepWeightBytes() int64 { return r.reads.cost().WeightBytes }
 
 // StepCost is what one step of a rank read and computed, the terms of its
 // roofline: max((WeightBytes + KVBytes) / read bandwidth, FLOPs / FMA peak).
@@ -413,7 +413,7 @@ func (r *Runner) StepBound(l Limits) float64 { return r.reads.bound(l) }
 
 // StepCost is the cost of the last step on this rank.
 func (r *Runner) StepCost() StepCost {
-	return StepCost{WeightBytes: r.reads.bytes, KVBytes: r.reads.kvBytes, FLOPs: r.reads.flops}
+	return r.reads.cost()
 }
 
 // layer runs decoder layer li over the local rows: attention, then the

@@ -92,8 +92,8 @@ func TestSplitProductsAreBitwiseTheWholeProduct(t *testing.T) {
 						if n > 0 {
 							wantBytes = matrixBytes(head.SliceRows(g.Rank()*per, n))
 						}
-						if reads.bytes != wantBytes {
-							return fmt.Errorf("rank %d counted %d bytes read, its %d of %d rows are %d", g.Rank(), reads.bytes, n, head.Rows, wantBytes)
+						if got := reads.cost().WeightBytes; got != wantBytes {
+							return fmt.Errorf("rank %d counted %d bytes read, its %d of %d rows are %d", g.Rank(), got, n, head.Rows, wantBytes)
 						}
 					}
 					return nil

@@ -35,15 +35,16 @@ var stepCases = []struct{ name, weights string }{
 // Runner.StepCost (routed experts only where selected); of-bw and of-fma
 // are the two terms alone; of-parts is Runner.StepBound, the roofline taken
 // part by part (each product, attention and indexer at its own limit, one
-// after another), against the same time. A case runs its steps in stepRounds rounds (a
-// prefill case one prompt per round), each against the probes taken right
-// before it, and reports the medians of the rounds. On a machine shared with
-// other jobs the step gets only part of its cores while the short FMA probe
-// sees them whole: of-fma-of-cpu is the FLOPs against the CPU time the
-// process got per thread instead of the wall time (workers polling for
-// their next part count as busy). The bandwidth probe, 256 MiB a pass,
-// shares the memory system with the other jobs as the step does. The models are built one at a time
-// (glm5-moe-shape takes a minute and 8 GiB); select with -bench, e.g.
+// after another), against the same time. A case runs its steps in stepRounds
+// rounds (a prefill case one prompt per round), each against the probes
+// taken right before it, and reports the medians of the rounds. On a machine
+// shared with other jobs the step gets only part of its cores while the
+// short FMA probe sees them whole: of-fma-of-cpu is the FLOPs against the
+// CPU time the process got per thread instead of the wall time (workers
+// polling for their next part count as busy). The bandwidth probe, 256 MiB a
+// pass, shares the memory system with the other jobs as the step does. The
+// models are built one at a time (glm5-moe-shape takes a minute and 8 GiB);
+// select with -bench, e.g.
 //
 //	go test ./model -run XXX -bench 'Step/glm5-dense-350m/bf16/threads=1/decode' -benchtime 20x
 func BenchmarkStep(b *testing.B) {

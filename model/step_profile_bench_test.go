@@ -60,7 +60,7 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 		d.step(b, seqs, toks)
 		stepNS += float64(time.Since(t0))
 		for _, o := range d.r.reads.ops {
-			bound := 1e9 * max(float64(o.bytes)/l.ReadBW, float64(o.flops)/l.FMAPeak)
+			bound := 1e9 * o.bound(l)
 			var key string
 			switch {
 			case o.kind == opAttention && o.ns > 0:
@@ -71,9 +71,9 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 				restBound += bound
 				continue
 			case o.heads > 1:
-				key = fmt.Sprintf("%s %d heads of %d×%d, %d rows", o.dtype, o.heads, o.out, o.in, o.rows)
+				key = fmt.Sprintf("%s %d heads of %d×%d, %d rows", strings.ToLower(o.w.DType()), o.heads, o.w.Rows, o.w.Cols, o.rows)
 			default:
-				key = fmt.Sprintf("%s %d×%d, %d rows", o.dtype, o.out, o.in, o.rows)
+				key = fmt.Sprintf("%s %d×%d, %d rows", strings.ToLower(o.w.DType()), o.w.Rows, o.w.Cols, o.rows)
 			}
 			p := shapes[key]
 			if p == nil {
