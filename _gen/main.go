@@ -79,6 +79,11 @@ func main() {
 	fmaPeak256()
 	fp8DecodePeak(16)
 	fp8DecodePeak(8)
+	for _, lanes := range []int{16, 8} {
+		for _, r := range fp8ProductProbeRows {
+			fp8ProductPeak(lanes, r)
+		}
+	}
 	readSum512()
 	readSum256()
 	decodeE4M3512()
@@ -2970,4 +2975,84 @@ func decodeFP8Row(lanes int) {
 	Store(res, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
+}
+
+// fp8ProductProbeRows are the activation-row counts fp8ProductPeak is
+// emitted for (kernels.FP8ProductLoop).
+var fp8ProductProbeRows = []int{1, 2, 4, 8}
+
+// fp8ProductPeak emits fp8ProductPeakR<rows>AVX512 (lanes 16) or
+// fp8ProductPeakR<rows>AVX2 (lanes 8): n rounds of the instruction mix of
+// an fp8 product of rows activation rows in the dot-product order every
+// fp8 tile keeps: d weight vectors decoded with the tiles' sequence
+// (decodeE4M3Vec), then each activation row's vector loaded once and
+// multiplied into d accumulators, one per (weight vector, row). Codes and
+// activations stay in L1, so nothing but the core bounds it.
+func fp8ProductPeak(lanes, rows int) {
+	evex := lanes == 16
+	regs, suffix := ymm, "AVX2"
+	if evex {
+		regs, suffix = zmm, "AVX512"
+	}
+	d := fp8ProductProbeVectors(lanes, rows)
+	name := fmt.Sprintf("fp8ProductPeakR%d%s", rows, suffix)
+	TEXT(name, NOSPLIT, "func(w *uint8, x *float32, n int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s runs n rounds of %d fp8 decodings of %d codes from w (4·%d bytes), each multiplied by the %d activation rows' vectors at x into its own accumulators.", name, d, lanes, lanes, rows))
+	w := Load(Param("w"), GP64())
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	// Decoded vectors in regs[0:d], accumulators after them, then the
+	// activation vector, the scale and the mask at the top.
+	dec := func(k int) VecPhysical { return regs[k] }
+	acc := func(k, r int) VecPhysical { return regs[d+k*rows+r] }
+	top := len(regs) - 1
+	if !evex {
+		top = 15
+	}
+	xv, sc, mask := regs[top-2], regs[top-1], regs[top]
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	if evex {
+		VPBROADCASTD(tmp.As32(), mask)
+		broadcastConst(float32(math.Ldexp(1, 117)), sc)
+	} else {
+		VMOVD(tmp.As32(), xmm[top])
+		VPBROADCASTD(xmm[top], mask)
+		broadcastConst256(float32(math.Ldexp(1, 117)), sc, xmm[top-2])
+	}
+	for k := range d {
+		for r := range rows {
+			VXORPS(acc(k, r), acc(k, r), acc(k, r))
+		}
+	}
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	for k := range d {
+		decodeE4M3Vec(Mem{Base: w, Disp: lanes * (k % 4)}, dec(k), mask, sc, evex)
+	}
+	for r := range rows {
+		VMOVUPS(Mem{Base: x, Disp: 4 * lanes * r}, xv)
+		for k := range d {
+			VFMADD231PS(xv, dec(k), acc(k, r))
+		}
+	}
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// fp8ProductProbeVectors is how many weight vectors a round of
+// fp8ProductPeak decodes: as many as leave rows·d accumulators, d decoded
+// vectors and three constants within the register file (32 registers for
+// AVX-512, 16 for AVX2), at most eight.
+func fp8ProductProbeVectors(lanes, rows int) int {
+	n := 32
+	if lanes == 8 {
+		n = 16
+	}
+	return min(8, (n-3)/(rows+1))
 }

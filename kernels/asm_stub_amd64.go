@@ -463,6 +463,46 @@ func fp8DecodePeakAVX512(w *uint8, n int)
 //go:noescape
 func fp8DecodePeakAVX2(w *uint8, n int)
 
+// fp8ProductPeakR1AVX512 runs n rounds of 8 fp8 decodings of 16 codes from w (4·16 bytes), each multiplied by the 1 activation rows' vectors at x into its own accumulators.
+//
+//go:noescape
+func fp8ProductPeakR1AVX512(w *uint8, x *float32, n int)
+
+// fp8ProductPeakR2AVX512 runs n rounds of 8 fp8 decodings of 16 codes from w (4·16 bytes), each multiplied by the 2 activation rows' vectors at x into its own accumulators.
+//
+//go:noescape
+func fp8ProductPeakR2AVX512(w *uint8, x *float32, n int)
+
+// fp8ProductPeakR4AVX512 runs n rounds of 5 fp8 decodings of 16 codes from w (4·16 bytes), each multiplied by the 4 activation rows' vectors at x into its own accumulators.
+//
+//go:noescape
+func fp8ProductPeakR4AVX512(w *uint8, x *float32, n int)
+
+// fp8ProductPeakR8AVX512 runs n rounds of 3 fp8 decodings of 16 codes from w (4·16 bytes), each multiplied by the 8 activation rows' vectors at x into its own accumulators.
+//
+//go:noescape
+func fp8ProductPeakR8AVX512(w *uint8, x *float32, n int)
+
+// fp8ProductPeakR1AVX2 runs n rounds of 6 fp8 decodings of 8 codes from w (4·8 bytes), each multiplied by the 1 activation rows' vectors at x into its own accumulators.
+//
+//go:noescape
+func fp8ProductPeakR1AVX2(w *uint8, x *float32, n int)
+
+// fp8ProductPeakR2AVX2 runs n rounds of 4 fp8 decodings of 8 codes from w (4·8 bytes), each multiplied by the 2 activation rows' vectors at x into its own accumulators.
+//
+//go:noescape
+func fp8ProductPeakR2AVX2(w *uint8, x *float32, n int)
+
+// fp8ProductPeakR4AVX2 runs n rounds of 2 fp8 decodings of 8 codes from w (4·8 bytes), each multiplied by the 4 activation rows' vectors at x into its own accumulators.
+//
+//go:noescape
+func fp8ProductPeakR4AVX2(w *uint8, x *float32, n int)
+
+// fp8ProductPeakR8AVX2 runs n rounds of 1 fp8 decodings of 8 codes from w (4·8 bytes), each multiplied by the 8 activation rows' vectors at x into its own accumulators.
+//
+//go:noescape
+func fp8ProductPeakR8AVX2(w *uint8, x *float32, n int)
+
 // readSumAVX512 returns the sum of n (a multiple of 128) values read as 8 concurrent streams.
 //
 //go:noescape

@@ -27,6 +27,24 @@ func BenchmarkFP8DecodePeak(b *testing.B) {
 	reportRate(b, codes, "Gcodes/s")
 }
 
+// BenchmarkFP8ProductPeak measures, per activation-row count, how many fp8
+// weights per second one core decodes and multiplies into that many rows
+// in the fp8 tiles' order with everything in L1 (Gcodes/s, and GFLOP/s
+// against BenchmarkFMAPeak): the ceiling of an fp8 product of that many
+// rows on this core.
+func BenchmarkFP8ProductPeak(b *testing.B) {
+	for _, rows := range FP8ProductRows {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			var codes float64
+			for b.Loop() {
+				codes = FP8ProductLoop(rows, 100_000)
+			}
+			reportRate(b, codes, "Gcodes/s")
+			reportRate(b, 2*float64(rows)*codes, "GFLOP/s")
+		})
+	}
+}
+
 // BenchmarkStreamSum measures the read bandwidth of one core over a buffer
 // (64 MiB) larger than the last-level cache: the yardstick of the GEMV and
 // indexer kernels.

@@ -38,6 +38,8 @@ func fmaPeak(int) float64 { return 0 }
 
 func fp8DecodePeak(int) float64 { return 0 }
 
+func fp8ProductPeak(int, int) float64 { return 0 }
+
 func readSum([]float32) (float32, bool) { return 0, false }
 
 func qkTileT(*float32, int, int, *float32, *float32, *float32, *float32, *float32, int, int, int, float32) {

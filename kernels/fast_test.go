@@ -442,10 +442,26 @@ func TestPeakProbes(t *testing.T) {
 		if codes != wantCodes {
 			t.Errorf("FP8DecodeLoop(10) = %v codes, want %v", codes, wantCodes)
 		}
+		// Codes a round of the product probe decodes: as many vectors as
+		// the register file leaves room for, of the level's width.
+		vectors := map[string][]float64{"ref": {0, 0, 0, 0}, "avx2": {6 * 8, 4 * 8, 2 * 8, 1 * 8}, "avx512": {8 * 16, 8 * 16, 5 * 16, 3 * 16}}[bestLevel().String()]
+		for i, rows := range FP8ProductRows {
+			if got := FP8ProductLoop(rows, 10); got != 10*vectors[i] {
+				t.Errorf("FP8ProductLoop(%d, 10) = %v codes, want %v", rows, got, 10*vectors[i])
+			}
+		}
 		if d := cmp.Diff(want, float64(StreamSum(x)), cmpopts.EquateApprox(1e-5, 1e-4)); d != "" {
 			t.Errorf("StreamSum (-want +got):\n%s", d)
 		}
 	})
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "not 3") {
+				t.Errorf("FP8ProductLoop(3, 1) panicked with %v, want a refusal of 3 rows", r)
+			}
+		}()
+		FP8ProductLoop(3, 1)
+	}()
 }
 
 // TestAttendRowsBF16: attention over bf16 rows has exactly the bits of

@@ -1,5 +1,10 @@
 package kernels
 
+import (
+	"fmt"
+	"slices"
+)
+
 // FMAPeakLoop runs rounds rounds of independent fused multiply-add chains
 // with the widest vectors the CPU supports, whatever implementation is
 // active (24 chains of 16 lanes for AVX-512, 12 of 8 for AVX2), and returns
@@ -34,6 +39,31 @@ func inChunks(rounds int, probe func(rounds int) float64) (work float64) {
 // FMAs. Without AVX2 (or off amd64) it runs nothing and returns 0. A call
 // of 10⁵ rounds takes well under a millisecond.
 func FP8DecodeLoop(rounds int) (codes float64) { return inChunks(rounds, fp8DecodePeak) }
+
+// FP8ProductRows are the activation-row counts FP8ProductLoop measures.
+var FP8ProductRows = []int{1, 2, 4, 8}
+
+// FP8ProductLoop runs rounds rounds of the instruction mix of an fp8
+// product of rows activation rows (one of FP8ProductRows) with the widest
+// vectors the CPU supports, and returns the codes it decoded (each one
+// multiplied into rows accumulators: 2·rows FLOPs per code). A round
+// decodes a few weight vectors with the tiles' exact sequence, then loads
+// each activation row's vector once and fuses it with every decoded vector
+// into its own accumulator: the dot-product order every fp8 tile keeps
+// (each output's lanes sum over the reduction, so a row's bits never depend
+// on its batch), with codes and activations in L1 and nothing else
+// running. Timing it gives the most fp8 weights per second a core can
+// multiply into that many rows: for one row, next to the read bandwidth,
+// the ceiling of an fp8 GEMV; for eight, next to the FMA peak, the
+// ceiling of a batch's fp8 products. Without AVX2 (or off amd64) it runs
+// nothing and returns 0; any other row count panics. A call of 10⁵ rounds
+// takes well under a millisecond.
+func FP8ProductLoop(rows, rounds int) (codes float64) {
+	if !slices.Contains(FP8ProductRows, rows) {
+		panic(fmt.Sprintf("kernels: FP8ProductLoop measures %v activation rows, not %d", FP8ProductRows, rows))
+	}
+	return inChunks(rounds, func(r int) float64 { return fp8ProductPeak(rows, r) })
+}
 
 // StreamSum returns Σ x, reading every element once with the widest loads the
 // CPU supports (whatever implementation is active): chunks of 32 Ki values,
