@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/kvcache"
@@ -80,5 +81,81 @@ func TestStepCost(t *testing.T) {
 		if b.got != b.want {
 			t.Errorf("StepBound, %s = %v, want %v", b.name, b.got, b.want)
 		}
+	}
+}
+
+// TestStepBoundFP8: with the fp8 product rates given, every product of fp8
+// weights over as many rows as the rates cover takes at least its weights
+// at its rows' rate: with the other limits removed the step's bound is the
+// fp8 weights a decode step multiplies times the seconds per weight of its
+// rows, interpolated between the rows measured; a prompt's taller products
+// are not covered, and a bf16 step has no fp8 part.
+func TestStepBoundFP8(t *testing.T) {
+	inf := math.Inf(1)
+	// Seconds per weight: 1 for one row, 2 for two, 4 for four (3 for three).
+	l := Limits{ReadBW: inf, FMAPeak: inf, FP8: []FP8Rate{{Rows: 1, Codes: 1}, {Rows: 2, Codes: 0.5}, {Rows: 4, Codes: 0.25}}}
+	for _, dtype := range []string{WeightFP8, WeightBF16} {
+		cfg := moeConfig(t, "glm5-mini", dtype)
+		var codes int64 // the fp8 weights one decode step multiplies
+		if dtype == WeightFP8 {
+			for _, s := range TensorSpecs(cfg) {
+				if s.Quantizable() && s.Part != PartMTP && s.Part != PartEmbedding {
+					codes += int64(s.Shape[0]) * int64(s.Shape[1])
+				}
+			}
+		}
+		m, err := Build(cfg, RandomTensors(cfg, 3), Shard{TPSize: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const B, prompt = 8, 12
+		r, err := NewRunner(m, RunnerOptions{MaxTokens: 40, MaxModelLen: 64, MaxSeqs: 3, MaxLogitRows: 3, BlockSize: B, NumBlocks: 12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs := make([]Seq, 3)
+		for i := range seqs {
+			toks := make([]int32, prompt)
+			for j := range toks {
+				toks[j] = int32(7 + 31*j + i)
+			}
+			table := []int32{int32(4 * i), int32(4*i + 1), int32(4*i + 2), int32(4*i + 3)}
+			seqs[i] = Seq{Tokens: toks, BlockTable: table}
+			mustForward(t, r, seqs[i])
+			if got := r.StepBound(l); got != 0 {
+				t.Errorf("%s: a %d-token prompt's bound at the fp8 rates alone = %v, want 0 (more rows than the rates cover)", dtype, prompt, got)
+			}
+			seqs[i] = Seq{Tokens: []int32{5}, Start: prompt, BlockTable: table}
+		}
+		mustForward(t, r, seqs[0])
+		if got, want := r.StepBound(l), float64(codes); got != want {
+			t.Errorf("%s: one sequence's decode step at the fp8 rates alone = %v, want %v (1 s per weight)", dtype, got, want)
+		}
+		mustForward(t, r, seqs...)
+		if got, want := r.StepBound(l), float64(3*codes); got != want {
+			t.Errorf("%s: three sequences' decode step at the fp8 rates alone = %v, want %v (3 s per weight)", dtype, got, want)
+		}
+	}
+}
+
+// TestFP8Seconds: the time per fp8 weight is the measured one at a measured
+// row count, linear in between, the first one's below, none above.
+func TestFP8Seconds(t *testing.T) {
+	rates := []FP8Rate{{Rows: 1, Codes: 10}, {Rows: 2, Codes: 5}, {Rows: 8, Codes: 1}}
+	type res struct {
+		S  float64
+		OK bool
+	}
+	for _, tc := range []struct {
+		rows int
+		want res
+	}{{0, res{0.1, true}}, {1, res{0.1, true}}, {2, res{0.2, true}}, {5, res{0.6, true}}, {8, res{1, true}}, {9, res{0, false}}} {
+		s, ok := fp8Seconds(rates, tc.rows)
+		if d := cmp.Diff(tc.want, res{s, ok}, cmpopts.EquateApprox(1e-12, 0)); d != "" {
+			t.Errorf("fp8Seconds(%d rows) (-want +got):\n%s", tc.rows, d)
+		}
+	}
+	if _, ok := fp8Seconds(nil, 1); ok {
+		t.Error("fp8Seconds without rates covers one row")
 	}
 }

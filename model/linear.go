@@ -324,9 +324,16 @@ func (r *weightReads) bound(l Limits) float64 {
 }
 
 // bound is the part's own roofline in seconds: max(bytes / ReadBW, FLOPs /
-// FMAPeak).
+// FMAPeak), and for a product of fp8 weights that l.FP8 covers, at least
+// its weights at the fp8 product rate of its rows.
 func (o *opCost) bound(l Limits) float64 {
-	return max(float64(o.bytes)/l.ReadBW, float64(o.flops)/l.FMAPeak)
+	t := max(float64(o.bytes)/l.ReadBW, float64(o.flops)/l.FMAPeak)
+	if o.kind == opProduct && o.w != nil && o.w.FP8 != nil && o.rows > 0 {
+		if s, ok := fp8Seconds(l.FP8, o.rows); ok {
+			t = max(t, s*float64(o.flops/(2*int64(o.rows)))) // 2·rows FLOPs per weight
+		}
+	}
+	return t
 }
 
 // matrixBytes is the storage a matrix's product reads: its values, and for

@@ -395,10 +395,44 @@ type StepCost struct {
 
 // Limits are the rates of one rank's cores that bound a step (StepBound),
 // measured on the machine: kernels.StreamSum over a buffer larger than the
-// caches and kernels.FMAPeakLoop.
+// caches and kernels.FMAPeakLoop, and optionally kernels.FP8ProductLoop.
 type Limits struct {
 	ReadBW  float64 // bytes read per second
 	FMAPeak float64 // FLOPs per second
+	// FP8, when not empty, adds the cores' fp8 product rates, sorted by
+	// rows: a product of fp8 weights over at most the largest Rows
+	// activation rows also takes at least its weights ÷ the rate for its
+	// rows (the time per weight interpolated linearly between the row
+	// counts measured, the first one's below them). Decoding a weight
+	// runs on the FMA pipes' ports, so neither the read bandwidth nor the
+	// FMA peak alone bounds those products. Taller products (a prefill's)
+	// decode each weight once for many rows and keep the two limits.
+	FP8 []FP8Rate
+}
+
+// FP8Rate is how many fp8 weights per second the cores decode and multiply
+// into Rows activation rows (kernels.FP8ProductLoop on every thread).
+type FP8Rate struct {
+	Rows  int
+	Codes float64 // per second
+}
+
+// fp8Seconds is the time per fp8 weight of a product over rows activation
+// rows at the rates fp8 (sorted by Rows), and whether fp8 covers rows.
+func fp8Seconds(fp8 []FP8Rate, rows int) (float64, bool) {
+	if len(fp8) == 0 || rows > fp8[len(fp8)-1].Rows {
+		return 0, false
+	}
+	if rows <= fp8[0].Rows {
+		return 1 / fp8[0].Codes, true
+	}
+	for i := 1; i < len(fp8); i++ {
+		if a, b := fp8[i-1], fp8[i]; rows <= b.Rows {
+			f := float64(rows-a.Rows) / float64(b.Rows-a.Rows)
+			return (1-f)/a.Codes + f/b.Codes, true
+		}
+	}
+	return 0, false
 }
 
 // StepBound is the last step's roofline on this rank taken part by part: the

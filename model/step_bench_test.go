@@ -35,7 +35,11 @@ var stepCases = []struct{ name, weights string }{
 // Runner.StepCost (routed experts only where selected); of-bw and of-fma
 // are the two terms alone; of-parts is Runner.StepBound, the roofline taken
 // part by part (each product, attention and indexer at its own limit, one
-// after another), against the same time. A case runs its steps in stepRounds
+// after another), against the same time; for a model with fp8 weights,
+// of-fp8-parts is the same with the fp8 product rates of
+// kernels.FP8ProductLoop as a third limit of the fp8 products of up to
+// eight rows (Limits.FP8), since on a CPU decoding the weights takes the
+// same ports as the FMAs. A case runs its steps in stepRounds
 // rounds (a prefill case one prompt per round), each against the probes
 // taken right before it, and reports the medians of the rounds. On a machine
 // shared with other jobs the step gets only part of its cores while the
@@ -216,6 +220,35 @@ func machinePeaks(threads int) (fma, bw float64) {
 	return fma, bw
 }
 
+// machineFP8 measures the fp8 product rates of threads threads running at
+// once (kernels.FP8ProductLoop for each of kernels.FP8ProductRows, the best
+// of three runs each), or none without the assembly probes.
+func machineFP8(threads int) []FP8Rate {
+	var rates []FP8Rate
+	var wg sync.WaitGroup
+	for _, rows := range kernels.FP8ProductRows {
+		var best float64
+		for range 3 {
+			codes := make([]float64, threads)
+			t0 := time.Now()
+			for i := range threads {
+				wg.Go(func() { codes[i] = kernels.FP8ProductLoop(rows, 100_000) })
+			}
+			wg.Wait()
+			var total float64
+			for _, c := range codes {
+				total += c
+			}
+			best = max(best, total/time.Since(t0).Seconds())
+		}
+		if best == 0 {
+			return nil
+		}
+		rates = append(rates, FP8Rate{Rows: rows, Codes: best})
+	}
+	return rates
+}
+
 var stepProbe struct {
 	once sync.Once
 	buf  []float32
@@ -242,8 +275,9 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	d := decodeRunner(b, m, ctx)
 	seqs := make([]Seq, batch)
 	toks := make([]int32, batch)
-	var rate, roof, partsF, memF, compF, cpuFMA, bws, fmas []float64
+	var rate, roof, partsF, fp8F, memF, compF, cpuFMA, bws, fmas []float64
 	var cost StepCost
+	hasFP8 := m.Cfg.Quantization != nil
 	b.ResetTimer()
 	for round := range stepRounds {
 		steps := b.N/stepRounds + min(1, max(0, b.N%stepRounds-round))
@@ -252,8 +286,12 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 		}
 		b.StopTimer()
 		fma, bw := machinePeaks(threads)
+		var fp8 []FP8Rate
+		if hasFP8 {
+			fp8 = machineFP8(threads)
+		}
 		b.StartTimer()
-		var rt, pt, mt, ct float64
+		var rt, pt, ft, mt, ct float64
 		t0, cpu0 := time.Now(), processCPUSeconds()
 		for range steps {
 			d.step(b, seqs, toks)
@@ -261,11 +299,12 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			m, f := float64(c.WeightBytes+c.KVBytes)/bw, float64(c.FLOPs)/fma
 			rt, mt, ct = rt+max(m, f), mt+m, ct+f
 			pt += d.r.StepBound(Limits{ReadBW: bw, FMAPeak: fma})
+			ft += d.r.StepBound(Limits{ReadBW: bw, FMAPeak: fma, FP8: fp8})
 			cost = c
 		}
 		el, cpu := time.Since(t0).Seconds(), processCPUSeconds()-cpu0
 		rate, roof, memF, compF = append(rate, float64(batch*steps)/el), append(roof, rt/el), append(memF, mt/el), append(compF, ct/el)
-		partsF = append(partsF, pt/el)
+		partsF, fp8F = append(partsF, pt/el), append(fp8F, ft/el)
 		if cpu > 0 {
 			cpuFMA = append(cpuFMA, ct/(cpu/float64(threads)))
 		}
@@ -275,6 +314,9 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	b.ReportMetric(medianOf(rate), "tokens/s")
 	b.ReportMetric(medianOf(roof), "roofline")
 	b.ReportMetric(medianOf(partsF), "of-parts")
+	if hasFP8 {
+		b.ReportMetric(medianOf(fp8F), "of-fp8-parts")
+	}
 	b.ReportMetric(medianOf(memF), "of-bw")
 	b.ReportMetric(medianOf(compF), "of-fma")
 	if len(cpuFMA) > 0 {

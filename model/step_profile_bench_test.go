@@ -20,7 +20,11 @@ import (
 // embedding lookups) is one line, with the lookups' roofline, the only part
 // of it the step's cost counts. It reports the timed
 // parts' share of the step time (timed-share) and their time against their
-// roofline (timed-of-bound). Select with -bench, e.g.
+// roofline (timed-of-bound). An fp8 product whose roofline the fp8 product
+// rate of its rows raises (Limits.FP8, measured by machineFP8) also shows
+// that roofline and the fraction of it reached; timed-of-fp8-bound is the
+// timed parts against their rooflines with those rates. Select with -bench,
+// e.g.
 //
 //	go test ./model -run XXX -bench 'StepProfile/glm5-shape/fp8/threads=1/batch=8' -benchtime 20x
 func BenchmarkStepProfile(b *testing.B) {
@@ -41,6 +45,7 @@ type profileShape struct {
 	name         string
 	calls        int
 	ns, boundNS  float64
+	fp8NS        float64 // the roofline with the fp8 product rates
 	bytes, flops int64
 }
 
@@ -50,6 +55,7 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	d.step(b, seqs, toks) // warm-up
 	fma, bw := machinePeaks(threads)
 	l := Limits{ReadBW: bw, FMAPeak: fma}
+	lf := Limits{ReadBW: bw, FMAPeak: fma, FP8: machineFP8(threads)}
 	shapes := map[string]*profileShape{}
 	var stepNS, restBound float64
 	d.r.reads.timed = true
@@ -60,7 +66,7 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 		d.step(b, seqs, toks)
 		stepNS += float64(time.Since(t0))
 		for _, o := range d.r.reads.ops {
-			bound := 1e9 * o.bound(l)
+			bound, fp8 := 1e9*o.bound(l), 1e9*o.bound(lf)
 			var key string
 			switch {
 			case o.kind == opAttention && o.ns > 0:
@@ -85,6 +91,7 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			p.bytes += o.bytes
 			p.flops += o.flops
 			p.boundNS += bound
+			p.fp8NS += fp8
 		}
 	}
 	b.StopTimer()
@@ -95,23 +102,40 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			}
 		}
 	}, func(a, c *profileShape) int { return cmp.Compare(c.ns, a.ns) })
-	var timedNS, timedBound float64
+	var timedNS, timedBound, timedFP8 float64
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "FMA peak %.0f GFLOP/s, read %.1f GB/s; per step:\n", fma/1e9, bw/1e9)
-	fmt.Fprintf(&sb, "| part | calls | ms | share of step | roofline ms | of its roofline | bound by |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "FMA peak %.0f GFLOP/s, read %.1f GB/s, fp8 products %s; per step:\n", fma/1e9, bw/1e9, fp8RatesText(lf.FP8))
+	fmt.Fprintf(&sb, "| part | calls | ms | share of step | roofline ms | of its roofline | bound by | with the fp8 rate ms | of it |\n|---|---|---|---|---|---|---|---|---|\n")
 	n := float64(b.N)
 	for _, p := range list {
-		timedNS, timedBound = timedNS+p.ns, timedBound+p.boundNS
+		timedNS, timedBound, timedFP8 = timedNS+p.ns, timedBound+p.boundNS, timedFP8+p.fp8NS
 		by := "memory"
 		if float64(p.flops)/l.FMAPeak > float64(p.bytes)/l.ReadBW {
 			by = "FMA"
 		}
-		fmt.Fprintf(&sb, "| %s | %.0f | %.3f | %.1f %% | %.3f | %.0f %% | %s |\n", p.name, float64(p.calls)/n, p.ns/n/1e6, 100*p.ns/stepNS, p.boundNS/n/1e6, 100*p.boundNS/p.ns, by)
+		withFP8 := "– | –"
+		if p.fp8NS > p.boundNS {
+			withFP8 = fmt.Sprintf("%.3f | %.0f %%", p.fp8NS/n/1e6, 100*p.fp8NS/p.ns)
+		}
+		fmt.Fprintf(&sb, "| %s | %.0f | %.3f | %.1f %% | %.3f | %.0f %% | %s | %s |\n", p.name, float64(p.calls)/n, p.ns/n/1e6, 100*p.ns/stepNS, p.boundNS/n/1e6, 100*p.boundNS/p.ns, by, withFP8)
 	}
 	rest := stepNS - timedNS
-	fmt.Fprintf(&sb, "| everything else (norms, RoPE, cache writes, SwiGLU, routing; lookups %.3f ms of roofline) | – | %.3f | %.1f %% | – | – | – |\n", restBound/n/1e6, rest/n/1e6, 100*rest/stepNS)
+	fmt.Fprintf(&sb, "| everything else (norms, RoPE, cache writes, SwiGLU, routing; lookups %.3f ms of roofline) | – | %.3f | %.1f %% | – | – | – | – | – |\n", restBound/n/1e6, rest/n/1e6, 100*rest/stepNS)
 	b.Log(sb.String())
 	b.ReportMetric(timedNS/stepNS, "timed-share")
 	b.ReportMetric(timedBound/timedNS, "timed-of-bound")
+	b.ReportMetric(timedFP8/timedNS, "timed-of-fp8-bound")
 	b.ReportMetric(float64(batch)*n/(stepNS/1e9), "tokens/s")
+}
+
+// fp8RatesText is the fp8 product rates as "rows: Gcodes/s" pairs.
+func fp8RatesText(rates []FP8Rate) string {
+	if len(rates) == 0 {
+		return "not measured"
+	}
+	parts := make([]string, len(rates))
+	for i, r := range rates {
+		parts[i] = fmt.Sprintf("%d rows %.1f", r.Rows, r.Codes/1e9)
+	}
+	return strings.Join(parts, ", ") + " Gcodes/s"
 }
