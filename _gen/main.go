@@ -95,6 +95,9 @@ func main() {
 	for m := 2; m <= 4; m++ {
 		fp8Tile512(m)
 	}
+	for m := 5; m <= 8; m++ {
+		fp8Tile3W512(m)
+	}
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -3055,4 +3058,157 @@ func fp8ProductProbeVectors(lanes, rows int) int {
 		n = 16
 	}
 	return min(8, (n-3)/(rows+1))
+}
+
+// fp8Tile3W512 emits dotTile<m>x3FP8AVX512 (5 ≤ m ≤ 8): m activation rows'
+// dot products with 3 fp8 weight rows whose codes hold no NaN code, the
+// codes decoded in registers once for all m rows. Per 16 columns it decodes
+// the three rows' codes (decodeE4M3Vec), then loads each activation row's
+// vector once and fuses it with the three: 3m FMAs per 3 decodings and m
+// loads, where the four-weight-row tile of up to four rows takes 4m per 4.
+// Every accumulator sums its lanes in the order of the f32 tiles, and
+// reduce4x512Any gives reduce4x512's sums for accumulators above Z15, so
+// each output has the bits of the f32 product on the dequantized rows.
+// Accumulators Z0–Z23 (row i, weight row j at 3i+j), decoded codes
+// Z24–Z26, scales Z27–Z29, the activation vector Z30, the mask Z31.
+func fp8Tile3W512(m int) {
+	name := fmt.Sprintf("dotTile%dx3FP8AVX512", m)
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements.", name, m))
+	acc := func(i, j int) VecPhysical { return zmm[3*i+j] }
+	tv := func(j int) VecPhysical { return zmm[24+j] }
+	sv := func(j int) VecPhysical { return zmm[27+j] }
+	xv, mask := Z30, Z31
+	x0 := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	// Rows 0–2 from x0, 3–5 from x3 = x0 + 3·ldx, 6–7 from x6 = x0 + 6·ldx.
+	x3, x6 := GP64(), GP64()
+	LEAQ(Mem{Base: x0, Index: ldx, Scale: 2}, x3)
+	ADDQ(ldx, x3)
+	LEAQ(Mem{Base: x3, Index: ldx, Scale: 2}, x6)
+	ADDQ(ldx, x6)
+	xmem := func(i int) Mem {
+		base := []Register{x0, x3, x6}[i/3]
+		if i%3 == 0 {
+			return Mem{Base: base}
+		}
+		return Mem{Base: base, Index: ldx, Scale: uint8(i % 3)}
+	}
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	row := func(j, disp int) Mem {
+		if j == 0 {
+			return Mem{Base: w0, Disp: disp}
+		}
+		return Mem{Base: w0, Index: ldw, Scale: uint8(j), Disp: disp}
+	}
+	pfd := Load(Param("pfd"), GP64()) // the caller's prefetch offset (kernels.fp8TilePrefetch)
+	kn := Load(Param("kn"), GP64())
+	sc := Load(Param("sc"), GP64())
+	seg := Load(Param("first"), GP64())
+	for i := range m {
+		for j := range 3 {
+			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	VPBROADCASTD(tmp.As32(), mask)
+	loadScales := func() {
+		c := tv(0) // free between steps
+		broadcastConst(float32(math.Ldexp(1, 120)), c)
+		for j := range 3 {
+			MOVQ(Mem{Base: sc, Disp: 8 * j}, tmp)
+			VBROADCASTSS(Mem{Base: tmp}, sv(j))
+			VMULPS(c, sv(j), sv(j))
+			ADDQ(U8(4), tmp)
+			MOVQ(tmp, Mem{Base: sc, Disp: 8 * j})
+		}
+	}
+	steps := GP64()
+	MOVQ(kn, steps)
+	SHRQ(U8(4), steps)
+	JZ(LabelRef(name + "_reduce"))
+	cnt, off := GP64(), GP64()
+	XORQ(off, off)
+	Label(name + "_block")
+	loadScales()
+	MOVQ(seg, cnt)
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	Label(name + "_step")
+	for j := range 3 {
+		decodeE4M3Vec(row(j, 0), tv(j), mask, sv(j), true)
+	}
+	for i := range m {
+		VMOVUPS(xmem(i), xv)
+		for j := range 3 {
+			VFMADD231PS(tv(j), xv, acc(i, j))
+		}
+	}
+	ADDQ(U8(64), x0)
+	ADDQ(U8(64), x3)
+	ADDQ(U8(64), x6)
+	ADDQ(U8(16), w0)
+	ADDQ(U8(16), off)
+	// Every 64 bytes: prefetch each row's line pfd bytes past the one
+	// just read.
+	TESTQ(U32(63), off)
+	JNZ(LabelRef(name + "_next"))
+	LEAQ(Mem{Base: w0, Index: pfd, Scale: 1}, tmp)
+	PREFETCHT1(Mem{Base: tmp})
+	PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 1})
+	PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 2})
+	Label(name + "_next")
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	MOVQ(U32(128/16), seg)
+	TESTQ(steps, steps)
+	JNZ(LabelRef(name + "_block"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	for i := range m {
+		// The fourth lane sums a scratch register and is not read.
+		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), tv(0)}, tv(1), tv(2))
+		VMOVUPS(xmm[3*i], Mem{Base: out, Disp: 16 * i})
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// reduce4x512Any is reduce4x512 for accumulators anywhere in Z0–Z31: the
+// same sums in the same order, each VHADDPS (which has no EVEX form)
+// replaced by the two VSHUFPS that gather the pairs it adds and one VADDPS.
+// t1 and t2 are scratch; the sums are left in xmm(a[0]).
+func reduce4x512Any(a [4]VecPhysical, t1, t2 VecPhysical) {
+	y := func(z VecPhysical) VecPhysical { return ymm[regIndex(z)] }
+	x := func(z VecPhysical) VecPhysical { return xmm[regIndex(z)] }
+	for _, z := range a {
+		VEXTRACTF64X4(U8(1), z, y(t1))
+		VADDPS(y(t1), y(z), y(z))
+	}
+	// hadd(p, q) into p: [p0+p1, p2+p3, q0+q1, q2+q3] per 128-bit lane.
+	hadd := func(q, p VecPhysical) {
+		VSHUFPS(U8(0x88), y(q), y(p), y(t1))
+		VSHUFPS(U8(0xDD), y(q), y(p), y(t2))
+		VADDPS(y(t2), y(t1), y(p))
+	}
+	hadd(a[1], a[0])
+	hadd(a[3], a[2])
+	hadd(a[2], a[0])
+	VEXTRACTF32X4(U8(1), y(a[0]), x(t1))
+	VADDPS(x(t1), x(a[0]), x(a[0]))
+}
+
+// regIndex is the number of vector register z (Z0 → 0 … Z31 → 31).
+func regIndex(z VecPhysical) int {
+	for i, r := range zmm {
+		if r == z {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("not a zmm register: %v", z))
 }

@@ -229,6 +229,22 @@ func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*f
 	return dotTile4x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0]) != 0
 }
 
+// dotTileFP8Rows3 runs the AVX-512 tile of m (5 ≤ m ≤ 8) activation rows
+// over three fp8 weight rows whose codes hold no NaN code (see
+// threeTileFP8), prefetching each row pfd bytes past what it reads.
+func dotTileFP8Rows3(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[3]*float32, first, pfd int, out *[32]float32) {
+	switch m {
+	case 5:
+		dotTile5x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0])
+	case 6:
+		dotTile6x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0])
+	case 7:
+		dotTile7x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0])
+	default:
+		dotTile8x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0])
+	}
+}
+
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,
 // each row prefetched pfd bytes past the codes it reads.
 func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[4]float32) bool {

@@ -393,6 +393,16 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 			}
 		}
 	}
+	if n > fp8RegisterMaxRows && n <= fp8ThreeRowMaxRows && l == levelAVX512 && in > 0 && w.finite && fp8InRegister(w, l, j0, j1) {
+		// A batch of five to eight rows: the codes of each group of three
+		// weight rows are decoded in registers once for all the rows; the
+		// rows left over (fewer than three) go on below.
+		for ; j0+3 <= j1; j0 += 3 {
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				threeTileFP8(dst, x, n, w, j0, k0)
+			}
+		}
+	}
 	if n > 1 && n <= fp8DecodedMaxRows && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// Groups of four weight rows decoded once per reduction block into
 		// an L1 scratch that every activation row reads; the rows left
@@ -648,6 +658,32 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 		return
 	}
 	addTileFP8(dst, x, w, tile[:], 4, n, jt, 4, k0, kv)
+}
+
+// fp8ThreeRowMaxRows is the most activation rows threeTileFP8 takes: eight
+// rows by three weight rows fill 24 of AVX-512's 32 registers with
+// accumulators, leaving three for the decoded codes, three for the scales,
+// one for an activation vector and one for the decoding's mask.
+const fp8ThreeRowMaxRows = 8
+
+// threeTileFP8 is fewTileFP8 for n (fp8RegisterMaxRows < n ≤
+// fp8ThreeRowMaxRows) activation rows and the three weight rows [jt, jt+3)
+// of an FP8 matrix whose codes hold no NaN code (Matrix.finite) on AVX-512:
+// each weight's code is decoded once for all n rows, where the decoded
+// path decodes it into a scratch the f32 tiles then read and two passes of
+// the four-row tile would decode it twice. Each output keeps gemmTile's
+// per-element arithmetic on the dequantized rows.
+func threeTileFP8(dst, x []float32, n int, w *Matrix, jt, k0 int) {
+	in := w.Cols
+	k1 := min(k0+gemmKC, in)
+	const lanes = 16
+	kv := (k1 - k0) &^ (lanes - 1)
+	var sc [3]*float32
+	first := fp8TileScales(w, sc[:], jt, k0, lanes)
+	var tile [32]float32
+	codes := w.FP8[jt*in+k0:]
+	dotTileFP8Rows3(n, &x[k0], in, &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 3, k0, fp8FewPrefetch), &tile)
+	addTileFP8(dst, x, w, tile[:], 4, n, jt, 3, k0, kv)
 }
 
 // fp8TileScales points sc[c] at the scale of row jt+c's block that holds
