@@ -3073,9 +3073,9 @@ func fp8ProductProbeVectors(lanes, rows int) int {
 // Z24–Z26, scales Z27–Z29, the activation vector Z30, the mask Z31.
 func fp8Tile3W512(m int) {
 	name := fmt.Sprintf("dotTile%dx3FP8AVX512", m)
-	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)")
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements.", name, m))
+	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).", name, m))
 	acc := func(i, j int) VecPhysical { return zmm[3*i+j] }
 	tv := func(j int) VecPhysical { return zmm[24+j] }
 	sv := func(j int) VecPhysical { return zmm[27+j] }
@@ -3170,10 +3170,29 @@ func fp8Tile3W512(m int) {
 	JNZ(LabelRef(name + "_block"))
 	Label(name + "_reduce")
 	out := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	add := Load(Param("add"), GP64())
+	MOVL(U32(7), tmp.As32())
+	KMOVW(tmp.As32(), K1) // lanes 0–2: the three weight rows
 	for i := range m {
-		// The fourth lane sums a scratch register and is not read.
+		// The fourth lane sums a scratch register and is never stored.
 		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), tv(0)}, tv(1), tv(2))
-		VMOVUPS(xmm[3*i], Mem{Base: out, Disp: 16 * i})
+	}
+	TESTQ(add, add)
+	JZ(LabelRef(name + "_store"))
+	for i := range m {
+		VMOVUPS_Z(Mem{Base: out}, K1, xmm[25])
+		VADDPS(xmm[25], xmm[3*i], xmm[3*i])
+		VMOVUPS(xmm[3*i], K1, Mem{Base: out})
+		ADDQ(ldo, out)
+	}
+	VZEROUPPER()
+	RET()
+	Label(name + "_store")
+	for i := range m {
+		VMOVUPS(xmm[3*i], K1, Mem{Base: out})
+		ADDQ(ldo, out)
 	}
 	VZEROUPPER()
 	RET()

@@ -14397,9 +14397,9 @@ dotTile4x4FP8AVX512_nan:
 	VZEROUPPER
 	RET
 
-// func dotTile5x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)
+// func dotTile5x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile5x3FP8AVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile5x3FP8AVX512(SB), NOSPLIT, $0-88
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -14510,6 +14510,11 @@ dotTile5x3FP8AVX512_next:
 
 dotTile5x3FP8AVX512_reduce:
 	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	MOVL          $0x00000007, R12
+	KMOVW         R12, K1
 	VEXTRACTF64X4 $0x01, Z0, Y25
 	VADDPS        Y25, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y25
@@ -14529,7 +14534,6 @@ dotTile5x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y0
 	VEXTRACTF32X4 $0x01, Y0, X25
 	VADDPS        X25, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z3, Y25
 	VADDPS        Y25, Y3, Y3
 	VEXTRACTF64X4 $0x01, Z4, Y25
@@ -14549,7 +14553,6 @@ dotTile5x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y3
 	VEXTRACTF32X4 $0x01, Y3, X25
 	VADDPS        X25, X3, X3
-	VMOVUPS       X3, 16(AX)
 	VEXTRACTF64X4 $0x01, Z6, Y25
 	VADDPS        Y25, Y6, Y6
 	VEXTRACTF64X4 $0x01, Z7, Y25
@@ -14569,7 +14572,6 @@ dotTile5x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y6
 	VEXTRACTF32X4 $0x01, Y6, X25
 	VADDPS        X25, X6, X6
-	VMOVUPS       X6, 32(AX)
 	VEXTRACTF64X4 $0x01, Z9, Y25
 	VADDPS        Y25, Y9, Y9
 	VEXTRACTF64X4 $0x01, Z10, Y25
@@ -14589,7 +14591,6 @@ dotTile5x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y9
 	VEXTRACTF32X4 $0x01, Y9, X25
 	VADDPS        X25, X9, X9
-	VMOVUPS       X9, 48(AX)
 	VEXTRACTF64X4 $0x01, Z12, Y25
 	VADDPS        Y25, Y12, Y12
 	VEXTRACTF64X4 $0x01, Z13, Y25
@@ -14609,13 +14610,48 @@ dotTile5x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y12
 	VEXTRACTF32X4 $0x01, Y12, X25
 	VADDPS        X25, X12, X12
-	VMOVUPS       X12, 64(AX)
+	TESTQ         DX, DX
+	JZ            dotTile5x3FP8AVX512_store
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X0, X0
+	VMOVUPS       X0, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X3, X3
+	VMOVUPS       X3, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X6, X6
+	VMOVUPS       X6, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X9, X9
+	VMOVUPS       X9, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X12, X12
+	VMOVUPS       X12, K1, (AX)
+	ADDQ          CX, AX
 	VZEROUPPER
 	RET
 
-// func dotTile6x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)
+dotTile5x3FP8AVX512_store:
+	VMOVUPS X0, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X3, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X6, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X9, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X12, K1, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile6x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile6x3FP8AVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile6x3FP8AVX512(SB), NOSPLIT, $0-88
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -14733,6 +14769,11 @@ dotTile6x3FP8AVX512_next:
 
 dotTile6x3FP8AVX512_reduce:
 	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	MOVL          $0x00000007, R12
+	KMOVW         R12, K1
 	VEXTRACTF64X4 $0x01, Z0, Y25
 	VADDPS        Y25, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y25
@@ -14752,7 +14793,6 @@ dotTile6x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y0
 	VEXTRACTF32X4 $0x01, Y0, X25
 	VADDPS        X25, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z3, Y25
 	VADDPS        Y25, Y3, Y3
 	VEXTRACTF64X4 $0x01, Z4, Y25
@@ -14772,7 +14812,6 @@ dotTile6x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y3
 	VEXTRACTF32X4 $0x01, Y3, X25
 	VADDPS        X25, X3, X3
-	VMOVUPS       X3, 16(AX)
 	VEXTRACTF64X4 $0x01, Z6, Y25
 	VADDPS        Y25, Y6, Y6
 	VEXTRACTF64X4 $0x01, Z7, Y25
@@ -14792,7 +14831,6 @@ dotTile6x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y6
 	VEXTRACTF32X4 $0x01, Y6, X25
 	VADDPS        X25, X6, X6
-	VMOVUPS       X6, 32(AX)
 	VEXTRACTF64X4 $0x01, Z9, Y25
 	VADDPS        Y25, Y9, Y9
 	VEXTRACTF64X4 $0x01, Z10, Y25
@@ -14812,7 +14850,6 @@ dotTile6x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y9
 	VEXTRACTF32X4 $0x01, Y9, X25
 	VADDPS        X25, X9, X9
-	VMOVUPS       X9, 48(AX)
 	VEXTRACTF64X4 $0x01, Z12, Y25
 	VADDPS        Y25, Y12, Y12
 	VEXTRACTF64X4 $0x01, Z13, Y25
@@ -14832,7 +14869,6 @@ dotTile6x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y12
 	VEXTRACTF32X4 $0x01, Y12, X25
 	VADDPS        X25, X12, X12
-	VMOVUPS       X12, 64(AX)
 	VEXTRACTF64X4 $0x01, Z15, Y25
 	VADDPS        Y25, Y15, Y15
 	VEXTRACTF64X4 $0x01, Z16, Y25
@@ -14852,13 +14888,54 @@ dotTile6x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y15
 	VEXTRACTF32X4 $0x01, Y15, X25
 	VADDPS        X25, X15, X15
-	VMOVUPS       X15, 80(AX)
+	TESTQ         DX, DX
+	JZ            dotTile6x3FP8AVX512_store
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X0, X0
+	VMOVUPS       X0, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X3, X3
+	VMOVUPS       X3, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X6, X6
+	VMOVUPS       X6, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X9, X9
+	VMOVUPS       X9, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X12, X12
+	VMOVUPS       X12, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X15, X15
+	VMOVUPS       X15, K1, (AX)
+	ADDQ          CX, AX
 	VZEROUPPER
 	RET
 
-// func dotTile7x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)
+dotTile6x3FP8AVX512_store:
+	VMOVUPS X0, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X3, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X6, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X9, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X12, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X15, K1, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile7x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile7x3FP8AVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile7x3FP8AVX512(SB), NOSPLIT, $0-88
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -14983,6 +15060,11 @@ dotTile7x3FP8AVX512_next:
 
 dotTile7x3FP8AVX512_reduce:
 	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	MOVL          $0x00000007, R12
+	KMOVW         R12, K1
 	VEXTRACTF64X4 $0x01, Z0, Y25
 	VADDPS        Y25, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y25
@@ -15002,7 +15084,6 @@ dotTile7x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y0
 	VEXTRACTF32X4 $0x01, Y0, X25
 	VADDPS        X25, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z3, Y25
 	VADDPS        Y25, Y3, Y3
 	VEXTRACTF64X4 $0x01, Z4, Y25
@@ -15022,7 +15103,6 @@ dotTile7x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y3
 	VEXTRACTF32X4 $0x01, Y3, X25
 	VADDPS        X25, X3, X3
-	VMOVUPS       X3, 16(AX)
 	VEXTRACTF64X4 $0x01, Z6, Y25
 	VADDPS        Y25, Y6, Y6
 	VEXTRACTF64X4 $0x01, Z7, Y25
@@ -15042,7 +15122,6 @@ dotTile7x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y6
 	VEXTRACTF32X4 $0x01, Y6, X25
 	VADDPS        X25, X6, X6
-	VMOVUPS       X6, 32(AX)
 	VEXTRACTF64X4 $0x01, Z9, Y25
 	VADDPS        Y25, Y9, Y9
 	VEXTRACTF64X4 $0x01, Z10, Y25
@@ -15062,7 +15141,6 @@ dotTile7x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y9
 	VEXTRACTF32X4 $0x01, Y9, X25
 	VADDPS        X25, X9, X9
-	VMOVUPS       X9, 48(AX)
 	VEXTRACTF64X4 $0x01, Z12, Y25
 	VADDPS        Y25, Y12, Y12
 	VEXTRACTF64X4 $0x01, Z13, Y25
@@ -15082,7 +15160,6 @@ dotTile7x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y12
 	VEXTRACTF32X4 $0x01, Y12, X25
 	VADDPS        X25, X12, X12
-	VMOVUPS       X12, 64(AX)
 	VEXTRACTF64X4 $0x01, Z15, Y25
 	VADDPS        Y25, Y15, Y15
 	VEXTRACTF64X4 $0x01, Z16, Y25
@@ -15102,7 +15179,6 @@ dotTile7x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y15
 	VEXTRACTF32X4 $0x01, Y15, X25
 	VADDPS        X25, X15, X15
-	VMOVUPS       X15, 80(AX)
 	VEXTRACTF64X4 $0x01, Z18, Y25
 	VADDPS        Y25, Y18, Y18
 	VEXTRACTF64X4 $0x01, Z19, Y25
@@ -15122,13 +15198,60 @@ dotTile7x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y18
 	VEXTRACTF32X4 $0x01, Y18, X25
 	VADDPS        X25, X18, X18
-	VMOVUPS       X18, 96(AX)
+	TESTQ         DX, DX
+	JZ            dotTile7x3FP8AVX512_store
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X0, X0
+	VMOVUPS       X0, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X3, X3
+	VMOVUPS       X3, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X6, X6
+	VMOVUPS       X6, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X9, X9
+	VMOVUPS       X9, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X12, X12
+	VMOVUPS       X12, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X15, X15
+	VMOVUPS       X15, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X18, X18
+	VMOVUPS       X18, K1, (AX)
+	ADDQ          CX, AX
 	VZEROUPPER
 	RET
 
-// func dotTile8x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)
+dotTile7x3FP8AVX512_store:
+	VMOVUPS X0, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X3, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X6, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X9, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X12, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X15, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X18, K1, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile8x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile8x3FP8AVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile8x3FP8AVX512(SB), NOSPLIT, $0-88
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -15260,6 +15383,11 @@ dotTile8x3FP8AVX512_next:
 
 dotTile8x3FP8AVX512_reduce:
 	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	MOVL          $0x00000007, R12
+	KMOVW         R12, K1
 	VEXTRACTF64X4 $0x01, Z0, Y25
 	VADDPS        Y25, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y25
@@ -15279,7 +15407,6 @@ dotTile8x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y0
 	VEXTRACTF32X4 $0x01, Y0, X25
 	VADDPS        X25, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z3, Y25
 	VADDPS        Y25, Y3, Y3
 	VEXTRACTF64X4 $0x01, Z4, Y25
@@ -15299,7 +15426,6 @@ dotTile8x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y3
 	VEXTRACTF32X4 $0x01, Y3, X25
 	VADDPS        X25, X3, X3
-	VMOVUPS       X3, 16(AX)
 	VEXTRACTF64X4 $0x01, Z6, Y25
 	VADDPS        Y25, Y6, Y6
 	VEXTRACTF64X4 $0x01, Z7, Y25
@@ -15319,7 +15445,6 @@ dotTile8x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y6
 	VEXTRACTF32X4 $0x01, Y6, X25
 	VADDPS        X25, X6, X6
-	VMOVUPS       X6, 32(AX)
 	VEXTRACTF64X4 $0x01, Z9, Y25
 	VADDPS        Y25, Y9, Y9
 	VEXTRACTF64X4 $0x01, Z10, Y25
@@ -15339,7 +15464,6 @@ dotTile8x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y9
 	VEXTRACTF32X4 $0x01, Y9, X25
 	VADDPS        X25, X9, X9
-	VMOVUPS       X9, 48(AX)
 	VEXTRACTF64X4 $0x01, Z12, Y25
 	VADDPS        Y25, Y12, Y12
 	VEXTRACTF64X4 $0x01, Z13, Y25
@@ -15359,7 +15483,6 @@ dotTile8x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y12
 	VEXTRACTF32X4 $0x01, Y12, X25
 	VADDPS        X25, X12, X12
-	VMOVUPS       X12, 64(AX)
 	VEXTRACTF64X4 $0x01, Z15, Y25
 	VADDPS        Y25, Y15, Y15
 	VEXTRACTF64X4 $0x01, Z16, Y25
@@ -15379,7 +15502,6 @@ dotTile8x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y15
 	VEXTRACTF32X4 $0x01, Y15, X25
 	VADDPS        X25, X15, X15
-	VMOVUPS       X15, 80(AX)
 	VEXTRACTF64X4 $0x01, Z18, Y25
 	VADDPS        Y25, Y18, Y18
 	VEXTRACTF64X4 $0x01, Z19, Y25
@@ -15399,7 +15521,6 @@ dotTile8x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y18
 	VEXTRACTF32X4 $0x01, Y18, X25
 	VADDPS        X25, X18, X18
-	VMOVUPS       X18, 96(AX)
 	VEXTRACTF64X4 $0x01, Z21, Y25
 	VADDPS        Y25, Y21, Y21
 	VEXTRACTF64X4 $0x01, Z22, Y25
@@ -15419,7 +15540,60 @@ dotTile8x3FP8AVX512_reduce:
 	VADDPS        Y26, Y25, Y21
 	VEXTRACTF32X4 $0x01, Y21, X25
 	VADDPS        X25, X21, X21
-	VMOVUPS       X21, 112(AX)
+	TESTQ         DX, DX
+	JZ            dotTile8x3FP8AVX512_store
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X0, X0
+	VMOVUPS       X0, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X3, X3
+	VMOVUPS       X3, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X6, X6
+	VMOVUPS       X6, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X9, X9
+	VMOVUPS       X9, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X12, X12
+	VMOVUPS       X12, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X15, X15
+	VMOVUPS       X15, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X18, X18
+	VMOVUPS       X18, K1, (AX)
+	ADDQ          CX, AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X21, X21
+	VMOVUPS       X21, K1, (AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile8x3FP8AVX512_store:
+	VMOVUPS X0, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X3, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X6, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X9, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X12, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X15, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X18, K1, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X21, K1, (AX)
+	ADDQ    CX, AX
 	VZEROUPPER
 	RET
 

@@ -563,25 +563,25 @@ func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]
 //go:noescape
 func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
 
-// dotTile5x3FP8AVX512 computes 5 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements.
+// dotTile5x3FP8AVX512 computes 5 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //
 //go:noescape
-func dotTile5x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)
+func dotTile5x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
-// dotTile6x3FP8AVX512 computes 6 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements.
+// dotTile6x3FP8AVX512 computes 6 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //
 //go:noescape
-func dotTile6x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)
+func dotTile6x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
-// dotTile7x3FP8AVX512 computes 7 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements.
+// dotTile7x3FP8AVX512 computes 7 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //
 //go:noescape
-func dotTile7x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)
+func dotTile7x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
-// dotTile8x3FP8AVX512 computes 8 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements.
+// dotTile8x3FP8AVX512 computes 8 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //
 //go:noescape
-func dotTile8x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32)
+func dotTile8x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //

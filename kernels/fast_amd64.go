@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 
 	"golang.org/x/sys/cpu"
@@ -231,17 +232,25 @@ func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*f
 
 // dotTileFP8Rows3 runs the AVX-512 tile of m (5 ≤ m ≤ 8) activation rows
 // over three fp8 weight rows whose codes hold no NaN code (see
-// threeTileFP8), prefetching each row pfd bytes past what it reads.
-func dotTileFP8Rows3(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[3]*float32, first, pfd int, out *[32]float32) {
+// threeTileFP8), prefetching each row pfd bytes past what it reads, and
+// stores (add false) or adds its three sums of row i at out[i·ldo:].
+func dotTileFP8Rows3(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[3]*float32, first, pfd int, out []float32, ldo int, add bool) {
+	if len(out) < (m-1)*ldo+3 {
+		panic(fmt.Sprintf("kernels: fp8 tile of %d rows writes %d values at a stride of %d, have %d", m, 3, ldo, len(out)))
+	}
+	a := 0
+	if add {
+		a = 1
+	}
 	switch m {
 	case 5:
-		dotTile5x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0])
+		dotTile5x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0], ldo, a)
 	case 6:
-		dotTile6x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0])
+		dotTile6x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0], ldo, a)
 	case 7:
-		dotTile7x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0])
+		dotTile7x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0], ldo, a)
 	default:
-		dotTile8x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0])
+		dotTile8x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0], ldo, a)
 	}
 }
 

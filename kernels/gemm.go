@@ -672,17 +672,25 @@ const fp8ThreeRowMaxRows = 8
 // each weight's code is decoded once for all n rows, where the decoded
 // path decodes it into a scratch the f32 tiles then read and two passes of
 // the four-row tile would decode it twice. Each output keeps gemmTile's
-// per-element arithmetic on the dequantized rows.
+// per-element arithmetic on the dequantized rows. A block without a scalar
+// tail is stored or added to dst by the tile itself; one with a tail goes
+// through a scratch tile, so that the tail joins the block's sum before the
+// block joins dst, as in gemmTile.
 func threeTileFP8(dst, x []float32, n int, w *Matrix, jt, k0 int) {
-	in := w.Cols
+	in, out := w.Cols, w.Rows
 	k1 := min(k0+gemmKC, in)
 	const lanes = 16
 	kv := (k1 - k0) &^ (lanes - 1)
 	var sc [3]*float32
 	first := fp8TileScales(w, sc[:], jt, k0, lanes)
-	var tile [32]float32
 	codes := w.FP8[jt*in+k0:]
-	dotTileFP8Rows3(n, &x[k0], in, &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 3, k0, fp8FewPrefetch), &tile)
+	pfd := fp8TilePrefetch(w, jt, 3, k0, fp8FewPrefetch)
+	if kv == k1-k0 {
+		dotTileFP8Rows3(n, &x[k0], in, &codes[0], in, kv, &sc, first, pfd, dst[jt:], out, k0 > 0)
+		return
+	}
+	var tile [32]float32
+	dotTileFP8Rows3(n, &x[k0], in, &codes[0], in, kv, &sc, first, pfd, tile[:], 4, false)
 	addTileFP8(dst, x, w, tile[:], 4, n, jt, 3, k0, kv)
 }
 
