@@ -2464,7 +2464,7 @@ func gemvFP8256() {
 
 func fp8GEMVTile(g fp8GEMV) {
 	name := g.name
-	sig := fmt.Sprintf("func(x *float32, w *uint8, ldw int, kn int, sc *[%d]*float32, first int, pfd int, out *float32) int", g.rows)
+	sig := fmt.Sprintf("func(x *float32, w *uint8, ldw int, kn int, sc *[%d]*float32, first int, pfd int, out *float32, add int) int", g.rows)
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
 	nans := " and reports NaN codes."
@@ -2686,14 +2686,25 @@ func fp8GEMVTile(g fp8GEMV) {
 	}
 	Store(res, ReturnIndex(0))
 	out := Load(Param("out"), GP64())
+	add := Load(Param("add"), GP64())
 	if g.evex {
 		reduce4x512([4]int{0, 1, 2, 3})
-		VMOVUPS(X0, Mem{Base: out})
 		reduce4x512([4]int{4, 5, 6, 7})
-		VMOVUPS(X4, Mem{Base: out, Disp: 16})
 	} else {
 		reduce4x256([4]int{0, 1, 2, 3}, X15, false)
-		VMOVUPS(X0, Mem{Base: out})
+	}
+	// add ≠ 0: the sums are added to out (out + sums, as the Go tail
+	// does), else stored.
+	TESTQ(add, add)
+	JZ(LabelRef(name + "_store"))
+	VADDPS(Mem{Base: out}, X0, X0)
+	if g.evex {
+		VADDPS(Mem{Base: out, Disp: 16}, X4, X4)
+	}
+	Label(name + "_store")
+	VMOVUPS(X0, Mem{Base: out})
+	if g.evex {
+		VMOVUPS(X4, Mem{Base: out, Disp: 16})
 	}
 	VZEROUPPER()
 	RET()

@@ -13103,9 +13103,9 @@ decodeE4M3AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32) int
+// func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32, add int) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile1x8FP8AVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         w+8(FP), CX
 	MOVQ         ldw+16(FP), DX
@@ -13272,8 +13272,9 @@ dotTile1x8FP8AVX512_nan:
 	VPCMPEQB      Z17, Z27, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
-	MOVQ          AX, ret+64(FP)
+	MOVQ          AX, ret+72(FP)
 	MOVQ          out+56(FP), AX
+	MOVQ          add+64(FP), CX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -13287,7 +13288,6 @@ dotTile1x8FP8AVX512_nan:
 	VHADDPS       Y2, Y0, Y0
 	VEXTRACTF32X4 $0x01, Y0, X28
 	VADDPS        X28, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z4, Y28
 	VADDPS        Y28, Y4, Y4
 	VEXTRACTF64X4 $0x01, Z5, Y28
@@ -13301,13 +13301,20 @@ dotTile1x8FP8AVX512_nan:
 	VHADDPS       Y6, Y4, Y4
 	VEXTRACTF32X4 $0x01, Y4, X28
 	VADDPS        X28, X4, X4
-	VMOVUPS       X4, 16(AX)
+	TESTQ         CX, CX
+	JZ            dotTile1x8FP8AVX512_store
+	VADDPS        (AX), X0, X0
+	VADDPS        16(AX), X4, X4
+
+dotTile1x8FP8AVX512_store:
+	VMOVUPS X0, (AX)
+	VMOVUPS X4, 16(AX)
 	VZEROUPPER
 	RET
 
-// func dotTile1x8FP8FiniteAVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32) int
+// func dotTile1x8FP8FiniteAVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32, add int) int
 // Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile1x8FP8FiniteAVX512(SB), NOSPLIT, $0-72
+TEXT ·dotTile1x8FP8FiniteAVX512(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         w+8(FP), CX
 	MOVQ         ldw+16(FP), DX
@@ -13450,8 +13457,9 @@ dotTile1x8FP8FiniteAVX512_next:
 
 dotTile1x8FP8FiniteAVX512_nan:
 	XORQ          AX, AX
-	MOVQ          AX, ret+64(FP)
+	MOVQ          AX, ret+72(FP)
 	MOVQ          out+56(FP), AX
+	MOVQ          add+64(FP), CX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -13465,7 +13473,6 @@ dotTile1x8FP8FiniteAVX512_nan:
 	VHADDPS       Y2, Y0, Y0
 	VEXTRACTF32X4 $0x01, Y0, X28
 	VADDPS        X28, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z4, Y28
 	VADDPS        Y28, Y4, Y4
 	VEXTRACTF64X4 $0x01, Z5, Y28
@@ -13479,13 +13486,20 @@ dotTile1x8FP8FiniteAVX512_nan:
 	VHADDPS       Y6, Y4, Y4
 	VEXTRACTF32X4 $0x01, Y4, X28
 	VADDPS        X28, X4, X4
-	VMOVUPS       X4, 16(AX)
+	TESTQ         CX, CX
+	JZ            dotTile1x8FP8FiniteAVX512_store
+	VADDPS        (AX), X0, X0
+	VADDPS        16(AX), X4, X4
+
+dotTile1x8FP8FiniteAVX512_store:
+	VMOVUPS X0, (AX)
+	VMOVUPS X4, 16(AX)
 	VZEROUPPER
 	RET
 
-// func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
+// func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, add int) int
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·dotTile1x4FP8AVX2(SB), NOSPLIT, $0-72
+TEXT ·dotTile1x4FP8AVX2(SB), NOSPLIT, $0-80
 	MOVQ         x+0(FP), AX
 	MOVQ         w+8(FP), CX
 	MOVQ         ldw+16(FP), DX
@@ -13645,14 +13659,20 @@ dotTile1x4FP8AVX2_nan:
 	VPCMPEQB     Y9, Y15, Y15
 	VPOR         Y14, Y15, Y15
 	VPMOVMSKB    Y15, AX
-	MOVQ         AX, ret+64(FP)
+	MOVQ         AX, ret+72(FP)
 	MOVQ         out+56(FP), AX
+	MOVQ         add+64(FP), CX
 	VHADDPS      Y1, Y0, Y0
 	VHADDPS      Y3, Y2, Y2
 	VHADDPS      Y2, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X15
 	VADDPS       X15, X0, X0
-	VMOVUPS      X0, (AX)
+	TESTQ        CX, CX
+	JZ           dotTile1x4FP8AVX2_store
+	VADDPS       (AX), X0, X0
+
+dotTile1x4FP8AVX2_store:
+	VMOVUPS X0, (AX)
 	VZEROUPPER
 	RET
 

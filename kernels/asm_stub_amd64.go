@@ -526,17 +526,17 @@ func decodeE4M3AVX2(dst *float32, src *byte, n int, scale float32)
 // dotTile1x8FP8AVX512 computes one activation row's dot products with 8 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.
 //
 //go:noescape
-func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32) int
+func dotTile1x8FP8AVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32, add int) int
 
 // dotTile1x8FP8FiniteAVX512 computes one activation row's dot products with 8 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements; the codes must hold no NaN code, and it returns 0.
 //
 //go:noescape
-func dotTile1x8FP8FiniteAVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32) int
+func dotTile1x8FP8FiniteAVX512(x *float32, w *uint8, ldw int, kn int, sc *[8]*float32, first int, pfd int, out *float32, add int) int
 
 // dotTile1x4FP8AVX2 computes one activation row's dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 8) elements and reports NaN codes.
 //
 //go:noescape
-func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
+func dotTile1x4FP8AVX2(x *float32, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, add int) int
 
 // decodeFP8RowAVX2 decodes kn (a multiple of 8) fp8 codes of one block-scaled weight row to float32 and reports NaN codes.
 //

@@ -207,13 +207,18 @@ func dotTile1x8BF16(l level, x *float32, w *uint16, ldw, kn int, out *[8]float32
 // (see gemvTileFP8), prefetching each row pfd bytes past what it reads, and
 // reports whether a full 64-byte chunk of codes held a NaN code.
 func dotTile1x8FP8(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first, pfd int, out *[8]float32) bool {
-	return dotTile1x8FP8AVX512(x, w, ldw, kn, sc, first, pfd, &out[0]) != 0
+	return dotTile1x8FP8AVX512(x, w, ldw, kn, sc, first, pfd, &out[0], 0) != 0
 }
 
 // dotTile1x8FP8Finite is dotTile1x8FP8 for codes known to hold no NaN
-// code (Matrix.finite): it does not check them.
-func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first, pfd int, out *[8]float32) {
-	dotTile1x8FP8FiniteAVX512(x, w, ldw, kn, sc, first, pfd, &out[0])
+// code (Matrix.finite): it does not check them, and it stores (add false)
+// or adds its eight sums to out.
+func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first, pfd int, out *[8]float32, add bool) {
+	a := 0
+	if add {
+		a = 1
+	}
+	dotTile1x8FP8FiniteAVX512(x, w, ldw, kn, sc, first, pfd, &out[0], a)
 }
 
 // dotTileFP8Rows runs the AVX-512 tile of m (2 ≤ m ≤ 4) activation rows
@@ -257,7 +262,7 @@ func dotTileFP8Rows3(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[3]*
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,
 // each row prefetched pfd bytes past the codes it reads.
 func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[4]float32) bool {
-	return dotTile1x4FP8AVX2(x, w, ldw, kn, sc, first, pfd, &out[0]) != 0
+	return dotTile1x4FP8AVX2(x, w, ldw, kn, sc, first, pfd, &out[0], 0) != 0
 }
 
 // decodeFP8Row decodes kn (a multiple of vecWidth(l)) codes of one fp8

@@ -76,7 +76,7 @@ func dotTile1x8FP8(*float32, *uint8, int, int, *[8]*float32, int, int, *[8]float
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTile1x8FP8Finite(*float32, *uint8, int, int, *[8]*float32, int, int, *[8]float32) {
+func dotTile1x8FP8Finite(*float32, *uint8, int, int, *[8]*float32, int, int, *[8]float32, bool) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

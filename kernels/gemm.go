@@ -575,9 +575,14 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 	codes := w.FP8[jt*in+k0:]
 	var nan bool
 	switch {
+	case l == levelAVX512 && w.finite && kv == k1-k0:
+		// Codes checked when the matrix was made: no check per product,
+		// and without a scalar tail the tile stores or adds the block's
+		// sums to dst itself.
+		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 8, k0, fp8GEMVPrefetch), (*[8]float32)(dst[jt:jt+8]), k0 > 0)
+		return
 	case l == levelAVX512 && w.finite:
-		// Codes checked when the matrix was made: no check per product.
-		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 8, k0, fp8GEMVPrefetch), &tile)
+		dotTile1x8FP8Finite(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 8, k0, fp8GEMVPrefetch), &tile, false)
 	case l == levelAVX512:
 		nan = dotTile1x8FP8(&x[k0], &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 8, k0, fp8GEMVPrefetch), &tile)
 	default:
