@@ -93,7 +93,8 @@ func main() {
 	decodeFP8Row(8)
 	decodeFP8Row(16)
 	for m := 2; m <= 4; m++ {
-		fp8Tile512(m)
+		fp8Tile512(m, false)
+		fp8Tile512(m, true)
 	}
 	for m := 5; m <= 8; m++ {
 		fp8Tile3W512(m)
@@ -2721,11 +2722,16 @@ func fp8GEMVTile(g fp8GEMV) {
 // the dequantized rows (same accumulator, same reduce4x512). NaN codes are
 // reported as dotTile1x8FP8AVX512 reports them (every full 64-byte chunk
 // checked; the caller checks the rest).
-func fp8Tile512(m int) {
+func fp8Tile512(m int, finite bool) {
 	name := fmt.Sprintf("dotTile%dx4FP8AVX512", m)
-	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int")
+	doc := fmt.Sprintf("%s computes %d activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements, stores (add 0) or adds them to out (row i at out + i·ldo floats) and reports NaN codes.", name, m)
+	if finite {
+		name = fmt.Sprintf("dotTile%dx4FP8FiniteAVX512", m)
+		doc = fmt.Sprintf("%s is dotTile%dx4FP8AVX512 for codes holding no NaN code: it does not check them.", name, m)
+	}
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.", name, m))
+	Doc(doc)
 	acc := func(i, j int) VecPhysical { return zmm[4*i+j] }
 	sv := func(j int) VecPhysical { return zmm[16+j] }
 	tv := func(j int) VecPhysical { return zmm[20+j] }
@@ -2770,8 +2776,10 @@ func fp8Tile512(m int) {
 			VPXORD(acc(i, j), acc(i, j), acc(i, j))
 		}
 	}
-	VPXORD(nanU, nanU, nanU)
-	VPXORD(nanS, nanS, nanS)
+	if !finite {
+		VPXORD(nanU, nanU, nanU)
+		VPXORD(nanS, nanS, nanS)
+	}
 	tmp := GP64()
 	MOVL(U32(0x87F00000), tmp.As32())
 	VPBROADCASTD(tmp.As32(), mask)
@@ -2817,9 +2825,11 @@ func fp8Tile512(m int) {
 	// prefetch each row's next lines.
 	TESTQ(U32(63), off)
 	JNZ(LabelRef(name + "_next"))
-	for j := range 4 {
-		VPMAXUB(row(j, -64), nanU, nanU)
-		VPMAXSB(row(j, -64), nanS, nanS)
+	if !finite {
+		for j := range 4 {
+			VPMAXUB(row(j, -64), nanU, nanU)
+			VPMAXSB(row(j, -64), nanS, nanS)
+		}
 	}
 	// Each row's line pfd bytes past the one just read: rows 0, 1, 2 from
 	// row 0's base moved by pfd, row 3 from its own.
@@ -2837,18 +2847,39 @@ func fp8Tile512(m int) {
 	JNZ(LabelRef(name + "_block"))
 	Label(name + "_nan")
 	res := GP64()
-	VPTERNLOGD(U8(0xFF), tv(0), tv(0), tv(0))
-	VPCMPEQB(tv(0), nanU, K1)
-	MOVL(U32(0x7F7F7F7F), tmp.As32())
-	VPBROADCASTD(tmp.As32(), tv(1))
-	VPCMPEQB(tv(1), nanS, K2)
-	KORQ(K1, K2, K1)
-	KMOVQ(K1, res)
+	if finite {
+		XORQ(res, res)
+	} else {
+		VPTERNLOGD(U8(0xFF), tv(0), tv(0), tv(0))
+		VPCMPEQB(tv(0), nanU, K1)
+		MOVL(U32(0x7F7F7F7F), tmp.As32())
+		VPBROADCASTD(tmp.As32(), tv(1))
+		VPCMPEQB(tv(1), nanS, K2)
+		KORQ(K1, K2, K1)
+		KMOVQ(K1, res)
+	}
 	Store(res, ReturnIndex(0))
 	out := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	add := Load(Param("add"), GP64())
 	for i := range m {
 		reduce4x512([4]int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3})
-		VMOVUPS(xmm[4*i], Mem{Base: out, Disp: 16 * i})
+	}
+	// add ≠ 0: out + sums, as the Go tail adds them; else the sums.
+	TESTQ(add, add)
+	JZ(LabelRef(name + "_store"))
+	for i := range m {
+		VADDPS(Mem{Base: out}, xmm[4*i], xmm[4*i])
+		VMOVUPS(xmm[4*i], Mem{Base: out})
+		ADDQ(ldo, out)
+	}
+	VZEROUPPER()
+	RET()
+	Label(name + "_store")
+	for i := range m {
+		VMOVUPS(xmm[4*i], Mem{Base: out})
+		ADDQ(ldo, out)
 	}
 	VZEROUPPER()
 	RET()

@@ -13880,9 +13880,9 @@ decodeFP8RowAVX512_check:
 	VZEROUPPER
 	RET
 
-// func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
+// func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile2x4FP8AVX512(SB), NOSPLIT, $0-80
+TEXT ·dotTile2x4FP8AVX512(SB), NOSPLIT, $0-96
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -14003,8 +14003,11 @@ dotTile2x4FP8AVX512_nan:
 	VPCMPEQB      Z21, Z30, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
-	MOVQ          AX, ret+72(FP)
+	MOVQ          AX, ret+88(FP)
 	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -14018,7 +14021,6 @@ dotTile2x4FP8AVX512_nan:
 	VHADDPS       Y2, Y0, Y0
 	VEXTRACTF32X4 $0x01, Y0, X28
 	VADDPS        X28, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z4, Y28
 	VADDPS        Y28, Y4, Y4
 	VEXTRACTF64X4 $0x01, Z5, Y28
@@ -14032,13 +14034,185 @@ dotTile2x4FP8AVX512_nan:
 	VHADDPS       Y6, Y4, Y4
 	VEXTRACTF32X4 $0x01, Y4, X28
 	VADDPS        X28, X4, X4
-	VMOVUPS       X4, 16(AX)
+	TESTQ         DX, DX
+	JZ            dotTile2x4FP8AVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
 	VZEROUPPER
 	RET
 
-// func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
+dotTile2x4FP8AVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile2x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile2x4FP8FiniteAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	MOVQ         w+16(FP), BX
+	MOVQ         ldw+24(FP), SI
+	LEAQ         (BX)(SI*2), DI
+	ADDQ         SI, DI
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
+	JZ           dotTile2x4FP8FiniteAVX512_nan
+	XORQ         R13, R13
+
+dotTile2x4FP8FiniteAVX512_block:
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
+	VMULPS       Z20, Z16, Z16
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
+	VMULPS       Z20, Z17, Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
+	VMULPS       Z20, Z18, Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
+	VMULPS       Z20, Z19, Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
+
+dotTile2x4FP8FiniteAVX512_step:
+	VMOVUPS     (AX), Z24
+	VMOVUPS     (AX)(CX*1), Z25
+	VPMOVSXBD   (BX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z28, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z24, Z0
+	VFMADD231PS Z20, Z25, Z4
+	VPMOVSXBD   (BX)(SI*1), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z28, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z1
+	VFMADD231PS Z21, Z25, Z5
+	VPMOVSXBD   (BX)(SI*2), Z22
+	VPSLLD      $0x14, Z22, Z22
+	VPANDD      Z28, Z22, Z22
+	VMULPS      Z18, Z22, Z22
+	VFMADD231PS Z22, Z24, Z2
+	VFMADD231PS Z22, Z25, Z6
+	VPMOVSXBD   (DI), Z23
+	VPSLLD      $0x14, Z23, Z23
+	VPANDD      Z28, Z23, Z23
+	VMULPS      Z19, Z23, Z23
+	VFMADD231PS Z23, Z24, Z3
+	VFMADD231PS Z23, Z25, Z7
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x10, BX
+	ADDQ        $0x10, DI
+	ADDQ        $0x10, R13
+	TESTQ       $0x0000003f, R13
+	JNZ         dotTile2x4FP8FiniteAVX512_next
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(SI*1)
+	PREFETCHT1  (R12)(SI*2)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT1  (R12)
+
+dotTile2x4FP8FiniteAVX512_next:
+	DECQ  R11
+	JNZ   dotTile2x4FP8FiniteAVX512_step
+	MOVQ  $0x00000008, R11
+	TESTQ R9, R9
+	JNZ   dotTile2x4FP8FiniteAVX512_block
+
+dotTile2x4FP8FiniteAVX512_nan:
+	XORQ          AX, AX
+	MOVQ          AX, ret+88(FP)
+	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	TESTQ         DX, DX
+	JZ            dotTile2x4FP8FiniteAVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile2x4FP8FiniteAVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile3x4FP8AVX512(SB), NOSPLIT, $0-80
+TEXT ·dotTile3x4FP8AVX512(SB), NOSPLIT, $0-96
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -14168,8 +14342,11 @@ dotTile3x4FP8AVX512_nan:
 	VPCMPEQB      Z21, Z30, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
-	MOVQ          AX, ret+72(FP)
+	MOVQ          AX, ret+88(FP)
 	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -14183,7 +14360,6 @@ dotTile3x4FP8AVX512_nan:
 	VHADDPS       Y2, Y0, Y0
 	VEXTRACTF32X4 $0x01, Y0, X28
 	VADDPS        X28, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z4, Y28
 	VADDPS        Y28, Y4, Y4
 	VEXTRACTF64X4 $0x01, Z5, Y28
@@ -14197,7 +14373,6 @@ dotTile3x4FP8AVX512_nan:
 	VHADDPS       Y6, Y4, Y4
 	VEXTRACTF32X4 $0x01, Y4, X28
 	VADDPS        X28, X4, X4
-	VMOVUPS       X4, 16(AX)
 	VEXTRACTF64X4 $0x01, Z8, Y28
 	VADDPS        Y28, Y8, Y8
 	VEXTRACTF64X4 $0x01, Z9, Y28
@@ -14211,13 +14386,217 @@ dotTile3x4FP8AVX512_nan:
 	VHADDPS       Y10, Y8, Y8
 	VEXTRACTF32X4 $0x01, Y8, X28
 	VADDPS        X28, X8, X8
-	VMOVUPS       X8, 32(AX)
+	TESTQ         DX, DX
+	JZ            dotTile3x4FP8AVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VMOVUPS       X8, (AX)
+	ADDQ          CX, AX
 	VZEROUPPER
 	RET
 
-// func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
+dotTile3x4FP8AVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile3x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile3x4FP8FiniteAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	MOVQ         w+16(FP), BX
+	MOVQ         ldw+24(FP), SI
+	LEAQ         (BX)(SI*2), DI
+	ADDQ         SI, DI
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
+	JZ           dotTile3x4FP8FiniteAVX512_nan
+	XORQ         R13, R13
+
+dotTile3x4FP8FiniteAVX512_block:
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
+	VMULPS       Z20, Z16, Z16
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
+	VMULPS       Z20, Z17, Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
+	VMULPS       Z20, Z18, Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
+	VMULPS       Z20, Z19, Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
+
+dotTile3x4FP8FiniteAVX512_step:
+	VMOVUPS     (AX), Z24
+	VMOVUPS     (AX)(CX*1), Z25
+	VMOVUPS     (AX)(CX*2), Z26
+	VPMOVSXBD   (BX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z28, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z24, Z0
+	VFMADD231PS Z20, Z25, Z4
+	VFMADD231PS Z20, Z26, Z8
+	VPMOVSXBD   (BX)(SI*1), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z28, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z1
+	VFMADD231PS Z21, Z25, Z5
+	VFMADD231PS Z21, Z26, Z9
+	VPMOVSXBD   (BX)(SI*2), Z22
+	VPSLLD      $0x14, Z22, Z22
+	VPANDD      Z28, Z22, Z22
+	VMULPS      Z18, Z22, Z22
+	VFMADD231PS Z22, Z24, Z2
+	VFMADD231PS Z22, Z25, Z6
+	VFMADD231PS Z22, Z26, Z10
+	VPMOVSXBD   (DI), Z23
+	VPSLLD      $0x14, Z23, Z23
+	VPANDD      Z28, Z23, Z23
+	VMULPS      Z19, Z23, Z23
+	VFMADD231PS Z23, Z24, Z3
+	VFMADD231PS Z23, Z25, Z7
+	VFMADD231PS Z23, Z26, Z11
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x10, BX
+	ADDQ        $0x10, DI
+	ADDQ        $0x10, R13
+	TESTQ       $0x0000003f, R13
+	JNZ         dotTile3x4FP8FiniteAVX512_next
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(SI*1)
+	PREFETCHT1  (R12)(SI*2)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT1  (R12)
+
+dotTile3x4FP8FiniteAVX512_next:
+	DECQ  R11
+	JNZ   dotTile3x4FP8FiniteAVX512_step
+	MOVQ  $0x00000008, R11
+	TESTQ R9, R9
+	JNZ   dotTile3x4FP8FiniteAVX512_block
+
+dotTile3x4FP8FiniteAVX512_nan:
+	XORQ          AX, AX
+	MOVQ          AX, ret+88(FP)
+	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VEXTRACTF64X4 $0x01, Z8, Y28
+	VADDPS        Y28, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y28
+	VADDPS        Y28, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y28
+	VADDPS        Y28, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y28
+	VADDPS        Y28, Y11, Y11
+	VHADDPS       Y9, Y8, Y8
+	VHADDPS       Y11, Y10, Y10
+	VHADDPS       Y10, Y8, Y8
+	VEXTRACTF32X4 $0x01, Y8, X28
+	VADDPS        X28, X8, X8
+	TESTQ         DX, DX
+	JZ            dotTile3x4FP8FiniteAVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VMOVUPS       X8, (AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile3x4FP8FiniteAVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
-TEXT ·dotTile4x4FP8AVX512(SB), NOSPLIT, $0-80
+TEXT ·dotTile4x4FP8AVX512(SB), NOSPLIT, $0-96
 	MOVQ         x+0(FP), AX
 	MOVQ         ldx+8(FP), CX
 	SHLQ         $0x02, CX
@@ -14356,8 +14735,11 @@ dotTile4x4FP8AVX512_nan:
 	VPCMPEQB      Z21, Z30, K2
 	KORQ          K1, K2, K1
 	KMOVQ         K1, AX
-	MOVQ          AX, ret+72(FP)
+	MOVQ          AX, ret+88(FP)
 	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -14371,7 +14753,6 @@ dotTile4x4FP8AVX512_nan:
 	VHADDPS       Y2, Y0, Y0
 	VEXTRACTF32X4 $0x01, Y0, X28
 	VADDPS        X28, X0, X0
-	VMOVUPS       X0, (AX)
 	VEXTRACTF64X4 $0x01, Z4, Y28
 	VADDPS        Y28, Y4, Y4
 	VEXTRACTF64X4 $0x01, Z5, Y28
@@ -14385,7 +14766,6 @@ dotTile4x4FP8AVX512_nan:
 	VHADDPS       Y6, Y4, Y4
 	VEXTRACTF32X4 $0x01, Y4, X28
 	VADDPS        X28, X4, X4
-	VMOVUPS       X4, 16(AX)
 	VEXTRACTF64X4 $0x01, Z8, Y28
 	VADDPS        Y28, Y8, Y8
 	VEXTRACTF64X4 $0x01, Z9, Y28
@@ -14399,7 +14779,6 @@ dotTile4x4FP8AVX512_nan:
 	VHADDPS       Y10, Y8, Y8
 	VEXTRACTF32X4 $0x01, Y8, X28
 	VADDPS        X28, X8, X8
-	VMOVUPS       X8, 32(AX)
 	VEXTRACTF64X4 $0x01, Z12, Y28
 	VADDPS        Y28, Y12, Y12
 	VEXTRACTF64X4 $0x01, Z13, Y28
@@ -14413,7 +14792,243 @@ dotTile4x4FP8AVX512_nan:
 	VHADDPS       Y14, Y12, Y12
 	VEXTRACTF32X4 $0x01, Y12, X28
 	VADDPS        X28, X12, X12
-	VMOVUPS       X12, 48(AX)
+	TESTQ         DX, DX
+	JZ            dotTile4x4FP8AVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VMOVUPS       X8, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X12, X12
+	VMOVUPS       X12, (AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile4x4FP8AVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X12, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile4x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile4x4FP8FiniteAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	MOVQ         w+16(FP), BX
+	MOVQ         ldw+24(FP), SI
+	LEAQ         (BX)(SI*2), DI
+	ADDQ         SI, DI
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
+	JZ           dotTile4x4FP8FiniteAVX512_nan
+	XORQ         R13, R13
+
+dotTile4x4FP8FiniteAVX512_block:
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
+	VMULPS       Z20, Z16, Z16
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
+	VMULPS       Z20, Z17, Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
+	VMULPS       Z20, Z18, Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
+	VMULPS       Z20, Z19, Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
+
+dotTile4x4FP8FiniteAVX512_step:
+	VMOVUPS     (AX), Z24
+	VMOVUPS     (AX)(CX*1), Z25
+	VMOVUPS     (AX)(CX*2), Z26
+	VMOVUPS     (DX), Z27
+	VPMOVSXBD   (BX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z28, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z24, Z0
+	VFMADD231PS Z20, Z25, Z4
+	VFMADD231PS Z20, Z26, Z8
+	VFMADD231PS Z20, Z27, Z12
+	VPMOVSXBD   (BX)(SI*1), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z28, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z1
+	VFMADD231PS Z21, Z25, Z5
+	VFMADD231PS Z21, Z26, Z9
+	VFMADD231PS Z21, Z27, Z13
+	VPMOVSXBD   (BX)(SI*2), Z22
+	VPSLLD      $0x14, Z22, Z22
+	VPANDD      Z28, Z22, Z22
+	VMULPS      Z18, Z22, Z22
+	VFMADD231PS Z22, Z24, Z2
+	VFMADD231PS Z22, Z25, Z6
+	VFMADD231PS Z22, Z26, Z10
+	VFMADD231PS Z22, Z27, Z14
+	VPMOVSXBD   (DI), Z23
+	VPSLLD      $0x14, Z23, Z23
+	VPANDD      Z28, Z23, Z23
+	VMULPS      Z19, Z23, Z23
+	VFMADD231PS Z23, Z24, Z3
+	VFMADD231PS Z23, Z25, Z7
+	VFMADD231PS Z23, Z26, Z11
+	VFMADD231PS Z23, Z27, Z15
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x10, BX
+	ADDQ        $0x10, DI
+	ADDQ        $0x10, R13
+	TESTQ       $0x0000003f, R13
+	JNZ         dotTile4x4FP8FiniteAVX512_next
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(SI*1)
+	PREFETCHT1  (R12)(SI*2)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT1  (R12)
+
+dotTile4x4FP8FiniteAVX512_next:
+	DECQ  R11
+	JNZ   dotTile4x4FP8FiniteAVX512_step
+	MOVQ  $0x00000008, R11
+	TESTQ R9, R9
+	JNZ   dotTile4x4FP8FiniteAVX512_block
+
+dotTile4x4FP8FiniteAVX512_nan:
+	XORQ          AX, AX
+	MOVQ          AX, ret+88(FP)
+	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VEXTRACTF64X4 $0x01, Z8, Y28
+	VADDPS        Y28, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y28
+	VADDPS        Y28, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y28
+	VADDPS        Y28, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y28
+	VADDPS        Y28, Y11, Y11
+	VHADDPS       Y9, Y8, Y8
+	VHADDPS       Y11, Y10, Y10
+	VHADDPS       Y10, Y8, Y8
+	VEXTRACTF32X4 $0x01, Y8, X28
+	VADDPS        X28, X8, X8
+	VEXTRACTF64X4 $0x01, Z12, Y28
+	VADDPS        Y28, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y28
+	VADDPS        Y28, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y28
+	VADDPS        Y28, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z15, Y28
+	VADDPS        Y28, Y15, Y15
+	VHADDPS       Y13, Y12, Y12
+	VHADDPS       Y15, Y14, Y14
+	VHADDPS       Y14, Y12, Y12
+	VEXTRACTF32X4 $0x01, Y12, X28
+	VADDPS        X28, X12, X12
+	TESTQ         DX, DX
+	JZ            dotTile4x4FP8FiniteAVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VMOVUPS       X8, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X12, X12
+	VMOVUPS       X12, (AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile4x4FP8FiniteAVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X12, (AX)
+	ADDQ    CX, AX
 	VZEROUPPER
 	RET
 

@@ -548,20 +548,35 @@ func decodeFP8RowAVX2(dst *float32, w *uint8, kn int, sc *float32, first int, pf
 //go:noescape
 func decodeFP8RowAVX512(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int
 
-// dotTile2x4FP8AVX512 computes 2 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.
+// dotTile2x4FP8AVX512 computes 2 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements, stores (add 0) or adds them to out (row i at out + i·ldo floats) and reports NaN codes.
 //
 //go:noescape
-func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
+func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 
-// dotTile3x4FP8AVX512 computes 3 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.
+// dotTile2x4FP8FiniteAVX512 is dotTile2x4FP8AVX512 for codes holding no NaN code: it does not check them.
 //
 //go:noescape
-func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
+func dotTile2x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 
-// dotTile4x4FP8AVX512 computes 4 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements and reports NaN codes.
+// dotTile3x4FP8AVX512 computes 3 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements, stores (add 0) or adds them to out (row i at out + i·ldo floats) and reports NaN codes.
 //
 //go:noescape
-func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32) int
+func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+
+// dotTile3x4FP8FiniteAVX512 is dotTile3x4FP8AVX512 for codes holding no NaN code: it does not check them.
+//
+//go:noescape
+func dotTile3x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+
+// dotTile4x4FP8AVX512 computes 4 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements, stores (add 0) or adds them to out (row i at out + i·ldo floats) and reports NaN codes.
+//
+//go:noescape
+func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+
+// dotTile4x4FP8FiniteAVX512 is dotTile4x4FP8AVX512 for codes holding no NaN code: it does not check them.
+//
+//go:noescape
+func dotTile4x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 
 // dotTile5x3FP8AVX512 computes 5 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //

@@ -223,16 +223,32 @@ func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, fir
 
 // dotTileFP8Rows runs the AVX-512 tile of m (2 ≤ m ≤ 4) activation rows
 // over four fp8 weight rows (see fewTileFP8), prefetching each row pfd
-// bytes past what it reads, and reports whether a full 64-byte chunk of
-// codes held a NaN code.
-func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[16]float32) bool {
-	switch m {
-	case 2:
-		return dotTile2x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0]) != 0
-	case 3:
-		return dotTile3x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0]) != 0
+// bytes past what it reads, stores (add false) or adds its four sums of row
+// i at out[i·ldo:], and reports whether a full 64-byte chunk of codes held
+// a NaN code; with finite (codes checked when the matrix was made) it does
+// not check them.
+func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out []float32, ldo int, add, finite bool) bool {
+	if len(out) < (m-1)*ldo+4 {
+		panic(fmt.Sprintf("kernels: fp8 tile of %d rows writes %d values at a stride of %d, have %d", m, 4, ldo, len(out)))
 	}
-	return dotTile4x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0]) != 0
+	a := 0
+	if add {
+		a = 1
+	}
+	o := &out[0]
+	switch {
+	case m == 2 && finite:
+		return dotTile2x4FP8FiniteAVX512(x, ldx, w, ldw, kn, sc, first, pfd, o, ldo, a) != 0
+	case m == 2:
+		return dotTile2x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, o, ldo, a) != 0
+	case m == 3 && finite:
+		return dotTile3x4FP8FiniteAVX512(x, ldx, w, ldw, kn, sc, first, pfd, o, ldo, a) != 0
+	case m == 3:
+		return dotTile3x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, o, ldo, a) != 0
+	case finite:
+		return dotTile4x4FP8FiniteAVX512(x, ldx, w, ldw, kn, sc, first, pfd, o, ldo, a) != 0
+	}
+	return dotTile4x4FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, o, ldo, a) != 0
 }
 
 // dotTileFP8Rows3 runs the AVX-512 tile of m (5 ≤ m ≤ 8) activation rows

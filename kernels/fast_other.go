@@ -88,7 +88,7 @@ func dotTileFP8Rows3(int, *float32, int, *uint8, int, int, *[3]*float32, int, in
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTileFP8Rows(int, *float32, int, *uint8, int, int, *[4]*float32, int, int, *[16]float32) bool {
+func dotTileFP8Rows(int, *float32, int, *uint8, int, int, *[4]*float32, int, int, []float32, int, bool, bool) bool {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

@@ -644,7 +644,9 @@ const fp8RegisterMaxRows = 4
 // rows and the four weight rows [jt, jt+4) of an FP8 matrix on AVX-512: the
 // codes are decoded in registers once for all n rows, with gemmTile's
 // per-element arithmetic on the dequantized rows. A tile whose codes hold a
-// NaN code is recomputed through the panel.
+// NaN code is recomputed through the panel. Codes checked when the matrix
+// was made are not checked again, and a block of them without a scalar tail
+// has its sums stored or added to dst by the tile itself.
 func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, jt, k0 int) {
 	in := w.Cols
 	k1 := min(k0+gemmKC, in)
@@ -652,11 +654,18 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 	kv := (k1 - k0) &^ (lanes - 1)
 	var sc [4]*float32
 	first := fp8TileScales(w, sc[:], jt, k0, lanes)
-	var tile [16]float32
 	codes := w.FP8[jt*in+k0:]
-	nan := dotTileFP8Rows(n, &x[k0], in, &codes[0], in, kv, &sc, first, fp8TilePrefetch(w, jt, 4, k0, fp8FewPrefetch), &tile)
+	pfd := fp8TilePrefetch(w, jt, 4, k0, fp8FewPrefetch)
+	if w.finite && kv == k1-k0 {
+		// Codes checked when the matrix was made and no scalar tail: the
+		// tile stores or adds the block's sums to dst itself.
+		dotTileFP8Rows(n, &x[k0], in, &codes[0], in, kv, &sc, first, pfd, dst[jt:], w.Rows, k0 > 0, true)
+		return
+	}
+	var tile [16]float32
+	nan := dotTileFP8Rows(n, &x[k0], in, &codes[0], in, kv, &sc, first, pfd, tile[:], 4, false, w.finite)
 	// The tile checks whole 64-byte chunks; the rest here.
-	nan = nan || nanPastChunks(codes, in, 4, kv, 4*lanes)
+	nan = nan || !w.finite && nanPastChunks(codes, in, 4, kv, 4*lanes)
 	if nan {
 		p := dequantPanel(buf, w, jt, jt+4, k0)
 		gemmTile(dst, x, n, w, &p, levelAVX512, 0, jt, 4, k0)
