@@ -2783,30 +2783,7 @@ func fp8Tile512(m int, finite bool) {
 	tmp := GP64()
 	MOVL(U32(0x87F00000), tmp.As32())
 	VPBROADCASTD(tmp.As32(), mask)
-	loadScales := func() {
-		c := tv(0) // free between steps
-		broadcastConst(float32(math.Ldexp(1, 120)), c)
-		for j := range 4 {
-			MOVQ(Mem{Base: sc, Disp: 8 * j}, tmp)
-			VBROADCASTSS(Mem{Base: tmp}, sv(j))
-			VMULPS(c, sv(j), sv(j))
-			ADDQ(U8(4), tmp)
-			MOVQ(tmp, Mem{Base: sc, Disp: 8 * j})
-		}
-	}
-	steps := GP64()
-	MOVQ(kn, steps)
-	SHRQ(U8(4), steps)
-	JZ(LabelRef(name + "_nan"))
-	cnt, off := GP64(), GP64()
-	XORQ(off, off)
-	Label(name + "_block")
-	loadScales()
-	MOVQ(seg, cnt)
-	CMPQ(steps, cnt)
-	CMOVQLT(steps, cnt)
-	SUBQ(cnt, steps)
-	Label(name + "_step")
+	steps, cnt, off := fp8TileBlocks(name, name+"_nan", kn, seg, sc, tmp, tv(0), []VecPhysical{sv(0), sv(1), sv(2), sv(3)})
 	for i := range m {
 		VMOVUPS(xmem(i), xv(i))
 	}
@@ -2883,6 +2860,38 @@ func fp8Tile512(m int, finite bool) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// fp8TileBlocks emits the entry of an fp8 tile's loop over scale blocks:
+// steps = kn/16 vectors in all (to exit when none), and at label
+// name+"_block" the scales of the weight rows for the block (each
+// *sc[j]·2^120 broadcast into sv[j], sc[j] moved on to the next block's
+// scale; c is scratch) and cnt = min(seg, steps) steps for it (seg: the
+// first block's vectors; the caller sets 128/16 for the later ones),
+// ending at label name+"_step", where the caller's step begins. off is
+// zeroed for the caller's byte count.
+func fp8TileBlocks(name, exit string, kn, seg, sc, tmp Register, c VecPhysical, sv []VecPhysical) (steps, cnt, off Register) {
+	steps = GP64()
+	MOVQ(kn, steps)
+	SHRQ(U8(4), steps)
+	JZ(LabelRef(exit))
+	cnt, off = GP64(), GP64()
+	XORQ(off, off)
+	Label(name + "_block")
+	broadcastConst(float32(math.Ldexp(1, 120)), c)
+	for j, v := range sv {
+		MOVQ(Mem{Base: sc, Disp: 8 * j}, tmp)
+		VBROADCASTSS(Mem{Base: tmp}, v)
+		VMULPS(c, v, v)
+		ADDQ(U8(4), tmp)
+		MOVQ(tmp, Mem{Base: sc, Disp: 8 * j})
+	}
+	MOVQ(seg, cnt)
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	Label(name + "_step")
+	return steps, cnt, off
 }
 
 // decodeFP8Row emits decodeFP8RowAVX2 (lanes 8) and decodeFP8RowAVX512
@@ -3158,30 +3167,7 @@ func fp8Tile3W512(m int) {
 	tmp := GP64()
 	MOVL(U32(0x87F00000), tmp.As32())
 	VPBROADCASTD(tmp.As32(), mask)
-	loadScales := func() {
-		c := tv(0) // free between steps
-		broadcastConst(float32(math.Ldexp(1, 120)), c)
-		for j := range 3 {
-			MOVQ(Mem{Base: sc, Disp: 8 * j}, tmp)
-			VBROADCASTSS(Mem{Base: tmp}, sv(j))
-			VMULPS(c, sv(j), sv(j))
-			ADDQ(U8(4), tmp)
-			MOVQ(tmp, Mem{Base: sc, Disp: 8 * j})
-		}
-	}
-	steps := GP64()
-	MOVQ(kn, steps)
-	SHRQ(U8(4), steps)
-	JZ(LabelRef(name + "_reduce"))
-	cnt, off := GP64(), GP64()
-	XORQ(off, off)
-	Label(name + "_block")
-	loadScales()
-	MOVQ(seg, cnt)
-	CMPQ(steps, cnt)
-	CMOVQLT(steps, cnt)
-	SUBQ(cnt, steps)
-	Label(name + "_step")
+	steps, cnt, off := fp8TileBlocks(name, name+"_reduce", kn, seg, sc, tmp, tv(0), []VecPhysical{sv(0), sv(1), sv(2)})
 	for j := range 3 {
 		decodeE4M3Vec(row(j, 0), tv(j), mask, sv(j), true)
 	}

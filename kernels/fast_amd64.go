@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"golang.org/x/sys/cpu"
 )
@@ -490,43 +491,35 @@ func fp8DecodePeak(rounds int) float64 {
 	return 0
 }
 
+// fp8ProductProbes are the fp8 product-peak loops of each level, in the
+// order of FP8ProductRows, with the codes a round of each decodes.
+var fp8ProductProbes = map[level][]struct {
+	loop  func(*uint8, *float32, int)
+	codes int
+}{
+	levelAVX512: {{fp8ProductPeakR1AVX512, 8 * 16}, {fp8ProductPeakR2AVX512, 8 * 16}, {fp8ProductPeakR4AVX512, 5 * 16}, {fp8ProductPeakR8AVX512, 3 * 16}},
+	levelAVX2:   {{fp8ProductPeakR1AVX2, 6 * 8}, {fp8ProductPeakR2AVX2, 4 * 8}, {fp8ProductPeakR4AVX2, 2 * 8}, {fp8ProductPeakR8AVX2, 1 * 8}},
+}
+
 // fp8ProductPeak runs the fp8 product-peak loop for rows activation rows
 // (one of FP8ProductRows) of the widest level the CPU supports for rounds
 // rounds and returns the codes it decoded (0 without AVX2 or for another
 // row count; FP8ProductLoop refuses those first).
 func fp8ProductPeak(rows, rounds int) float64 {
-	var codes [64]uint8
-	for i := range codes {
-		codes[i] = uint8(17 * i)
-	}
-	var x [8 * 16]float32
-	for i := range x {
-		x[i] = float32(i%7) / 8
-	}
-	var f func(*uint8, *float32, int)
-	var vectors int // per round
-	switch l := bestLevel(); {
-	case l == levelAVX512 && rows == 1:
-		f, vectors = fp8ProductPeakR1AVX512, 8*16
-	case l == levelAVX512 && rows == 2:
-		f, vectors = fp8ProductPeakR2AVX512, 8*16
-	case l == levelAVX512 && rows == 4:
-		f, vectors = fp8ProductPeakR4AVX512, 5*16
-	case l == levelAVX512 && rows == 8:
-		f, vectors = fp8ProductPeakR8AVX512, 3*16
-	case l == levelAVX2 && rows == 1:
-		f, vectors = fp8ProductPeakR1AVX2, 6*8
-	case l == levelAVX2 && rows == 2:
-		f, vectors = fp8ProductPeakR2AVX2, 4*8
-	case l == levelAVX2 && rows == 4:
-		f, vectors = fp8ProductPeakR4AVX2, 2*8
-	case l == levelAVX2 && rows == 8:
-		f, vectors = fp8ProductPeakR8AVX2, 1*8
-	default:
+	probes, i := fp8ProductProbes[bestLevel()], slices.Index(FP8ProductRows, rows)
+	if i < 0 || i >= len(probes) {
 		return 0
 	}
-	f(&codes[0], &x[0], rounds)
-	return float64(rounds) * float64(vectors)
+	var codes [64]uint8
+	for k := range codes {
+		codes[k] = uint8(17 * k)
+	}
+	var x [8 * 16]float32
+	for k := range x {
+		x[k] = float32(k%7) / 8
+	}
+	probes[i].loop(&codes[0], &x[0], rounds)
+	return float64(rounds) * float64(probes[i].codes)
 }
 
 // readSum sums x with the widest loads the CPU supports; ok is false
