@@ -11,7 +11,8 @@ import (
 // fp8GEMMCases are shapes and block offsets of fp8 products: row and column
 // tails of every tile width, reductions across several gemmKC blocks and
 // partial edge blocks, offsets that cut blocks (aligned to 16 and 8, and
-// not), and rows not a multiple of 4 or 8.
+// not), rows not a multiple of 4 or 8, and blocks with and without a
+// scalar tail.
 var fp8GEMMCases = []struct{ n, rows, cols, rowOff, colOff int }{
 	{1, 1, 1, 0, 0}, {1, 8, 16, 0, 0}, {1, 9, 17, 0, 0}, {1, 16, 128, 0, 0}, {1, 13, 129, 0, 0},
 	{1, 24, 300, 64, 64}, {1, 17, 2*gemmKC + 40, 0, 0}, {1, 64, 128, 64, 0}, {1, 8, 64, 0, 64},
@@ -21,6 +22,9 @@ var fp8GEMMCases = []struct{ n, rows, cols, rowOff, colOff int }{
 	{8, 10, 2*gemmKC + 40, 0, 0}, {8, 7, 300, 64, 64}, {5, 3, 1040, 0, 16}, {6, 17, 1100, 16, 16},
 	{12, 5, 1040, 0, 16}, {24, 6, 200, 64, 48}, {64, 3, 140, 0, 0}, {65, 4, 64, 0, 0},
 	{3, 5, 0, 0, 0}, {0, 4, 16, 0, 0}, {2, 0, 8, 0, 0},
+	// Two to four rows with blocks whose lengths are whole vectors, which
+	// the few-row tile stores and then adds to the output itself.
+	{2, 8, 2*gemmKC + 48, 0, 0}, {3, 9, 1040, 0, 16}, {4, 13, 160, 128, 32},
 }
 
 // TestMatMulTFP8: under every implementation, an fp8 product has exactly the
