@@ -215,11 +215,24 @@ func dotTile1x8FP8(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first, pf
 // code (Matrix.finite): it does not check them, and it stores (add false)
 // or adds its eight sums to out.
 func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, first, pfd int, out *[8]float32, add bool) {
-	a := 0
+	dotTile1x8FP8FiniteAVX512(x, w, ldw, kn, sc, first, pfd, &out[0], tileAdd(add))
+}
+
+// tileAdd is an fp8 tile's add argument: 1 to add its sums to the output,
+// 0 to store them.
+func tileAdd(add bool) int {
 	if add {
-		a = 1
+		return 1
 	}
-	dotTile1x8FP8FiniteAVX512(x, w, ldw, kn, sc, first, pfd, &out[0], a)
+	return 0
+}
+
+// checkTileOut panics unless out holds m rows of cols sums at a stride of
+// ldo, all that an fp8 tile writes.
+func checkTileOut(m, cols, ldo int, out []float32) {
+	if len(out) < (m-1)*ldo+cols {
+		panic(fmt.Sprintf("kernels: fp8 tile of %d rows writes %d values at a stride of %d, have %d", m, cols, ldo, len(out)))
+	}
 }
 
 // dotTileFP8Rows runs the AVX-512 tile of m (2 ≤ m ≤ 4) activation rows
@@ -229,14 +242,8 @@ func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, fir
 // a NaN code; with finite (codes checked when the matrix was made) it does
 // not check them.
 func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out []float32, ldo int, add, finite bool) bool {
-	if len(out) < (m-1)*ldo+4 {
-		panic(fmt.Sprintf("kernels: fp8 tile of %d rows writes %d values at a stride of %d, have %d", m, 4, ldo, len(out)))
-	}
-	a := 0
-	if add {
-		a = 1
-	}
-	o := &out[0]
+	checkTileOut(m, 4, ldo, out)
+	a, o := tileAdd(add), &out[0]
 	switch {
 	case m == 2 && finite:
 		return dotTile2x4FP8FiniteAVX512(x, ldx, w, ldw, kn, sc, first, pfd, o, ldo, a) != 0
@@ -257,13 +264,8 @@ func dotTileFP8Rows(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[4]*f
 // threeTileFP8), prefetching each row pfd bytes past what it reads, and
 // stores (add false) or adds its three sums of row i at out[i·ldo:].
 func dotTileFP8Rows3(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[3]*float32, first, pfd int, out []float32, ldo int, add bool) {
-	if len(out) < (m-1)*ldo+3 {
-		panic(fmt.Sprintf("kernels: fp8 tile of %d rows writes %d values at a stride of %d, have %d", m, 3, ldo, len(out)))
-	}
-	a := 0
-	if add {
-		a = 1
-	}
+	checkTileOut(m, 3, ldo, out)
+	a := tileAdd(add)
 	switch m {
 	case 5:
 		dotTile5x3FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0], ldo, a)
