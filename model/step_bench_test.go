@@ -193,31 +193,35 @@ func decodeRunner(b *testing.B, m *Model, ctx int) *stepRun {
 // (bytes/s) of threads threads running at once, as cpmla bench latency
 // does: the best of five FMA runs and of three passes over 256 MiB.
 func machinePeaks(threads int) (fma, bw float64) {
+	fma = bestRate(threads, 5, func(int) float64 { return kernels.FMAPeakLoop(400_000) })
+	buf := stepProbeBuf()
+	per := len(buf) / threads
+	bw = bestRate(threads, 3, func(i int) float64 {
+		kernels.StreamSum(buf[i*per : (i+1)*per])
+		return float64(4 * per)
+	})
+	return fma, bw
+}
+
+// bestRate runs probe on threads threads at once (thread i calls probe(i),
+// which returns the work it did), runs times, and returns the most work per
+// second of wall time of all threads together.
+func bestRate(threads, runs int, probe func(thread int) float64) (best float64) {
 	var wg sync.WaitGroup
-	for range 5 {
-		flops := make([]float64, threads)
+	for range runs {
+		work := make([]float64, threads)
 		t0 := time.Now()
 		for i := range threads {
-			wg.Go(func() { flops[i] = kernels.FMAPeakLoop(400_000) })
+			wg.Go(func() { work[i] = probe(i) })
 		}
 		wg.Wait()
 		var total float64
-		for _, f := range flops {
-			total += f
+		for _, w := range work {
+			total += w
 		}
-		fma = max(fma, total/time.Since(t0).Seconds())
+		best = max(best, total/time.Since(t0).Seconds())
 	}
-	buf := stepProbeBuf()
-	per := len(buf) / threads
-	for range 3 {
-		t0 := time.Now()
-		for i := range threads {
-			wg.Go(func() { kernels.StreamSum(buf[i*per : (i+1)*per]) })
-		}
-		wg.Wait()
-		bw = max(bw, float64(4*per*threads)/time.Since(t0).Seconds())
-	}
-	return fma, bw
+	return best
 }
 
 // machineFP8 measures the fp8 product rates of threads threads running at
@@ -225,22 +229,8 @@ func machinePeaks(threads int) (fma, bw float64) {
 // of three runs each), or none without the assembly probes.
 func machineFP8(threads int) []FP8Rate {
 	var rates []FP8Rate
-	var wg sync.WaitGroup
 	for _, rows := range kernels.FP8ProductRows {
-		var best float64
-		for range 3 {
-			codes := make([]float64, threads)
-			t0 := time.Now()
-			for i := range threads {
-				wg.Go(func() { codes[i] = kernels.FP8ProductLoop(rows, 100_000) })
-			}
-			wg.Wait()
-			var total float64
-			for _, c := range codes {
-				total += c
-			}
-			best = max(best, total/time.Since(t0).Seconds())
-		}
+		best := bestRate(threads, 3, func(int) float64 { return kernels.FP8ProductLoop(rows, 100_000) })
 		if best == 0 {
 			return nil
 		}
