@@ -123,3 +123,36 @@ func TestMatMulTHeadsDoesNotAllocate(t *testing.T) {
 	}
 	SetThreads(1)
 }
+
+// BenchmarkMatMulTHeadsFP8 times MLA's absorbed per-head products at GLM-5's
+// shapes with fp8 weights on one thread: 64 heads of W_UK (512×192) and of
+// W_UV (256×512), over one row (a decode step of one sequence) and eight.
+func BenchmarkMatMulTHeadsFP8(b *testing.B) {
+	for _, sh := range []struct {
+		name    string
+		out, in int
+	}{{"w_uk", 512, 192}, {"w_uv", 256, 512}} {
+		r := newRand(85)
+		ws := make([]Matrix, 64)
+		for h := range ws {
+			m, err := QuantizeFP8(sh.out, sh.in, randSlice(r, sh.out*sh.in, 0.02))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ws[h] = *m
+		}
+		for _, n := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/rows=%d", sh.name, n), func(b *testing.B) {
+				ldx, ldd := len(ws)*sh.in, len(ws)*sh.out
+				x := randSlice(newRand(86), n*ldx, 1)
+				dst := make([]float32, n*ldd)
+				scratch := make([]float32, MatMulTHeadsScratch(n, ws))
+				defer SetThreads(SetThreads(1))
+				for b.Loop() {
+					MatMulTHeads(dst, ldd, sh.out, x, ldx, sh.in, n, ws, scratch)
+				}
+				reportRate(b, float64(2*n*len(ws)*sh.out*sh.in), "GFLOP/s")
+			})
+		}
+	}
+}
