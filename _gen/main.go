@@ -50,6 +50,9 @@ func main() {
 	for m := 1; m <= 6; m++ {
 		gemmStrip512(m, true, true)
 	}
+	for m := 1; m <= 3; m++ {
+		gemmGroup8x512Ilv(m)
+	}
 	for _, bf16 := range []bool{false, true} {
 		for m := 1; m <= 6; m++ {
 			axpyTile512(m, bf16)
@@ -414,6 +417,117 @@ func gemv8x512Ilv() {
 	DECQ(kn)
 	JNZ(LabelRef(name + "_loop"))
 	reduceStore8x512(name)
+}
+
+// gemmGroup8x512Ilv emits gemmGroup{m}x8BF16IlvAVX512 (m ≤ 3): m activation
+// rows' dot products with a whole group of eight interleaved bf16 weight
+// rows over kn (a multiple of 32) elements, added to (add ≠ 0) or stored in
+// dst (row i at dst + i·ldd, the group's eight outputs side by side). It
+// reads the group as dotTile1x8BF16IlvAVX512 does, every line once, front
+// to back, where the 4-row strips read each half of a group as every other
+// 256 bytes; for every 512 bytes it reads it prefetches pfl lines (0 to 8)
+// into L2, front to back from pfd bytes past w. The m rows' activations stay in registers (Z24–Z29) beside 8m
+// accumulators (Z0–Z23); each weight line is widened once into Z30 per half
+// (the shift, then the mask in Z31) and fused into every row. Each output
+// has dotTile1x8BF16IlvAVX512's accumulator (values k…k+15 of a chunk, then
+// k+16…k+31) and reduce4x512's sums (reduce4x512Any, the same additions), so
+// the bits are those of every other tile.
+func gemmGroup8x512Ilv(m int) {
+	name := fmt.Sprintf("gemmGroup%dx8BF16IlvAVX512", m)
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes the %dx8 dot products of %d activation rows with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements, added to or stored in dst.", name, m, m))
+	x := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	xr := make([]Register, m)
+	for i := range m {
+		xr[i] = GP64()
+		if i == 0 {
+			MOVQ(x, xr[i])
+		} else {
+			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
+		}
+	}
+	w := Load(Param("w"), GP64())
+	kn := Load(Param("kn"), GP64())
+	acc := func(i, j int) VecPhysical { return zmm[8*i+j] }
+	for i := range m {
+		for j := range 8 {
+			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	highMask(Z31)
+	off := GP64()
+	XORQ(off, off)
+	pf := Load(Param("pfd"), GP64())
+	ADDQ(w, pf)
+	pfl := Load(Param("pfl"), GP64())
+	pfs := GP64()
+	MOVQ(pfl, pfs)
+	SHLQ(U8(6), pfs)
+	SHRQ(U8(5), kn)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_loop")
+	// pfl lines (0 to 8) from pf, which moves on by as many.
+	for l := range 8 {
+		CMPQ(pfl, U8(l))
+		JE(LabelRef(name + "_pfdone"))
+		PREFETCHT1(Mem{Base: pf, Disp: 64 * l})
+	}
+	Label(name + "_pfdone")
+	ADDQ(pfs, pf)
+	for i := range m {
+		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1}, zmm[24+2*i])
+		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1, Disp: 64}, zmm[25+2*i])
+	}
+	for j := range 8 {
+		VPSLLD(U8(16), Mem{Base: w, Disp: 64 * j}, Z30)
+		for i := range m {
+			VFMADD231PS(Z30, zmm[24+2*i], acc(i, j))
+		}
+		VPANDD(Mem{Base: w, Disp: 64 * j}, Z31, Z30)
+		for i := range m {
+			VFMADD231PS(Z30, zmm[25+2*i], acc(i, j))
+		}
+	}
+	ADDQ(U32(128), off)
+	ADDQ(U32(512), w)
+	DECQ(kn)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_reduce")
+	dst := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	SHLQ(U8(2), ldd)
+	for i := range m {
+		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), acc(i, 3)}, Z24, Z25)
+		reduce4x512Any([4]VecPhysical{acc(i, 4), acc(i, 5), acc(i, 6), acc(i, 7)}, Z24, Z25)
+	}
+	sums := func(i, h int) VecPhysical { return xmm[8*i+4*h] }
+	CMPQ(NewParamAddr("add", 48), U8(0))
+	JE(LabelRef(name + "_store"))
+	for i := range m {
+		for h := range 2 {
+			VADDPS(Mem{Base: dst, Disp: 16 * h}, sums(i, h), sums(i, h))
+			VMOVUPS(sums(i, h), Mem{Base: dst, Disp: 16 * h})
+		}
+		if i+1 < m {
+			ADDQ(ldd, dst)
+		}
+	}
+	VZEROUPPER()
+	RET()
+	Label(name + "_store")
+	for i := range m {
+		for h := range 2 {
+			VMOVUPS(sums(i, h), Mem{Base: dst, Disp: 16 * h})
+		}
+		if i+1 < m {
+			ADDQ(ldd, dst)
+		}
+	}
+	VZEROUPPER()
+	RET()
 }
 
 // highMask sets every 32-bit lane of v to 0xffff0000, the mask that keeps

@@ -140,6 +140,10 @@ func stripBF16Ilv(int, *float32, int, *uint16, int, int, *float32, int, int, int
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func groupBF16Ilv(int, *float32, int, *uint16, int, *float32, int, int, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func dotTile1x8BF16Ilv(*float32, *uint16, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }

@@ -161,11 +161,19 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 // a share as the passes allow (eight rows on AVX-512 as four and four keep
 // sixteen FMA chains in flight in both passes where six and two leave the
 // second pass eight). Which rows share a tile never changes an output's bits.
-func passRows(l level, r int) int {
-	mr := maxTileRows(l)
+func passRows(l level, r int) int { return evenPass(maxTileRows(l), r) }
+
+// evenPass is how many of r activation rows the next pass of a tile that
+// takes at most mr rows takes: as even a share as the passes allow.
+func evenPass(mr, r int) int {
 	passes := (r + mr - 1) / mr
 	return (r + passes - 1) / passes
 }
+
+// groupIlvMaxRows is the most activation rows groupBF16Ilv takes: three
+// rows by a group of eight weight rows fill 24 accumulators, and the three
+// rows' two activation vectors per chunk six more.
+const groupIlvMaxRows = 3
 
 // skinnyMaxRows bounds the activation rows gemmSkinny takes: decode
 // batches and speculative rounds. Each group of four weight rows passes over
@@ -249,9 +257,11 @@ func (w *Matrix) rowAlign() int {
 // InterleaveBF16 (j0 and j1 multiples of 8, Cols a positive multiple of
 // 16, so no block has a scalar tail). On AVX-512 the tiles read that
 // layout as they find it: one activation row through dotTile1x8BF16Ilv, a
-// group of eight at a time; up to skinnyMaxRows rows as gemmSkinny does, each
-// group of eight's block staying in L1 while the passes of activation rows
-// go over it; more a block of weight rows at a time, as gemmRange does.
+// group of eight at a time; up to skinnyMaxRows rows through groupBF16Ilv,
+// a group of eight by up to three activation rows, each group's block
+// staying in L1 while the passes of activation rows go over it; more
+// through the four-row strips, a block of weight rows at a time, as
+// gemmRange does.
 // Every output has the per-element arithmetic of the row-major tiles, so
 // the bits are the same. Other levels widen the rows a block at a time into
 // the f32 panel, whose tiles have that arithmetic too.
@@ -288,29 +298,30 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		stripBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, add, pfd, pfs)
 	}
 	if n <= skinnyMaxRows {
-		// Each group of eight rows walks its reduction blocks in order, the
-		// activation rows in passes over a block (the later passes read it
-		// from cache). The next block (or, after the last, the next
-		// group's first) lies a block's bytes further on, and its lines
-		// are prefetched evenly over the passes over this one: the whole
-		// block by one pass (four lines per 32 values), half by each of
-		// the first two of several (two lines), none by a third. So memory
-		// streams while every pass computes, where prefetching the whole
-		// block in the first pass left it idle in the others.
-		passes := (n + maxTileRows(l) - 1) / maxTileRows(l)
+		// Each group of eight rows walks its reduction blocks in order and,
+		// in each block, the activation rows in passes of at most
+		// groupIlvMaxRows, each pass one call over the whole group that
+		// reads the block front to back (the first from L2, the later ones
+		// from L1). Every pass prefetches its share of the next block (or,
+		// after a group's last, the next group's first, which follows it)
+		// into L2, whole lines per 512 bytes it reads, so that memory
+		// streams while the passes compute. Reading each half of a group
+		// as every other 256 bytes, as the four-row strips do, streamed
+		// 20–40 % slower on a Zen 5 core (docs/performance.md, "Whole
+		// groups of interleaved rows").
+		passes := (n + groupIlvMaxRows - 1) / groupIlvMaxRows
+		pfl := (ilvRows + passes - 1) / passes
 		for jt := j0; jt < j1; jt += ilvRows {
 			for k0 := 0; k0 < in; k0 += gemmKC {
-				block := 2 * ilvRows * min(gemmKC, in-k0)
+				add := 0
+				if k0 > 0 {
+					add = 1
+				}
+				kc := min(gemmKC, in-k0)
+				block := 2 * ilvRows * kc
 				for p, i0 := 0, 0; i0 < n; p++ {
-					m := passRows(l, n-i0)
-					switch {
-					case passes == 1:
-						strip(i0, m, jt, k0, block, 256)
-					case p < 2:
-						strip(i0, m, jt, k0, block+p*block/2, 128)
-					default:
-						strip(i0, m, jt, k0, 0, 0)
-					}
+					m := evenPass(groupIlvMaxRows, n-i0)
+					groupBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], kc, &dst[i0*out+jt], out, add, block+p*pfl*kc*2, pfl)
 					i0 += m
 				}
 			}
