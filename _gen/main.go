@@ -215,15 +215,7 @@ func dotTile512(m int, bf16 bool) {
 		w[j] = Load(Param(fmt.Sprintf("w%d", j)), GP64())
 	}
 	kn := Load(Param("kn"), GP64())
-	xr := make([]Register, m)
-	for i := range m {
-		xr[i] = GP64()
-		if i == 0 {
-			MOVQ(x, xr[i])
-		} else {
-			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
-		}
-	}
+	xr := rowPointers(x, ldx, m)
 	acc := func(i, j int) VecPhysical { return zmm[4*i+j] }
 	for i := range m {
 		for j := range 4 {
@@ -440,15 +432,7 @@ func gemmGroup8x512Ilv(m int) {
 	x := Load(Param("x"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	SHLQ(U8(2), ldx)
-	xr := make([]Register, m)
-	for i := range m {
-		xr[i] = GP64()
-		if i == 0 {
-			MOVQ(x, xr[i])
-		} else {
-			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
-		}
-	}
+	xr := rowPointers(x, ldx, m)
 	w := Load(Param("w"), GP64())
 	kn := Load(Param("kn"), GP64())
 	acc := func(i, j int) VecPhysical { return zmm[8*i+j] }
@@ -530,6 +514,21 @@ func gemmGroup8x512Ilv(m int) {
 	RET()
 }
 
+// rowPointers returns m registers pointing at consecutive activation rows:
+// x, then each the one before plus ldx (in bytes).
+func rowPointers(x, ldx Register, m int) []Register {
+	xr := make([]Register, m)
+	for i := range m {
+		xr[i] = GP64()
+		if i == 0 {
+			MOVQ(x, xr[i])
+		} else {
+			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
+		}
+	}
+	return xr
+}
+
 // highMask sets every 32-bit lane of v to 0xffff0000, the mask that keeps
 // the high bf16 value of an interleaved word as a float32.
 func highMask(v VecPhysical) {
@@ -555,15 +554,7 @@ func dotTile256(m int, bf16 bool) {
 		w[j] = Load(Param(fmt.Sprintf("w%d", j)), GP64())
 	}
 	kn := Load(Param("kn"), GP64())
-	xr := make([]Register, m)
-	for i := range m {
-		xr[i] = GP64()
-		if i == 0 {
-			MOVQ(x, xr[i])
-		} else {
-			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
-		}
-	}
+	xr := rowPointers(x, ldx, m)
 	acc := func(i, j int) VecPhysical { return ymm[4*i+j] }
 	for i := range m {
 		for j := range 4 {
@@ -623,15 +614,7 @@ func gemmStrip256(m int, bf16 bool) {
 	x := Load(Param("x"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	SHLQ(U8(2), ldx)
-	xr := make([]Register, m)
-	for i := range m {
-		xr[i] = GP64()
-		if i == 0 {
-			MOVQ(x, xr[i])
-		} else {
-			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
-		}
-	}
+	xr := rowPointers(x, ldx, m)
 	var w [4]Register
 	w[0] = Load(Param("w"), GP64())
 	ldw := Load(Param("ldw"), GP64())
@@ -779,15 +762,7 @@ func gemmStrip512(m int, bf16, ilv bool) {
 	x := Load(Param("x"), GP64())
 	ldx := Load(Param("ldx"), GP64())
 	SHLQ(U8(2), ldx)
-	xr := make([]Register, m)
-	for i := range m {
-		xr[i] = GP64()
-		if i == 0 {
-			MOVQ(x, xr[i])
-		} else {
-			LEAQ(Mem{Base: xr[i-1], Index: ldx, Scale: 1}, xr[i])
-		}
-	}
+	xr := rowPointers(x, ldx, m)
 	// Weight rows 0–2 from w0 (index ldw), row 3 from w3; both advance.
 	w0 := Load(Param("w"), GP64())
 	var ldw Register
