@@ -39,6 +39,11 @@
 //     a batched product has the same bits as MatVecT on row i alone: results
 //     never depend on how many other rows share the batch.
 //   - bf16 weights are widened exactly to float32 before they are multiplied.
+//     A matrix in the interleaved layout of InterleaveBF16 is read by tiles
+//     that keep the row-major tiles' per-element arithmetic: one activation
+//     row a group of eight weight rows per call, 2 to 16 rows a whole group
+//     of eight by up to three activation rows per call, more rows the
+//     four-row strips over each half of a group, a block of rows at a time.
 //   - An fp8 weight (an e4m3 code with one float32 scale per 128×128 block,
 //     as DeepSeek-V3 and GLM-5 checkpoints store them) is the float32
 //     product code·scale, rounded once. MatMulT and MatVecT on an fp8
