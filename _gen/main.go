@@ -50,7 +50,7 @@ func main() {
 	for m := 1; m <= 6; m++ {
 		gemmStrip512(m, true, true)
 	}
-	for m := 1; m <= 3; m++ {
+	for m := 2; m <= 3; m++ {
 		gemmGroup8x512Ilv(m)
 	}
 	for _, bf16 := range []bool{false, true} {
@@ -411,7 +411,7 @@ func gemv8x512Ilv() {
 	reduceStore8x512(name)
 }
 
-// gemmGroup8x512Ilv emits gemmGroup{m}x8BF16IlvAVX512 (m ≤ 3): m activation
+// gemmGroup8x512Ilv emits gemmGroup{m}x8BF16IlvAVX512 (2 ≤ m ≤ 3): m activation
 // rows' dot products with a whole group of eight interleaved bf16 weight
 // rows over kn (a multiple of 32) elements, added to (add ≠ 0) or stored in
 // dst (row i at dst + i·ldd, the group's eight outputs side by side). It

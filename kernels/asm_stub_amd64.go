@@ -237,11 +237,6 @@ func gemmStrip5x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn in
 //go:noescape
 func gemmStrip6x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn int, dst *float32, ldd int, add int, pfd int, pfs int)
 
-// gemmGroup1x8BF16IlvAVX512 computes the 1x8 dot products of 1 activation rows with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements, added to or stored in dst.
-//
-//go:noescape
-func gemmGroup1x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)
-
 // gemmGroup2x8BF16IlvAVX512 computes the 2x8 dot products of 2 activation rows with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements, added to or stored in dst.
 //
 //go:noescape

@@ -180,20 +180,18 @@ func stripBF16Ilv(m int, x *float32, ldx int, w *uint16, groups, kn int, dst *fl
 	}
 }
 
-// groupBF16Ilv runs gemmGroup{m}x8BF16IlvAVX512 (1 ≤ m ≤ groupIlvMaxRows):
+// groupBF16Ilv runs gemmGroup{m}x8BF16IlvAVX512 (2 ≤ m ≤ groupIlvMaxRows;
+// one row goes through dotTile1x8BF16Ilv):
 // m activation rows (x, stride ldx) by a whole group of eight rows of the
 // interleaved layout over kn values, added to (add ≠ 0) or stored in dst
 // (stride ldd), prefetching pfl lines per 512 bytes read from pfd bytes
 // past w on.
 func groupBF16Ilv(m int, x *float32, ldx int, w *uint16, kn int, dst *float32, ldd, add, pfd, pfl int) {
-	switch m {
-	case 1:
-		gemmGroup1x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl)
-	case 2:
+	if m == 2 {
 		gemmGroup2x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl)
-	default:
-		gemmGroup3x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl)
+		return
 	}
+	gemmGroup3x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl)
 }
 
 // dotTile1x8BF16Ilv is dotTile1x8BF16 on AVX-512 for a group of eight rows

@@ -300,7 +300,8 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	if n <= skinnyMaxRows {
 		// Each group of eight rows walks its reduction blocks in order and,
 		// in each block, the activation rows in passes of at most
-		// groupIlvMaxRows, each pass one call over the whole group that
+		// groupIlvMaxRows (two or three: n ≥ 2 here, and evenPass never
+		// leaves one row), each pass one call over the whole group that
 		// reads the block front to back (the first from L2, the later ones
 		// from L1). Every pass prefetches its share of the next block (or,
 		// after a group's last, the next group's first, which follows it)

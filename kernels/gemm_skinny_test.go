@@ -178,3 +178,42 @@ func TestMatMulTBF16FewRows(t *testing.T) {
 		}
 	})
 }
+
+// TestEvenPass pins how a batch splits into passes of a tile: shares as
+// even as the passes allow, none above the tile's rows, and, for the
+// three-row interleaved group tile, never a pass of one row (groupBF16Ilv
+// has no one-row tile; one row alone goes through the GEMV tile).
+func TestEvenPass(t *testing.T) {
+	passes := func(mr, n int) []int {
+		var got []int
+		for i0 := 0; i0 < n; {
+			m := evenPass(mr, n-i0)
+			got = append(got, m)
+			i0 += m
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		mr, n int
+		want  []int
+	}{
+		{3, 2, []int{2}},
+		{3, 4, []int{2, 2}},
+		{3, 7, []int{3, 2, 2}},
+		{3, 8, []int{3, 3, 2}},
+		{3, 16, []int{3, 3, 3, 3, 2, 2}},
+		{6, 8, []int{4, 4}},
+		{6, 13, []int{5, 4, 4}},
+	} {
+		if diff := cmp.Diff(tc.want, passes(tc.mr, tc.n)); diff != "" {
+			t.Errorf("evenPass(%d) over %d rows (-want +got):\n%s", tc.mr, tc.n, diff)
+		}
+	}
+	for n := 2; n <= skinnyMaxRows; n++ {
+		for _, m := range passes(groupIlvMaxRows, n) {
+			if m < 2 || m > groupIlvMaxRows {
+				t.Errorf("%d rows: a pass of %d rows, want 2 to %d", n, m, groupIlvMaxRows)
+			}
+		}
+	}
+}
