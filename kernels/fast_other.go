@@ -136,7 +136,7 @@ func scoreTile6T(*float32, int, int, *float32, *float32, *float32, *float32, *fl
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func stripBF16Ilv(int, *float32, int, *uint16, int, int, *float32, int, int, int) {
+func stripBF16Ilv(int, *float32, int, *uint16, int, int, *float32, int, int, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
