@@ -232,15 +232,6 @@ func dotTile1x8FP8Finite(x *float32, w *uint8, ldw, kn int, sc *[8]*float32, fir
 	dotTile1x8FP8FiniteAVX512(x, w, ldw, kn, sc, first, pfd, &out[0], tileAdd(add))
 }
 
-// tileAdd is an fp8 tile's add argument: 1 to add its sums to the output,
-// 0 to store them.
-func tileAdd(add bool) int {
-	if add {
-		return 1
-	}
-	return 0
-}
-
 // checkTileOut panics unless out holds m rows of cols sums at a stride of
 // ldo, all that an fp8 tile writes.
 func checkTileOut(m, cols, ldo int, out []float32) {

@@ -163,6 +163,15 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 // second pass eight). Which rows share a tile never changes an output's bits.
 func passRows(l level, r int) int { return evenPass(maxTileRows(l), r) }
 
+// tileAdd is a tile's add argument for the reduction block at k0 > 0 or
+// k0 = 0: 1 to add its sums to the output, 0 to store them.
+func tileAdd(add bool) int {
+	if add {
+		return 1
+	}
+	return 0
+}
+
 // evenPass is how many of r activation rows the next pass of a tile that
 // takes at most mr rows takes: as even a share as the passes allow.
 func evenPass(mr, r int) int {
@@ -224,10 +233,7 @@ func gemmSkinny(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, j0, j1 
 			if k0+gemmKC >= in {
 				pfd = (4*g*ld - in + gemmKC) * bpw
 			}
-			add := 0
-			if k0 > 0 {
-				add = 1
-			}
+			add := tileAdd(k0 > 0)
 			for i0 := 0; i0 < n; {
 				m := passRows(l, n-i0)
 				xp, d := &x[i0*in+k0], &dst[i0*out+jt]
@@ -290,13 +296,6 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		}
 		return
 	}
-	strip := func(i0, m, jt, k0, pfd, pfs int) {
-		add := 0
-		if k0 > 0 {
-			add = 1
-		}
-		stripBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, add, pfd, pfs)
-	}
 	if n <= skinnyMaxRows {
 		// Each group of eight rows walks its reduction blocks in order and,
 		// in each block, the activation rows in passes of at most
@@ -314,10 +313,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		pfl := (ilvRows + passes - 1) / passes
 		for jt := j0; jt < j1; jt += ilvRows {
 			for k0 := 0; k0 < in; k0 += gemmKC {
-				add := 0
-				if k0 > 0 {
-					add = 1
-				}
+				add := tileAdd(k0 > 0)
 				kc := min(gemmKC, in-k0)
 				block := 2 * ilvRows * kc
 				for p, i0 := 0, 0; i0 < n; p++ {
@@ -336,7 +332,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		for k0 := 0; k0 < in; k0 += gemmKC {
 			for i0 := 0; i0 < n; i0 += mr {
 				for jt := b0; jt < b1; jt += ilvRows {
-					strip(i0, min(mr, n-i0), jt, k0, 0, 0)
+					stripBF16Ilv(min(mr, n-i0), &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, tileAdd(k0 > 0), 0, 0)
 				}
 			}
 		}
@@ -356,10 +352,7 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 		return 0
 	}
 	m := min(maxTileRows(l), n-i0)
-	add := 0
-	if k0 > 0 {
-		add = 1
-	}
+	add := tileAdd(k0 > 0)
 	xp, d := &x[i0*in+k0], &dst[i0*out+jt]
 	if p != nil {
 		stripF32(l, m, xp, in, p.at(jt, k0), p.ld, groups, k1-k0, d, out, add, 0)
@@ -530,10 +523,7 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 			if nan {
 				p = dequantPanel(buf, w, jt, jt+4, k0)
 			}
-			add := 0
-			if k0 > 0 {
-				add = 1
-			}
+			add := tileAdd(k0 > 0)
 			for i0 := 0; i0 < n; {
 				m := passRows(l, n-i0)
 				if kv == kc {
