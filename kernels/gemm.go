@@ -307,8 +307,8 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// into L2, whole lines per 512 bytes it reads, so that memory
 		// streams while the passes compute. Reading each half of a group
 		// as every other 256 bytes, as the four-row strips do, streamed
-		// 20–40 % slower on a Zen 5 core (docs/performance.md, "Whole
-		// groups of interleaved rows").
+		// 20–40 % slower on a Zen 5 core (docs/performance.md, "Back on a
+		// Zen 5 host: whole groups of interleaved rows").
 		passes := (n + groupIlvMaxRows - 1) / groupIlvMaxRows
 		pfl := (ilvRows + passes - 1) / passes
 		for jt := j0; jt < j1; jt += ilvRows {
