@@ -18,20 +18,21 @@ const madvCollapse = 25
 // into huge pages now (a copy, once, at load). Streaming a weight then takes
 // one TLB entry per 2 MiB instead of one per 4 KiB. The advice changes no
 // value and the memory stays the Go slice it was; a kernel that refuses it
-// (huge pages disabled, a kernel older than 6.1, no free huge page) leaves
-// ordinary pages, so its errors are dropped.
-func toHugePages(v []uint16) {
+// (huge pages disabled, a kernel older than 6.1, no free huge page at that
+// moment) leaves ordinary pages. It returns the collapse's error, which
+// callers may drop: the pages are advice, not a requirement.
+func toHugePages(v []uint16) error {
 	if len(v) == 0 {
-		return
+		return nil
 	}
 	p := unsafe.Pointer(unsafe.SliceData(v))
 	start := uintptr(p)
 	lo := (start + hugePageBytes - 1) &^ (hugePageBytes - 1)
 	hi := (start + uintptr(len(v))*2) &^ (hugePageBytes - 1)
 	if hi <= lo {
-		return
+		return nil
 	}
 	b := unsafe.Slice((*byte)(unsafe.Add(p, lo-start)), hi-lo)
 	_ = syscall.Madvise(b, syscall.MADV_HUGEPAGE)
-	_ = syscall.Madvise(b, madvCollapse)
+	return syscall.Madvise(b, madvCollapse)
 }

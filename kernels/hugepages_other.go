@@ -3,4 +3,4 @@
 package kernels
 
 // toHugePages does nothing: huge pages are asked for on Linux only.
-func toHugePages(v []uint16) {}
+func toHugePages(v []uint16) error { return nil }
