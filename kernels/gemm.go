@@ -302,24 +302,31 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// groupIlvMaxRows (two or three: n ≥ 2 here, and evenPass never
 		// leaves one row), each pass one call over the whole group that
 		// reads the block front to back (the first from L2, the later ones
-		// from L1). Every pass prefetches its share of the next block (or,
-		// after a group's last, the next group's first, which follows it)
-		// into L2, whole lines per 512 bytes it reads, so that memory
-		// streams while the passes compute. Reading each half of a group
+		// from L1). Every pass prefetches its share of the block the next
+		// call reads (panelNext: the next block of the group or, in a walk
+		// of panels, the panel's next group) into L2, whole lines per 512
+		// bytes it reads, so that memory streams while the passes compute. Reading each half of a group
 		// as every other 256 bytes, as the four-row strips do, streamed
 		// 20–40 % slower on a Zen 5 core (docs/performance.md, "Back on a
 		// Zen 5 host: whole groups of interleaved rows").
 		passes := (n + groupIlvMaxRows - 1) / groupIlvMaxRows
 		pfl := (ilvRows + passes - 1) / passes
-		for jt := j0; jt < j1; jt += ilvRows {
+		pr := productPanel(n, in, ilvRows)
+		for b0 := j0; b0 < j1; b0 += pr {
+			b1 := min(b0+pr, j1)
 			for k0 := 0; k0 < in; k0 += gemmKC {
 				add := tileAdd(k0 > 0)
 				kc := min(gemmKC, in-k0)
-				block := 2 * ilvRows * kc
-				for p, i0 := 0, 0; i0 < n; p++ {
-					m := evenPass(groupIlvMaxRows, n-i0)
-					groupBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], kc, &dst[i0*out+jt], out, add, block+p*pfl*kc*2, pfl)
-					i0 += m
+				for jt := b0; jt < b1; jt += ilvRows {
+					block := 0
+					if nj, nk := panelNext(jt, k0, ilvRows, b0, b1, in); nj < w.Rows {
+						block = 2 * (ilvAt(in, nj, nk) - ilvAt(in, jt, k0))
+					}
+					for p, i0 := 0, 0; i0 < n; p++ {
+						m := evenPass(groupIlvMaxRows, n-i0)
+						groupBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], kc, &dst[i0*out+jt], out, add, block+p*pfl*kc*2, pfl)
+						i0 += m
+					}
 				}
 			}
 		}
@@ -392,21 +399,13 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// A few rows (a speculative round's, an expert's): the codes of each
 		// group of four weight rows are decoded in registers once for all
 		// the rows.
-		for ; j0+4 <= j1; j0 += 4 {
-			for k0 := 0; k0 < in; k0 += gemmKC {
-				fewTileFP8(dst, x, n, w, buf, j0, k0)
-			}
-		}
+		j0 = panelWalkFP8(n, w, j0, j1, 4, func(jt, k0, pfd int) { fewTileFP8(dst, x, n, w, buf, jt, k0, pfd) })
 	}
 	if n > fp8RegisterMaxRows && n <= fp8ThreeRowMaxRows && l == levelAVX512 && in > 0 && w.finite && fp8InRegister(w, l, j0, j1) {
 		// A batch of five to eight rows: the codes of each group of three
 		// weight rows are decoded in registers once for all the rows; the
 		// rows left over (fewer than three) go on below.
-		for ; j0+3 <= j1; j0 += 3 {
-			for k0 := 0; k0 < in; k0 += gemmKC {
-				threeTileFP8(dst, x, n, w, j0, k0)
-			}
-		}
+		j0 = panelWalkFP8(n, w, j0, j1, 3, func(jt, k0, pfd int) { threeTileFP8(dst, x, n, w, jt, k0, pfd) })
 	}
 	if n > 1 && n <= fp8DecodedMaxRows && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// Groups of four weight rows decoded once per reduction block into
@@ -619,6 +618,49 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 // "fp8 prefetch distance").
 const fp8GEMVPrefetch = 2048
 
+// panelXBytes is the size of a decode-sized product's activation rows
+// (n·Cols float32 values) above which its tiles walk the weight rows in
+// panels (productPanel): a quarter of a 1 MiB L2, which also holds the
+// weights streaming past and the outputs.
+var panelXBytes = 128 << 10
+
+// panelOut is how many weight rows (outputs) a panel holds: n·panelOut
+// output values stay in L1 or L2 from one reduction block to the next.
+const panelOut = 1024
+
+// productPanel is how many weight rows the tiles of a decode-sized product
+// of n activation rows over in columns, step weight rows per tile, compute
+// over every reduction block before the next rows. When the activation
+// rows fit in L2 next to the streaming weights it is one tile: each tile
+// walks all its blocks, so its weights stream front to back. Larger
+// activation rows (GLM-5's o_proj at batch 8: 8 × 16,384 floats, 512 KiB)
+// were evicted by the weights between one tile's blocks and read again
+// from L3 by every tile; a panel of panelOut rows reads each block of them
+// once per panel from L1 or L2 instead (docs/performance.md, "Activations
+// that stay in L2"). Each output still sums its blocks in order, so no bit
+// changes.
+func productPanel(n, in, step int) int {
+	if 4*n*in <= panelXBytes {
+		return step
+	}
+	return max(step, panelOut/step*step)
+}
+
+// panelNext is the tile a panel walk computes after tile (jt, k0) of the
+// panel [b0, b1), step rows per tile: the panel's next tile at k0, after
+// its last the panel's first at the next block, after the panel's last
+// block the next panel's first (b1, 0). A walk of one-tile panels is the
+// per-tile order: (jt, k0+gemmKC), then (jt+step, 0).
+func panelNext(jt, k0, step, b0, b1, in int) (nj, nk int) {
+	switch {
+	case jt+step < b1:
+		return jt + step, k0
+	case k0+gemmKC < in:
+		return b0, k0 + gemmKC
+	}
+	return b1, 0
+}
+
 // fp8TilePrefetch is the prefetch offset in bytes for an fp8 tile's call on
 // weight rows [jt, jt+rows) of w and the reduction block at k0: dist bytes
 // ahead in each row while that stays in the row, and past a row's end the
@@ -634,8 +676,9 @@ func fp8TilePrefetch(w *Matrix, jt, rows, k0, dist int) int {
 	return dist + (rows-1)*w.Cols
 }
 
-// fp8FewPrefetch is how many code bytes ahead of its loads the few-row fp8
-// tile (fewTileFP8) prefetches each of its four weight rows.
+// fp8FewPrefetch is how many code bytes ahead of its loads the last tile of
+// a few- or three-row fp8 walk (panelWalkFP8), which has no next tile,
+// prefetches each of its weight rows.
 const fp8FewPrefetch = 1024
 
 // fp8RegisterMaxRows is the most activation rows fewTileFP8 takes: four
@@ -648,8 +691,9 @@ const fp8RegisterMaxRows = 4
 // per-element arithmetic on the dequantized rows. A tile whose codes hold a
 // NaN code is recomputed through the panel. Codes checked when the matrix
 // was made are not checked again, and a block of them without a scalar tail
-// has its sums stored or added to dst by the tile itself.
-func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, jt, k0 int) {
+// has its sums stored or added to dst by the tile itself. While it reads,
+// the tile prefetches each row's codes pfd bytes ahead (panelWalkFP8).
+func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, jt, k0, pfd int) {
 	in := w.Cols
 	k1 := min(k0+gemmKC, in)
 	const lanes = 16
@@ -657,7 +701,6 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 	var sc [4]*float32
 	first := fp8TileScales(w, sc[:], jt, k0, lanes)
 	codes := w.FP8[jt*in+k0:]
-	pfd := fp8TilePrefetch(w, jt, 4, k0, fp8FewPrefetch)
 	if w.finite && kv == k1-k0 {
 		// Codes checked when the matrix was made and no scalar tail: the
 		// tile stores or adds the block's sums to dst itself.
@@ -691,8 +734,8 @@ const fp8ThreeRowMaxRows = 8
 // per-element arithmetic on the dequantized rows. A block without a scalar
 // tail is stored or added to dst by the tile itself; one with a tail goes
 // through a scratch tile, so that the tail joins the block's sum before the
-// block joins dst, as in gemmTile.
-func threeTileFP8(dst, x []float32, n int, w *Matrix, jt, k0 int) {
+// block joins dst, as in gemmTile. It prefetches as fewTileFP8 does.
+func threeTileFP8(dst, x []float32, n int, w *Matrix, jt, k0, pfd int) {
 	in, out := w.Cols, w.Rows
 	k1 := min(k0+gemmKC, in)
 	const lanes = 16
@@ -700,7 +743,6 @@ func threeTileFP8(dst, x []float32, n int, w *Matrix, jt, k0 int) {
 	var sc [3]*float32
 	first := fp8TileScales(w, sc[:], jt, k0, lanes)
 	codes := w.FP8[jt*in+k0:]
-	pfd := fp8TilePrefetch(w, jt, 3, k0, fp8FewPrefetch)
 	if kv == k1-k0 {
 		dotTileFP8Rows3(n, &x[k0], in, &codes[0], in, kv, &sc, first, pfd, dst[jt:], out, k0 > 0)
 		return
@@ -708,6 +750,32 @@ func threeTileFP8(dst, x []float32, n int, w *Matrix, jt, k0 int) {
 	var tile [32]float32
 	dotTileFP8Rows3(n, &x[k0], in, &codes[0], in, kv, &sc, first, pfd, tile[:], 4, false)
 	addTileFP8(dst, x, w, tile[:], 4, n, jt, 3, k0, kv)
+}
+
+// panelWalkFP8 runs tile(jt, k0, pfd) over the whole tiles of step weight
+// rows in [j0, j1) of an FP8 matrix and every reduction block, in the panel
+// order of productPanel for n activation rows, and returns the first row
+// it left (j1 minus fewer than step). pfd is the prefetch offset the tile
+// takes: from each of its rows' codes to the same row of the tile the walk
+// computes next (panelNext); the last tile of the matrix, which has no
+// next, prefetches its own next block's distance.
+func panelWalkFP8(n int, w *Matrix, j0, j1, step int, tile func(jt, k0, pfd int)) int {
+	in := w.Cols
+	end := j0 + (j1-j0)/step*step
+	pr := productPanel(n, in, step)
+	for b0 := j0; b0 < end; b0 += pr {
+		b1 := min(b0+pr, end)
+		for k0 := 0; k0 < in; k0 += gemmKC {
+			for jt := b0; jt < b1; jt += step {
+				pfd := fp8FewPrefetch
+				if nj, nk := panelNext(jt, k0, step, b0, b1, in); nj+step <= w.Rows {
+					pfd = (nj-jt)*in + nk - k0
+				}
+				tile(jt, k0, pfd)
+			}
+		}
+	}
+	return end
 }
 
 // fp8TileScales points sc[c] at the scale of row jt+c's block that holds

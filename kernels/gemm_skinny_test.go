@@ -217,3 +217,85 @@ func TestEvenPass(t *testing.T) {
 		}
 	}
 }
+
+// TestPanelNext walks panels of every size over a few shapes and checks
+// that panelNext names the tile the walk computes next (or, after the last,
+// a row at or past the end), and that one-tile panels keep the per-tile
+// order: each tile's blocks in order, then the next tile.
+func TestPanelNext(t *testing.T) {
+	type tile struct{ j, k int }
+	for _, c := range []struct{ rows, in, step, panel int }{
+		{24, 3072, 8, 8}, {24, 3072, 8, 16}, {40, 1024, 8, 1024}, {30, 2500, 3, 9}, {12, 100, 4, 4}, {12, 2048, 4, 1024},
+	} {
+		var walk []tile
+		for b0 := 0; b0 < c.rows; b0 += c.panel {
+			b1 := min(b0+c.panel, c.rows)
+			for k0 := 0; k0 < c.in; k0 += gemmKC {
+				for jt := b0; jt < b1; jt += c.step {
+					walk = append(walk, tile{jt, k0})
+				}
+			}
+		}
+		for i, tl := range walk {
+			b0 := tl.j / c.panel * c.panel
+			nj, nk := panelNext(tl.j, tl.k, c.step, b0, min(b0+c.panel, c.rows), c.in)
+			if i+1 < len(walk) {
+				if got := (tile{nj, nk}); got != walk[i+1] {
+					t.Errorf("%+v: after %+v panelNext gives %+v, the walk computes %+v", c, tl, got, walk[i+1])
+				}
+			} else if nj < c.rows {
+				t.Errorf("%+v: after the last tile %+v panelNext gives row %d, inside the matrix", c, tl, nj)
+			}
+		}
+		if c.panel == c.step {
+			var order []tile
+			for jt := 0; jt < c.rows; jt += c.step {
+				for k0 := 0; k0 < c.in; k0 += gemmKC {
+					order = append(order, tile{jt, k0})
+				}
+			}
+			if d := cmp.Diff(order, walk, cmp.AllowUnexported(tile{})); d != "" {
+				t.Errorf("%+v: one-tile panels do not keep the per-tile order (-want +got):\n%s", c, d)
+			}
+		}
+	}
+}
+
+// TestProductPanels: the decode-sized products that walk their weight rows
+// in panels when the activation rows are large (the interleaved bf16 group
+// tile, the fp8 few- and three-row tiles) give the bits of the per-tile
+// walk, on one and two threads, over shapes with a partial last panel,
+// weight rows left over for other tiles and a scalar tail.
+func TestProductPanels(t *testing.T) {
+	r := newRand(93)
+	fp8 := func(rows, cols int) *Matrix {
+		m, err := QuantizeFP8(rows, cols, randSlice(r, rows*cols, 0.05))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	_, ilv := ilvMatrices(t, 94, 1048, 2080)
+	ws := map[string]*Matrix{"bf16 interleaved [1048, 2080]": ilv, "fp8 [1030, 2072]": fp8(1030, 2072), "fp8 [2050, 1040]": fp8(2050, 1040)}
+	defer func(v int) { panelXBytes = v }(panelXBytes)
+	forEachImpl(t, func(t *testing.T) {
+		for name, w := range ws {
+			for _, n := range []int{2, 3, 4, 5, 8, 16} {
+				x := randSlice(r, n*w.Cols, 1)
+				for _, threads := range []int{1, 2} {
+					SetThreads(threads)
+					want := make([]float32, n*w.Rows)
+					got := make([]float32, n*w.Rows)
+					panelXBytes = math.MaxInt
+					MatMulT(want, x, n, w)
+					panelXBytes = 0
+					MatMulT(got, x, n, w)
+					if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
+						t.Fatalf("%s, n=%d, %d threads: panels differ from the per-tile walk (-want +got):\n%s", name, n, threads, d)
+					}
+				}
+			}
+		}
+	})
+	SetThreads(1)
+}

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -177,6 +178,51 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 				b.ReportMetric(bytes/s/1e9, "GB/s")
 				b.ReportMetric(100*best/s, "roofline-%")
 			})
+		}
+	}
+}
+
+// BenchmarkProductPanels times the two walks of a decode-sized product's
+// tiles over its weight rows (productPanel) on GLM-5's o_proj, q_a and q_b
+// shapes, one thread, weights streamed from memory: walk=tiles, every tile
+// over all its reduction blocks before the next (what products with small
+// activation rows do), and walk=panels, every reduction block over a panel
+// of panelOut rows before the next block (what products with activation
+// rows above panelXBytes do). The two run one after the other in each
+// round, so their ratio is measured in one run; cpu-ms is the calling
+// thread's CPU time per call (Linux), the steadier of the two times on a
+// shared machine.
+func BenchmarkProductPanels(b *testing.B) {
+	for _, sh := range []struct{ out, in int }{{6144, 16384}, {2048, 6144}, {16384, 2048}} {
+		for _, dtype := range benchDtypes("fp8", "bf16-ilv") {
+			ws := benchWeights(newRand(83), dtype, sh.out, sh.in)
+			for _, n := range []int{4, 8, 16} {
+				x := randSlice(newRand(84), n*sh.in, 1)
+				dst := make([]float32, n*sh.out)
+				for _, walk := range []string{"tiles", "panels"} {
+					b.Run(fmt.Sprintf("%dx%d/%s/rows=%d/walk=%s", sh.out, sh.in, dtype, n, walk), func(b *testing.B) {
+						defer func(v int) { panelXBytes = v }(panelXBytes)
+						panelXBytes = math.MaxInt
+						if walk == "panels" {
+							panelXBytes = 0
+						}
+						defer SetThreads(SetThreads(1))
+						runtime.LockOSThread()
+						defer runtime.UnlockOSThread()
+						MatMulT(dst, x, n, ws[0])
+						k := 0
+						cpu0, cpuOK := threadCPU()
+						for b.Loop() {
+							MatMulT(dst, x, n, ws[k])
+							k = (k + 1) % len(ws)
+						}
+						if cpu1, _ := threadCPU(); cpuOK {
+							b.ReportMetric((cpu1-cpu0)*1e3/float64(b.N), "cpu-ms")
+						}
+						b.ReportMetric(2*float64(n*sh.out*sh.in)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
+					})
+				}
+			}
 		}
 	}
 }
