@@ -196,7 +196,7 @@ func BenchmarkProductPanels(b *testing.B) {
 	for _, sh := range []struct{ out, in int }{{6144, 16384}, {2048, 6144}, {16384, 2048}} {
 		for _, dtype := range benchDtypes("fp8", "bf16-ilv") {
 			ws := benchWeights(newRand(83), dtype, sh.out, sh.in)
-			for _, n := range []int{4, 8, 16} {
+			for _, n := range []int{2, 3, 4, 8, 16} {
 				x := randSlice(newRand(84), n*sh.in, 1)
 				dst := make([]float32, n*sh.out)
 				for _, walk := range []string{"tiles", "panels"} {
@@ -238,7 +238,7 @@ func BenchmarkProductInCache(b *testing.B) {
 	const out, in = 64, 4096
 	for _, dtype := range benchDtypes("fp8", "fp8-checked", "bf16", "bf16-ilv", "f32") {
 		w := benchWeights(newRand(83), dtype, out, in)[0]
-		for _, n := range []int{1, 4, 8, 16} {
+		for _, n := range []int{1, 2, 3, 4, 8, 16} {
 			b.Run(fmt.Sprintf("%s/rows=%d", dtype, n), func(b *testing.B) {
 				x := randSlice(newRand(84), n*in, 1)
 				dst := make([]float32, n*out)
