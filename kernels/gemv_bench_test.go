@@ -135,6 +135,26 @@ func BenchmarkGEMV(b *testing.B) {
 // batch-8 decode and a batch of 16.
 var skinnyRows = []int{1, 2, 3, 4, 6, 8, 16}
 
+// loopProducts runs dst = x·wᵀ over the weights ws in turn (so that they
+// stream from memory) on one thread locked to its OS thread, after one
+// warm-up call, and reports the thread's CPU time per call as cpu-ms where
+// the OS gives it (Linux).
+func loopProducts(b *testing.B, dst, x []float32, n int, ws []*Matrix) {
+	defer SetThreads(SetThreads(1))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	MatMulT(dst, x, n, ws[0])
+	k := 0
+	cpu0, cpuOK := threadCPU()
+	for b.Loop() {
+		MatMulT(dst, x, n, ws[k])
+		k = (k + 1) % len(ws)
+	}
+	if cpu1, _ := threadCPU(); cpuOK {
+		b.ReportMetric((cpu1-cpu0)*1e3/float64(b.N), "cpu-ms")
+	}
+}
+
 // BenchmarkSkinnyGEMM times MatMulT with few activation rows on GLM-5's
 // q_a_proj shape (2048×6144) in fp8 and bf16 on one thread, the weights
 // streamed from memory. GB/s counts the weight bytes once per call;
@@ -156,19 +176,7 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dx%d/rows=%d", dtype, out, in, n), func(b *testing.B) {
 				x := randSlice(newRand(82), n*in, 1)
 				dst := make([]float32, n*out)
-				defer SetThreads(SetThreads(1))
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				MatMulT(dst, x, n, ws[0])
-				k := 0
-				cpu0, cpuOK := threadCPU()
-				for b.Loop() {
-					MatMulT(dst, x, n, ws[k])
-					k = (k + 1) % len(ws)
-				}
-				if cpu1, _ := threadCPU(); cpuOK {
-					b.ReportMetric((cpu1-cpu0)*1e3/float64(b.N), "cpu-ms")
-				}
+				loopProducts(b, dst, x, n, ws)
 				s := b.Elapsed().Seconds() / float64(b.N)
 				bytes := float64(out*in) * float64(ws[0].bytesPerWeight())
 				flops := 2 * float64(n*out*in)
@@ -206,19 +214,7 @@ func BenchmarkProductPanels(b *testing.B) {
 						if walk == "panels" {
 							panelXBytes = 0
 						}
-						defer SetThreads(SetThreads(1))
-						runtime.LockOSThread()
-						defer runtime.UnlockOSThread()
-						MatMulT(dst, x, n, ws[0])
-						k := 0
-						cpu0, cpuOK := threadCPU()
-						for b.Loop() {
-							MatMulT(dst, x, n, ws[k])
-							k = (k + 1) % len(ws)
-						}
-						if cpu1, _ := threadCPU(); cpuOK {
-							b.ReportMetric((cpu1-cpu0)*1e3/float64(b.N), "cpu-ms")
-						}
+						loopProducts(b, dst, x, n, ws)
 						b.ReportMetric(2*float64(n*sh.out*sh.in)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
 					})
 				}
