@@ -514,8 +514,8 @@ func gemmGroup8x512Ilv(m int) {
 	RET()
 }
 
-// rowPointers returns m registers pointing at consecutive activation rows:
-// x, then each the one before plus ldx (in bytes).
+// rowPointers returns m registers pointing at consecutive rows (activation,
+// weight or output rows): x, then each the one before plus ldx (in bytes).
 func rowPointers(x, ldx Register, m int) []Register {
 	xr := make([]Register, m)
 	for i := range m {
@@ -1109,15 +1109,7 @@ func axpyTile512(m int, bf16 bool) {
 	}
 	// The weight rows' pointers stay in registers through the loop; the
 	// output rows are walked from out before and after it.
-	pr := make([]Register, m)
-	for i := range m {
-		pr[i] = GP64()
-		if i == 0 {
-			MOVQ(p, pr[i])
-		} else {
-			LEAQ(Mem{Base: pr[i-1], Index: ldp, Scale: 1}, pr[i])
-		}
-	}
+	pr := rowPointers(p, ldp, m)
 	acc := func(i, c int) VecPhysical { return zmm[4*i+c] }
 	orow := GP64()
 	MOVQ(out, orow)
@@ -1550,18 +1542,7 @@ func axpyTile256(m int, bf16 bool) {
 	} else {
 		SHLQ(U8(2), coff)
 	}
-	or := make([]Register, m)
-	pr := make([]Register, m)
-	for i := range m {
-		or[i], pr[i] = GP64(), GP64()
-		if i == 0 {
-			MOVQ(out, or[i])
-			MOVQ(p, pr[i])
-		} else {
-			LEAQ(Mem{Base: or[i-1], Index: ldo, Scale: 1}, or[i])
-			LEAQ(Mem{Base: pr[i-1], Index: ldp, Scale: 1}, pr[i])
-		}
-	}
+	or, pr := rowPointers(out, ldo, m), rowPointers(p, ldp, m)
 	acc := func(i, c int) VecPhysical { return ymm[2*i+c] }
 	for i := range m {
 		for c := range 2 {

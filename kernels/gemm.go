@@ -305,31 +305,25 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// from L1). Every pass prefetches its share of the block the next
 		// call reads (panelNext: the next block of the group or, in a walk
 		// of panels, the panel's next group) into L2, whole lines per 512
-		// bytes it reads, so that memory streams while the passes compute. Reading each half of a group
-		// as every other 256 bytes, as the four-row strips do, streamed
-		// 20–40 % slower on a Zen 5 core (docs/performance.md, "Back on a
-		// Zen 5 host: whole groups of interleaved rows").
+		// bytes it reads, so that memory streams while the passes compute.
+		// Reading each half of a group as every other 256 bytes, as the
+		// four-row strips do, streamed 20–40 % slower on a Zen 5 core
+		// (docs/performance.md, "Back on a Zen 5 host: whole groups of
+		// interleaved rows").
 		passes := (n + groupIlvMaxRows - 1) / groupIlvMaxRows
 		pfl := (ilvRows + passes - 1) / passes
-		pr := productPanel(n, in, ilvRows)
-		for b0 := j0; b0 < j1; b0 += pr {
-			b1 := min(b0+pr, j1)
-			for k0 := 0; k0 < in; k0 += gemmKC {
-				add := tileAdd(k0 > 0)
-				kc := min(gemmKC, in-k0)
-				for jt := b0; jt < b1; jt += ilvRows {
-					block := 0
-					if nj, nk := panelNext(jt, k0, ilvRows, b0, b1, in); nj < w.Rows {
-						block = 2 * (ilvAt(in, nj, nk) - ilvAt(in, jt, k0))
-					}
-					for p, i0 := 0, 0; i0 < n; p++ {
-						m := evenPass(groupIlvMaxRows, n-i0)
-						groupBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], kc, &dst[i0*out+jt], out, add, block+p*pfl*kc*2, pfl)
-						i0 += m
-					}
-				}
+		panelWalk(n, in, j0, j1, ilvRows, func(jt, k0, nj, nk int) {
+			kc := min(gemmKC, in-k0)
+			block := 0
+			if nj < w.Rows {
+				block = 2 * (ilvAt(in, nj, nk) - ilvAt(in, jt, k0))
 			}
-		}
+			for p, i0 := 0, 0; i0 < n; p++ {
+				m := evenPass(groupIlvMaxRows, n-i0)
+				groupBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], kc, &dst[i0*out+jt], out, tileAdd(k0 > 0), block+p*pfl*kc*2, pfl)
+				i0 += m
+			}
+		})
 		return
 	}
 	mr := maxTileRows(l)
@@ -752,29 +746,39 @@ func threeTileFP8(dst, x []float32, n int, w *Matrix, jt, k0, pfd int) {
 	addTileFP8(dst, x, w, tile[:], 4, n, jt, 3, k0, kv)
 }
 
-// panelWalkFP8 runs tile(jt, k0, pfd) over the whole tiles of step weight
-// rows in [j0, j1) of an FP8 matrix and every reduction block, in the panel
-// order of productPanel for n activation rows, and returns the first row
-// it left (j1 minus fewer than step). pfd is the prefetch offset the tile
-// takes: from each of its rows' codes to the same row of the tile the walk
-// computes next (panelNext); the last tile of the matrix, which has no
-// next, prefetches its own next block's distance.
-func panelWalkFP8(n int, w *Matrix, j0, j1, step int, tile func(jt, k0, pfd int)) int {
-	in := w.Cols
-	end := j0 + (j1-j0)/step*step
+// panelWalk runs tile(jt, k0, nj, nk) over the tiles of step weight rows
+// in [j0, end) (a whole number of tiles) and every reduction block k0, in
+// the panel order of productPanel for n activation rows over in columns;
+// (nj, nk) is the tile the walk computes next (panelNext), which the tile
+// prefetches.
+func panelWalk(n, in, j0, end, step int, tile func(jt, k0, nj, nk int)) {
 	pr := productPanel(n, in, step)
 	for b0 := j0; b0 < end; b0 += pr {
 		b1 := min(b0+pr, end)
 		for k0 := 0; k0 < in; k0 += gemmKC {
 			for jt := b0; jt < b1; jt += step {
-				pfd := fp8FewPrefetch
-				if nj, nk := panelNext(jt, k0, step, b0, b1, in); nj+step <= w.Rows {
-					pfd = (nj-jt)*in + nk - k0
-				}
-				tile(jt, k0, pfd)
+				nj, nk := panelNext(jt, k0, step, b0, b1, in)
+				tile(jt, k0, nj, nk)
 			}
 		}
 	}
+}
+
+// panelWalkFP8 is panelWalk over the whole tiles of step weight rows in
+// [j0, j1) of an FP8 matrix, tile taking the prefetch offset pfd from each
+// of its rows' codes to the same row of the next tile; the last tile of the
+// matrix, which has no next, prefetches its own next block's distance. It
+// returns the first row it left (j1 minus fewer than step).
+func panelWalkFP8(n int, w *Matrix, j0, j1, step int, tile func(jt, k0, pfd int)) int {
+	in := w.Cols
+	end := j0 + (j1-j0)/step*step
+	panelWalk(n, in, j0, end, step, func(jt, k0, nj, nk int) {
+		pfd := fp8FewPrefetch
+		if nj+step <= w.Rows {
+			pfd = (nj-jt)*in + nk - k0
+		}
+		tile(jt, k0, pfd)
+	})
 	return end
 }
 

@@ -218,44 +218,58 @@ func TestEvenPass(t *testing.T) {
 	}
 }
 
-// TestPanelNext walks panels of every size over a few shapes and checks
-// that panelNext names the tile the walk computes next (or, after the last,
-// a row at or past the end), and that one-tile panels keep the per-tile
-// order: each tile's blocks in order, then the next tile.
-func TestPanelNext(t *testing.T) {
+// TestPanelWalk runs panelWalk over a few shapes, in one-tile panels and
+// in panels of panelOut rows, and checks that it visits every tile and
+// block once, panel by panel and block by block, that the next tile it
+// names for each call is the one it calls next (after the last, a row at
+// or past the end), and that one-tile panels keep the per-tile order: each
+// tile's blocks in order, then the next tile.
+func TestPanelWalk(t *testing.T) {
 	type tile struct{ j, k int }
-	for _, c := range []struct{ rows, in, step, panel int }{
-		{24, 3072, 8, 8}, {24, 3072, 8, 16}, {40, 1024, 8, 1024}, {30, 2500, 3, 9}, {12, 100, 4, 4}, {12, 2048, 4, 1024},
+	defer func(v int) { panelXBytes = v }(panelXBytes)
+	for _, c := range []struct{ rows, in, step int }{
+		{24, 3072, 8}, {2064, 3072, 8}, {2100, 2500, 3}, {12, 100, 4}, {2048, 2048, 4},
 	} {
-		var walk []tile
-		for b0 := 0; b0 < c.rows; b0 += c.panel {
-			b1 := min(b0+c.panel, c.rows)
-			for k0 := 0; k0 < c.in; k0 += gemmKC {
-				for jt := b0; jt < b1; jt += c.step {
-					walk = append(walk, tile{jt, k0})
-				}
+		for _, panels := range []bool{false, true} {
+			panelXBytes = math.MaxInt
+			panel := c.step
+			if panels {
+				panelXBytes, panel = 0, panelOut/c.step*c.step
 			}
-		}
-		for i, tl := range walk {
-			b0 := tl.j / c.panel * c.panel
-			nj, nk := panelNext(tl.j, tl.k, c.step, b0, min(b0+c.panel, c.rows), c.in)
-			if i+1 < len(walk) {
-				if got := (tile{nj, nk}); got != walk[i+1] {
-					t.Errorf("%+v: after %+v panelNext gives %+v, the walk computes %+v", c, tl, got, walk[i+1])
-				}
-			} else if nj < c.rows {
-				t.Errorf("%+v: after the last tile %+v panelNext gives row %d, inside the matrix", c, tl, nj)
-			}
-		}
-		if c.panel == c.step {
-			var order []tile
-			for jt := 0; jt < c.rows; jt += c.step {
+			var want []tile
+			for b0 := 0; b0 < c.rows; b0 += panel {
 				for k0 := 0; k0 < c.in; k0 += gemmKC {
-					order = append(order, tile{jt, k0})
+					for jt := b0; jt < min(b0+panel, c.rows); jt += c.step {
+						want = append(want, tile{jt, k0})
+					}
 				}
 			}
-			if d := cmp.Diff(order, walk, cmp.AllowUnexported(tile{})); d != "" {
-				t.Errorf("%+v: one-tile panels do not keep the per-tile order (-want +got):\n%s", c, d)
+			var got, next []tile
+			panelWalk(1, c.in, 0, c.rows, c.step, func(jt, k0, nj, nk int) {
+				got = append(got, tile{jt, k0})
+				next = append(next, tile{nj, nk})
+			})
+			if d := cmp.Diff(want, got, cmp.AllowUnexported(tile{})); d != "" {
+				t.Fatalf("%+v, panels %v: the walk's order (-want +got):\n%s", c, panels, d)
+			}
+			for i, n := range next {
+				if i+1 < len(got) && n != got[i+1] {
+					t.Errorf("%+v, panels %v: after %+v the walk names %+v as next and computes %+v", c, panels, got[i], n, got[i+1])
+				}
+			}
+			if n := next[len(next)-1]; n.j < c.rows {
+				t.Errorf("%+v, panels %v: after the last tile the walk names row %d, inside the matrix", c, panels, n.j)
+			}
+			if !panels {
+				var order []tile
+				for jt := 0; jt < c.rows; jt += c.step {
+					for k0 := 0; k0 < c.in; k0 += gemmKC {
+						order = append(order, tile{jt, k0})
+					}
+				}
+				if d := cmp.Diff(order, got, cmp.AllowUnexported(tile{})); d != "" {
+					t.Errorf("%+v: one-tile panels do not keep the per-tile order (-want +got):\n%s", c, d)
+				}
 			}
 		}
 	}
