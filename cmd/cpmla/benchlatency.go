@@ -103,8 +103,13 @@ type latencyResult struct {
 	// pass; the rest is the engine's own work (sampling, scheduling, the
 	// delivery of tokens).
 	DecodeForwardS float64 `json:"decode_forward_s"`
-	DecodeSteps    int     `json:"decode_steps_per_iter"`
-	PrefillSteps   int     `json:"prefill_steps_per_iter"`
+	// DecodeCollectiveS is the part of a decode step's forward pass a rank
+	// spends inside its TP, DCP and PCP collectives (waiting for the other
+	// ranks included), the mean over this process's ranks: rank 0's alone
+	// under --comm mpi, 0 on one rank.
+	DecodeCollectiveS float64 `json:"decode_collective_s"`
+	DecodeSteps       int     `json:"decode_steps_per_iter"`
+	PrefillSteps      int     `json:"prefill_steps_per_iter"`
 
 	FMAPeakGFLOPS     float64 `json:"fma_peak_gflops"`
 	ReadBandwidthGBPS float64 `json:"read_bandwidth_gbps"`
@@ -142,6 +147,9 @@ type stepRecord struct {
 	cost           model.StepCost
 	costAvailable  bool
 	forwardSeconds float64
+	// collectiveSeconds is the mean time the recorder's ranks spent inside
+	// collectives during the forward pass.
+	collectiveSeconds float64
 }
 
 // stepRecorder is the engine's executor wrapped so that every step is
@@ -149,6 +157,9 @@ type stepRecord struct {
 // are passed through.
 type stepRecorder struct {
 	engine.Executor
+	// ranks is how many ranks' collective time CollectiveSeconds sums:
+	// the in-process ranks, or 1 for rank 0 of an MPI job.
+	ranks  int
 	allocs atomic.Pointer[engineAllocs] // nil: allocations are not counted
 	mu     sync.Mutex
 	on     bool
@@ -167,15 +178,17 @@ func decodeOnly(b *model.Batch) bool {
 
 func (s *stepRecorder) Forward(b *model.Batch) error {
 	s.allocs.Load().step(decodeOnly(b))
+	c0 := s.CollectiveSeconds()
 	t0 := time.Now()
 	err := s.Executor.Forward(b)
 	d := time.Since(t0)
+	coll := (s.CollectiveSeconds() - c0) / float64(max(s.ranks, 1))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.on || err != nil {
 		return err
 	}
-	rec := stepRecord{start: t0, seqs: len(b.Seqs), forwardSeconds: d.Seconds()}
+	rec := stepRecord{start: t0, seqs: len(b.Seqs), forwardSeconds: d.Seconds(), collectiveSeconds: coll}
 	rec.prefill = !decodeOnly(b)
 	for _, q := range b.Seqs {
 		rec.tokens += len(q.Tokens)
@@ -369,7 +382,7 @@ func benchLatency(o latencyOptions, stderr io.Writer) (*latencyResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		rec = &stepRecorder{Executor: x}
+		rec = &stepRecorder{Executor: x, ranks: ranks}
 		return rec, nil
 	}
 	e, err := engine.New(cfg, weights, recording, eo)
@@ -523,7 +536,7 @@ func runLatencyIteration(e *engine.Engine, rec *stepRecorder, tk *tokenizer.Toke
 
 // summarizeLatency fills res from the measured iterations.
 func summarizeLatency(res *latencyResult, iters []iteration) {
-	var ttft, tpot, pre, dec, decStep, decFwd, roof, mem, comp, preFMA, fma, bw []float64
+	var ttft, tpot, pre, dec, decStep, decFwd, decColl, roof, mem, comp, preFMA, fma, bw []float64
 	var wB, kvB, fl, preFl []float64
 	var decSteps, preSteps []float64
 	for _, it := range iters {
@@ -533,7 +546,7 @@ func summarizeLatency(res *latencyResult, iters []iteration) {
 			tpot = append(tpot, mean(it.tpot))
 		}
 		fma, bw = append(fma, it.fma), append(bw, it.bw)
-		var preT, preTok, preF, decT, decFwdT, decTok, roofT, memT, compT float64
+		var preT, preTok, preF, decT, decFwdT, decCollT, decTok, roofT, memT, compT float64
 		var nDec, nPre int
 		var sumW, sumKV, sumF float64
 		for i, s := range it.steps {
@@ -552,6 +565,7 @@ func summarizeLatency(res *latencyResult, iters []iteration) {
 			nDec++
 			decT += d
 			decFwdT += s.forwardSeconds
+			decCollT += s.collectiveSeconds
 			decTok += float64(s.seqs)
 			m := float64(s.cost.WeightBytes+s.cost.KVBytes) / (it.bw * 1e9)
 			c := float64(s.cost.FLOPs) / (it.fma * 1e9)
@@ -568,6 +582,7 @@ func summarizeLatency(res *latencyResult, iters []iteration) {
 			dec = append(dec, decTok/decT)
 			decStep = append(decStep, decT/float64(nDec))
 			decFwd = append(decFwd, decFwdT/float64(nDec))
+			decColl = append(decColl, decCollT/float64(nDec))
 			roof, mem, comp = append(roof, roofT/decT), append(mem, memT/decT), append(comp, compT/decT)
 			wB, kvB, fl = append(wB, sumW/float64(nDec)), append(kvB, sumKV/float64(nDec)), append(fl, sumF/float64(nDec))
 		}
@@ -584,6 +599,7 @@ func summarizeLatency(res *latencyResult, iters []iteration) {
 	}
 	res.MeanTTFT, res.MeanTPOT = median(ttft), median(tpot)
 	res.PrefillTokensPerS, res.DecodeTokensPerS, res.DecodeStepS, res.DecodeForwardS = median(pre), median(dec), median(decStep), median(decFwd)
+	res.DecodeCollectiveS = median(decColl)
 	res.DecodeSteps, res.PrefillSteps = int(median(decSteps)), int(median(preSteps))
 	res.FMAPeakGFLOPS, res.ReadBandwidthGBPS = median(fma), median(bw)
 	res.DecodeRooflineFraction, res.DecodeMemoryFraction, res.DecodeComputeFraction = median(roof), median(mem), median(comp)
@@ -724,8 +740,8 @@ func printLatency(out io.Writer, r *latencyResult, asJSON bool) error {
 	fmt.Fprintf(out, "time to first token:    %.4f s (mean over requests, median over iterations)\n", r.MeanTTFT)
 	fmt.Fprintf(out, "time per output token:  %.4f s\n", r.MeanTPOT)
 	fmt.Fprintf(out, "prefill:                %.1f tokens/s, %.1f%% of the FMA peak\n", r.PrefillTokensPerS, 100*r.PrefillFMAFraction)
-	fmt.Fprintf(out, "decode:                 %.1f tokens/s, %.4f s per step (forward %.4f s), roofline %.1f%% (memory %.1f%%, compute %.1f%%)\n",
-		r.DecodeTokensPerS, r.DecodeStepS, r.DecodeForwardS, 100*r.DecodeRooflineFraction, 100*r.DecodeMemoryFraction, 100*r.DecodeComputeFraction)
+	fmt.Fprintf(out, "decode:                 %.1f tokens/s, %.4f s per step (forward %.4f s, collectives %.4f s), roofline %.1f%% (memory %.1f%%, compute %.1f%%)\n",
+		r.DecodeTokensPerS, r.DecodeStepS, r.DecodeForwardS, r.DecodeCollectiveS, 100*r.DecodeRooflineFraction, 100*r.DecodeMemoryFraction, 100*r.DecodeComputeFraction)
 	fmt.Fprintf(out, "per decode step:        %s of weights, %s of KV and indexer keys, %.3g FLOPs\n",
 		plan.FormatBytes(int64(r.DecodeWeightBytes)), plan.FormatBytes(int64(r.DecodeKVBytes)), r.DecodeFLOPs)
 	fmt.Fprintf(out, "machine:                FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s on %d thread(s), %s kernels, load average %.1f → %.1f\n",

@@ -90,6 +90,8 @@ func TestBenchLatency(t *testing.T) {
 		t.Errorf("time per output token %v over %d tokens, latency %v", r.MeanTPOT, out-1, r.AvgLatency)
 	case !(r.DecodeForwardS > 0 && r.DecodeForwardS <= r.DecodeStepS):
 		t.Errorf("decode forward %v s of a %v s step", r.DecodeForwardS, r.DecodeStepS)
+	case r.DecodeCollectiveS != 0:
+		t.Errorf("one rank spent %v s per decode step in collectives", r.DecodeCollectiveS)
 	case r.FMAPeakGFLOPS <= 0 || r.ReadBandwidthGBPS <= 0:
 		t.Errorf("probes: %v GFLOP/s, %v GB/s", r.FMAPeakGFLOPS, r.ReadBandwidthGBPS)
 	case !(r.DecodeRooflineFraction >= max(r.DecodeMemoryFraction, r.DecodeComputeFraction)) || r.DecodeMemoryFraction <= 0 || r.DecodeComputeFraction <= 0:
@@ -105,6 +107,34 @@ func TestBenchLatency(t *testing.T) {
 	// Decode FLOPs: three rows through every weight, at least 2·3·weights/2.
 	if r.DecodeFLOPs < 3*r.DecodeWeightBytes {
 		t.Errorf("decode step of %d rows: %v FLOPs for %v weight bytes", batch, r.DecodeFLOPs, r.DecodeWeightBytes)
+	}
+}
+
+// TestBenchLatencyCollectives: with TP and DCP ranks in the process a
+// decode step spends part of its forward pass inside the ranks'
+// collectives, and decode_collective_s says how much.
+func TestBenchLatencyCollectives(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	file := filepath.Join(t.TempDir(), "latency.json")
+	stdout, err := runBenchLatencyCLI(t, "--model", dir, "--input-len", "12", "--output-len", "5", "--batch-size", "2",
+		"--num-iters-warmup", "0", "--num-iters", "2", "--memory-limit", "512MiB", "--threads-per-rank", "1",
+		"--tensor-parallel-size", "2", "--decode-context-parallel-size", "2", "--output-json", file)
+	if err != nil {
+		t.Fatalf("bench latency: %v\n%s", err, stdout)
+	}
+	if !strings.Contains(stdout, "collectives ") {
+		t.Errorf("output does not state the collectives' time:\n%s", stdout)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r latencyResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if !(r.DecodeCollectiveS > 0 && r.DecodeCollectiveS < r.DecodeForwardS) {
+		t.Errorf("collectives %v s of a %v s decode forward pass", r.DecodeCollectiveS, r.DecodeForwardS)
 	}
 }
 
