@@ -89,6 +89,9 @@ func main() {
 	}
 	readSum512()
 	readSum256()
+	for _, f := range streamFMAPerLine {
+		streamFMA512(f)
+	}
 	decodeE4M3512()
 	decodeE4M3256()
 	gemvFP8512()
@@ -2131,6 +2134,63 @@ func readSumBody(name string, acc []VecPhysical, width int) {
 			VADDPS(acc[a+step], acc[a], acc[a])
 		}
 	}
+}
+
+// streamFMAPerLine are the FMA counts per 64-byte line streamFMA512 is
+// emitted for (kernels.StreamFMAPerLine): from what a one-row f32 GEMV
+// does per line read (4 with bf16 weights: 32 values, 2 vectors) to what
+// an eight-row bf16 product does (16) and twice that.
+var streamFMAPerLine = []int{2, 4, 8, 16, 32}
+
+// streamFMAAhead is how far ahead of its loads streamFMA512 prefetches.
+const streamFMAAhead = 16 << 10
+
+// streamFMA512 emits streamFMA<f>AVX512: x (n floats, a multiple of 128)
+// read front to back as one stream, 512 bytes a step, each line loaded
+// into a register and fused f times with the constant ½ into f of 24
+// accumulators, every line prefetched streamFMAAhead bytes ahead. It
+// returns the accumulators' sum (f·½·Σx up to rounding), so timing it over
+// a buffer far larger than the caches shows how much of the read
+// bandwidth and of the FMA peak one core keeps when it needs both at
+// once: the ceiling of a product that streams its weights from memory.
+func streamFMA512(f int) {
+	name := fmt.Sprintf("streamFMA%dAVX512", f)
+	TEXT(name, NOSPLIT, "func(x *float32, n int) float32")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s returns %d·½·Σx over n (a multiple of 128) values, read as one stream and fused %d times per line.", name, f, f))
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	for a := range 24 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	half := Z31
+	broadcastConst(0.5, half)
+	SHRQ(U8(7), n)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	k := 0
+	for l := range 8 {
+		PREFETCHT0(Mem{Base: x, Disp: streamFMAAhead + 64*l})
+		r := zmm[24+l%4]
+		VMOVUPS(Mem{Base: x, Disp: 64 * l}, r)
+		for range f {
+			VFMADD231PS(r, half, zmm[k%24])
+			k++
+		}
+	}
+	ADDQ(U32(512), x)
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	for step := 1; step < 24; step *= 2 {
+		for a := 0; a+step < 24; a += 2 * step {
+			VADDPS(zmm[a+step], zmm[a], zmm[a])
+		}
+	}
+	hsum512()
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
 }
 
 // bits is log2 of a power of two.

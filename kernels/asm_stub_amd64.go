@@ -523,6 +523,31 @@ func readSumAVX512(x *float32, n int) float32
 //go:noescape
 func readSumAVX2(x *float32, n int) float32
 
+// streamFMA2AVX512 returns 2·½·Σx over n (a multiple of 128) values, read as one stream and fused 2 times per line.
+//
+//go:noescape
+func streamFMA2AVX512(x *float32, n int) float32
+
+// streamFMA4AVX512 returns 4·½·Σx over n (a multiple of 128) values, read as one stream and fused 4 times per line.
+//
+//go:noescape
+func streamFMA4AVX512(x *float32, n int) float32
+
+// streamFMA8AVX512 returns 8·½·Σx over n (a multiple of 128) values, read as one stream and fused 8 times per line.
+//
+//go:noescape
+func streamFMA8AVX512(x *float32, n int) float32
+
+// streamFMA16AVX512 returns 16·½·Σx over n (a multiple of 128) values, read as one stream and fused 16 times per line.
+//
+//go:noescape
+func streamFMA16AVX512(x *float32, n int) float32
+
+// streamFMA32AVX512 returns 32·½·Σx over n (a multiple of 128) values, read as one stream and fused 32 times per line.
+//
+//go:noescape
+func streamFMA32AVX512(x *float32, n int) float32
+
 // decodeE4M3AVX512 writes e4m3(src[i])·scale to dst[i] for n (a multiple of 16) bytes.
 //
 //go:noescape

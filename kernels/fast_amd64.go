@@ -529,6 +529,35 @@ func fp8ProductPeak(rows, rounds int) float64 {
 	return float64(rounds) * float64(probes[i].codes)
 }
 
+// streamFMA is StreamFMA's assembly on one chunk; ok is false without
+// AVX-512.
+func streamFMA(x []float32, f int) (s float32, ok bool) {
+	if bestLevel() != levelAVX512 {
+		return 0, false
+	}
+	nv := len(x) &^ 127
+	if nv > 0 {
+		switch f {
+		case 2:
+			s = streamFMA2AVX512(&x[0], nv)
+		case 4:
+			s = streamFMA4AVX512(&x[0], nv)
+		case 8:
+			s = streamFMA8AVX512(&x[0], nv)
+		case 16:
+			s = streamFMA16AVX512(&x[0], nv)
+		case 32:
+			s = streamFMA32AVX512(&x[0], nv)
+		default:
+			return 0, false
+		}
+	}
+	for _, v := range x[nv:] {
+		s += float32(f) * 0.5 * v
+	}
+	return s, true
+}
+
 // readSum sums x with the widest loads the CPU supports; ok is false
 // without AVX2.
 func readSum(x []float32) (s float32, ok bool) {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // BenchmarkFMAPeak measures the fp32 FMA peak of one core with the active
@@ -54,6 +55,40 @@ func BenchmarkStreamSum(b *testing.B) {
 		StreamSum(x)
 	}
 	reportRate(b, float64(4*len(x)), "GB/s")
+}
+
+// BenchmarkStreamFMA measures, per FMA count a line, how close one core
+// comes to the larger of its read time and its FMA time when a stream of
+// 256 MiB must be read and multiplied at once (StreamFMA): GB/s and
+// GFLOP/s, and of-max-% the larger of the two times at the StreamSum
+// bandwidth and the FMA peak, both measured right after in the same run,
+// over the time taken. It is the ceiling of a product streaming its
+// weights from memory on this core, which BenchmarkSkinnyGEMM and
+// BenchmarkGEMV are read against.
+func BenchmarkStreamFMA(b *testing.B) {
+	buf := make([]float32, 64<<20)
+	for i := range buf {
+		buf[i] = float32(i & 1023)
+	}
+	if _, ok := StreamFMA(buf[:128], 2); !ok {
+		b.Skip("StreamFMA runs on AVX-512 only")
+	}
+	for _, f := range StreamFMAPerLine {
+		b.Run(fmt.Sprintf("fmas=%d", f), func(b *testing.B) {
+			for b.Loop() {
+				StreamFMA(buf, f)
+			}
+			s := b.Elapsed().Seconds() / float64(b.N)
+			bytes := float64(4 * len(buf))
+			flops := bytes / 64 * float64(f) * 32
+			t0 := time.Now()
+			peak := FMAPeakLoop(2_000_000) / time.Since(t0).Seconds()
+			best := max(bytes/(streamRate(buf, 1)*1e9), flops/peak)
+			b.ReportMetric(bytes/s/1e9, "GB/s")
+			b.ReportMetric(flops/s/1e9, "GFLOP/s")
+			b.ReportMetric(100*best/s, "of-max-%")
+		})
+	}
 }
 
 // BenchmarkAttendRows runs the absorbed sparse-MLA decode core at GLM-5

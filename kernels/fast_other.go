@@ -42,6 +42,8 @@ func fp8ProductPeak(int, int) float64 { return 0 }
 
 func readSum([]float32) (float32, bool) { return 0, false }
 
+func streamFMA([]float32, int) (float32, bool) { return 0, false }
+
 func qkTileT(*float32, int, int, *float32, *float32, *float32, *float32, *float32, int, int, int, float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }

@@ -423,13 +423,21 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 	})
 }
 
-// TestPeakProbes: the probe loops report the work they did and StreamSum is
-// a sum.
+// TestPeakProbes: the probe loops report the work they did, StreamSum is
+// a sum and StreamFMA its fused multiple.
 func TestPeakProbes(t *testing.T) {
 	x := randSlice(newRand(71), 1000, 1)
 	var want float64
 	for _, v := range x {
 		want += float64(v)
+	}
+	// StreamFMA: positive values (no cancellation), two whole chunks and a
+	// part of one with a tail past the last whole 512 bytes.
+	xs := make([]float32, 2*(32<<10)+1000+37)
+	var wantS float64
+	for i := range xs {
+		xs[i] = float32(i%97+1) / 97
+		wantS += float64(xs[i])
 	}
 	forEachImpl(t, func(t *testing.T) {
 		flops := FMAPeakLoop(10) // the machine's widest FMA, whatever Impl is
@@ -453,7 +461,27 @@ func TestPeakProbes(t *testing.T) {
 		if d := cmp.Diff(want, float64(StreamSum(x)), cmpopts.EquateApprox(1e-5, 1e-4)); d != "" {
 			t.Errorf("StreamSum (-want +got):\n%s", d)
 		}
+		for _, f := range StreamFMAPerLine {
+			got, ok := StreamFMA(xs, f)
+			if ok != (bestLevel() == levelAVX512) {
+				t.Errorf("StreamFMA(%d) ran: %v on %v", f, ok, bestLevel())
+			}
+			if !ok {
+				continue
+			}
+			if d := cmp.Diff(float64(f)*0.5*wantS, float64(got), cmpopts.EquateApprox(1e-5, 0)); d != "" {
+				t.Errorf("StreamFMA(%d) (-want +got):\n%s", f, d)
+			}
+		}
 	})
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "not 3") {
+				t.Errorf("StreamFMA(x, 3) panicked with %v, want a refusal of 3 FMAs a line", r)
+			}
+		}()
+		StreamFMA(xs, 3)
+	}()
 	func() {
 		defer func() {
 			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "not 3") {
