@@ -2129,6 +2129,12 @@ func readSumBody(name string, acc []VecPhysical, width int) {
 	DECQ(n)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_done")
+	addTree(acc)
+}
+
+// addTree leaves the sum of acc in acc[0], added by a pairwise tree in
+// order: ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)) for eight.
+func addTree(acc []VecPhysical) {
 	for step := 1; step < len(acc); step *= 2 {
 		for a := 0; a+step < len(acc); a += 2 * step {
 			VADDPS(acc[a+step], acc[a], acc[a])
@@ -2137,9 +2143,9 @@ func readSumBody(name string, acc []VecPhysical, width int) {
 }
 
 // streamFMAPerLine are the FMA counts per 64-byte line streamFMA512 is
-// emitted for (kernels.StreamFMAPerLine): from what a one-row f32 GEMV
-// does per line read (4 with bf16 weights: 32 values, 2 vectors) to what
-// an eight-row bf16 product does (16) and twice that.
+// emitted for (kernels.StreamFMAPerLine): 2·r for a product of r
+// activation rows on bf16 weights (a line holds 32 values, two vectors),
+// from one row (2) to sixteen (32); 4·r on fp8 weights.
 var streamFMAPerLine = []int{2, 4, 8, 16, 32}
 
 // streamFMAAhead is how far ahead of its loads streamFMA512 prefetches.
@@ -2182,11 +2188,7 @@ func streamFMA512(f int) {
 	DECQ(n)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_done")
-	for step := 1; step < 24; step *= 2 {
-		for a := 0; a+step < 24; a += 2 * step {
-			VADDPS(zmm[a+step], zmm[a], zmm[a])
-		}
-	}
+	addTree(zmm[:24])
 	hsum512()
 	Store(X0, ReturnIndex(0))
 	VZEROUPPER()

@@ -107,9 +107,10 @@ var StreamFMAPerLine = []int{2, 4, 8, 16, 32}
 // far larger than the caches it shows how close one core comes to the
 // larger of its read time and its FMA time when it needs both at once:
 // the ceiling of a product streaming its weights, whose FMAs wait on the
-// lines they multiply as these do. 4 FMAs a line is what a one-row GEMV
-// does on bf16 weights, 16 an eight-row bf16 product. ok is false without
-// AVX-512 (nothing runs); any other fmasPerLine panics.
+// lines they multiply as these do. A product of r rows on bf16 weights
+// does 2·r FMAs a line (32 values, two vectors), on fp8 weights 4·r
+// besides its decoding. ok is false without AVX-512 (nothing runs); any
+// other fmasPerLine panics.
 func StreamFMA(x []float32, fmasPerLine int) (s float32, ok bool) {
 	if !slices.Contains(StreamFMAPerLine, fmasPerLine) {
 		panic(fmt.Sprintf("kernels: StreamFMA runs %v FMAs per line, not %d", StreamFMAPerLine, fmasPerLine))
