@@ -106,7 +106,9 @@ func BenchmarkRopeApply(b *testing.B) {
 func BenchmarkTopK(b *testing.B) {
 	defer SetThreads(SetThreads(1))
 	const k = 2048
-	for _, n := range []int{8192, 32768, 131072} {
+	// 2,048 and 4,096 scores: the rows of a prompt's later tokens, all
+	// selected (TopK sorts them) or half of them (radix select, then sort).
+	for _, n := range []int{2048, 4096, 8192, 32768, 131072} {
 		r := newRand(uint64(n))
 		scores := make([]float32, n)
 		for i := range scores {
@@ -126,6 +128,9 @@ func BenchmarkTopK(b *testing.B) {
 					b.Fatal("the sampled threshold refused an indexer row")
 				}
 			}},
+		}
+		if n < topkSampleMin {
+			paths = paths[:1] // TopK is the radix select, or sorts the whole row
 		}
 		for _, p := range paths {
 			b.Run(fmt.Sprintf("n=%d/k=%d/%s", n, k, p.name), func(b *testing.B) {

@@ -318,10 +318,34 @@ func topKRadix(dst []int32, scores []float32) int {
 }
 
 // sortTopK orders selected indices best first: score descending, then index
-// ascending.
+// ascending. The indices arrive in increasing order (both callers select in
+// one pass over the row), so a stable sort by score alone gives that order:
+// the radix sort of topKSampled, three passes over the packed keys, where a
+// comparison sort of a prompt's 2,048 selected positions took longer than
+// selecting them; short lists, whose histograms would cost more than their
+// comparisons, are sorted by comparison.
 func sortTopK(idx []int32, scores []float32) {
-	var buf [2048]uint64
-	if len(idx) > len(buf) {
+	switch {
+	case len(idx) <= topkSortMin:
+		var buf [topkSortMin]uint64
+		packed := buf[:len(idx)]
+		for j, i := range idx {
+			packed[j] = topkPacked(scores[i], uint32(i))
+		}
+		slices.Sort(packed)
+		for j, p := range packed {
+			idx[j] = int32(uint32(p))
+		}
+	case len(idx) <= topkCandMax:
+		c := getTopkCands()
+		defer putTopkCands(c)
+		for j, i := range idx {
+			c.packed[j] = topkPacked(scores[i], uint32(i))
+		}
+		for j, p := range radixSortPacked(c, len(idx)) {
+			idx[j] = int32(uint32(p))
+		}
+	default:
 		slices.SortFunc(idx, func(a, b int32) int {
 			ka, kb := topkKey(scores[a]), topkKey(scores[b])
 			switch {
@@ -331,17 +355,11 @@ func sortTopK(idx []int32, scores []float32) {
 				return cmp.Compare(a, b)
 			}
 		})
-		return
-	}
-	packed := buf[:len(idx)]
-	for j, i := range idx {
-		packed[j] = topkPacked(scores[i], uint32(i))
-	}
-	slices.Sort(packed)
-	for j, p := range packed {
-		idx[j] = int32(uint32(p))
 	}
 }
+
+// topkSortMin is the longest list sortTopK sorts by comparison.
+const topkSortMin = 128
 
 // topKHeap is TopK with a heap of k entries.
 func topKHeap(dst []int32, scores []float32) int {

@@ -26,6 +26,24 @@ type topkCands struct {
 
 var topkCandBufs = make(chan *topkCands, 16)
 
+// getTopkCands takes a candidate buffer from the pool, or a new one.
+func getTopkCands() *topkCands {
+	select {
+	case c := <-topkCandBufs:
+		return c
+	default:
+		return new(topkCands)
+	}
+}
+
+// putTopkCands returns c to the pool unless it is full.
+func putTopkCands(c *topkCands) {
+	select {
+	case topkCandBufs <- c:
+	default:
+	}
+}
+
 // topKSampled is TopK (same selection, same order) for a row of at least
 // topkSampleMin scores, or reports false, having written nothing, when the
 // sample gives no usable threshold: too few candidates (fewer than k scores at or
@@ -66,18 +84,8 @@ func topKSampled(dst []int32, scores []float32) (int, bool) {
 	slices.Sort(sample[:m])
 	thr := sample[m-r]
 
-	var c *topkCands
-	select {
-	case c = <-topkCandBufs:
-	default:
-		c = new(topkCands)
-	}
-	defer func() {
-		select {
-		case topkCandBufs <- c:
-		default:
-		}
-	}()
+	c := getTopkCands()
+	defer putTopkCands(c)
 	// Branch-free compaction: every index is written at idx[cnt] and cnt
 	// moves past it when its score is kept; each block of 64 checks the room
 	// first. A float comparison with the threshold's score keeps the same

@@ -218,6 +218,53 @@ func TestTopKRadixSelect(t *testing.T) {
 	}
 }
 
+// TestSortTopK: every way sortTopK sorts (by comparison up to topkSortMin
+// indices, by radix up to topkCandMax, by comparison past it) orders a
+// selection made in index order as the sorted oracle does, over heavy ties,
+// both zeros, +Inf, values one code apart and spread values.
+func TestSortTopK(t *testing.T) {
+	near := func(seed uint64, n int) []float32 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = math.Float32frombits(0x3f800000 + uint32((i*7+int(seed))%5))
+		}
+		return s
+	}
+	scoreSets := []struct {
+		name   string
+		scores func(seed uint64, n int) []float32
+	}{
+		{"two levels", func(seed uint64, n int) []float32 { return tieScores(seed, n, 2) }},
+		{"spread", func(seed uint64, n int) []float32 { return tieScores(seed, n, 1<<24) }},
+		{"adjacent codes", near},
+	}
+	for _, n := range []int{0, 1, 2, topkSortMin - 1, topkSortMin, topkSortMin + 1, 2048, topkCandMax, topkCandMax + 1} {
+		for si, set := range scoreSets {
+			scores := set.scores(uint64(900+n+si), 2*n+3)
+			// A selection in index order: every other selectable score.
+			idx := []int32{}
+			for i, v := range scores {
+				if selectable(v) && (i%2 == 0 || len(idx) < n/2) && len(idx) < n {
+					idx = append(idx, int32(i))
+				}
+			}
+			picked := make([]float32, len(scores))
+			for i := range picked {
+				picked[i] = float32(math.Inf(-1))
+			}
+			for _, i := range idx {
+				picked[i] = scores[i]
+			}
+			want, _ := topKSorted(len(idx), picked)
+			got := slices.Clone(idx)
+			sortTopK(got, scores)
+			if diff := cmp.Diff(want[:len(idx)], got); diff != "" {
+				t.Errorf("%s, %d indices (-sorted oracle +sortTopK):\n%s", set.name, len(idx), diff)
+			}
+		}
+	}
+}
+
 // TestTopKSplit: the two-half selection merged on two threads gives the
 // sorted oracle's result, with ties and unselectable entries on both sides
 // of the split and equal scores straddling it.
