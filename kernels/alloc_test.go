@@ -69,6 +69,8 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"LogSumExp", func() { _ = LogSumExp(row) }},
 		{"TopK", func() { TopK(idx, scores) }},
 		{"TopK long row", func() { TopK(longIdx, longScores) }},
+		{"TopK whole row", func() { TopK(longIdx, longScores[:2048]) }},
+		{"TopK half a row", func() { TopK(longIdx, longScores[:4096]) }},
 		{"Rope.Apply", func() { rope.Apply(row, 4097, true) }},
 		{"Rope.Angles", func() { rope.Angles(row, 4097) }},
 		{"Rope.Rotate", func() { rope.Rotate(row, w, true) }},
@@ -78,5 +80,23 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		if got := testing.AllocsPerRun(20, tc.f); got != 0 {
 			t.Errorf("%s allocates %v times per call, want 0", tc.name, got)
 		}
+	}
+
+	// A prompt's attention on two threads: the second thread's scratch is
+	// the task's, kept from the first call.
+	const heads, dim, vdim = 16, 576, 512
+	pool := make([][]uint16, 64)
+	for j := range pool {
+		pool[j] = make([]uint16, dim)
+	}
+	src := &listRows{pool: pool}
+	for i := range 6 {
+		src.sel = append(src.sel, []int{i, i + 1, i + 2, 3 * i, 40 + i}[:2+i%4])
+	}
+	q, out, lse := randSlice(r, 6*heads*dim, 0.3), make([]float32, 6*heads*vdim), make([]float32, 6*heads)
+	rowSpace, logits := make([][]uint16, 5), make([]float32, AttendScratchLen(heads, 5, vdim))
+	defer SetThreads(SetThreads(2))
+	if got := testing.AllocsPerRun(20, func() { AttendQueriesBF16(out, lse, nil, q, 6, heads, vdim, src, 0.0625, rowSpace, logits) }); got != 0 {
+		t.Errorf("AttendQueriesBF16 on two threads allocates %v times per call, want 0", got)
 	}
 }

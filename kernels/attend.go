@@ -43,7 +43,7 @@ func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]floa
 		attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
 		return
 	}
-	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits)
+	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits, false)
 }
 
 // AttendRowsBF16 is AttendRows over rows stored as raw bfloat16 bits (a bf16
@@ -55,17 +55,29 @@ func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]floa
 // in the same order and gives the same bits as AttendRows on the widened
 // rows.
 func AttendRowsBF16(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]uint16, scale float32, logits []float32) {
+	attendRowsBF16("AttendRowsBF16", out, lse, maxLogits, q, heads, vdim, rows, scale, logits, false)
+}
+
+// attendRowsBF16 is AttendRowsBF16 (fn names it in a panic), on the caller
+// alone when serial.
+func attendRowsBF16(fn string, out, lse, maxLogits, q []float32, heads, vdim int, rows [][]uint16, scale float32, logits []float32, serial bool) {
 	lens := func(j int) int { return len(rows[j]) }
-	if !attendPrologue("AttendRowsBF16", out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
+	if !attendPrologue(fn, out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
 		return
 	}
 	dim := len(q) / heads
 	l := activeLevel()
-	if l == levelRef || dim%vecWidth(l) != 0 || vdim%attendCols(l) != 0 {
+	if !attendBF16Fast(l, dim, vdim) {
 		attendRowsRefBF16(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
 		return
 	}
-	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, nil, rows, scale, logits)
+	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, nil, rows, scale, logits, serial)
+}
+
+// attendBF16Fast reports whether level l's tiles take bf16 rows of these
+// sizes (dim a multiple of the vector width, vdim of the column tile).
+func attendBF16Fast(l level, dim, vdim int) bool {
+	return l != levelRef && dim%vecWidth(l) == 0 && vdim%attendCols(l) == 0
 }
 
 // RowDecoder produces the rows of AttendDecodedRows on demand:
@@ -192,9 +204,10 @@ func attendPrologue(fn string, out, lse, maxLogits, q []float32, heads, vdim, n 
 }
 
 // attendFast runs the assembly AttendRows of level l over f32 or bf16 rows
-// (exactly one of rows and rowsBF16 set).
-func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]float32, rowsBF16 [][]uint16, scale float32, logits []float32) {
+// (exactly one of rows and rowsBF16 set), on the caller alone when serial.
+func attendFast(l level, out, lse, maxLogits, q []float32, heads, dim, vdim int, rows [][]float32, rowsBF16 [][]uint16, scale float32, logits []float32, serial bool) {
 	t := takeAttendTask(heads)
+	t.serial = serial
 	t.out, t.lse, t.maxLogits, t.q, t.rows, t.rowsBF16, t.logits = out, lse, maxLogits, q, rows, rowsBF16, logits
 	t.heads, t.dim, t.vdim, t.scale, t.l, t.n = heads, dim, vdim, scale, l, max(len(rows), len(rowsBF16))
 	if l == levelAVX512 {
@@ -247,6 +260,10 @@ func AttendScratchLen(heads, n, vdim int) int {
 func (t *attendTask) plan() int {
 	flops := 2 * float64(t.heads) * float64(t.n) * float64(t.dim+t.vdim)
 	t.splits = attendSplits(t.n)
+	if t.serial {
+		t.groups = 1
+		return 1
+	}
 	hg := (t.heads + 3) / 4
 	if t.splits == 1 {
 		t.groups = planParts(hg, flops)
@@ -271,7 +288,7 @@ func (t *attendTask) run(parts int) {
 // threads when there is enough work.
 func (t *attendTask) merge() {
 	parts := 1
-	if t.splits*t.heads*t.vdim >= smallPhase {
+	if !t.serial && t.splits*t.heads*t.vdim >= smallPhase {
 		parts = min(Threads(), t.heads)
 	}
 	runParts((*splitMerger)(t), parts, &t.join)
@@ -324,6 +341,7 @@ func takeAttendTask(heads int) *attendTask {
 		t.sums = make([]float32, heads)
 	}
 	t.sums = t.sums[:heads]
+	t.serial = false
 	return t
 }
 
@@ -429,6 +447,10 @@ type attendTask struct {
 	join                   joiner
 	n                      int // rows
 	splits, groups         int // row splits × head groups = units of work
+	// serial runs every phase on the calling goroutine: a call inside a
+	// part of a parallel call (AttendQueriesBF16), whose pool it would
+	// wait on.
+	serial bool
 	// AttendDecodedRows: every unit has dec write each block of its rows
 	// into its own min(n, attendBlock)·rowLen region of scratch just before
 	// the block is used, and points as many headers of rows at them.
@@ -453,7 +475,7 @@ func (t *attendTask) transposeQuery() {
 	}
 	t.qT, t.ldqT = t.qTBuf[:need], ld
 	parts := 1
-	if t.heads*t.dim >= smallPhase {
+	if !t.serial && t.heads*t.dim >= smallPhase {
 		parts = min(Threads(), (t.heads+15)/16)
 	}
 	runParts((*queryTransposer)(t), parts, &t.join)

@@ -145,21 +145,50 @@ func sparseAttentionFastDecoded(out, lse, maxLogits, q []float32, rows, heads in
 }
 
 // sparseAttentionFastBF16 is sparseAttentionFast over rows read in place as
-// bf16.
+// bf16: one kernels.AttendQueriesBF16 call for all query rows, which the
+// kernel threads share query by query.
 func sparseAttentionFastBF16(out, lse, maxLogits, q []float32, rows, heads int, kv BF16KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
-	for r := range rows {
-		sel, outR, lseR, maxR, qR := queryRow(r, heads, topk, indices, topkLen, out, lse, maxLogits, q)
-		n := 0
-		for _, slot := range sel {
-			if slot < 0 {
-				continue
-			}
-			ws.rowsBF16[n] = kv.RowBF16(slot)[:RowDim]
+	ws.sel = bf16Selection{kv: kv, indices: indices, topkLen: topkLen, topk: topk}
+	kernels.AttendQueriesBF16(out, lse, maxLogits, q, rows, heads, LatentDim, &ws.sel, scale, ws.rowsBF16, ws.logits)
+	ws.sel = bf16Selection{}
+}
+
+// bf16Selection is the kernels.QueryRowsBF16 of a SparseAttention call over
+// bf16 rows: query row r attends to the rows of its valid selected slots,
+// in their order (topkLen applied).
+type bf16Selection struct {
+	kv               BF16KVSource
+	indices, topkLen []int32
+	topk             int
+}
+
+func (s *bf16Selection) selected(r int) []int32 {
+	lim := s.topk
+	if s.topkLen != nil {
+		lim = max(0, min(lim, int(s.topkLen[r])))
+	}
+	return s.indices[r*s.topk : r*s.topk+lim]
+}
+
+func (s *bf16Selection) RowCount(r int) int {
+	n := 0
+	for _, slot := range s.selected(r) {
+		if slot >= 0 {
 			n++
 		}
-		kernels.AttendRowsBF16(outR, lseR, maxR, qR, heads, LatentDim, ws.rowsBF16[:n], scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)])
-		clear(ws.rowsBF16[:n])
 	}
+	return n
+}
+
+func (s *bf16Selection) RowsBF16(r int, rows [][]uint16) [][]uint16 {
+	n := 0
+	for _, slot := range s.selected(r) {
+		if slot >= 0 {
+			rows[n] = s.kv.RowBF16(slot)[:RowDim]
+			n++
+		}
+	}
+	return rows[:n]
 }
 
 // indexerChunk is the number of gathered keys the fast IndexerScores holds
