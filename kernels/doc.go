@@ -5,8 +5,9 @@
 // products, RMSNorm and
 // LayerNorm, SiLU/SwiGLU, softmax and log-sum-exp, a deterministic top-k,
 // rotary position embeddings with DeepSeek-style YaRN, multi-query softmax
-// attention over gathered rows (AttendRows, AttendRowsBF16 and, for rows a
-// quantized cache decodes block by block, AttendDecodedRows), the
+// attention over gathered rows (AttendRows, AttendRowsBF16, AttendQueriesBF16
+// for many queries at once and, for rows a quantized cache decodes block by
+// block, AttendDecodedRows), the
 // lightning-indexer score (WeightedReLUScores, or ScoreKeys and
 // ScoreGatheredKeys with queries prepared once), the decoding of quantized
 // cache records (DecodeE4M3Scaled, WidenBF16, and DecodeRecords for a range
@@ -26,6 +27,8 @@
 // batch and on any number of threads (SetThreads). Attention over more than
 // 512 rows is computed in 512-row splits whose softmax partials are merged
 // by log-sum-exp in split order; the splits depend only on the row count.
+// One query's splits and heads are spread across the threads; a call of many
+// queries (a prompt) spreads the queries instead, each on one thread.
 // The reference's numerics are pinned down so that an oracle comparison is
 // meaningful:
 //
