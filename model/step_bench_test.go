@@ -318,20 +318,32 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	b.ReportMetric(medianOf(fmas)/1e9, "fma-GFLOP/s")
 }
 
+// prefillChunk is the tokens of one step of a benchmark's prompt (the
+// engine's --max-num-batched-tokens).
+const prefillChunk = 512
+
+// prefillSetup is a prefill benchmark's runner for a prompt of n tokens
+// from position 0 of one sequence (bf16 KV in blocks of 64), the
+// sequence's block table and the prompt.
+func prefillSetup(b *testing.B, m *Model, n int) (r *Runner, table, toks []int32) {
+	const bs = 64
+	r, err := NewRunner(m, RunnerOptions{MaxTokens: prefillChunk, MaxModelLen: n, MaxSeqs: 1, BlockSize: bs, NumBlocks: (n + bs - 1) / bs, KVDType: "bf16"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	table = make([]int32, (n+bs-1)/bs)
+	for i := range table {
+		table[i] = int32(i)
+	}
+	return r, table, stepTokens(m.Cfg.VocabSize, 0, n)
+}
+
 // benchPrefill times prompts of n tokens, each from position 0 of one
 // sequence in 512-token steps, each prompt a round against the FMA peak
 // measured right before it.
 func benchPrefill(b *testing.B, m *Model, n, threads int) {
-	const bs, chunk = 64, 512
-	r, err := NewRunner(m, RunnerOptions{MaxTokens: chunk, MaxModelLen: n, MaxSeqs: 1, BlockSize: bs, NumBlocks: (n + bs - 1) / bs, KVDType: "bf16"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	table := make([]int32, (n+bs-1)/bs)
-	for i := range table {
-		table[i] = int32(i)
-	}
-	toks := stepTokens(m.Cfg.VocabSize, 0, n)
+	r, table, toks := prefillSetup(b, m, n)
+	const chunk = prefillChunk
 	var rate, frac, cpuFrac, fmas []float64
 	b.ResetTimer()
 	for range b.N {

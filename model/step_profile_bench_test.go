@@ -201,16 +201,8 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 // 512 as benchPrefill does, with every product timed. The fp8 product rates
 // are those of decode-sized products, so a prompt's table leaves them out.
 func profilePrefill(b *testing.B, m *Model, n, threads int) {
-	const bs, chunk = 64, 512
-	r, err := NewRunner(m, RunnerOptions{MaxTokens: chunk, MaxModelLen: n, MaxSeqs: 1, BlockSize: bs, NumBlocks: (n + bs - 1) / bs, KVDType: "bf16"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	table := make([]int32, (n+bs-1)/bs)
-	for i := range table {
-		table[i] = int32(i)
-	}
-	toks := stepTokens(m.Cfg.VocabSize, 0, n)
+	r, table, toks := prefillSetup(b, m, n)
+	const chunk = prefillChunk
 	prompt := func(parts *stepParts) (ns float64) {
 		for start := 0; start < n; start += chunk {
 			t0 := time.Now()
