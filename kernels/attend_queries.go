@@ -44,8 +44,10 @@ func AttendQueriesBF16(out, lse, maxLogits, q []float32, nq, heads, vdim int, sr
 	t.out, t.lse, t.maxLogits, t.q, t.src, t.rows, t.logits = out, lse, maxLogits, q, src, rows, logits
 	t.nq, t.heads, t.dim, t.vdim, t.scale = nq, heads, dim, vdim, scale
 	maxRows, total := 0, 0
+	t.counts = t.counts[:0]
 	for i := range nq {
 		c := src.RowCount(i)
+		t.counts = append(t.counts, c)
 		maxRows, total = max(maxRows, c), total+c
 	}
 	if len(rows) < maxRows || len(logits) < AttendScratchLen(heads, maxRows, vdim) {
@@ -82,6 +84,7 @@ type queriesTask struct {
 	logits                 []float32
 	nq, heads, dim, vdim   int
 	scale                  float32
+	counts                 []int // each query's rows
 	bounds                 []int
 	// The scratch of parts 1 and up, kept across calls.
 	spaceRows   [][][]uint16
@@ -106,7 +109,7 @@ func (t *queriesTask) plan(parts, maxRows, total int) {
 		if len(t.bounds) < parts && acc*parts >= all*len(t.bounds) {
 			t.bounds = append(t.bounds, i)
 		}
-		acc += t.src.RowCount(i) + queryOverhead
+		acc += t.counts[i] + queryOverhead
 	}
 	for len(t.bounds) <= parts {
 		t.bounds = append(t.bounds, t.nq)

@@ -88,14 +88,10 @@ func (kv DenseKVBF16) RowBF16(slot int32) []uint16 {
 // entries (topkLen applied), its output, lse, max-logit (nil when not asked
 // for) and query.
 func queryRow(r, heads, topk int, indices, topkLen []int32, out, lse, maxLogits, q []float32) (sel []int32, outR, lseR, maxR, qR []float32) {
-	lim := topk
-	if topkLen != nil {
-		lim = max(0, min(lim, int(topkLen[r])))
-	}
 	if maxLogits != nil {
 		maxR = maxLogits[r*heads : (r+1)*heads]
 	}
-	return indices[r*topk : r*topk+lim], out[r*heads*LatentDim : (r+1)*heads*LatentDim], lse[r*heads : (r+1)*heads], maxR, q[r*heads*RowDim : (r+1)*heads*RowDim]
+	return selectedSlots(r, topk, indices, topkLen), out[r*heads*LatentDim : (r+1)*heads*LatentDim], lse[r*heads : (r+1)*heads], maxR, q[r*heads*RowDim : (r+1)*heads*RowDim]
 }
 
 // sparseAttentionFast is SparseAttention on the fast kernels; the arguments
@@ -163,11 +159,7 @@ type bf16Selection struct {
 }
 
 func (s *bf16Selection) selected(r int) []int32 {
-	lim := s.topk
-	if s.topkLen != nil {
-		lim = max(0, min(lim, int(s.topkLen[r])))
-	}
-	return s.indices[r*s.topk : r*s.topk+lim]
+	return selectedSlots(r, s.topk, s.indices, s.topkLen)
 }
 
 func (s *bf16Selection) RowCount(r int) int {

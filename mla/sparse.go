@@ -92,13 +92,9 @@ func SparseAttention(out, lse, maxLogits, q []float32, rows, heads int, kv KVSou
 	}
 	negInf := float32(math.Inf(-1))
 	for r := range rows {
-		lim := topk
-		if topkLen != nil {
-			lim = max(0, min(lim, int(topkLen[r])))
-		}
 		// Gather the valid rows once; every head uses them.
 		n := 0
-		for _, slot := range indices[r*topk : r*topk+lim] {
+		for _, slot := range selectedSlots(r, topk, indices, topkLen) {
 			if slot < 0 {
 				continue
 			}
@@ -153,4 +149,14 @@ func checkLen(fn, name string, got, want int) {
 	if got < want {
 		panic(fmt.Sprintf("mla: %s: %s has %d elements, needs %d", fn, name, got, want))
 	}
+}
+
+// selectedSlots is query row r's entries of indices ([rows, topk]), the
+// first topkLen[r] of them when topkLen is given.
+func selectedSlots(r, topk int, indices, topkLen []int32) []int32 {
+	lim := topk
+	if topkLen != nil {
+		lim = max(0, min(lim, int(topkLen[r])))
+	}
+	return indices[r*topk : r*topk+lim]
 }

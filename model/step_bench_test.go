@@ -322,28 +322,46 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 // engine's --max-num-batched-tokens).
 const prefillChunk = 512
 
-// prefillSetup is a prefill benchmark's runner for a prompt of n tokens
-// from position 0 of one sequence (bf16 KV in blocks of 64), the
-// sequence's block table and the prompt.
-func prefillSetup(b *testing.B, m *Model, n int) (r *Runner, table, toks []int32) {
+// promptRun is a prefill benchmark's runner for a prompt of n tokens from
+// position 0 of one sequence (bf16 KV in blocks of 64), the sequence's
+// block table and the prompt.
+type promptRun struct {
+	r           *Runner
+	table, toks []int32
+}
+
+func newPromptRun(b *testing.B, m *Model, n int) *promptRun {
 	const bs = 64
 	r, err := NewRunner(m, RunnerOptions{MaxTokens: prefillChunk, MaxModelLen: n, MaxSeqs: 1, BlockSize: bs, NumBlocks: (n + bs - 1) / bs, KVDType: "bf16"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	table = make([]int32, (n+bs-1)/bs)
+	table := make([]int32, (n+bs-1)/bs)
 	for i := range table {
 		table[i] = int32(i)
 	}
-	return r, table, stepTokens(m.Cfg.VocabSize, 0, n)
+	return &promptRun{r: r, table: table, toks: stepTokens(m.Cfg.VocabSize, 0, n)}
+}
+
+// prefill runs the prompt in steps of prefillChunk tokens, calling after
+// each step (nil for none).
+func (p *promptRun) prefill(b *testing.B, after func()) {
+	n := len(p.toks)
+	for start := 0; start < n; start += prefillChunk {
+		if err := p.r.Forward(&Batch{Seqs: []Seq{{Tokens: p.toks[start:min(n, start+prefillChunk)], Start: start, BlockTable: p.table}}}); err != nil {
+			b.Fatal(err)
+		}
+		if after != nil {
+			after()
+		}
+	}
 }
 
 // benchPrefill times prompts of n tokens, each from position 0 of one
 // sequence in 512-token steps, each prompt a round against the FMA peak
 // measured right before it.
 func benchPrefill(b *testing.B, m *Model, n, threads int) {
-	r, table, toks := prefillSetup(b, m, n)
-	const chunk = prefillChunk
+	p := newPromptRun(b, m, n)
 	var rate, frac, cpuFrac, fmas []float64
 	b.ResetTimer()
 	for range b.N {
@@ -352,12 +370,7 @@ func benchPrefill(b *testing.B, m *Model, n, threads int) {
 		b.StartTimer()
 		var flops float64
 		t0, cpu0 := time.Now(), processCPUSeconds()
-		for start := 0; start < n; start += chunk {
-			if err := r.Forward(&Batch{Seqs: []Seq{{Tokens: toks[start:min(n, start+chunk)], Start: start, BlockTable: table}}}); err != nil {
-				b.Fatal(err)
-			}
-			flops += float64(r.StepCost().FLOPs)
-		}
+		p.prefill(b, func() { flops += float64(p.r.StepCost().FLOPs) })
 		el, cpu := time.Since(t0).Seconds(), processCPUSeconds()-cpu0
 		rate, frac, fmas = append(rate, float64(n)/el), append(frac, flops/el/fma), append(fmas, fma)
 		if cpu > 0 {

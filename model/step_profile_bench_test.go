@@ -201,29 +201,21 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 // 512 as benchPrefill does, with every product timed. The fp8 product rates
 // are those of decode-sized products, so a prompt's table leaves them out.
 func profilePrefill(b *testing.B, m *Model, n, threads int) {
-	r, table, toks := prefillSetup(b, m, n)
-	const chunk = prefillChunk
-	prompt := func(parts *stepParts) (ns float64) {
-		for start := 0; start < n; start += chunk {
-			t0 := time.Now()
-			if err := r.Forward(&Batch{Seqs: []Seq{{Tokens: toks[start:min(n, start+chunk)], Start: start, BlockTable: table}}}); err != nil {
-				b.Fatal(err)
-			}
-			ns += float64(time.Since(t0))
-			if parts != nil {
-				parts.add(r.reads.ops)
-			}
-		}
-		return ns
-	}
-	prompt(nil) // warm-up
+	p := newPromptRun(b, m, n)
+	p.prefill(b, nil) // warm-up
 	fma, bw := machinePeaks(threads)
 	l := Limits{ReadBW: bw, FMAPeak: fma}
 	parts := newStepParts("prompt", l, l, prefillKey)
-	r.reads.timed = true
+	p.r.reads.timed = true
 	var ns, prompts float64
 	for b.Loop() {
-		ns += prompt(parts)
+		// Each step's time, not the summing of its parts after it.
+		t0 := time.Now()
+		p.prefill(b, func() {
+			ns += float64(time.Since(t0))
+			parts.add(p.r.reads.ops)
+			t0 = time.Now()
+		})
 		prompts++
 	}
 	parts.report(b, prompts, ns)
