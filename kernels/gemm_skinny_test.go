@@ -277,7 +277,8 @@ func TestPanelWalk(t *testing.T) {
 
 // TestProductPanels: the decode-sized products that walk their weight rows
 // in panels when the activation rows are large (the interleaved bf16 group
-// tile, the fp8 few- and three-row tiles) give the bits of the per-tile
+// tile, the fp8 few- and three-row tiles, the fp8 decoded path up to
+// fp8DecodedMaxRows rows) give the bits of the per-tile
 // walk, on one and two threads, over shapes with a partial last panel,
 // weight rows left over for other tiles and a scalar tail.
 func TestProductPanels(t *testing.T) {
@@ -294,7 +295,7 @@ func TestProductPanels(t *testing.T) {
 	defer func(v int) { panelXBytes = v }(panelXBytes)
 	forEachImpl(t, func(t *testing.T) {
 		for name, w := range ws {
-			for _, n := range []int{2, 3, 4, 5, 8, 16} {
+			for _, n := range []int{2, 3, 4, 5, 8, 16, 33, fp8DecodedMaxRows} {
 				x := randSlice(r, n*w.Cols, 1)
 				for _, threads := range []int{1, 2} {
 					SetThreads(threads)

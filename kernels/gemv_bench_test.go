@@ -199,12 +199,17 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 // rows above panelXBytes do). The two run one after the other in each
 // round, so their ratio is measured in one run; cpu-ms is the calling
 // thread's CPU time per call (Linux), the steadier of the two times on a
-// shared machine.
+// shared machine. fp8 also runs 43 and 64 rows, the decoded path's (an
+// expert's share of a 512-token prompt of glm5-moe-shape is about 43).
 func BenchmarkProductPanels(b *testing.B) {
 	for _, sh := range []struct{ out, in int }{{6144, 16384}, {2048, 6144}, {16384, 2048}} {
 		for _, dtype := range benchDtypes("fp8", "bf16-ilv") {
 			ws := benchWeights(newRand(83), dtype, sh.out, sh.in)
-			for _, n := range []int{2, 3, 4, 8, 16} {
+			rows := []int{2, 3, 4, 8, 16}
+			if dtype == "fp8" {
+				rows = append(rows, 43, fp8DecodedMaxRows)
+			}
+			for _, n := range rows {
 				x := randSlice(newRand(84), n*sh.in, 1)
 				dst := make([]float32, n*sh.out)
 				for _, walk := range []string{"tiles", "panels"} {
