@@ -99,4 +99,11 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	if got := testing.AllocsPerRun(20, func() { AttendQueriesBF16(out, lse, nil, q, 6, heads, vdim, src, 0.0625, rowSpace, logits) }); got != 0 {
 		t.Errorf("AttendQueriesBF16 on two threads allocates %v times per call, want 0", got)
 	}
+	dec := &listDecoded{listRows: src}
+	decoded, rowsF32, sel := make([]float32, 5*dim), make([][]float32, 5), make([]int32, 5)
+	if got := testing.AllocsPerRun(20, func() {
+		AttendQueriesDecoded(out, lse, nil, q, 6, heads, vdim, dim, dec, 0.0625, logits, decoded, rowsF32, sel)
+	}); got != 0 {
+		t.Errorf("AttendQueriesDecoded on two threads allocates %v times per call, want 0", got)
+	}
 }

@@ -100,23 +100,30 @@ type RowDecoder interface {
 // unit. When there are too few rows for a region per unit the rows are
 // decoded first instead, split by row ranges across the threads.
 func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen int, dec RowDecoder, scale float32, logits, scratch []float32, rows [][]float32) {
+	attendDecodedRows("AttendDecodedRows", out, lse, maxLogits, q, heads, vdim, n, rowLen, dec, scale, logits, scratch, rows, false)
+}
+
+// attendDecodedRows is AttendDecodedRows (fn names it in a panic), on the
+// caller alone when serial.
+func attendDecodedRows(fn string, out, lse, maxLogits, q []float32, heads, vdim, n, rowLen int, dec RowDecoder, scale float32, logits, scratch []float32, rows [][]float32, serial bool) {
 	if n < 0 || rowLen < 0 || len(scratch) < n*rowLen || len(rows) < n {
-		panic(fmt.Sprintf("kernels: AttendDecodedRows: %d rows of %d values need len(scratch)≥%d and len(rows)≥%d; got %d and %d",
-			n, rowLen, n*rowLen, n, len(scratch), len(rows)))
+		panic(fmt.Sprintf("kernels: %s: %d rows of %d values need len(scratch)≥%d and len(rows)≥%d; got %d and %d",
+			fn, n, rowLen, n*rowLen, n, len(scratch), len(rows)))
 	}
 	rowLens := func(int) int { return rowLen }
-	if !attendPrologue("AttendDecodedRows", out, lse, maxLogits, q, heads, vdim, n, rowLens, logits) {
+	if !attendPrologue(fn, out, lse, maxLogits, q, heads, vdim, n, rowLens, logits) {
 		return
 	}
 	rows = rows[:n]
 	dim := len(q) / heads
 	l := activeLevel()
 	if l == levelRef {
-		decodeAllRows(dec, n, rowLen, scratch, rows)
+		decodeAllRows(dec, n, rowLen, scratch, rows, serial)
 		attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
 		return
 	}
 	t := takeAttendTask(heads)
+	t.serial = serial
 	t.out, t.lse, t.maxLogits, t.q, t.logits = out, lse, maxLogits, q, logits
 	t.heads, t.dim, t.vdim, t.scale, t.l, t.n = heads, dim, vdim, scale, l, n
 	if l == levelAVX512 {
@@ -125,7 +132,7 @@ func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen 
 	parts := t.plan()
 	if bl := min(n, attendBlock); t.splits*t.groups*bl > n {
 		// Too few rows for a block region per unit: decode them all first.
-		decodeAllRows(dec, n, rowLen, scratch, rows)
+		decodeAllRows(dec, n, rowLen, scratch, rows, serial)
 		t.rows = rows
 	} else {
 		t.rows, t.dec, t.scratch, t.rowLen = rows, dec, scratch, rowLen
@@ -136,10 +143,16 @@ func AttendDecodedRows(out, lse, maxLogits, q []float32, heads, vdim, n, rowLen 
 
 // decodeAllRows fills scratch with the n rows of rowLen values dec produces
 // and points rows[:n] at them, splitting the rows across the threads in
-// ranges of at least attendBlock rows.
-func decodeAllRows(dec RowDecoder, n, rowLen int, scratch []float32, rows [][]float32) {
+// ranges of at least attendBlock rows (on the caller alone when serial).
+func decodeAllRows(dec RowDecoder, n, rowLen int, scratch []float32, rows [][]float32, serial bool) {
 	for j := range n {
 		rows[j] = scratch[j*rowLen : (j+1)*rowLen : (j+1)*rowLen]
+	}
+	if serial {
+		if n > 0 {
+			dec.DecodeRows(scratch[:n*rowLen], 0, n)
+		}
+		return
 	}
 	var d *decodeTask
 	select {
@@ -448,8 +461,8 @@ type attendTask struct {
 	n                      int // rows
 	splits, groups         int // row splits × head groups = units of work
 	// serial runs every phase on the calling goroutine: a call inside a
-	// part of a parallel call (AttendQueriesBF16), whose pool it would
-	// wait on.
+	// part of a parallel call (AttendQueriesBF16, AttendQueriesDecoded),
+	// whose pool it would wait on.
 	serial bool
 	// AttendDecodedRows: every unit has dec write each block of its rows
 	// into its own min(n, attendBlock)·rowLen region of scratch just before

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,6 +24,39 @@ func (s *listRows) RowsBF16(i int, rows [][]uint16) [][]uint16 {
 	}
 	return rows[:len(s.sel[i])]
 }
+
+// listDecoded is a QueryRowDecoder over the same table: record r is pool
+// row r, widened exactly; it counts the rows it decodes.
+type listDecoded struct {
+	*listRows
+	decoded atomic.Int64 // DecodeRows runs on several threads
+}
+
+func (s *listDecoded) Select(i int, sel []int32) []int32 {
+	for j, r := range s.sel[i] {
+		sel[j] = int32(r)
+	}
+	return sel[:len(s.sel[i])]
+}
+
+func (s *listDecoded) DecodeRows(dst []float32, sel []int32, j0, j1 int) {
+	for j := j0; j < j1; j++ {
+		row := s.pool[sel[j]]
+		to := dst[(j-j0)*len(row) : (j-j0+1)*len(row)]
+		for c, h := range row {
+			to[c] = bf16ToF32(h)
+		}
+	}
+	s.decoded.Add(int64(j1 - j0))
+}
+
+// queryDecoder is the RowDecoder of query i of a listDecoded.
+type queryDecoder struct {
+	src *listDecoded
+	sel []int32
+}
+
+func (d *queryDecoder) DecodeRows(dst []float32, j0, j1 int) { d.src.DecodeRows(dst, d.sel, j0, j1) }
 
 // TestAttendQueriesBF16: every query's output, lse and max logit have the
 // bits of its own AttendRowsBF16 call, under every implementation and on one
@@ -94,10 +128,92 @@ func TestAttendQueriesBF16(t *testing.T) {
 						}
 					}
 				})
+				t.Run(fmt.Sprintf("decoded/heads=%d/queries=%d/threads=%d", tc.heads, nq, threads), func(t *testing.T) {
+					defer SetThreads(SetThreads(threads))
+					dec := &listDecoded{listRows: src}
+					// Each query alone through AttendDecodedRows.
+					wantDec := make([]float32, 0, nq*tc.heads*(vdim+2))
+					for i := range nq {
+						out, lse, maxL := make([]float32, tc.heads*vdim), make([]float32, tc.heads), make([]float32, tc.heads)
+						n := dec.RowCount(i)
+						qd := &queryDecoder{src: dec, sel: dec.Select(i, make([]int32, n))}
+						AttendDecodedRows(out, lse, maxL, q[i*tc.heads*dim:(i+1)*tc.heads*dim], tc.heads, vdim, n, dim, qd, 0.0625,
+							make([]float32, AttendScratchLen(tc.heads, n, vdim)), make([]float32, n*dim), make([][]float32, n))
+						wantDec = append(append(append(wantDec, out...), lse...), maxL...)
+					}
+					dec.decoded.Store(0)
+					out, lse, maxL := nanSlice(nq*tc.heads*vdim), nanSlice(nq*tc.heads), nanSlice(nq*tc.heads)
+					AttendQueriesDecoded(out, lse, maxL, q, nq, tc.heads, vdim, dim, dec, 0.0625, make([]float32, AttendScratchLen(tc.heads, maxRows, vdim)),
+						make([]float32, maxRows*dim), make([][]float32, maxRows), make([]int32, maxRows))
+					got := make([]float32, 0, len(wantDec))
+					for i := range nq {
+						got = append(append(append(got, out[i*tc.heads*vdim:(i+1)*tc.heads*vdim]...), lse[i*tc.heads:(i+1)*tc.heads]...), maxL[i*tc.heads:(i+1)*tc.heads]...)
+					}
+					if d := cmp.Diff(bitsOf(wantDec), bitsOf(got)); d != "" {
+						t.Errorf("(-each query alone +AttendQueriesDecoded):\n%s", d)
+					}
+					// On one thread every row a query attends to is decoded
+					// once. On more, a call that keeps the per-call split
+					// (one query, or too little work to share) may decode a
+					// row once per unit of heads that reads it.
+					total := 0
+					for _, c := range tc.counts {
+						total += c
+					}
+					if n := dec.decoded.Load(); n < int64(total) || (threads == 1 && n != int64(total)) {
+						t.Errorf("%d rows decoded on %d threads; the queries attend to %d", n, threads, total)
+					}
+				})
 			}
 		}
 	})
 }
+
+// TestAttendQueriesDecodedRefusesBadSizes: short scratch and a source
+// whose records disagree with its row counts panic with the sizes instead
+// of writing past a slice.
+func TestAttendQueriesDecodedRefusesBadSizes(t *testing.T) {
+	src := &listDecoded{listRows: &listRows{pool: [][]uint16{make([]uint16, 64)}, sel: [][]int{{0}, {0, 0}}}}
+	call := func(logits, scratch, rows, sel int) func() {
+		return func() {
+			AttendQueriesDecoded(make([]float32, 128), make([]float32, 2), nil, make([]float32, 128), 2, 1, 64, 64, src, 1,
+				make([]float32, logits), make([]float32, scratch), make([][]float32, rows), make([]int32, sel))
+		}
+	}
+	tests := []struct {
+		name string
+		call func()
+	}{
+		{"short logits", call(1, 128, 2, 2)},
+		{"short scratch", call(1000, 127, 2, 2)},
+		{"short rows", call(1000, 128, 1, 2)},
+		{"short records", call(1000, 128, 2, 1)},
+		{"negative row length", func() {
+			AttendQueriesDecoded(make([]float32, 128), make([]float32, 2), nil, make([]float32, 128), 2, 1, 64, -1, src, 1,
+				make([]float32, 1000), make([]float32, 128), make([][]float32, 2), make([]int32, 2))
+		}},
+		{"records disagree with the count", func() {
+			bad := &miscounted{src}
+			AttendQueriesDecoded(make([]float32, 128), make([]float32, 2), nil, make([]float32, 128), 2, 1, 64, 64, bad, 1,
+				make([]float32, 1000), make([]float32, 192), make([][]float32, 3), make([]int32, 3))
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic")
+				}
+			}()
+			tc.call()
+		})
+	}
+}
+
+// miscounted reports one row more than it selects.
+type miscounted struct{ *listDecoded }
+
+func (m *miscounted) RowCount(i int) int { return m.listDecoded.RowCount(i) + 1 }
 
 func nanSlice(n int) []float32 {
 	s := make([]float32, n)

@@ -45,18 +45,6 @@ type DecodingKVSource interface {
 	DecodeRows(dst []float32, slots []int32, j0, j1 int)
 }
 
-// slotDecoder is the kernels.RowDecoder of one query row: row j of the call
-// is the cache row at slots[j].
-type slotDecoder struct {
-	kv    DecodingKVSource
-	slots []int32
-}
-
-// DecodeRows decodes the rows at slots[j0:j1] into dst.
-func (d *slotDecoder) DecodeRows(dst []float32, j0, j1 int) {
-	d.kv.DecodeRows(dst[:(j1-j0)*RowDim], d.slots, j0, j1)
-}
-
 // DenseKVBF16 is an in-memory [n, RowDim] row-major buffer of bf16 bits
 // whose slot is the row index: the BF16KVSource counterpart of DenseKV.
 type DenseKVBF16 []uint16
@@ -121,23 +109,41 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 }
 
 // sparseAttentionFastDecoded is sparseAttentionFast over rows that kv
-// decodes, a block at a time inside the kernel.
+// decodes: one kernels.AttendQueriesDecoded call for all query rows, which
+// the kernel threads share query by query, each decoding its queries' rows
+// a block at a time inside the kernel.
 func sparseAttentionFastDecoded(out, lse, maxLogits, q []float32, rows, heads int, kv DecodingKVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
-	for r := range rows {
-		sel, outR, lseR, maxR, qR := queryRow(r, heads, topk, indices, topkLen, out, lse, maxLogits, q)
-		n := 0
-		for _, slot := range sel {
-			if slot >= 0 {
-				ws.slots[n] = slot
-				n++
-			}
+	ws.decSel = decodedSelection{kv: kv, indices: indices, topkLen: topkLen, topk: topk}
+	kernels.AttendQueriesDecoded(out, lse, maxLogits, q, rows, heads, LatentDim, RowDim, &ws.decSel, scale, ws.logits, ws.rowBuf, ws.rows, ws.slots)
+	ws.decSel = decodedSelection{}
+}
+
+// decodedSelection is the kernels.QueryRowDecoder of a SparseAttention call
+// over rows kv decodes: query row r attends to the rows of its valid
+// selected slots, in their order (topkLen applied).
+type decodedSelection struct {
+	kv               DecodingKVSource
+	indices, topkLen []int32
+	topk             int
+}
+
+func (s *decodedSelection) RowCount(r int) int {
+	return validSlots(selectedSlots(r, s.topk, s.indices, s.topkLen))
+}
+
+func (s *decodedSelection) Select(r int, sel []int32) []int32 {
+	n := 0
+	for _, slot := range selectedSlots(r, s.topk, s.indices, s.topkLen) {
+		if slot >= 0 {
+			sel[n] = slot
+			n++
 		}
-		ws.dec = slotDecoder{kv: kv, slots: ws.slots[:n]}
-		kernels.AttendDecodedRows(outR, lseR, maxR, qR, heads, LatentDim, n, RowDim, &ws.dec, scale,
-			ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)], ws.rowBuf, ws.rows)
-		ws.dec = slotDecoder{}
-		clear(ws.rows[:n])
 	}
+	return sel[:n]
+}
+
+func (s *decodedSelection) DecodeRows(dst []float32, sel []int32, j0, j1 int) {
+	s.kv.DecodeRows(dst[:(j1-j0)*RowDim], sel, j0, j1)
 }
 
 // sparseAttentionFastBF16 is sparseAttentionFast over rows read in place as
@@ -162,9 +168,12 @@ func (s *bf16Selection) selected(r int) []int32 {
 	return selectedSlots(r, s.topk, s.indices, s.topkLen)
 }
 
-func (s *bf16Selection) RowCount(r int) int {
+func (s *bf16Selection) RowCount(r int) int { return validSlots(s.selected(r)) }
+
+// validSlots is the number of slots that name a row (not negative).
+func validSlots(slots []int32) int {
 	n := 0
-	for _, slot := range s.selected(r) {
+	for _, slot := range slots {
 		if slot >= 0 {
 			n++
 		}

@@ -12,13 +12,13 @@ import (
 // and a head count and never grown.
 type Workspace struct {
 	topk, heads int
-	rowBuf      []float32     // [topk, RowDim]: decode space for gathered rows
-	rows        [][]float32   // [topk]: the gathered rows of one query row (views or rowBuf parts)
-	rowsBF16    [][]uint16    // [topk]: gathered bf16 rows (views) on the fast path
-	logits      []float32     // [heads, topk] logits (then softmax weights) and the fast kernels' split partials (kernels.AttendScratchLen)
-	slots       []int32       // [topk]: the valid slots of one query row (decoded rows, fast path)
-	sel         bf16Selection // the bf16 rows of a call's query rows (fast path)
-	dec         slotDecoder   // decodes them, a block at a time
+	rowBuf      []float32        // [topk, RowDim]: decode space for gathered rows
+	rows        [][]float32      // [topk]: the gathered rows of one query row (views or rowBuf parts)
+	rowsBF16    [][]uint16       // [topk]: gathered bf16 rows (views) on the fast path
+	logits      []float32        // [heads, topk] logits (then softmax weights) and the fast kernels' split partials (kernels.AttendScratchLen)
+	slots       []int32          // [topk]: the valid slots of one query row (decoded rows, fast path)
+	sel         bf16Selection    // the bf16 rows of a call's query rows (fast path)
+	decSel      decodedSelection // the decoded rows of a call's query rows (fast path)
 }
 
 // NewWorkspace returns the scratch for SparseAttention calls with at most
