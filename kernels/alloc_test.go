@@ -106,4 +106,10 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	}); got != 0 {
 		t.Errorf("AttendQueriesDecoded on two threads allocates %v times per call, want 0", got)
 	}
+	f32 := newListF32(src)
+	if got := testing.AllocsPerRun(20, func() {
+		AttendQueries(out, lse, nil, q, 6, heads, vdim, dim, f32, 0.0625, logits, decoded, rowsF32)
+	}); got != 0 {
+		t.Errorf("AttendQueries on two threads allocates %v times per call, want 0", got)
+	}
 }

@@ -33,8 +33,14 @@ import (
 // query, the rows, their order and their number, so splits and heads may be
 // spread across threads (SetThreads) without changing a bit.
 func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]float32, scale float32, logits []float32) {
+	attendRowsF32("AttendRows", out, lse, maxLogits, q, heads, vdim, rows, scale, logits, false)
+}
+
+// attendRowsF32 is AttendRows (fn names it in a panic), on the caller alone
+// when serial.
+func attendRowsF32(fn string, out, lse, maxLogits, q []float32, heads, vdim int, rows [][]float32, scale float32, logits []float32, serial bool) {
 	lens := func(j int) int { return len(rows[j]) }
-	if !attendPrologue("AttendRows", out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
+	if !attendPrologue(fn, out, lse, maxLogits, q, heads, vdim, len(rows), lens, logits) {
 		return
 	}
 	dim := len(q) / heads
@@ -43,7 +49,7 @@ func AttendRows(out, lse, maxLogits, q []float32, heads, vdim int, rows [][]floa
 		attendRowsRef(out, lse, maxLogits, q, heads, dim, vdim, rows, scale, logits)
 		return
 	}
-	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits, false)
+	attendFast(l, out, lse, maxLogits, q, heads, dim, vdim, rows, nil, scale, logits, serial)
 }
 
 // AttendRowsBF16 is AttendRows over rows stored as raw bfloat16 bits (a bf16

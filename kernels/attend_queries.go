@@ -11,6 +11,17 @@ type QueryRowsBF16 interface {
 	RowsBF16(i int, rows [][]uint16) [][]uint16
 }
 
+// QueryRows gives AttendQueries the float32 rows of each query.
+type QueryRows interface {
+	// RowCount is the number of rows query i attends to.
+	RowCount(i int) int
+	// Rows points rows[:RowCount(i)] at query i's rows, in the order it
+	// attends to them, and returns that slice. A row the source does not
+	// hold as float32 it writes to scratch (row j at scratch[j·rowLen:],
+	// which has room for RowCount(i) rows) and points at that.
+	Rows(i int, rows [][]float32, scratch []float32) [][]float32
+}
+
 // QueryRowDecoder gives AttendQueriesDecoded the rows of each query as
 // records it decodes on demand (a quantized KV cache).
 type QueryRowDecoder interface {
@@ -53,6 +64,31 @@ func AttendQueriesBF16(out, lse, maxLogits, q []float32, nq, heads, vdim int, sr
 	t.run(scale, maxRows)
 }
 
+// AttendQueries is AttendQueriesBF16 over float32 rows of rowLen values:
+// each query's results have the bits of its own AttendRows call over the
+// rows src gives it, and the queries go to the threads as
+// AttendQueriesBF16's do. logits, scratch and rows are the caller's
+// thread's: for the most rows n of any query, AttendScratchLen(heads, n,
+// vdim), n·rowLen and n entries; the other threads' are kept by the call's
+// task across calls. It panics on inconsistent sizes.
+func AttendQueries(out, lse, maxLogits, q []float32, nq, heads, vdim, rowLen int, src QueryRows, scale float32, logits, scratch []float32, rows [][]float32) {
+	t := takeQueriesTask("AttendQueries", out, lse, maxLogits, q, nq, heads, vdim, src)
+	if t == nil {
+		return
+	}
+	if rowLen < 0 {
+		panic(fmt.Sprintf("kernels: AttendQueries: row length %d", rowLen))
+	}
+	t.f32, t.rowLen = src, rowLen
+	t.first.logits, t.first.decoded, t.first.rows = logits, scratch, rows
+	maxRows := t.countRows(src)
+	if len(logits) < AttendScratchLen(heads, maxRows, vdim) || len(scratch) < maxRows*rowLen || len(rows) < maxRows {
+		panic(fmt.Sprintf("kernels: AttendQueries: a query of %d rows of %d values needs %d logits values, %d row values and %d row headers; got %d, %d and %d",
+			maxRows, rowLen, AttendScratchLen(heads, maxRows, vdim), maxRows*rowLen, maxRows, len(logits), len(scratch), len(rows)))
+	}
+	t.run(scale, maxRows)
+}
+
 // AttendQueriesDecoded is AttendQueriesBF16 over rows of rowLen values that
 // src decodes: each query's results have the bits of its own
 // AttendDecodedRows call over the rows src decodes for it, and the queries
@@ -80,14 +116,16 @@ func AttendQueriesDecoded(out, lse, maxLogits, q []float32, nq, heads, vdim, row
 	t.run(scale, maxRows)
 }
 
-// queriesTask is one AttendQueriesBF16 or AttendQueriesDecoded call; part p
-// computes the queries [bounds[p], bounds[p+1]).
+// queriesTask is one AttendQueries, AttendQueriesBF16 or
+// AttendQueriesDecoded call; part p computes the queries [bounds[p],
+// bounds[p+1]).
 type queriesTask struct {
 	out, lse, maxLogits, q []float32
-	bf16                   QueryRowsBF16   // the rows, bf16 …
+	f32                    QueryRows       // the rows: float32 …
+	bf16                   QueryRowsBF16   // … bf16 …
 	dec                    QueryRowDecoder // … or decoded
 	nq, heads, dim, vdim   int
-	rowLen                 int // decoded rows' length
+	rowLen                 int // float32 and decoded rows' length
 	scale                  float32
 	counts                 []int // each query's rows
 	bounds                 []int
@@ -101,6 +139,7 @@ type queriesTask struct {
 type queryScratch struct {
 	logits   []float32
 	rowsBF16 [][]uint16 // bf16 rows: the rows' headers
+	// Float32 rows: the rows written to scratch and all rows' headers.
 	// Decoded rows: the block regions, their headers, a query's records
 	// and the decoder over them.
 	decoded []float32
@@ -177,7 +216,7 @@ func (t *queriesTask) run(scale float32, maxRows int) {
 	} else {
 		runParts(t, parts, &t.join)
 	}
-	t.out, t.lse, t.maxLogits, t.q, t.bf16, t.dec = nil, nil, nil, nil, nil, nil
+	t.out, t.lse, t.maxLogits, t.q, t.f32, t.bf16, t.dec = nil, nil, nil, nil, nil, nil, nil
 	t.first = queryScratch{}
 	select {
 	case queriesTasks <- t:
@@ -231,7 +270,10 @@ func (s *queryScratch) size(t *queriesTask, maxRows int) {
 		return
 	}
 	if len(s.rows) < maxRows {
-		s.rows, s.sel = make([][]float32, room), make([]int32, room)
+		s.rows = make([][]float32, room)
+	}
+	if t.dec != nil && len(s.sel) < maxRows {
+		s.sel = make([]int32, room)
 	}
 	if len(s.decoded) < maxRows*t.rowLen {
 		s.decoded = make([]float32, room*t.rowLen)
@@ -257,6 +299,16 @@ func (t *queriesTask) query(i int, s *queryScratch, serial bool) {
 		maxR = t.maxLogits[i*t.heads : (i+1)*t.heads]
 	}
 	out, lse, q := t.out[i*ho:(i+1)*ho], t.lse[i*t.heads:(i+1)*t.heads], t.q[i*hq:(i+1)*hq]
+	if t.f32 != nil {
+		r := t.f32.Rows(i, s.rows, s.decoded)
+		if len(r) != t.counts[i] {
+			panic(fmt.Sprintf("kernels: AttendQueries: query %d gave %d rows after a row count of %d", i, len(r), t.counts[i]))
+		}
+		attendRowsF32("AttendQueries", out, lse, maxR, q, t.heads, t.vdim, r, t.scale,
+			s.logits[:AttendScratchLen(t.heads, len(r), t.vdim)], serial)
+		clear(r)
+		return
+	}
 	if t.bf16 != nil {
 		r := t.bf16.RowsBF16(i, s.rowsBF16)
 		attendRowsBF16("AttendQueriesBF16", out, lse, maxR, q, t.heads, t.vdim, r, t.scale,

@@ -50,6 +50,37 @@ func (s *listDecoded) DecodeRows(dst []float32, sel []int32, j0, j1 int) {
 	s.decoded.Add(int64(j1 - j0))
 }
 
+// listF32 is a QueryRows over the same table: every other pool row is a
+// view of a widened copy, the rest are written to the scratch.
+type listF32 struct {
+	*listRows
+	wide [][]float32
+}
+
+func newListF32(src *listRows) *listF32 {
+	l := &listF32{listRows: src, wide: make([][]float32, len(src.pool))}
+	for j, row := range src.pool {
+		l.wide[j] = make([]float32, len(row))
+		for c, h := range row {
+			l.wide[j][c] = bf16ToF32(h)
+		}
+	}
+	return l
+}
+
+func (s *listF32) Rows(i int, rows [][]float32, scratch []float32) [][]float32 {
+	for j, r := range s.sel[i] {
+		if r%2 == 0 {
+			rows[j] = s.wide[r]
+			continue
+		}
+		dim := len(s.wide[r])
+		rows[j] = scratch[j*dim : (j+1)*dim]
+		copy(rows[j], s.wide[r])
+	}
+	return rows[:len(s.sel[i])]
+}
+
 // queryDecoder is the RowDecoder of query i of a listDecoded.
 type queryDecoder struct {
 	src *listDecoded
@@ -126,6 +157,33 @@ func TestAttendQueriesBF16(t *testing.T) {
 						if d := cmp.Diff(bitsOf(wantHere), bitsOf(got)); d != "" {
 							t.Errorf("maxLogits %v (-each query alone +AttendQueriesBF16):\n%s", withMax, d)
 						}
+					}
+				})
+				t.Run(fmt.Sprintf("f32/heads=%d/queries=%d/threads=%d", tc.heads, nq, threads), func(t *testing.T) {
+					defer SetThreads(SetThreads(threads))
+					f32 := newListF32(src)
+					// Each query alone through AttendRows.
+					wantF32 := make([]float32, 0, nq*tc.heads*(vdim+2))
+					for i := range nq {
+						out, lse, maxL := make([]float32, tc.heads*vdim), make([]float32, tc.heads), make([]float32, tc.heads)
+						n := f32.RowCount(i)
+						rows := f32.Rows(i, make([][]float32, n), make([]float32, n*dim))
+						AttendRows(out, lse, maxL, q[i*tc.heads*dim:(i+1)*tc.heads*dim], tc.heads, vdim, rows, 0.0625, make([]float32, AttendScratchLen(tc.heads, n, vdim)))
+						wantF32 = append(append(append(wantF32, out...), lse...), maxL...)
+					}
+					out, lse, maxL := nanSlice(nq*tc.heads*vdim), nanSlice(nq*tc.heads), nanSlice(nq*tc.heads)
+					AttendQueries(out, lse, maxL, q, nq, tc.heads, vdim, dim, f32, 0.0625, make([]float32, AttendScratchLen(tc.heads, maxRows, vdim)),
+						make([]float32, maxRows*dim), make([][]float32, maxRows))
+					got := make([]float32, 0, len(wantF32))
+					for i := range nq {
+						got = append(append(append(got, out[i*tc.heads*vdim:(i+1)*tc.heads*vdim]...), lse[i*tc.heads:(i+1)*tc.heads]...), maxL[i*tc.heads:(i+1)*tc.heads]...)
+					}
+					if d := cmp.Diff(bitsOf(wantF32), bitsOf(got)); d != "" {
+						t.Errorf("(-each query alone +AttendQueries):\n%s", d)
+					}
+					// The bf16 rows widened give the bits of the bf16 call.
+					if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
+						t.Errorf("(-AttendRowsBF16 +AttendQueries on the widened rows):\n%s", d)
 					}
 				})
 				t.Run(fmt.Sprintf("decoded/heads=%d/queries=%d/threads=%d", tc.heads, nq, threads), func(t *testing.T) {
@@ -209,6 +267,45 @@ func TestAttendQueriesDecodedRefusesBadSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestAttendQueriesRefusesBadSizes: short scratch and a source whose rows
+// disagree with its row counts panic with the sizes.
+func TestAttendQueriesRefusesBadSizes(t *testing.T) {
+	src := newListF32(&listRows{pool: [][]uint16{make([]uint16, 64), make([]uint16, 64)}, sel: [][]int{{0}, {1, 1}}})
+	call := func(logits, scratch, rows int) func() {
+		return func() {
+			AttendQueries(make([]float32, 128), make([]float32, 2), nil, make([]float32, 128), 2, 1, 64, 64, src, 1,
+				make([]float32, logits), make([]float32, scratch), make([][]float32, rows))
+		}
+	}
+	tests := []struct {
+		name string
+		call func()
+	}{
+		{"short logits", call(1, 128, 2)},
+		{"short scratch", call(1000, 127, 2)},
+		{"short rows", call(1000, 128, 1)},
+		{"rows disagree with the count", func() {
+			AttendQueries(make([]float32, 128), make([]float32, 2), nil, make([]float32, 128), 2, 1, 64, 64, &miscountedF32{src}, 1,
+				make([]float32, 1000), make([]float32, 192), make([][]float32, 3))
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic")
+				}
+			}()
+			tc.call()
+		})
+	}
+}
+
+// miscountedF32 reports one row more than it gives.
+type miscountedF32 struct{ *listF32 }
+
+func (m *miscountedF32) RowCount(i int) int { return m.listF32.RowCount(i) + 1 }
 
 // miscounted reports one row more than it selects.
 type miscounted struct{ *listDecoded }

@@ -5,9 +5,9 @@
 // products, RMSNorm and
 // LayerNorm, SiLU/SwiGLU, softmax and log-sum-exp, a deterministic top-k,
 // rotary position embeddings with DeepSeek-style YaRN, multi-query softmax
-// attention over gathered rows (AttendRows, AttendRowsBF16, AttendQueriesBF16
-// for many queries at once and, for rows a quantized cache decodes block by
-// block, AttendDecodedRows), the
+// attention over gathered rows (AttendRows, AttendRowsBF16 and, for rows a
+// quantized cache decodes block by block, AttendDecodedRows; AttendQueries,
+// AttendQueriesBF16 and AttendQueriesDecoded for many queries at once), the
 // lightning-indexer score (WeightedReLUScores, or ScoreKeys and
 // ScoreGatheredKeys with queries prepared once), the decoding of quantized
 // cache records (DecodeE4M3Scaled, WidenBF16, and DecodeRecords for a range

@@ -72,16 +72,6 @@ func (kv DenseKVBF16) RowBF16(slot int32) []uint16 {
 	return kv[off : off+RowDim : off+RowDim]
 }
 
-// queryRow is query row r's part of a SparseAttention call: its selected
-// entries (topkLen applied), its output, lse, max-logit (nil when not asked
-// for) and query.
-func queryRow(r, heads, topk int, indices, topkLen []int32, out, lse, maxLogits, q []float32) (sel []int32, outR, lseR, maxR, qR []float32) {
-	if maxLogits != nil {
-		maxR = maxLogits[r*heads : (r+1)*heads]
-	}
-	return selectedSlots(r, topk, indices, topkLen), out[r*heads*LatentDim : (r+1)*heads*LatentDim], lse[r*heads : (r+1)*heads], maxR, q[r*heads*RowDim : (r+1)*heads*RowDim]
-}
-
 // sparseAttentionFast is SparseAttention on the fast kernels; the arguments
 // have been checked by the caller.
 func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
@@ -93,19 +83,34 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 		sparseAttentionFastDecoded(out, lse, maxLogits, q, rows, heads, src, indices, topk, topkLen, scale, ws)
 		return
 	}
-	for r := range rows {
-		sel, outR, lseR, maxR, qR := queryRow(r, heads, topk, indices, topkLen, out, lse, maxLogits, q)
-		n := 0
-		for _, slot := range sel {
-			if slot < 0 {
-				continue
-			}
-			ws.rows[n] = kv.Row(slot, ws.rowBuf[n*RowDim:(n+1)*RowDim])[:RowDim]
+	ws.f32Sel = f32Selection{kv: kv, indices: indices, topkLen: topkLen, topk: topk}
+	kernels.AttendQueries(out, lse, maxLogits, q, rows, heads, LatentDim, RowDim, &ws.f32Sel, scale, ws.logits, ws.rowBuf, ws.rows)
+	ws.f32Sel = f32Selection{}
+}
+
+// f32Selection is the kernels.QueryRows of a SparseAttention call over any
+// other source: query row r attends to the rows of its valid selected
+// slots, in their order (topkLen applied), as Row gives them (views, or
+// written to the kernel's scratch).
+type f32Selection struct {
+	kv               KVSource
+	indices, topkLen []int32
+	topk             int
+}
+
+func (s *f32Selection) RowCount(r int) int {
+	return validSlots(selectedSlots(r, s.topk, s.indices, s.topkLen))
+}
+
+func (s *f32Selection) Rows(r int, rows [][]float32, scratch []float32) [][]float32 {
+	n := 0
+	for _, slot := range selectedSlots(r, s.topk, s.indices, s.topkLen) {
+		if slot >= 0 {
+			rows[n] = s.kv.Row(slot, scratch[n*RowDim:(n+1)*RowDim])[:RowDim]
 			n++
 		}
-		kernels.AttendRows(outR, lseR, maxR, qR, heads, LatentDim, ws.rows[:n], scale, ws.logits[:kernels.AttendScratchLen(heads, n, LatentDim)])
-		clear(ws.rows[:n]) // drop references to the source's storage
 	}
+	return rows[:n]
 }
 
 // sparseAttentionFastDecoded is sparseAttentionFast over rows that kv

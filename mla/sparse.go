@@ -19,6 +19,7 @@ type Workspace struct {
 	slots       []int32          // [topk]: the valid slots of one query row (decoded rows, fast path)
 	sel         bf16Selection    // the bf16 rows of a call's query rows (fast path)
 	decSel      decodedSelection // the decoded rows of a call's query rows (fast path)
+	f32Sel      f32Selection     // the rows of any other source (fast path)
 }
 
 // NewWorkspace returns the scratch for SparseAttention calls with at most
