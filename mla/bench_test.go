@@ -2,28 +2,56 @@ package mla
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
+
+	"github.com/cpmla/cpmla/kernels"
 )
 
 // BenchmarkSparseAttention runs the absorbed sparse form at GLM-5 shapes
-// (64 heads per rank, top-k 2048) and glm5-mini shapes (8 heads, top-k 16).
+// (64 heads per rank, top-k 2048), glm5-mini shapes (8 heads, top-k 16)
+// and a prompt's 64 rows of glm5-dense-350m (16 heads, top-k 2048) over f32
+// rows, bf16 rows read in place and rows a source decodes (bf16 widened
+// into the kernel's scratch a block at a time, as a quantized cache's are).
 // FLOPs: 2·RowDim for the logit and 2·LatentDim for the value sum, per key,
-// head and row.
+// head and row. The kernels run on one thread unless the name says two.
 func BenchmarkSparseAttention(b *testing.B) {
-	for _, bc := range []struct {
-		name              string
-		rows, heads, topk int
-	}{
-		{"glm5/rows=1", 1, 64, 2048},
-		{"glm5/rows=16", 16, 64, 2048},
-		{"glm5-mini/rows=1", 1, 8, 16},
-		{"glm5-mini/rows=16", 16, 8, 16},
-	} {
+	type benchCase struct {
+		name                       string
+		rows, heads, topk, threads int
+		rowsKind                   string
+	}
+	cases := []benchCase{
+		{"glm5/rows=1", 1, 64, 2048, 1, "f32"},
+		{"glm5/rows=16", 16, 64, 2048, 1, "f32"},
+		{"glm5-mini/rows=1", 1, 8, 16, 1, "f32"},
+		{"glm5-mini/rows=16", 16, 8, 16, 1, "f32"},
+	}
+	for _, keys := range []int{512, 2048} {
+		for _, kind := range []string{"f32", "bf16", "decoded"} {
+			for _, threads := range []int{1, 2} {
+				cases = append(cases, benchCase{fmt.Sprintf("glm5-dense-350m/keys=%d/rows=64/%s/threads=%d", keys, kind, threads), 64, 16, keys, threads, kind})
+			}
+		}
+	}
+	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
+			defer kernels.SetThreads(kernels.SetThreads(bc.threads))
 			rng := rand.New(rand.NewPCG(8, 0))
 			nkv := 4 * bc.topk
 			var kv KVSource = DenseKV(randVec(rng, nkv*RowDim))
+			if bc.rowsKind != "f32" {
+				rows := make(DenseKVBF16, nkv*RowDim)
+				for i, v := range kv.(DenseKV) {
+					rows[i] = uint16(math.Float32bits(v) >> 16)
+				}
+				kv = rows
+				if bc.rowsKind == "decoded" {
+					kv = widenedRows{rows}
+				}
+			}
 			q := randVec(rng, bc.rows*bc.heads*RowDim)
 			indices := make([]int32, bc.rows*bc.topk)
 			for r := range bc.rows {
@@ -40,6 +68,22 @@ func BenchmarkSparseAttention(b *testing.B) {
 			flops := float64(bc.rows*bc.heads*bc.topk) * (2*RowDim + 2*LatentDim)
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
+	}
+}
+
+// widenedRows is a DecodingKVSource whose DecodeRows widens bf16 rows with
+// the kernels' WidenBF16, at about the rate of a quantized cache's decoding.
+// It holds the rows by name, so that it is not a BF16KVSource.
+type widenedRows struct{ rows DenseKVBF16 }
+
+func (w widenedRows) Row(slot int32, scratch []float32) []float32 { return w.rows.Row(slot, scratch) }
+
+func (w widenedRows) DecodesRows() bool { return true }
+
+func (w widenedRows) DecodeRows(dst []float32, slots []int32, j0, j1 int) {
+	for j := j0; j < j1; j++ {
+		row := w.rows.RowBF16(slots[j])
+		kernels.WidenBF16(dst[(j-j0)*RowDim:(j-j0+1)*RowDim], unsafe.Slice((*byte)(unsafe.Pointer(&row[0])), 2*len(row)))
 	}
 }
 
