@@ -468,13 +468,13 @@ const fp8DecodedMaxRows = gemmBlockBytes / (4 * gemmKC)
 // gemmFP8Decoded computes, on an assembly level l, the whole groups of four weight rows
 // in [j0, j1) of an FP8 matrix that fp8InRegister accepts, for all n
 // activation rows, and returns the first row it left (j1 minus fewer than
-// four). The groups and their reduction blocks go in panelWalk's order:
-// each group's blocks in order while the activation rows fit in L2 beside
-// the weights, else every block of a panel of groups before the panel's
-// next, so that a block of the activation rows is read from L2 by every
-// group of the panel, not again from L3 by every group (the gate and up
-// products of a 6,144-wide model's experts at 43 rows: 1.5 MiB of
-// activation rows). For each block the four rows' codes are decoded once
+// four). The groups and their reduction blocks go in panelWalk's order
+// with the limit decodedPanelXBytes: each group's blocks in order while the
+// activation rows fit in L2 beside the weights, else every block of a panel
+// of groups before the panel's next, so that a block of the activation rows
+// is read from L2 by every group of the panel, not again from L3 by every
+// group (the gate and up products of a 6,144-wide model's experts at 43
+// rows: 1.5 MiB of activation rows). For each block the four rows' codes are decoded once
 // (decodeFP8Row: the in-register arithmetic of the GEMV tile, exact, so the
 // values are the dequantized weights Matrix.Row gives; a scalar tail
 // dequantized in Go) into an f32 scratch that stays in L1, and the
@@ -489,7 +489,7 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 	in, out := w.Cols, w.Rows
 	s := w.Scales
 	end := j0 + (j1-j0)&^3
-	panelWalk(n, in, j0, end, 4, func(jt, k0, nj, nk int) {
+	panelWalkAbove(decodedPanelXBytes, n, in, j0, end, 4, func(jt, k0, nj, nk int) {
 		kc := min(k0+gemmKC, in) - k0
 		lanes := vecWidth(l)
 		kv := kc &^ (lanes - 1)
@@ -635,12 +635,26 @@ const panelOut = 1024
 // once per panel from L1 or L2 instead (docs/performance.md, "Activations
 // that stay in L2"). Each output still sums its blocks in order, so no bit
 // changes.
-func productPanel(n, in, step int) int {
-	if 4*n*in <= panelXBytes {
+func productPanel(n, in, step int) int { return productPanelAbove(panelXBytes, n, in, step) }
+
+// productPanelAbove is productPanel with the activation rows' limit
+// xBytes in place of panelXBytes.
+func productPanelAbove(xBytes, n, in, step int) int {
+	if 4*n*in <= xBytes {
 		return step
 	}
 	return max(step, panelOut/step*step)
 }
+
+// decodedPanelXBytes is panelXBytes for gemmFP8Decoded, whose passes of
+// six activation rows read each block of them from L2 once per group of
+// four weight rows: half a 1 MiB L2. Up to it the per-tile walk keeps
+// them there; a panel walk (its outputs, n·panelOut values, in L2 too)
+// measured 3 % slower on one thread and up to 20 % on two at 43–64 rows
+// of 2,048 columns, where past it (the same rows of 6,144 and 16,384
+// columns) it is 1.2–1.4× faster (docs/performance.md, "An expert's
+// activation rows in L2").
+var decodedPanelXBytes = 512 << 10
 
 // panelNext is the tile a panel walk computes after tile (jt, k0) of the
 // panel [b0, b1), step rows per tile: the panel's next tile at k0, after
@@ -754,7 +768,12 @@ func threeTileFP8(dst, x []float32, n int, w *Matrix, jt, k0, pfd int) {
 // (nj, nk) is the tile the walk computes next (panelNext), which the tile
 // prefetches.
 func panelWalk(n, in, j0, end, step int, tile func(jt, k0, nj, nk int)) {
-	pr := productPanel(n, in, step)
+	panelWalkAbove(panelXBytes, n, in, j0, end, step, tile)
+}
+
+// panelWalkAbove is panelWalk in the order of productPanelAbove(xBytes).
+func panelWalkAbove(xBytes, n, in, j0, end, step int, tile func(jt, k0, nj, nk int)) {
+	pr := productPanelAbove(xBytes, n, in, step)
 	for b0 := j0; b0 < end; b0 += pr {
 		b1 := min(b0+pr, end)
 		for k0 := 0; k0 < in; k0 += gemmKC {

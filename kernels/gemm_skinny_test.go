@@ -292,7 +292,7 @@ func TestProductPanels(t *testing.T) {
 	}
 	_, ilv := ilvMatrices(t, 94, 1048, 2080)
 	ws := map[string]*Matrix{"bf16 interleaved [1048, 2080]": ilv, "fp8 [1030, 2072]": fp8(1030, 2072), "fp8 [2050, 1040]": fp8(2050, 1040)}
-	defer func(v int) { panelXBytes = v }(panelXBytes)
+	defer func(v, d int) { panelXBytes, decodedPanelXBytes = v, d }(panelXBytes, decodedPanelXBytes)
 	forEachImpl(t, func(t *testing.T) {
 		for name, w := range ws {
 			for _, n := range []int{2, 3, 4, 5, 8, 16, 33, fp8DecodedMaxRows} {
@@ -301,9 +301,9 @@ func TestProductPanels(t *testing.T) {
 					SetThreads(threads)
 					want := make([]float32, n*w.Rows)
 					got := make([]float32, n*w.Rows)
-					panelXBytes = math.MaxInt
+					panelXBytes, decodedPanelXBytes = math.MaxInt, math.MaxInt
 					MatMulT(want, x, n, w)
-					panelXBytes = 0
+					panelXBytes, decodedPanelXBytes = 0, 0
 					MatMulT(got, x, n, w)
 					if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
 						t.Fatalf("%s, n=%d, %d threads: panels differ from the per-tile walk (-want +got):\n%s", name, n, threads, d)

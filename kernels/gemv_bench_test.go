@@ -199,8 +199,9 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 // rows above panelXBytes do). The two run one after the other in each
 // round, so their ratio is measured in one run; cpu-ms is the calling
 // thread's CPU time per call (Linux), the steadier of the two times on a
-// shared machine. fp8 also runs 43 and 64 rows, the decoded path's (an
-// expert's share of a 512-token prompt of glm5-moe-shape is about 43).
+// shared machine. fp8 also runs 43 and 64 rows, the decoded path's, whose
+// limit is decodedPanelXBytes (an expert's share of a 512-token prompt of
+// glm5-moe-shape is about 43 rows).
 func BenchmarkProductPanels(b *testing.B) {
 	for _, sh := range []struct{ out, in int }{{6144, 16384}, {2048, 6144}, {16384, 2048}} {
 		for _, dtype := range benchDtypes("fp8", "bf16-ilv") {
@@ -214,10 +215,10 @@ func BenchmarkProductPanels(b *testing.B) {
 				dst := make([]float32, n*sh.out)
 				for _, walk := range []string{"tiles", "panels"} {
 					b.Run(fmt.Sprintf("%dx%d/%s/rows=%d/walk=%s", sh.out, sh.in, dtype, n, walk), func(b *testing.B) {
-						defer func(v int) { panelXBytes = v }(panelXBytes)
-						panelXBytes = math.MaxInt
+						defer func(v, d int) { panelXBytes, decodedPanelXBytes = v, d }(panelXBytes, decodedPanelXBytes)
+						panelXBytes, decodedPanelXBytes = math.MaxInt, math.MaxInt
 						if walk == "panels" {
-							panelXBytes = 0
+							panelXBytes, decodedPanelXBytes = 0, 0
 						}
 						loopProducts(b, dst, x, n, ws)
 						b.ReportMetric(2*float64(n*sh.out*sh.in)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
