@@ -616,7 +616,7 @@ const fp8GEMVPrefetch = 2048
 
 // panelXBytes is the size of a decode-sized product's activation rows
 // (n·Cols float32 values) above which its tiles walk the weight rows in
-// panels (productPanel): a quarter of a 1 MiB L2, which also holds the
+// panels (productPanel): an eighth of a 1 MiB L2, which also holds the
 // weights streaming past and the outputs.
 var panelXBytes = 128 << 10
 
