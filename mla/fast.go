@@ -83,7 +83,7 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 		sparseAttentionFastDecoded(out, lse, maxLogits, q, rows, heads, src, indices, topk, topkLen, scale, ws)
 		return
 	}
-	ws.f32Sel = f32Selection{kv: kv, indices: indices, topkLen: topkLen, topk: topk}
+	ws.f32Sel = f32Selection{kv: kv, querySlots: querySlots{indices: indices, topkLen: topkLen, topk: topk}}
 	kernels.AttendQueries(out, lse, maxLogits, q, rows, heads, LatentDim, RowDim, &ws.f32Sel, scale, ws.logits, ws.rowBuf, ws.rows)
 	ws.f32Sel = f32Selection{}
 }
@@ -93,18 +93,13 @@ func sparseAttentionFast(out, lse, maxLogits, q []float32, rows, heads int, kv K
 // slots, in their order (topkLen applied), as Row gives them (views, or
 // written to the kernel's scratch).
 type f32Selection struct {
-	kv               KVSource
-	indices, topkLen []int32
-	topk             int
-}
-
-func (s *f32Selection) RowCount(r int) int {
-	return validSlots(selectedSlots(r, s.topk, s.indices, s.topkLen))
+	kv KVSource
+	querySlots
 }
 
 func (s *f32Selection) Rows(r int, rows [][]float32, scratch []float32) [][]float32 {
 	n := 0
-	for _, slot := range selectedSlots(r, s.topk, s.indices, s.topkLen) {
+	for _, slot := range s.selected(r) {
 		if slot >= 0 {
 			rows[n] = s.kv.Row(slot, scratch[n*RowDim:(n+1)*RowDim])[:RowDim]
 			n++
@@ -118,7 +113,7 @@ func (s *f32Selection) Rows(r int, rows [][]float32, scratch []float32) [][]floa
 // the kernel threads share query by query, each decoding its queries' rows
 // a block at a time inside the kernel.
 func sparseAttentionFastDecoded(out, lse, maxLogits, q []float32, rows, heads int, kv DecodingKVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
-	ws.decSel = decodedSelection{kv: kv, indices: indices, topkLen: topkLen, topk: topk}
+	ws.decSel = decodedSelection{kv: kv, querySlots: querySlots{indices: indices, topkLen: topkLen, topk: topk}}
 	kernels.AttendQueriesDecoded(out, lse, maxLogits, q, rows, heads, LatentDim, RowDim, &ws.decSel, scale, ws.logits, ws.rowBuf, ws.rows, ws.slots)
 	ws.decSel = decodedSelection{}
 }
@@ -127,18 +122,13 @@ func sparseAttentionFastDecoded(out, lse, maxLogits, q []float32, rows, heads in
 // over rows kv decodes: query row r attends to the rows of its valid
 // selected slots, in their order (topkLen applied).
 type decodedSelection struct {
-	kv               DecodingKVSource
-	indices, topkLen []int32
-	topk             int
-}
-
-func (s *decodedSelection) RowCount(r int) int {
-	return validSlots(selectedSlots(r, s.topk, s.indices, s.topkLen))
+	kv DecodingKVSource
+	querySlots
 }
 
 func (s *decodedSelection) Select(r int, sel []int32) []int32 {
 	n := 0
-	for _, slot := range selectedSlots(r, s.topk, s.indices, s.topkLen) {
+	for _, slot := range s.selected(r) {
 		if slot >= 0 {
 			sel[n] = slot
 			n++
@@ -155,7 +145,7 @@ func (s *decodedSelection) DecodeRows(dst []float32, sel []int32, j0, j1 int) {
 // bf16: one kernels.AttendQueriesBF16 call for all query rows, which the
 // kernel threads share query by query.
 func sparseAttentionFastBF16(out, lse, maxLogits, q []float32, rows, heads int, kv BF16KVSource, indices []int32, topk int, topkLen []int32, scale float32, ws *Workspace) {
-	ws.sel = bf16Selection{kv: kv, indices: indices, topkLen: topkLen, topk: topk}
+	ws.sel = bf16Selection{kv: kv, querySlots: querySlots{indices: indices, topkLen: topkLen, topk: topk}}
 	kernels.AttendQueriesBF16(out, lse, maxLogits, q, rows, heads, LatentDim, &ws.sel, scale, ws.rowsBF16, ws.logits)
 	ws.sel = bf16Selection{}
 }
@@ -164,16 +154,24 @@ func sparseAttentionFastBF16(out, lse, maxLogits, q []float32, rows, heads int, 
 // bf16 rows: query row r attends to the rows of its valid selected slots,
 // in their order (topkLen applied).
 type bf16Selection struct {
-	kv               BF16KVSource
+	kv BF16KVSource
+	querySlots
+}
+
+// querySlots are the selected slots of a SparseAttention call's query
+// rows, shared by the row kinds' selections.
+type querySlots struct {
 	indices, topkLen []int32
 	topk             int
 }
 
-func (s *bf16Selection) selected(r int) []int32 {
+// selected is query row r's selected slots (topkLen applied).
+func (s *querySlots) selected(r int) []int32 {
 	return selectedSlots(r, s.topk, s.indices, s.topkLen)
 }
 
-func (s *bf16Selection) RowCount(r int) int { return validSlots(s.selected(r)) }
+// RowCount is the number of valid slots of query row r.
+func (s *querySlots) RowCount(r int) int { return validSlots(s.selected(r)) }
 
 // validSlots is the number of slots that name a row (not negative).
 func validSlots(slots []int32) int {
