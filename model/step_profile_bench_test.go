@@ -12,7 +12,9 @@ import (
 )
 
 // BenchmarkStepProfile times every product of BenchmarkStep's decode steps
-// (one thread or two, 512 of context), the sparse attention and the
+// (one thread or two; 512 of context, and 8,192 under the suffix
+// /ctx=8192, where attention and the indexer weigh more), the sparse
+// attention and the
 // indexer's scoring and top-k, and logs, per product shape and for those
 // two, the time against the part's own roofline (max(bytes / read bandwidth,
 // FLOPs / FMA peak), with the probes of machinePeaks taken before the
@@ -26,15 +28,22 @@ import (
 // timed parts against their rooflines with those rates. Select with -bench,
 // e.g.
 //
-//	go test ./model -run XXX -bench 'StepProfile/glm5-shape/fp8/threads=1/batch=8' -benchtime 20x
+//	go test ./model -run XXX -bench 'StepProfile/glm5-shape/fp8/threads=1/batch=8$' -benchtime 20x
+//	go test ./model -run XXX -bench 'StepProfile/glm5-dense-350m/bf16/threads=1/batch=8/ctx=8192' -benchtime 10x
 func BenchmarkStepProfile(b *testing.B) {
 	for _, mc := range stepCases {
 		for _, threads := range []int{1, 2} {
 			for _, batch := range []int{1, 8} {
-				b.Run(fmt.Sprintf("%s/%s/threads=%d/batch=%d", mc.name, mc.weights, threads, batch), func(b *testing.B) {
-					defer kernels.SetThreads(kernels.SetThreads(threads))
-					profileDecode(b, stepModel(b, mc.name, mc.weights), 512, batch, threads)
-				})
+				for _, ctx := range []int{512, 8192} {
+					name := fmt.Sprintf("%s/%s/threads=%d/batch=%d", mc.name, mc.weights, threads, batch)
+					if ctx != 512 {
+						name += fmt.Sprintf("/ctx=%d", ctx)
+					}
+					b.Run(name, func(b *testing.B) {
+						defer kernels.SetThreads(kernels.SetThreads(threads))
+						profileDecode(b, stepModel(b, mc.name, mc.weights), ctx, batch, threads)
+					})
+				}
 			}
 		}
 	}
