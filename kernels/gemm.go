@@ -312,7 +312,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// interleaved rows").
 		passes := (n + groupIlvMaxRows - 1) / groupIlvMaxRows
 		pfl := (ilvRows + passes - 1) / passes
-		panelWalk(n, in, j0, j1, ilvRows, func(jt, k0, nj, nk int) {
+		panelWalkAbove(groupPanelXBytes(n), n, in, j0, j1, ilvRows, func(jt, k0, nj, nk int) {
 			kc := min(gemmKC, in-k0)
 			block := 0
 			if nj < w.Rows {
@@ -655,6 +655,26 @@ func productPanelAbove(xBytes, n, in, step int) int {
 // columns) it is 1.2–1.4× faster (docs/performance.md, "An expert's
 // activation rows in L2").
 var decodedPanelXBytes = 512 << 10
+
+// groupPanelMinRows is how many activation rows make gemmRangeIlv's group
+// tiles walk in panels whatever the rows' size: from seven rows on, three
+// passes read each block of a group, and a panel keeps a block of the
+// activation rows in L1 across its groups, where the per-tile walk reads
+// each of them from L2 once per group. Over 2,048 columns (under
+// panelXBytes up to sixteen rows) the panels streamed 3–8 % faster at eight
+// rows and 17–35 % at sixteen, and 6–11 % slower at six (docs/performance.md,
+// "A quiet morning"), where the per-tile walk's one stream front to back
+// keeps the lead.
+var groupPanelMinRows = 7
+
+// groupPanelXBytes is the activation rows' limit of gemmRangeIlv's group
+// tiles for n rows: none from groupPanelMinRows rows on, panelXBytes below.
+func groupPanelXBytes(n int) int {
+	if n >= groupPanelMinRows {
+		return 0
+	}
+	return panelXBytes
+}
 
 // panelNext is the tile a panel walk computes after tile (jt, k0) of the
 // panel [b0, b1), step rows per tile: the panel's next tile at k0, after

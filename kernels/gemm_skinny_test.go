@@ -292,7 +292,7 @@ func TestProductPanels(t *testing.T) {
 	}
 	_, ilv := ilvMatrices(t, 94, 1048, 2080)
 	ws := map[string]*Matrix{"bf16 interleaved [1048, 2080]": ilv, "fp8 [1030, 2072]": fp8(1030, 2072), "fp8 [2050, 1040]": fp8(2050, 1040)}
-	defer func(v, d int) { panelXBytes, decodedPanelXBytes = v, d }(panelXBytes, decodedPanelXBytes)
+	defer func(v, d, g int) { panelXBytes, decodedPanelXBytes, groupPanelMinRows = v, d, g }(panelXBytes, decodedPanelXBytes, groupPanelMinRows)
 	forEachImpl(t, func(t *testing.T) {
 		for name, w := range ws {
 			for _, n := range []int{2, 3, 4, 5, 8, 16, 33, fp8DecodedMaxRows} {
@@ -301,9 +301,9 @@ func TestProductPanels(t *testing.T) {
 					SetThreads(threads)
 					want := make([]float32, n*w.Rows)
 					got := make([]float32, n*w.Rows)
-					panelXBytes, decodedPanelXBytes = math.MaxInt, math.MaxInt
+					panelXBytes, decodedPanelXBytes, groupPanelMinRows = math.MaxInt, math.MaxInt, math.MaxInt
 					MatMulT(want, x, n, w)
-					panelXBytes, decodedPanelXBytes = 0, 0
+					panelXBytes, decodedPanelXBytes, groupPanelMinRows = 0, 0, 0
 					MatMulT(got, x, n, w)
 					if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
 						t.Fatalf("%s, n=%d, %d threads: panels differ from the per-tile walk (-want +got):\n%s", name, n, threads, d)
@@ -313,4 +313,20 @@ func TestProductPanels(t *testing.T) {
 		}
 	})
 	SetThreads(1)
+}
+
+// TestGroupPanelXBytes pins where the interleaved group tiles switch to the
+// panel walk: at groupPanelMinRows rows whatever their size, below it when
+// the rows exceed panelXBytes.
+func TestGroupPanelXBytes(t *testing.T) {
+	for _, c := range []struct{ n, in, panel int }{
+		{n: 6, in: 2048, panel: ilvRows},  // 48 KiB of rows: one group a panel
+		{n: 6, in: 6144, panel: panelOut}, // 144 KiB
+		{n: 7, in: 2048, panel: panelOut},
+		{n: 16, in: 512, panel: panelOut},
+	} {
+		if got := productPanelAbove(groupPanelXBytes(c.n), c.n, c.in, ilvRows); got != c.panel {
+			t.Errorf("%d rows of %d columns: a panel of %d weight rows, want %d", c.n, c.in, got, c.panel)
+		}
+	}
 }

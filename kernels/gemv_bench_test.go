@@ -206,7 +206,7 @@ func BenchmarkProductPanels(b *testing.B) {
 	for _, sh := range []struct{ out, in int }{{6144, 16384}, {2048, 6144}, {16384, 2048}} {
 		for _, dtype := range benchDtypes("fp8", "bf16-ilv") {
 			ws := benchWeights(newRand(83), dtype, sh.out, sh.in)
-			rows := []int{2, 3, 4, 8, 16}
+			rows := []int{2, 3, 4, 6, 8, 16}
 			if dtype == "fp8" {
 				rows = append(rows, 43, fp8DecodedMaxRows)
 			}
@@ -215,10 +215,10 @@ func BenchmarkProductPanels(b *testing.B) {
 				dst := make([]float32, n*sh.out)
 				for _, walk := range []string{"tiles", "panels"} {
 					b.Run(fmt.Sprintf("%dx%d/%s/rows=%d/walk=%s", sh.out, sh.in, dtype, n, walk), func(b *testing.B) {
-						defer func(v, d int) { panelXBytes, decodedPanelXBytes = v, d }(panelXBytes, decodedPanelXBytes)
-						panelXBytes, decodedPanelXBytes = math.MaxInt, math.MaxInt
+						defer func(v, d, g int) { panelXBytes, decodedPanelXBytes, groupPanelMinRows = v, d, g }(panelXBytes, decodedPanelXBytes, groupPanelMinRows)
+						panelXBytes, decodedPanelXBytes, groupPanelMinRows = math.MaxInt, math.MaxInt, math.MaxInt
 						if walk == "panels" {
-							panelXBytes, decodedPanelXBytes = 0, 0
+							panelXBytes, decodedPanelXBytes, groupPanelMinRows = 0, 0, 0
 						}
 						loopProducts(b, dst, x, n, ws)
 						b.ReportMetric(2*float64(n*sh.out*sh.in)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
