@@ -14,11 +14,10 @@ import (
 // BenchmarkStepProfile times every product of BenchmarkStep's decode steps
 // (one thread or two; 512 of context, and 8,192 under the suffix
 // /ctx=8192, where attention and the indexer weigh more), the sparse
-// attention and the
-// indexer's scoring and top-k, and logs, per product shape and for those
-// two, the time against the part's own roofline (max(bytes / read bandwidth,
-// FLOPs / FMA peak), with the probes of machinePeaks taken before the
-// steps); the rest (norms, RoPE, writing the cache, SwiGLU, routing, the
+// attention and the indexer's scoring and top-k, and logs, per product
+// shape and for those two, the time against the part's own roofline
+// (max(bytes / read bandwidth, FLOPs / FMA peak), with the probes of
+// machinePeaks taken before the steps); the rest (norms, RoPE, writing the cache, SwiGLU, routing, the
 // embedding lookups) is one line, with the lookups' roofline, the only part
 // of it the step's cost counts. It reports the timed
 // parts' share of the step time (timed-share) and their time against their
