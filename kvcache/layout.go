@@ -102,6 +102,33 @@ func (l Layout) Slot(blockTable []int32, blockSize, p, rank int) int32 {
 	return l.localSlot(blockTable, blockSize, p, rank)
 }
 
+// LocalSlots writes to dst[l] the cache slot of rank's local key l, for
+// every l < len(dst): Slot(blockTable, blockSize, Global(l, rank), rank),
+// −1 where the block is unallocated (a negative id). Global and Local are
+// inverse, so local key l sits at offset l mod blockSize of block
+// l / blockSize of the table on every rank: a step fills the slots of a
+// whole context block by block, without the divisions of a Slot call per
+// key. It panics, as Slot does, when the table has too few blocks.
+func (l Layout) LocalSlots(dst []int32, blockTable []int32, blockSize int) {
+	if need := (len(dst) + blockSize - 1) / blockSize; need > len(blockTable) {
+		panic(fmt.Sprintf("kvcache: %d local keys need %d blocks of %d, block table has %d", len(dst), need, blockSize, len(blockTable)))
+	}
+	for b := 0; b*blockSize < len(dst); b++ {
+		part := dst[b*blockSize : min(len(dst), (b+1)*blockSize)]
+		id := blockTable[b]
+		if id < 0 {
+			for i := range part {
+				part[i] = -1
+			}
+			continue
+		}
+		base := id * int32(blockSize)
+		for i := range part {
+			part[i] = base + int32(i)
+		}
+	}
+}
+
 // Localize turns request-relative global positions (top-k indices, −1 or any
 // negative value = none) into this rank's cache slots. A position is kept only
 // if rank owns it and its block is in blockTable (and allocated, ≥ 0).

@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -125,6 +126,46 @@ func TestSlotMatchesLogicalBlocks(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLocalSlotsMatchSlot: a rank's local keys filled block by block are
+// the slots Slot gives their global positions, on every layout and rank,
+// over tables with unallocated blocks, for every key count the table holds;
+// a table too short for the keys is refused.
+func TestLocalSlotsMatchSlot(t *testing.T) {
+	bt := []int32{11, -1, 7, 5, 0, 9}
+	for _, n := range testNs {
+		for _, i := range testIs {
+			for _, b := range []int{16, 64} {
+				l := Layout{N: n, I: i}
+				if err := l.Validate(b); err != nil {
+					t.Fatal(err)
+				}
+				for r := range n {
+					all := make([]int32, len(bt)*b)
+					l.LocalSlots(all, bt, b)
+					for k := range all {
+						if want := l.Slot(bt, b, l.Global(k, r), r); all[k] != want {
+							t.Fatalf("%+v B=%d rank %d: local key %d has slot %d, Slot gives %d", l, b, r, k, all[k], want)
+						}
+					}
+					for _, nk := range []int{0, 1, b - 1, b, b + 1, 3*b + 5} {
+						got := make([]int32, nk)
+						l.LocalSlots(got, bt, b)
+						if d := cmp.Diff(all[:nk], got); d != "" {
+							t.Fatalf("%+v B=%d rank %d: %d keys (-whole table +these keys):\n%s", l, b, r, nk, d)
+						}
+					}
+				}
+			}
+		}
+	}
+	defer func() {
+		if msg := fmt.Sprint(recover()); !strings.Contains(msg, "need 3 blocks of 16, block table has 2") {
+			t.Errorf("panic = %q, want the blocks needed and held", msg)
+		}
+	}()
+	Layout{N: 1, I: 1}.LocalSlots(make([]int32, 33), bt[:2], 16)
 }
 
 func TestWorkedExamples(t *testing.T) {

@@ -100,9 +100,7 @@ func (s *stepTables) build(b *Batch, vocab int, logitRow *[]int32) (int, error) 
 		nk := s.layout.LocalLen(end, s.dcpRank)
 		s.keyOff = append(s.keyOff, off)
 		s.keyLen = append(s.keyLen, int32(nk))
-		for l := 0; l < nk; l++ {
-			s.keySlot[off+l] = s.layout.Slot(q.BlockTable, B, s.layout.Global(l, s.dcpRank), s.dcpRank)
-		}
+		s.layout.LocalSlots(s.keySlot[off:off+nk], q.BlockTable, B)
 		off += nk
 		for j, tok := range q.Tokens {
 			if tok < 0 || int(tok) >= vocab {
