@@ -77,6 +77,7 @@ func main() {
 	expSum512()
 	max512()
 	scoreTile8T512()
+	scoreTiles8T32512()
 	scoreTile6T256()
 	fmaPeak512()
 	fmaPeak256()
@@ -1843,6 +1844,91 @@ func scoreTile8T512() {
 		hsum512()
 		VMOVSS(X0, Mem{Base: out, Disp: 4 * j})
 	}
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// scoreTiles8T32512 emits scoreTiles8T32AVX512: scoreTile8TAVX512 for a
+// query of exactly one 32-head group over consecutive tiles of eight keys,
+// in one call: the keys' pointers are read from their slice headers (keys,
+// 24 bytes apart) up to the header at end, a multiple of eight headers on;
+// every tile prefetches the next tile's keys a line at a time, so the eight
+// headers after end must exist too. Each key's arithmetic is the tile's,
+// operation for operation: the chains over d, then 0 + max(dot, 0)·w for
+// heads 0–15, plus max(dot, 0)·w for heads 16–31, lane-wise, reduced by
+// hsum512 into out. What the call saves is the per-tile call, the running
+// sums' round trip through memory and the Go loop around them.
+func scoreTiles8T32512() {
+	name := "scoreTiles8T32AVX512"
+	TEXT(name, NOSPLIT, "func(qT *float32, dimBytes int, w *float32, keys *[]float32, end *[]float32, out *float32)")
+	Pragma("noescape")
+	Doc(name + " computes the weighted ReLU scores of a 32-head query against the keys of whole tiles of eight, prefetching each next tile's keys.")
+	hdr := Load(Param("keys"), GP64())
+	out := Load(Param("out"), GP64())
+	CMPQ(hdr, NewParamAddr("end", 32))
+	JAE(LabelRef(name + "_done"))
+	Label(name + "_tile")
+	var k [8]Register
+	for j := range 8 {
+		k[j] = GP64()
+		MOVQ(Mem{Base: hdr, Disp: 24 * j}, k[j])
+	}
+	for a := range 16 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	qrow := Load(Param("qT"), GP64())
+	off := GP64()
+	XORQ(off, off)
+	CMPQ(off, NewParamAddr("dimBytes", 8))
+	JAE(LabelRef(name + "_dots"))
+	Label(name + "_d")
+	// The next tile's line off of each key, whenever off starts a line.
+	np := GP64()
+	TESTQ(U32(63), off)
+	JNZ(LabelRef(name + "_noprefetch"))
+	for j := range 8 {
+		MOVQ(Mem{Base: hdr, Disp: 24 * (8 + j)}, np)
+		PREFETCHT0(Mem{Base: np, Index: off, Scale: 1})
+	}
+	Label(name + "_noprefetch")
+	VMOVUPS(Mem{Base: qrow}, Z24)
+	VMOVUPS(Mem{Base: qrow, Disp: 64}, Z25)
+	for j := range 8 {
+		VBROADCASTSS(Mem{Base: k[j], Index: off, Scale: 1}, Z26)
+		VFMADD231PS(Z24, Z26, zmm[2*j])
+		VFMADD231PS(Z25, Z26, zmm[2*j+1])
+	}
+	ADDQ(U32(128), qrow)
+	ADDQ(U8(4), off)
+	CMPQ(off, NewParamAddr("dimBytes", 8))
+	JB(LabelRef(name + "_d"))
+	Label(name + "_dots")
+	w := Load(Param("w"), GP64())
+	VMOVUPS(Mem{Base: w}, Z28)
+	VMOVUPS(Mem{Base: w, Disp: 64}, Z29)
+	VPXORD(Z27, Z27, Z27)
+	for j := range 8 {
+		for half := range 2 {
+			a := zmm[2*j+half]
+			VMAXPS(Z27, a, a) // max(dot, 0); a NaN dot gives 0
+			VMULPS([]VecPhysical{Z28, Z29}[half], a, a)
+		}
+		// The tile's running sum: 0 + heads 0–15, then + heads 16–31.
+		VADDPS(zmm[2*j], Z27, zmm[2*j])
+		VADDPS(zmm[2*j+1], zmm[2*j], zmm[2*j])
+	}
+	for j := range 8 {
+		if j > 0 {
+			VMOVAPS(zmm[2*j], Z0)
+		}
+		hsum512()
+		VMOVSS(X0, Mem{Base: out, Disp: 4 * j})
+	}
+	ADDQ(U32(8*24), hdr)
+	ADDQ(U8(32), out)
+	CMPQ(hdr, NewParamAddr("end", 32))
+	JB(LabelRef(name + "_tile"))
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()

@@ -452,6 +452,11 @@ func maxAVX512(x *float32, n int) float32
 //go:noescape
 func scoreTile8TAVX512(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, k6 *float32, k7 *float32, next *[8]*float32, run *float32, out *float32)
 
+// scoreTiles8T32AVX512 computes the weighted ReLU scores of a 32-head query against the keys of whole tiles of eight, prefetching each next tile's keys.
+//
+//go:noescape
+func scoreTiles8T32AVX512(qT *float32, dimBytes int, w *float32, keys *[]float32, end *[]float32, out *float32)
+
 // scoreTile6TAVX2 adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil), prefetching the keys at next.
 //
 //go:noescape

@@ -705,3 +705,10 @@ func widenBF16Fast(dst []float32, src []byte) int {
 	}
 	return 0
 }
+
+// scoreTiles8T32 is scoreTile8T for a query of one 32-head group over the
+// whole tiles of eight keys from the header at keys to the one at end, the
+// scores to out (see scoreKeysT).
+func scoreTiles8T32(qT *float32, dimBytes int, w *float32, keys, end *[]float32, out *float32) {
+	scoreTiles8T32AVX512(qT, dimBytes, w, keys, end, out)
+}

@@ -104,6 +104,10 @@ func scoreTile8T(*float32, int, int, *float32, *float32, *float32, *float32, *fl
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func scoreTiles8T32(*float32, int, *float32, *[]float32, *[]float32, *float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func widenBF16Fast([]float32, []byte) int { return 0 }
 
 func transpose16(*float32, int, *float32, int) {

@@ -771,6 +771,48 @@ func TestScoreKeysPrepared(t *testing.T) {
 	})
 }
 
+// TestScoreTilesOneCall: a 32-head query's whole tiles scored in one
+// assembly call have the bits of one call per tile, for key counts around
+// the tile boundaries, dims that do and do not fill lines, zero and
+// negative weights, NaN and zero key values, on one thread and two.
+func TestScoreTilesOneCall(t *testing.T) {
+	if !supported(levelAVX512) {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	prev, err := SetImpl("avx512")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer SetImpl(prev)
+	for _, dim := range []int{128, 40, 7} {
+		for _, n := range []int{15, 16, 17, 23, 24, 25, 64, 301} {
+			for _, threads := range []int{1, 2} {
+				r := newRand(uint64(200 + n + dim))
+				q := randSlice(r, 32*dim, 1)
+				w := randSlice(r, 32, 1)
+				w[3], w[20] = 0, float32(math.Copysign(0, -1))
+				keys := make([][]float32, n)
+				for j := range keys {
+					keys[j] = randSlice(r, dim, 1)
+				}
+				keys[n/2][0] = float32(math.NaN())
+				clear(keys[n-1])
+				var sq ScoreQuery
+				sq.Prepare(q, w, 32)
+				defer SetThreads(SetThreads(threads))
+				want, got := make([]float32, n), make([]float32, n)
+				scoreTilesOneCall = false
+				ScoreKeys(want, &sq, keys)
+				scoreTilesOneCall = true
+				ScoreKeys(got, &sq, keys)
+				if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
+					t.Errorf("dim %d, %d keys, %d threads: one call per tile vs whole tiles in one call (-want +got):\n%s", dim, n, threads, d)
+				}
+			}
+		}
+	}
+}
+
 // sliceGatherer gathers keys by copying them into scratch (a decoding
 // source) or pointing at them (in place).
 type sliceGatherer struct {

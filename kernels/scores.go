@@ -305,14 +305,26 @@ func (t *scoreTask) runPart(p, parts int) {
 // scoreKeysT is the AVX-512 WeightedReLUScores over keys, eight per tile
 // (a short tile repeats its last key), 32 heads per assembly call, each
 // call prefetching the next eight keys (they live in scattered cache slots)
-// a line at a time as it reads its own.
+// a line at a time as it reads its own. A query of one 32-head group (GLM-5's
+// indexer) takes its whole tiles in one call of scoreTiles8T32, which reads
+// the keys from their slice headers and keeps each tile's sums in registers:
+// the same arithmetic without a call, a Go loop and a round trip of the sums
+// through memory per tile.
 func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
 	hp, dim := len(t.wP), t.dim
 	var run [8 * 16]float32
 	var out [8]float32
 	n := len(keys)
 	var next [8]*float32
-	for j := 0; j < n; j += 8 {
+	j := 0
+	if hp == 32 && n >= 16 && scoreTilesOneCall {
+		// One 32-head group (GLM-5's indexer): every whole tile whose
+		// next tile is whole too in one call; the last whole tile and a
+		// short one below.
+		j = (n/8 - 1) * 8
+		scoreTiles8T32(&t.qT[0], 4*dim, &t.wP[0], &keys[0], &keys[j], &dst[0])
+	}
+	for ; j < n; j += 8 {
 		nj := min(8, n-j)
 		k := func(c int) *float32 { return &keys[j+min(c, nj-1)][0] }
 		nextTileKeys(next[:], keys, j)
@@ -327,6 +339,11 @@ func scoreKeysT(dst []float32, t *ScoreQuery, keys [][]float32) {
 		copy(dst[j:j+nj], out[:nj])
 	}
 }
+
+// scoreTilesOneCall sends a 32-head query's whole tiles through one
+// scoreTiles8T32 call (a test turns it off to compare with one call per
+// tile, bit for bit).
+var scoreTilesOneCall = true
 
 // nextTileKeys points next at the keys of the tile after the one at j (a
 // tile of len(next) keys; a short tile repeats the last key), which the
