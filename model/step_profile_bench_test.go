@@ -13,7 +13,8 @@ import (
 
 // BenchmarkStepProfile times every product of BenchmarkStep's decode steps
 // (one thread or two; 512 of context, and 8,192 under the suffix
-// /ctx=8192, where attention and the indexer weigh more), the sparse
+// /ctx=8192, where attention and the indexer weigh more; one sequence also
+// at 2,048 and 32,768, the long-context split), the sparse
 // attention and the indexer's scoring and top-k, and logs, per product
 // shape and for those two, the time against the part's own roofline
 // (max(bytes / read bandwidth, FLOPs / FMA peak), with the probes of
@@ -33,7 +34,13 @@ func BenchmarkStepProfile(b *testing.B) {
 	for _, mc := range stepCases {
 		for _, threads := range []int{1, 2} {
 			for _, batch := range []int{1, 8} {
-				for _, ctx := range []int{512, 8192} {
+				ctxs := []int{512, 8192}
+				if batch == 1 {
+					// The long-context split: weights, indexer and
+					// attention per token at 2, 8 and 32 Ki.
+					ctxs = []int{512, 2048, 8192, 32768}
+				}
+				for _, ctx := range ctxs {
 					name := fmt.Sprintf("%s/%s/threads=%d/batch=%d", mc.name, mc.weights, threads, batch)
 					if ctx != 512 {
 						name += fmt.Sprintf("/ctx=%d", ctx)
