@@ -78,6 +78,7 @@ func main() {
 	max512()
 	scoreTile8T512()
 	scoreTiles8T32512()
+	siluMul512()
 	scoreTile6T256()
 	fmaPeak512()
 	fmaPeak256()
@@ -1930,6 +1931,100 @@ func scoreTiles8T32512() {
 	CMPQ(hdr, NewParamAddr("end", 32))
 	JB(LabelRef(name + "_tile"))
 	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// siluMul512 emits siluMulAVX512: dst[i] = SiLU(gate[i])·up[i] eight values
+// at a time, with the bits of the scalar kernels.SiLU: the gate widened to
+// float64, exp(−v) by the exact operations of Go's math.Exp on a CPU with
+// FMA (a Cody–Waite reduction by ln 2 with k = round(x·log2 e), the Taylor
+// polynomial of x/16 by fused multiply-adds, four squarings as
+// x·(x + 2), then ·2^k), then v / (1 + exp(−v)) rounded once to float32,
+// times up. Only lanes with |gate| ≤ 30 take that path (k in [−44, 44]: no
+// overflow, underflow or non-finite branch of math.Exp applies): it stops
+// before the first group of eight holding another value and returns how
+// many it did, for the caller to compute that group by the scalar SiLU.
+// n is a multiple of 8. dst may alias gate or up.
+func siluMul512() {
+	name := "siluMulAVX512"
+	TEXT(name, NOSPLIT, "func(dst, gate, up *float32, n int) int")
+	Pragma("noescape")
+	Doc(name + " computes dst[i] = SiLU(gate[i])·up[i] for whole groups of eight with |gate| ≤ 30 and returns how many values it did.")
+	dst := Load(Param("dst"), GP64())
+	gate := Load(Param("gate"), GP64())
+	up := Load(Param("up"), GP64())
+	n := Load(Param("n"), GP64())
+	i := GP64()
+	XORQ(i, i)
+	c64 := func(c float64, v VecPhysical) {
+		r := GP64()
+		MOVQ(U64(math.Float64bits(c)), r)
+		VPBROADCASTQ(r, v)
+	}
+	zLog2e, zLn2u, zLn2l, zSixteenth := Z16, Z17, Z18, Z19
+	zTwo, zLimit, zAbs, zSign := Z20, Z22, Z23, Z24
+	poly := []VecPhysical{Z25, Z26, Z27, Z28, Z29, Z30, Z31} // c56 … c8 after c64 in Z15
+	one := poly[6]                                           // the polynomial's last term, 1.0
+	c64(1.4426950408889634073599246810018920, zLog2e)
+	c64(0.69314718055966295651160180568695068359375, zLn2u)
+	c64(0.28235290563031577122588448175013436025525412068e-12, zLn2l)
+	c64(0.0625, zSixteenth)
+	c64(2.0, zTwo)
+	c64(30.0, zLimit)
+	r := GP64()
+	MOVQ(U64(1<<63-1), r)
+	VPBROADCASTQ(r, zAbs)
+	MOVQ(U64(1<<63), r)
+	VPBROADCASTQ(r, zSign)
+	c64(2.4801587301587301587e-5, Z15)
+	for k, c := range []float64{1.9841269841269841270e-4, 1.3888888888888888889e-3, 8.3333333333333333333e-3,
+		4.1666666666666666667e-2, 1.6666666666666666667e-1, 0.5, 1.0} {
+		c64(c, poly[k])
+	}
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	VCVTPS2PD(Mem{Base: gate, Index: i, Scale: 4}, Z0) // v
+	VANDPD(zAbs, Z0, Z1)
+	VCMPPD(U8(0x12), zLimit, Z1, K1) // |v| ≤ 30, ordered: false for NaN
+	KORTESTB(K1, K1)
+	JCC(LabelRef(name + "_done")) // not all eight: stop before this group
+	VXORPD(zSign, Z0, Z1)         // a = −v
+	VMULPD(Z1, zLog2e, Z2)        // a·log2 e
+	VCVTPD2DQ(Z2, Y3)             // k
+	VCVTDQ2PD(Y3, Z4)             // k as float64
+	VFNMADD231PD(zLn2u, Z4, Z1)   // a − k·ln2u
+	VFNMADD231PD(zLn2l, Z4, Z1)   // − k·ln2l
+	VMULPD(zSixteenth, Z1, Z1)    // x = …/16
+	VMOVAPD(Z15, Z5)              // p = c64
+	for _, c := range poly {
+		VFMADD213PD(c, Z1, Z5) // p = x·p + c
+	}
+	VMULPD(Z5, Z1, Z1) // x·p
+	for range 3 {
+		VADDPD(zTwo, Z1, Z6) // t = x + 2
+		VMULPD(Z6, Z1, Z1)   // x·t
+	}
+	VADDPD(zTwo, Z1, Z6)     // t = x + 2
+	VFMADD213PD(one, Z6, Z1) // x = t·x + 1
+	VPMOVSXDQ(Y3, Z7)        // 2^k: (k + 1023) << 52
+	r2 := GP64()
+	MOVQ(U64(1023), r2)
+	VPBROADCASTQ(r2, Z8)
+	VPADDQ(Z8, Z7, Z7)
+	VPSLLQ(U8(52), Z7, Z7)
+	VMULPD(Z7, Z1, Z1)      // e = exp(−v)
+	VADDPD(poly[6], Z1, Z1) // 1 + e
+	VDIVPD(Z1, Z0, Z0)      // v / (1 + e)
+	VCVTPD2PS(Z0, Y0)       // SiLU, rounded once
+	VMULPS(Mem{Base: up, Index: i, Scale: 4}, Y0, Y0)
+	VMOVUPS(Y0, Mem{Base: dst, Index: i, Scale: 4})
+	ADDQ(U8(8), i)
+	CMPQ(i, n)
+	JB(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	Store(i, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }

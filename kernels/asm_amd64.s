@@ -12611,6 +12611,99 @@ scoreTiles8T32AVX512_done:
 	VZEROUPPER
 	RET
 
+// func siluMulAVX512(dst *float32, gate *float32, up *float32, n int) int
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·siluMulAVX512(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), AX
+	MOVQ         gate+8(FP), CX
+	MOVQ         up+16(FP), DX
+	MOVQ         n+24(FP), BX
+	XORQ         SI, SI
+	MOVQ         $0x3ff71547652b82fe, DI
+	VPBROADCASTQ DI, Z16
+	MOVQ         $0x3fe62e42fefa3000, DI
+	VPBROADCASTQ DI, Z17
+	MOVQ         $0x3d53de6af278ece6, DI
+	VPBROADCASTQ DI, Z18
+	MOVQ         $0x3fb0000000000000, DI
+	VPBROADCASTQ DI, Z19
+	MOVQ         $0x4000000000000000, DI
+	VPBROADCASTQ DI, Z20
+	MOVQ         $0x403e000000000000, DI
+	VPBROADCASTQ DI, Z22
+	MOVQ         $0x7fffffffffffffff, DI
+	VPBROADCASTQ DI, Z23
+	MOVQ         $0x8000000000000000, DI
+	VPBROADCASTQ DI, Z24
+	MOVQ         $0x3efa01a01a01a01a, DI
+	VPBROADCASTQ DI, Z15
+	MOVQ         $0x3f2a01a01a01a01a, DI
+	VPBROADCASTQ DI, Z25
+	MOVQ         $0x3f56c16c16c16c17, DI
+	VPBROADCASTQ DI, Z26
+	MOVQ         $0x3f81111111111111, DI
+	VPBROADCASTQ DI, Z27
+	MOVQ         $0x3fa5555555555555, DI
+	VPBROADCASTQ DI, Z28
+	MOVQ         $0x3fc5555555555555, DI
+	VPBROADCASTQ DI, Z29
+	MOVQ         $0x3fe0000000000000, DI
+	VPBROADCASTQ DI, Z30
+	MOVQ         $0x3ff0000000000000, DI
+	VPBROADCASTQ DI, Z31
+	TESTQ        BX, BX
+	JZ           siluMulAVX512_done
+
+siluMulAVX512_loop:
+	VCVTPS2PD    (CX)(SI*4), Z0
+	VANDPD       Z23, Z0, Z1
+	VCMPPD       $0x12, Z22, Z1, K1
+	KORTESTB     K1, K1
+	JCC          siluMulAVX512_done
+	VXORPD       Z24, Z0, Z1
+	VMULPD       Z1, Z16, Z2
+	VCVTPD2DQ    Z2, Y3
+	VCVTDQ2PD    Y3, Z4
+	VFNMADD231PD Z17, Z4, Z1
+	VFNMADD231PD Z18, Z4, Z1
+	VMULPD       Z19, Z1, Z1
+	VMOVAPD      Z15, Z5
+	VFMADD213PD  Z25, Z1, Z5
+	VFMADD213PD  Z26, Z1, Z5
+	VFMADD213PD  Z27, Z1, Z5
+	VFMADD213PD  Z28, Z1, Z5
+	VFMADD213PD  Z29, Z1, Z5
+	VFMADD213PD  Z30, Z1, Z5
+	VFMADD213PD  Z31, Z1, Z5
+	VMULPD       Z5, Z1, Z1
+	VADDPD       Z20, Z1, Z6
+	VMULPD       Z6, Z1, Z1
+	VADDPD       Z20, Z1, Z6
+	VMULPD       Z6, Z1, Z1
+	VADDPD       Z20, Z1, Z6
+	VMULPD       Z6, Z1, Z1
+	VADDPD       Z20, Z1, Z6
+	VFMADD213PD  Z31, Z6, Z1
+	VPMOVSXDQ    Y3, Z7
+	MOVQ         $0x00000000000003ff, DI
+	VPBROADCASTQ DI, Z8
+	VPADDQ       Z8, Z7, Z7
+	VPSLLQ       $0x34, Z7, Z7
+	VMULPD       Z7, Z1, Z1
+	VADDPD       Z31, Z1, Z1
+	VDIVPD       Z1, Z0, Z0
+	VCVTPD2PS    Z0, Y0
+	VMULPS       (DX)(SI*4), Y0, Y0
+	VMOVUPS      Y0, (AX)(SI*4)
+	ADDQ         $0x08, SI
+	CMPQ         SI, BX
+	JB           siluMulAVX512_loop
+
+siluMulAVX512_done:
+	MOVQ SI, ret+32(FP)
+	VZEROUPPER
+	RET
+
 // func scoreTile6TAVX2(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, next *[6]*float32, run *float32, out *float32)
 // Requires: AVX, FMA3, MMX+
 TEXT ·scoreTile6TAVX2(SB), NOSPLIT, $0-104

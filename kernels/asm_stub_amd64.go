@@ -457,6 +457,11 @@ func scoreTile8TAVX512(qT *float32, stride int, dim int, w *float32, k0 *float32
 //go:noescape
 func scoreTiles8T32AVX512(qT *float32, dimBytes int, w *float32, keys *[]float32, end *[]float32, out *float32)
 
+// siluMulAVX512 computes dst[i] = SiLU(gate[i])·up[i] for whole groups of eight with |gate| ≤ 30 and returns how many values it did.
+//
+//go:noescape
+func siluMulAVX512(dst *float32, gate *float32, up *float32, n int) int
+
 // scoreTile6TAVX2 adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil), prefetching the keys at next.
 //
 //go:noescape

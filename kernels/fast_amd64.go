@@ -712,3 +712,13 @@ func widenBF16Fast(dst []float32, src []byte) int {
 func scoreTiles8T32(qT *float32, dimBytes int, w *float32, keys, end *[]float32, out *float32) {
 	scoreTiles8T32AVX512(qT, dimBytes, w, keys, end, out)
 }
+
+// siluMul computes dst[i] = SiLU(gate[i])·up[i] over the whole groups of
+// eight of gate with every |gate| ≤ 30, stopping before the first other
+// group, and returns how many values it did (len(gate) a multiple of 8).
+func siluMul(dst, gate, up []float32) int {
+	if len(gate) == 0 {
+		return 0
+	}
+	return siluMulAVX512(&dst[0], &gate[0], &up[0], len(gate))
+}

@@ -108,6 +108,10 @@ func scoreTiles8T32(*float32, int, *float32, *[]float32, *[]float32, *float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func siluMul([]float32, []float32, []float32) int {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func widenBF16Fast([]float32, []byte) int { return 0 }
 
 func transpose16(*float32, int, *float32, int) {
