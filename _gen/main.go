@@ -1811,13 +1811,7 @@ func scoreTile8T512() {
 	next := Load(Param("next"), GP64())
 	Label(name + "_d")
 	prefetchNextKeys(name, next, off, 8)
-	VMOVUPS(Mem{Base: qrow}, Z24)
-	VMOVUPS(Mem{Base: qrow, Disp: 64}, Z25)
-	for j := range 8 {
-		VBROADCASTSS(Mem{Base: k[j], Index: off, Scale: 1}, Z26)
-		VFMADD231PS(Z24, Z26, zmm[2*j])
-		VFMADD231PS(Z25, Z26, zmm[2*j+1])
-	}
+	scoreTileStep(qrow, off, k[:])
 	ADDQ(stride, qrow)
 	ADDQ(U8(4), off)
 	CMPQ(off, dim)
@@ -1848,6 +1842,19 @@ func scoreTile8T512() {
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
+}
+
+// scoreTileStep emits one step d of the eight-key score tiles: the 32
+// heads' query values at qrow (two vectors) fused with key j's value at
+// byte off, broadcast, into accumulators Z(2j) and Z(2j+1).
+func scoreTileStep(qrow, off Register, k []Register) {
+	VMOVUPS(Mem{Base: qrow}, Z24)
+	VMOVUPS(Mem{Base: qrow, Disp: 64}, Z25)
+	for j := range 8 {
+		VBROADCASTSS(Mem{Base: k[j], Index: off, Scale: 1}, Z26)
+		VFMADD231PS(Z24, Z26, zmm[2*j])
+		VFMADD231PS(Z25, Z26, zmm[2*j+1])
+	}
 }
 
 // scoreTiles8T32512 emits scoreTiles8T32AVX512: scoreTile8TAVX512 for a
@@ -1893,13 +1900,7 @@ func scoreTiles8T32512() {
 		PREFETCHT0(Mem{Base: np, Index: off, Scale: 1})
 	}
 	Label(name + "_noprefetch")
-	VMOVUPS(Mem{Base: qrow}, Z24)
-	VMOVUPS(Mem{Base: qrow, Disp: 64}, Z25)
-	for j := range 8 {
-		VBROADCASTSS(Mem{Base: k[j], Index: off, Scale: 1}, Z26)
-		VFMADD231PS(Z24, Z26, zmm[2*j])
-		VFMADD231PS(Z25, Z26, zmm[2*j+1])
-	}
+	scoreTileStep(qrow, off, k[:])
 	ADDQ(U32(128), qrow)
 	ADDQ(U8(4), off)
 	CMPQ(off, NewParamAddr("dimBytes", 8))
