@@ -1964,7 +1964,7 @@ func siluMul512() {
 		VPBROADCASTQ(r, v)
 	}
 	zLog2e, zLn2u, zLn2l, zSixteenth := Z16, Z17, Z18, Z19
-	zTwo, zLimit, zAbs, zSign := Z20, Z22, Z23, Z24
+	zTwo, zBias, zLimit, zAbs, zSign := Z20, Z21, Z22, Z23, Z24
 	poly := []VecPhysical{Z25, Z26, Z27, Z28, Z29, Z30, Z31} // c56 … c8 after c64 in Z15
 	one := poly[6]                                           // the polynomial's last term, 1.0
 	c64(1.4426950408889634073599246810018920, zLog2e)
@@ -1978,6 +1978,8 @@ func siluMul512() {
 	VPBROADCASTQ(r, zAbs)
 	MOVQ(U64(1<<63), r)
 	VPBROADCASTQ(r, zSign)
+	MOVQ(U64(1023), r) // the float64 exponent bias, for 2^k
+	VPBROADCASTQ(r, zBias)
 	c64(2.4801587301587301587e-5, Z15)
 	for k, c := range []float64{1.9841269841269841270e-4, 1.3888888888888888889e-3, 8.3333333333333333333e-3,
 		4.1666666666666666667e-2, 1.6666666666666666667e-1, 0.5, 1.0} {
@@ -2010,15 +2012,12 @@ func siluMul512() {
 	VADDPD(zTwo, Z1, Z6)     // t = x + 2
 	VFMADD213PD(one, Z6, Z1) // x = t·x + 1
 	VPMOVSXDQ(Y3, Z7)        // 2^k: (k + 1023) << 52
-	r2 := GP64()
-	MOVQ(U64(1023), r2)
-	VPBROADCASTQ(r2, Z8)
-	VPADDQ(Z8, Z7, Z7)
+	VPADDQ(zBias, Z7, Z7)
 	VPSLLQ(U8(52), Z7, Z7)
-	VMULPD(Z7, Z1, Z1)      // e = exp(−v)
-	VADDPD(poly[6], Z1, Z1) // 1 + e
-	VDIVPD(Z1, Z0, Z0)      // v / (1 + e)
-	VCVTPD2PS(Z0, Y0)       // SiLU, rounded once
+	VMULPD(Z7, Z1, Z1)  // e = exp(−v)
+	VADDPD(one, Z1, Z1) // 1 + e
+	VDIVPD(Z1, Z0, Z0)  // v / (1 + e)
+	VCVTPD2PS(Z0, Y0)   // SiLU, rounded once
 	VMULPS(Mem{Base: up, Index: i, Scale: 4}, Y0, Y0)
 	VMOVUPS(Y0, Mem{Base: dst, Index: i, Scale: 4})
 	ADDQ(U8(8), i)

@@ -784,6 +784,7 @@ func TestScoreTilesOneCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer SetImpl(prev)
+	defer SetThreads(SetThreads(1))
 	for _, dim := range []int{128, 40, 7} {
 		for _, n := range []int{15, 16, 17, 23, 24, 25, 64, 301} {
 			for _, threads := range []int{1, 2} {
@@ -799,7 +800,7 @@ func TestScoreTilesOneCall(t *testing.T) {
 				clear(keys[n-1])
 				var sq ScoreQuery
 				sq.Prepare(q, w, 32)
-				defer SetThreads(SetThreads(threads))
+				SetThreads(threads)
 				want, got := make([]float32, n), make([]float32, n)
 				scoreTilesOneCall = false
 				ScoreKeys(want, &sq, keys)

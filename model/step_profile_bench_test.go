@@ -14,13 +14,13 @@ import (
 // BenchmarkStepProfile times every product of BenchmarkStep's decode steps
 // (one thread or two; 512 of context, and 8,192 under the suffix
 // /ctx=8192, where attention and the indexer weigh more; one sequence also
-// at 2,048 and 32,768, the long-context split), the sparse
-// attention and the indexer's scoring and top-k, and logs, per product
-// shape and for those two, the time against the part's own roofline
-// (max(bytes / read bandwidth, FLOPs / FMA peak), with the probes of
-// machinePeaks taken before the steps); the rest (norms, RoPE, writing the cache, SwiGLU, routing, the
-// embedding lookups) is one line, with the lookups' roofline, the only part
-// of it the step's cost counts. It reports the timed
+// at 2,048 and 32,768, the long-context split), the sparse attention and
+// the indexer's scoring and top-k, and logs, per product shape and for
+// those two, the time against the part's own roofline (max(bytes / read
+// bandwidth, FLOPs / FMA peak), with the probes of machinePeaks taken
+// before the steps); the rest (norms, RoPE, writing the cache, SwiGLU,
+// routing, the embedding lookups) is one line, with the lookups' roofline,
+// the only part of it the step's cost counts. It reports the timed
 // parts' share of the step time (timed-share) and their time against their
 // roofline (timed-of-bound). An fp8 product whose roofline the fp8 product
 // rate of its rows raises (Limits.FP8, measured by machineFP8) also shows
