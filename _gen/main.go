@@ -79,6 +79,7 @@ func main() {
 	scoreTile8T512()
 	scoreTiles8T32512()
 	siluMul512()
+	topkKeep512()
 	scoreTile6T256()
 	fmaPeak512()
 	fmaPeak256()
@@ -1932,6 +1933,77 @@ func scoreTiles8T32512() {
 	CMPQ(hdr, NewParamAddr("end", 32))
 	JB(LabelRef(name + "_tile"))
 	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// topkKeep512 emits topkKeepAVX512: the candidate pass of the sampled
+// top-k. For whole blocks of 64 scores it appends to idx the positions
+// (base, base+1, …) of the scores at or above thr — the ordered, quiet
+// comparison, so NaN is never kept, as Go's s >= thr — in increasing order,
+// and returns how many it kept; before each block it checks that more than
+// limit were not kept yet, and returns −1 if they were, having written at
+// most limit+64 positions. Each 16 scores are one compare into a mask, one
+// compress of the running positions by it, one full store at the count
+// (the lanes past the kept ones are overwritten by the next store or lie
+// past the count) and a population count.
+func topkKeep512() {
+	TEXT("topkKeepAVX512", NOSPLIT, "func(scores *float32, n int, thr float32, idx *uint32, base int, limit int) int")
+	Pragma("noescape")
+	Doc("topkKeepAVX512 appends to idx the positions of the scores at or above thr in whole blocks of 64 of n scores and returns how many, or -1 once more than limit were kept before a block.")
+	sc := Load(Param("scores"), GP64())
+	n := Load(Param("n"), GP64())
+	idx := Load(Param("idx"), GP64())
+	limit := Load(Param("limit"), GP64())
+	thr := Z31
+	VBROADCASTSS(Load(Param("thr"), XMM()), thr)
+	// Z30: the positions of the next 16 scores (lane l: base + l, built
+	// bit by bit from a broadcast of the base); Z29: 16 in every lane.
+	pos, step := Z30, Z29
+	tmp := GP64()
+	Load(Param("base"), tmp)
+	VPBROADCASTD(tmp.As32(), pos)
+	iota := GP32()
+	for b := range 4 {
+		var m uint32 // the lanes whose index has bit b set
+		for l := range 16 {
+			m |= uint32(l>>b&1) << l
+		}
+		MOVL(U32(m), iota)
+		KMOVW(iota, K2)
+		MOVL(U32(1<<b), iota)
+		VPBROADCASTD(iota, step)
+		VPADDD(step, pos, K2, pos)
+	}
+	MOVL(U32(16), iota)
+	VPBROADCASTD(iota, step)
+	cnt := GP64()
+	XORQ(cnt, cnt)
+	SHRQ(U8(6), n)
+	JZ(LabelRef("topkKeep512_done"))
+	k := GP64()
+	Label("topkKeep512_block")
+	CMPQ(cnt, limit)
+	JG(LabelRef("topkKeep512_full"))
+	for v := range 4 {
+		VCMPPS(U8(0x12), Mem{Base: sc, Disp: 64 * v}, thr, K1) // thr <= s, ordered, quiet
+		VPCOMPRESSD_Z(pos, K1, Z0)
+		VMOVDQU32(Z0, Mem{Base: idx, Index: cnt, Scale: 4})
+		KMOVW(K1, k.As32())
+		POPCNTL(k.As32(), k.As32())
+		ADDQ(k, cnt)
+		VPADDD(step, pos, pos)
+	}
+	ADDQ(U32(256), sc)
+	DECQ(n)
+	JNZ(LabelRef("topkKeep512_block"))
+	Label("topkKeep512_done")
+	Store(cnt, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+	Label("topkKeep512_full")
+	MOVQ(I64(-1), cnt)
+	Store(cnt, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }

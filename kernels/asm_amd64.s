@@ -12704,6 +12704,89 @@ siluMulAVX512_done:
 	VZEROUPPER
 	RET
 
+// func topkKeepAVX512(scores *float32, n int, thr float32, idx *uint32, base int, limit int) int
+// Requires: AVX, AVX512F, POPCNT, SSE
+TEXT ·topkKeepAVX512(SB), NOSPLIT, $0-56
+	MOVQ         scores+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         idx+24(FP), DX
+	MOVQ         limit+40(FP), BX
+	MOVSS        thr+16(FP), X0
+	VBROADCASTSS X0, Z31
+	MOVQ         base+32(FP), SI
+	VPBROADCASTD SI, Z30
+	MOVL         $0x0000aaaa, SI
+	KMOVW        SI, K2
+	MOVL         $0x00000001, SI
+	VPBROADCASTD SI, Z29
+	VPADDD       Z29, Z30, K2, Z30
+	MOVL         $0x0000cccc, SI
+	KMOVW        SI, K2
+	MOVL         $0x00000002, SI
+	VPBROADCASTD SI, Z29
+	VPADDD       Z29, Z30, K2, Z30
+	MOVL         $0x0000f0f0, SI
+	KMOVW        SI, K2
+	MOVL         $0x00000004, SI
+	VPBROADCASTD SI, Z29
+	VPADDD       Z29, Z30, K2, Z30
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K2
+	MOVL         $0x00000008, SI
+	VPBROADCASTD SI, Z29
+	VPADDD       Z29, Z30, K2, Z30
+	MOVL         $0x00000010, SI
+	VPBROADCASTD SI, Z29
+	XORQ         SI, SI
+	SHRQ         $0x06, CX
+	JZ           topkKeep512_done
+
+topkKeep512_block:
+	CMPQ          SI, BX
+	JG            topkKeep512_full
+	VCMPPS        $0x12, (AX), Z31, K1
+	VPCOMPRESSD.Z Z30, K1, Z0
+	VMOVDQU32     Z0, (DX)(SI*4)
+	KMOVW         K1, DI
+	POPCNTL       DI, DI
+	ADDQ          DI, SI
+	VPADDD        Z29, Z30, Z30
+	VCMPPS        $0x12, 64(AX), Z31, K1
+	VPCOMPRESSD.Z Z30, K1, Z0
+	VMOVDQU32     Z0, (DX)(SI*4)
+	KMOVW         K1, DI
+	POPCNTL       DI, DI
+	ADDQ          DI, SI
+	VPADDD        Z29, Z30, Z30
+	VCMPPS        $0x12, 128(AX), Z31, K1
+	VPCOMPRESSD.Z Z30, K1, Z0
+	VMOVDQU32     Z0, (DX)(SI*4)
+	KMOVW         K1, DI
+	POPCNTL       DI, DI
+	ADDQ          DI, SI
+	VPADDD        Z29, Z30, Z30
+	VCMPPS        $0x12, 192(AX), Z31, K1
+	VPCOMPRESSD.Z Z30, K1, Z0
+	VMOVDQU32     Z0, (DX)(SI*4)
+	KMOVW         K1, DI
+	POPCNTL       DI, DI
+	ADDQ          DI, SI
+	VPADDD        Z29, Z30, Z30
+	ADDQ          $0x00000100, AX
+	DECQ          CX
+	JNZ           topkKeep512_block
+
+topkKeep512_done:
+	MOVQ SI, ret+48(FP)
+	VZEROUPPER
+	RET
+
+topkKeep512_full:
+	MOVQ $-1, SI
+	MOVQ SI, ret+48(FP)
+	VZEROUPPER
+	RET
+
 // func scoreTile6TAVX2(qT *float32, stride int, dim int, w *float32, k0 *float32, k1 *float32, k2 *float32, k3 *float32, k4 *float32, k5 *float32, next *[6]*float32, run *float32, out *float32)
 // Requires: AVX, FMA3, MMX+
 TEXT ·scoreTile6TAVX2(SB), NOSPLIT, $0-104

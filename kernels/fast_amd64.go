@@ -722,3 +722,15 @@ func siluMul(dst, gate, up []float32) int {
 	}
 	return siluMulAVX512(&dst[0], &gate[0], &up[0], len(gate))
 }
+
+// topkKeepFast is topkKeep over the whole blocks of 64 scores on AVX-512
+// (topkKeepAVX512): it returns how many it kept, −1 when more than
+// topkCandMax−64 were kept before a block, and how many scores it covered
+// (none on other levels, which topkKeepRef does whole).
+func topkKeepFast(idx *[topkCandMax]uint32, scores []float32, thr float32) (kept, done int) {
+	nb := len(scores) &^ 63
+	if nb == 0 || activeLevel() != levelAVX512 {
+		return 0, 0
+	}
+	return topkKeepAVX512(&scores[0], nb, thr, &idx[0], 0, topkCandMax-64), nb
+}

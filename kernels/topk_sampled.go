@@ -86,24 +86,10 @@ func topKSampled(dst []int32, scores []float32) (int, bool) {
 
 	c := getTopkCands()
 	defer putTopkCands(c)
-	// Branch-free compaction: every index is written at idx[cnt] and cnt
-	// moves past it when its score is kept; each block of 64 checks the room
-	// first. A float comparison with the threshold's score keeps the same
-	// scores as comparing keys (both zeros pass a zero threshold, and NaN
-	// fails every comparison).
 	thrScore := topkScore(thr)
-	cnt := 0
 	idx := &c.idx
-	for b := 0; b < n; b += 64 {
-		if cnt > topkCandMax-64 {
-			return 0, false
-		}
-		for i, s := range scores[b:min(b+64, n)] {
-			idx[cnt] = uint32(b + i)
-			cnt += int(b2i(s >= thrScore))
-		}
-	}
-	if cnt < k {
+	cnt, ok := topkKeep(idx, scores, thrScore)
+	if !ok || cnt < k {
 		return 0, false
 	}
 	for j, i := range idx[:cnt] {
@@ -114,6 +100,38 @@ func topKSampled(dst []int32, scores []float32) (int, bool) {
 		dst[i] = int32(uint32(sorted[i]))
 	}
 	return k, true
+}
+
+// topkKeep is topKSampled's candidate pass: it writes to idx the positions
+// of the scores at or above thr, in increasing order, and returns how many,
+// or false when more than topkCandMax−64 were kept before a block of 64
+// (the room a block needs). A float comparison with the threshold's score
+// keeps the same scores as comparing keys (both zeros pass a zero
+// threshold, and NaN fails every comparison). On AVX-512 topkKeepFast does
+// the whole blocks; topkKeepRef does the rest, and everything elsewhere.
+func topkKeep(idx *[topkCandMax]uint32, scores []float32, thr float32) (int, bool) {
+	cnt, done := topkKeepFast(idx, scores, thr)
+	if cnt < 0 {
+		return 0, false
+	}
+	return topkKeepRef(idx, scores, thr, done, cnt)
+}
+
+// topkKeepRef is topkKeep from score b on (a multiple of 64), cnt kept
+// before it. Branch-free: every position is written at idx[cnt] and cnt
+// moves past it when its score is kept; each block of 64 checks the room
+// first.
+func topkKeepRef(idx *[topkCandMax]uint32, scores []float32, thr float32, b, cnt int) (int, bool) {
+	for ; b < len(scores); b += 64 {
+		if cnt > topkCandMax-64 {
+			return 0, false
+		}
+		for i, s := range scores[b:min(b+64, len(scores))] {
+			idx[cnt] = uint32(b + i)
+			cnt += int(b2i(s >= thr))
+		}
+	}
+	return cnt, true
 }
 
 // radixSortPacked sorts c.packed[:n] by their high 32 bits (^key), stably,

@@ -489,3 +489,45 @@ func FuzzTopKSampled(f *testing.F) {
 		}
 	})
 }
+
+// TestTopkKeepFast checks the sampled top-k's candidate pass on AVX-512
+// (whole blocks in assembly, the rest in Go) against the pure-Go pass:
+// the same count, positions and refusal, for rows of every length around
+// the block size, thresholds at row values, zeros of both signs, ±Inf and
+// NaN, and rows that keep more than the buffer holds.
+func TestTopkKeepFast(t *testing.T) {
+	specials := []float32{float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), 0, float32(math.Copysign(0, -1)), -3e38, 3e38}
+	var got, want [topkCandMax]uint32
+	for _, n := range []int{0, 1, 15, 63, 64, 65, 127, 128, 1000, 20000, 3 * topkCandMax} {
+		r := newRand(uint64(n) + 40)
+		row := make([]float32, n)
+		for i := range row {
+			switch r.IntN(8) {
+			case 0:
+				row[i] = specials[r.IntN(len(specials))]
+			case 1:
+				row[i] = 0
+			default:
+				row[i] = float32(r.NormFloat64())
+			}
+		}
+		thrs := append([]float32{}, specials...)
+		for range 4 {
+			if n > 0 {
+				thrs = append(thrs, row[r.IntN(n)])
+			}
+		}
+		for _, thr := range thrs {
+			wantCnt, wantOK := topkKeepRef(&want, row, thr, 0, 0)
+			gotCnt, gotOK := topkKeep(&got, row, thr)
+			if gotOK != wantOK || gotCnt != wantCnt {
+				t.Fatalf("n=%d thr=%v: kept %d (ok %v), want %d (ok %v)", n, thr, gotCnt, gotOK, wantCnt, wantOK)
+			}
+			if wantOK {
+				if diff := cmp.Diff(want[:wantCnt], got[:gotCnt]); diff != "" {
+					t.Fatalf("n=%d thr=%v (-Go +fast):\n%s", n, thr, diff)
+				}
+			}
+		}
+	}
+}
