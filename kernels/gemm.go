@@ -441,10 +441,22 @@ func gemmRangePanel(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 	}
 	// The panel of a block is sized as an f32 block is.
 	jb := max(4, (gemmBlockBytes/(max(1, min(in, gemmKC))*4))&^3)
+	fast := w.FP8 != nil && !w.interleaved && l != levelRef && in > 0 && fp8InRegister(w, l, j0, j1)
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
-			p := dequantPanel(buf, w, b0, b1, k0)
+			var p f32Rows
+			if fast {
+				// The next block of the walk: this block's rows further
+				// on, or the next rows from the start.
+				nb, nk := b0, k0+gemmKC
+				if nk >= in {
+					nb, nk = b1, 0
+				}
+				p = decodePanelFP8(buf, w, l, b0, b1, k0, nb, nk)
+			} else {
+				p = dequantPanel(buf, w, b0, b1, k0)
+			}
 			for i0 := 0; i0 < n; i0 += mr {
 				jt := b0 + gemmStrip(dst, x, n, w, &p, l, i0, b0, b1, k0)
 				for ; jt < b1; jt += 4 {
@@ -487,38 +499,11 @@ const fp8DecodedMaxRows = gemmBlockBytes / (4 * gemmKC)
 // give the f32 product's results.
 func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloats]float32, j0, j1 int) int {
 	in, out := w.Cols, w.Rows
-	s := w.Scales
 	end := j0 + (j1-j0)&^3
 	panelWalkAbove(decodedPanelXBytes, n, in, j0, end, 4, func(jt, k0, nj, nk int) {
 		kc := min(k0+gemmKC, in) - k0
-		lanes := vecWidth(l)
-		kv := kc &^ (lanes - 1)
-		b0 := (k0 + s.ColOff) / FP8Block
-		first := (FP8Block - (k0+s.ColOff)%FP8Block) / lanes
-		nan := false
-		for c := range 4 {
-			j := jt + c
-			srow := s.scaleRow(j)
-			row := buf[c*kc : (c+1)*kc]
-			codes := w.FP8[j*in+k0 : j*in+k0+kc]
-			if kv > 0 {
-				// Prefetch what this row's next call decodes: the same
-				// row of the walk's next tile; past the last tile, the
-				// codes at hand.
-				pf := &codes[0]
-				if nj+c < w.Rows {
-					pf = &w.FP8[(nj+c)*in+nk]
-				}
-				nan = decodeFP8Row(l, &row[0], &codes[0], kv, &srow[b0], first, pf) || nan
-			}
-			for k := kv; k < kc; k++ {
-				row[k] = numfmt.F32FromE4M3(codes[k]) * srow[(k0+k+s.ColOff)/FP8Block]
-			}
-		}
-		p := f32Rows{v: buf[:], j0: jt, k0: k0, ld: kc}
-		if nan {
-			p = dequantPanel(buf, w, jt, jt+4, k0)
-		}
+		kv := kc &^ (vecWidth(l) - 1)
+		p := decodePanelFP8(buf, w, l, jt, jt+4, k0, nj, nk)
 		add := tileAdd(k0 > 0)
 		for i0 := 0; i0 < n; {
 			m := passRows(l, n-i0)
@@ -910,6 +895,41 @@ func putPanel(p *[panelFloats]float32) {
 	case fp8Panels <- p:
 	default:
 	}
+}
+
+// decodePanelFP8 is dequantPanel for an FP8 matrix whose codes decode in
+// registers (fp8InRegister) on an assembly level: each row's codes through
+// decodeFP8Row in one call (exact: the values Matrix.Row gives), a scalar
+// tail dequantized in Go, while it prefetches the same row of the walk's
+// next block, rows [nb, …) from column nk, for the panel after this one; a
+// block whose codes hold a NaN code is dequantized again by dequantPanel.
+func decodePanelFP8(buf *[panelFloats]float32, w *Matrix, l level, ja, jb, k0, nb, nk int) f32Rows {
+	in := w.Cols
+	s := w.Scales
+	kc := min(k0+gemmKC, in) - k0
+	kv := kc &^ (vecWidth(l) - 1)
+	c0 := (k0 + s.ColOff) / FP8Block
+	first := (FP8Block - (k0+s.ColOff)%FP8Block) / vecWidth(l)
+	nan := false
+	for j := ja; j < jb; j++ {
+		row := buf[(j-ja)*kc : (j-ja+1)*kc]
+		codes := w.FP8[j*in+k0 : j*in+k0+kc]
+		srow := s.scaleRow(j)
+		if kv > 0 {
+			pf := &codes[0]
+			if r := nb + j - ja; r < w.Rows {
+				pf = &w.FP8[r*in+nk]
+			}
+			nan = decodeFP8Row(l, &row[0], &codes[0], kv, &srow[c0], first, pf) || nan
+		}
+		for k := kv; k < kc; k++ {
+			row[k] = numfmt.F32FromE4M3(codes[k]) * srow[(k0+k+s.ColOff)/FP8Block]
+		}
+	}
+	if nan {
+		return dequantPanel(buf, w, ja, jb, k0)
+	}
+	return f32Rows{v: buf[:], j0: ja, k0: k0, ld: kc}
 }
 
 // dequantPanel dequantizes rows [ja, jb) and columns [k0, k0+gemmKC) ∩

@@ -22,6 +22,9 @@ var fp8GEMMCases = []struct{ n, rows, cols, rowOff, colOff int }{
 	{8, 10, 2*gemmKC + 40, 0, 0}, {8, 7, 300, 64, 64}, {5, 3, 1040, 0, 16}, {6, 17, 1100, 16, 16},
 	{12, 5, 1040, 0, 16}, {24, 6, 200, 64, 48}, {64, 3, 140, 0, 0}, {65, 4, 64, 0, 0},
 	{3, 5, 0, 0, 0}, {0, 4, 16, 0, 0}, {2, 0, 8, 0, 0},
+	// More rows than the decoded path takes: blocks of weight rows decoded
+	// to the panel, with offsets, scalar tails and several blocks.
+	{70, 37, 2*gemmKC + 40, 64, 48}, {100, 9, 1100, 5, 16}, {66, 70, 130, 0, 0},
 	// Two to four rows with blocks whose lengths are whole vectors, which
 	// the few-row tile stores and then adds to the output itself.
 	{2, 8, 2*gemmKC + 48, 0, 0}, {3, 9, 1040, 0, 16}, {4, 13, 160, 128, 32},
@@ -145,8 +148,9 @@ func TestFP8GEMVNaNCodes(t *testing.T) {
 				bad := 5 % c.rows
 				w.FP8[bad*c.cols+col] = 0x7F | uint8(col&1)<<7
 				// One activation row (the eight-row GEMV tile), three (the
-				// four-row tile) and eight (rows decoded to a scratch).
-				for _, n := range []int{1, 3, 8} {
+				// four-row tile), eight (rows decoded to a scratch) and 70
+				// (blocks of rows decoded to the panel).
+				for _, n := range []int{1, 3, 8, 70} {
 					name := fmt.Sprintf("n=%d [%d,%d] at column offset %d, NaN code in row %d column %d", n, c.rows, c.cols, c.colOff, bad, col)
 					x := randSlice(r, n*c.cols, 1)
 					checkFP8Product(t, name, w, x, n)

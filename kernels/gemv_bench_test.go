@@ -229,6 +229,30 @@ func BenchmarkProductPanels(b *testing.B) {
 	}
 }
 
+// BenchmarkPromptProduct times MatMulT with a prompt step's rows (512, the
+// engine's --max-num-batched-tokens) on glm5-dense-350m's MLP shapes and
+// GLM-5's q_b in fp8 and bf16 on one thread, the weights streamed from
+// memory (copies cycled through 256 MiB): the products of a prefill, bound
+// by the FMAs. fma-% is the FLOPs over the FMA peak measured right after
+// the calls; cpu-ms is the calling thread's CPU time per call (Linux).
+func BenchmarkPromptProduct(b *testing.B) {
+	const n = 512
+	for _, sh := range []struct{ out, in int }{{6144, 2048}, {2048, 6144}, {16384, 2048}} {
+		for _, dtype := range benchDtypes("fp8", "bf16-ilv") {
+			ws := benchWeights(newRand(87), dtype, sh.out, sh.in)
+			b.Run(fmt.Sprintf("%dx%d/%s/rows=%d", sh.out, sh.in, dtype, n), func(b *testing.B) {
+				x := randSlice(newRand(88), n*sh.in, 1)
+				dst := make([]float32, n*sh.out)
+				loopProducts(b, dst, x, n, ws)
+				s := b.Elapsed().Seconds() / float64(b.N)
+				t0 := time.Now()
+				peak := FMAPeakLoop(2_000_000) / time.Since(t0).Seconds()
+				b.ReportMetric(100*2*float64(n*sh.out*sh.in)/s/peak, "fma-%")
+			})
+		}
+	}
+}
+
 // BenchmarkProductInCache times MatMulT with its weights resident in L2
 // (64 rows of 4,096 columns: 256 KiB in fp8, 512 KiB in bf16, 1 MiB in f32,
 // read again every call) on one thread, so that it measures what the tiles
