@@ -143,11 +143,13 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
-			for i0 := 0; i0 < n; i0 += mr {
-				jt := b0 + gemmStrip(dst, x, n, w, p, l, i0, b0, b1, k0)
+			for i0 := 0; i0 < n; {
+				m := passRows(l, n-i0)
+				jt := b0 + gemmStrip(dst, x, i0+m, w, p, l, i0, b0, b1, k0)
 				for ; jt < b1; jt += 4 {
-					gemmTile(dst, x, n, w, p, l, i0, jt, min(4, b1-jt), k0)
+					gemmTile(dst, x, i0+m, w, p, l, i0, jt, min(4, b1-jt), k0)
 				}
+				i0 += m
 			}
 			if in == 0 {
 				break
@@ -326,14 +328,14 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		})
 		return
 	}
-	mr := maxTileRows(l)
 	jb := max(ilvRows, (gemmBlockBytes/(min(in, gemmKC)*2))/ilvRows*ilvRows)
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in; k0 += gemmKC {
-			for i0 := 0; i0 < n; i0 += mr {
+			for i0, m := 0, 0; i0 < n; i0 += m {
+				m = passRows(l, n-i0)
 				for jt := b0; jt < b1; jt += ilvRows {
-					stripBF16Ilv(min(mr, n-i0), &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, tileAdd(k0 > 0), 0, 0)
+					stripBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], 2, min(gemmKC, in-k0), &dst[i0*out+jt], out, tileAdd(k0 > 0), 0, 0)
 				}
 			}
 		}
@@ -457,11 +459,13 @@ func gemmRangePanel(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 			} else {
 				p = dequantPanel(buf, w, b0, b1, k0)
 			}
-			for i0 := 0; i0 < n; i0 += mr {
-				jt := b0 + gemmStrip(dst, x, n, w, &p, l, i0, b0, b1, k0)
+			for i0 := 0; i0 < n; {
+				m := passRows(l, n-i0)
+				jt := b0 + gemmStrip(dst, x, i0+m, w, &p, l, i0, b0, b1, k0)
 				for ; jt < b1; jt += 4 {
-					gemmTile(dst, x, n, w, &p, l, i0, jt, min(4, b1-jt), k0)
+					gemmTile(dst, x, i0+m, w, &p, l, i0, jt, min(4, b1-jt), k0)
 				}
+				i0 += m
 			}
 			if in == 0 {
 				break
