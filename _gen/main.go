@@ -1939,7 +1939,7 @@ func scoreTiles8T32512() {
 
 // topkKeep512 emits topkKeepAVX512: the candidate pass of the sampled
 // top-k. For whole blocks of 64 scores it appends to idx the positions
-// (base, base+1, …) of the scores at or above thr — the ordered, quiet
+// (from 0) of the scores at or above thr — the ordered, quiet
 // comparison, so NaN is never kept, as Go's s >= thr — in increasing order,
 // and returns how many it kept; before each block it checks that more than
 // limit were not kept yet, and returns −1 if they were, having written at
@@ -1948,7 +1948,7 @@ func scoreTiles8T32512() {
 // (the lanes past the kept ones are overwritten by the next store or lie
 // past the count) and a population count.
 func topkKeep512() {
-	TEXT("topkKeepAVX512", NOSPLIT, "func(scores *float32, n int, thr float32, idx *uint32, base int, limit int) int")
+	TEXT("topkKeepAVX512", NOSPLIT, "func(scores *float32, n int, thr float32, idx *uint32, limit int) int")
 	Pragma("noescape")
 	Doc("topkKeepAVX512 appends to idx the positions of the scores at or above thr in whole blocks of 64 of n scores and returns how many, or -1 once more than limit were kept before a block.")
 	sc := Load(Param("scores"), GP64())
@@ -1957,12 +1957,10 @@ func topkKeep512() {
 	limit := Load(Param("limit"), GP64())
 	thr := Z31
 	VBROADCASTSS(Load(Param("thr"), XMM()), thr)
-	// Z30: the positions of the next 16 scores (lane l: base + l, built
-	// bit by bit from a broadcast of the base); Z29: 16 in every lane.
+	// Z30: the positions of the next 16 scores (lane l: l, built bit by
+	// bit from zero); Z29: 16 in every lane.
 	pos, step := Z30, Z29
-	tmp := GP64()
-	Load(Param("base"), tmp)
-	VPBROADCASTD(tmp.As32(), pos)
+	VPXORD(pos, pos, pos)
 	iota := GP32()
 	for b := range 4 {
 		var m uint32 // the lanes whose index has bit b set

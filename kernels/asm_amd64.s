@@ -12704,17 +12704,16 @@ siluMulAVX512_done:
 	VZEROUPPER
 	RET
 
-// func topkKeepAVX512(scores *float32, n int, thr float32, idx *uint32, base int, limit int) int
+// func topkKeepAVX512(scores *float32, n int, thr float32, idx *uint32, limit int) int
 // Requires: AVX, AVX512F, POPCNT, SSE
-TEXT ·topkKeepAVX512(SB), NOSPLIT, $0-56
+TEXT ·topkKeepAVX512(SB), NOSPLIT, $0-48
 	MOVQ         scores+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVQ         idx+24(FP), DX
-	MOVQ         limit+40(FP), BX
+	MOVQ         limit+32(FP), BX
 	MOVSS        thr+16(FP), X0
 	VBROADCASTSS X0, Z31
-	MOVQ         base+32(FP), SI
-	VPBROADCASTD SI, Z30
+	VPXORD       Z30, Z30, Z30
 	MOVL         $0x0000aaaa, SI
 	KMOVW        SI, K2
 	MOVL         $0x00000001, SI
@@ -12777,13 +12776,13 @@ topkKeep512_block:
 	JNZ           topkKeep512_block
 
 topkKeep512_done:
-	MOVQ SI, ret+48(FP)
+	MOVQ SI, ret+40(FP)
 	VZEROUPPER
 	RET
 
 topkKeep512_full:
 	MOVQ $-1, SI
-	MOVQ SI, ret+48(FP)
+	MOVQ SI, ret+40(FP)
 	VZEROUPPER
 	RET
 

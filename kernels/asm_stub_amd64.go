@@ -465,7 +465,7 @@ func siluMulAVX512(dst *float32, gate *float32, up *float32, n int) int
 // topkKeepAVX512 appends to idx the positions of the scores at or above thr in whole blocks of 64 of n scores and returns how many, or -1 once more than limit were kept before a block.
 //
 //go:noescape
-func topkKeepAVX512(scores *float32, n int, thr float32, idx *uint32, base int, limit int) int
+func topkKeepAVX512(scores *float32, n int, thr float32, idx *uint32, limit int) int
 
 // scoreTile6TAVX2 adds one 16-head half of a 32-head group of the weighted ReLU scores of six keys to their running sums (and reduces them into out when out is not nil), prefetching the keys at next.
 //

@@ -732,5 +732,5 @@ func topkKeepFast(idx *[topkCandMax]uint32, scores []float32, thr float32) (kept
 	if nb == 0 || activeLevel() != levelAVX512 {
 		return 0, 0
 	}
-	return topkKeepAVX512(&scores[0], nb, thr, &idx[0], 0, topkCandMax-64), nb
+	return topkKeepAVX512(&scores[0], nb, thr, &idx[0], topkCandMax-64), nb
 }

@@ -143,14 +143,7 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
-			for i0 := 0; i0 < n; {
-				m := passRows(l, n-i0)
-				jt := b0 + gemmStrip(dst, x, i0+m, w, p, l, i0, b0, b1, k0)
-				for ; jt < b1; jt += 4 {
-					gemmTile(dst, x, i0+m, w, p, l, i0, jt, min(4, b1-jt), k0)
-				}
-				i0 += m
-			}
+			blockStrips(dst, x, n, w, p, l, b0, b1, k0)
 			if in == 0 {
 				break
 			}
@@ -342,6 +335,21 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	}
 }
 
+// blockStrips adds reduction block k0 of weight rows [b0, b1) to all n
+// activation rows, in passes of passRows rows (the rows split evenly, so
+// that no short pass reads the block for a row or two): gemmStrip over the
+// whole groups of four weight rows, gemmTile for the rest.
+func blockStrips(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, b0, b1, k0 int) {
+	for i0 := 0; i0 < n; {
+		m := passRows(l, n-i0)
+		jt := b0 + gemmStrip(dst, x, i0+m, w, p, l, i0, b0, b1, k0)
+		for ; jt < b1; jt += 4 {
+			gemmTile(dst, x, i0+m, w, p, l, i0, jt, min(4, b1-jt), k0)
+		}
+		i0 += m
+	}
+}
+
 // gemmStrip computes, where block [k0, k0+gemmKC) has no scalar tail, the
 // tiles of activation rows [i0, i0+maxTileRows) and the whole groups of four
 // weight rows in [jt, j1) in one call, with gemmTile's per-element
@@ -459,14 +467,7 @@ func gemmRangePanel(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 			} else {
 				p = dequantPanel(buf, w, b0, b1, k0)
 			}
-			for i0 := 0; i0 < n; {
-				m := passRows(l, n-i0)
-				jt := b0 + gemmStrip(dst, x, i0+m, w, &p, l, i0, b0, b1, k0)
-				for ; jt < b1; jt += 4 {
-					gemmTile(dst, x, i0+m, w, &p, l, i0, jt, min(4, b1-jt), k0)
-				}
-				i0 += m
-			}
+			blockStrips(dst, x, n, w, &p, l, b0, b1, k0)
 			if in == 0 {
 				break
 			}
