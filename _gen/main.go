@@ -47,6 +47,7 @@ func main() {
 		}
 	}
 	gemv8x512Ilv()
+	gemv16x512Ilv()
 	for m := 1; m <= 6; m++ {
 		gemmStrip512(m, true, true)
 	}
@@ -415,6 +416,53 @@ func gemv8x512Ilv() {
 	DECQ(kn)
 	JNZ(LabelRef(name + "_loop"))
 	reduceStore8x512(name)
+}
+
+// gemv16x512Ilv emits dotTile1x16BF16IlvAVX512: dotTile1x8BF16IlvAVX512
+// over two groups of eight interleaved weight rows at once, w and w2, read
+// side by side: two streams in flight instead of one, each group's outputs
+// with the one-group tile's accumulator and reduction (so the same bits),
+// the first group's eight at out, the second's at out+8.
+func gemv16x512Ilv() {
+	name := "dotTile1x16BF16IlvAVX512"
+	TEXT(name, NOSPLIT, "func(x *float32, w *uint16, w2 *uint16, kn int, out *float32)")
+	Pragma("noescape")
+	Doc(name + " computes one activation row's dot products with two groups of eight interleaved bf16 weight rows over kn (a multiple of 32) elements.")
+	x := Load(Param("x"), GP64())
+	w := Load(Param("w"), GP64())
+	w2 := Load(Param("w2"), GP64())
+	kn := Load(Param("kn"), GP64())
+	for a := range 16 {
+		VPXORD(zmm[a], zmm[a], zmm[a])
+	}
+	highMask(Z31)
+	SHRQ(U8(5), kn)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_loop")
+	VMOVUPS(Mem{Base: x}, Z28)
+	VMOVUPS(Mem{Base: x, Disp: 64}, Z29)
+	for j := range 8 {
+		for s, base := range []Register{w, w2} {
+			lo, hi := zmm[16+(2*j+s)%6], zmm[22+(2*j+s)%6]
+			VPSLLD(U8(16), Mem{Base: base, Disp: 64 * j}, lo)
+			VPANDD(Mem{Base: base, Disp: 64 * j}, Z31, hi)
+			VFMADD231PS(lo, Z28, zmm[8*s+j])
+			VFMADD231PS(hi, Z29, zmm[8*s+j])
+		}
+	}
+	ADDQ(U32(128), x)
+	ADDQ(U32(512), w)
+	ADDQ(U32(512), w2)
+	DECQ(kn)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	for q := range 4 {
+		reduce4x512([4]int{4 * q, 4*q + 1, 4*q + 2, 4*q + 3})
+		VMOVUPS(xmm[4*q], Mem{Base: out, Disp: 16 * q})
+	}
+	VZEROUPPER()
+	RET()
 }
 
 // gemmGroup8x512Ilv emits gemmGroup{m}x8BF16IlvAVX512 (2 ≤ m ≤ 3): m activation

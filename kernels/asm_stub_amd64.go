@@ -207,6 +207,11 @@ func gemmStrip6x4BF16AVX512(x *float32, ldx int, w *uint16, ldw int, groups int,
 //go:noescape
 func dotTile1x8BF16IlvAVX512(x *float32, w *uint16, kn int, out *float32)
 
+// dotTile1x16BF16IlvAVX512 computes one activation row's dot products with two groups of eight interleaved bf16 weight rows over kn (a multiple of 32) elements.
+//
+//go:noescape
+func dotTile1x16BF16IlvAVX512(x *float32, w *uint16, w2 *uint16, kn int, out *float32)
+
 // gemmStrip1x4BF16IlvAVX512 computes groups 1x4 tiles of dot products over kn (a multiple of 32) elements into dst.
 //
 //go:noescape

@@ -200,6 +200,12 @@ func dotTile1x8BF16Ilv(x *float32, w *uint16, kn int, out *[8]float32) {
 	dotTile1x8BF16IlvAVX512(x, w, kn, &out[0])
 }
 
+// dotTile1x16BF16Ilv is dotTile1x8BF16Ilv over two groups at once, w's
+// outputs in out[:8], w2's in out[8:].
+func dotTile1x16BF16Ilv(x *float32, w, w2 *uint16, kn int, out *[16]float32) {
+	dotTile1x16BF16IlvAVX512(x, w, w2, kn, &out[0])
+}
+
 // dotTile1x8F32 runs the one-row, eight-weight-row tile of level l.
 func dotTile1x8F32(l level, x, w *float32, ldw, kn int, out *[8]float32) {
 	if l == levelAVX512 {

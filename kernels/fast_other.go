@@ -158,4 +158,8 @@ func dotTile1x8BF16Ilv(*float32, *uint16, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func dotTile1x16BF16Ilv(*float32, *uint16, *uint16, int, *[16]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func topkKeepFast(*[topkCandMax]uint32, []float32, float32) (int, int) { return 0, 0 }

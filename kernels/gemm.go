@@ -275,18 +275,30 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	}
 	in, out := w.Cols, w.Rows
 	if n == 1 {
-		var tile [8]float32
-		for jt := j0; jt < j1; jt += ilvRows {
+		// Two streams: group g of the range with group g+half, each
+		// reduction block of both in one call. A single stream front to
+		// back left the one-row product 5–23 % slower on a Zen 5 core
+		// (docs/performance.md, "Two streams for a one-row product").
+		groups := (j1 - j0) / ilvRows
+		half := (groups + 1) / 2
+		var pair [16]float32
+		for g := range groups - half {
+			ja, jb := j0+g*ilvRows, j0+(g+half)*ilvRows
+			da, db := dst[ja:ja+ilvRows:ja+ilvRows], dst[jb:jb+ilvRows:jb+ilvRows]
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				dotTile1x16BF16Ilv(&x[k0], &w.BF16[ilvAt(in, ja, k0)], &w.BF16[ilvAt(in, jb, k0)], min(gemmKC, in-k0), &pair)
+				addBlock(da, pair[:ilvRows], k0 == 0)
+				addBlock(db, pair[ilvRows:], k0 == 0)
+			}
+		}
+		if groups%2 == 1 {
+			// The middle group alone.
+			jt := j0 + (half-1)*ilvRows
 			d := dst[jt : jt+ilvRows : jt+ilvRows]
+			var tile [8]float32
 			for k0 := 0; k0 < in; k0 += gemmKC {
 				dotTile1x8BF16Ilv(&x[k0], &w.BF16[ilvAt(in, jt, k0)], min(gemmKC, in-k0), &tile)
-				if k0 == 0 {
-					copy(d, tile[:])
-					continue
-				}
-				for c := range d {
-					d[c] += tile[c]
-				}
+				addBlock(d, tile[:], k0 == 0)
 			}
 		}
 		return
@@ -332,6 +344,19 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 				}
 			}
 		}
+	}
+}
+
+// addBlock stores (first) or adds a reduction block's sums to d, as every
+// tile's outputs join their row: the first block's sums are the output, each
+// later one is added in block order.
+func addBlock(d, sums []float32, first bool) {
+	if first {
+		copy(d, sums)
+		return
+	}
+	for c := range d {
+		d[c] += sums[c]
 	}
 }
 

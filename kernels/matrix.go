@@ -45,8 +45,10 @@ type Matrix struct {
 //	(j/8)·8·Cols + (k/32)·256 + (j%8)·32 + 2·(k%16) + (k%32)/16.
 //
 // A one-row product of a row-major matrix reads eight rows at once, eight
-// streams the hardware prefetchers follow less well than one (see
-// docs/performance.md, "Interleaved bf16 rows"). The pairing lets a tile
+// short streams the hardware prefetchers follow less well than one (see
+// docs/performance.md, "Interleaved bf16 rows"); the interleaved one-row
+// product reads two long ones, the first half of its groups beside the
+// second. The pairing lets a tile
 // widen sixteen values to float32 with one shift or one mask of the words
 // it loads, in element order, where row-major values need a widening
 // shuffle and a shift. The values are copied into new storage, which on
