@@ -46,8 +46,8 @@ func main() {
 			gemmStrip512(m, bf16, false)
 		}
 	}
-	gemv8x512Ilv()
-	gemv16x512Ilv()
+	gemvIlv(1)
+	gemvIlv(2)
 	for m := 1; m <= 6; m++ {
 		gemmStrip512(m, true, true)
 	}
@@ -377,8 +377,8 @@ func reduceStore8x512(name string) {
 	RET()
 }
 
-// gemv8x512Ilv emits dotTile1x8BF16IlvAVX512: dotTile1x8BF16AVX512 for a
-// group of eight weight rows in the interleaved layout of
+// gemvIlv emits dotTile1x8BF16IlvAVX512 (groups 1): dotTile1x8BF16AVX512
+// for a group of eight weight rows in the interleaved layout of
 // Matrix.InterleaveBF16 (row r's chunk of values k…k+31 at
 // w + 512·(k/32) + 64·r, value i of the chunk and value i+16 in the low and
 // high half of word i), so the tile reads its weights as one stream, front to
@@ -387,16 +387,26 @@ func reduceStore8x512(name string) {
 // to its high halves values k+16…k+31: one operation per sixteen values
 // where row-major rows take a widening shuffle and a shift. Every output has
 // exactly dotTile1x8BF16AVX512's accumulator and reduction, so the bits are
-// the same.
-func gemv8x512Ilv() {
-	name := "dotTile1x8BF16IlvAVX512"
-	TEXT(name, NOSPLIT, "func(x *float32, w *uint16, kn int, out *float32)")
+// the same. With groups 2 it emits dotTile1x16BF16IlvAVX512, the same over
+// two groups at once, w and w2, read side by side: two streams in flight
+// instead of one, the first group's eight outputs at out, the second's at
+// out+8, each with the one-group tile's accumulator and reduction.
+func gemvIlv(groups int) {
+	name := fmt.Sprintf("dotTile1x%dBF16IlvAVX512", 8*groups)
+	sig, what := "func(x *float32, w *uint16, kn int, out *float32)", "a group"
+	if groups == 2 {
+		sig, what = "func(x *float32, w *uint16, w2 *uint16, kn int, out *float32)", "two groups"
+	}
+	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(name + " computes one activation row's dot products with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements.")
+	Doc(fmt.Sprintf("%s computes one activation row's dot products with %s of eight interleaved bf16 weight rows over kn (a multiple of 32) elements.", name, what))
 	x := Load(Param("x"), GP64())
-	w := Load(Param("w"), GP64())
+	bases := []Register{Load(Param("w"), GP64())}
+	if groups == 2 {
+		bases = append(bases, Load(Param("w2"), GP64()))
+	}
 	kn := Load(Param("kn"), GP64())
-	for a := range 8 {
+	for a := range 8 * groups {
 		VPXORD(zmm[a], zmm[a], zmm[a])
 	}
 	highMask(Z31)
@@ -406,44 +416,9 @@ func gemv8x512Ilv() {
 	VMOVUPS(Mem{Base: x}, Z28)
 	VMOVUPS(Mem{Base: x, Disp: 64}, Z29)
 	for j := range 8 {
-		VPSLLD(U8(16), Mem{Base: w, Disp: 64 * j}, zmm[8+j])
-		VPANDD(Mem{Base: w, Disp: 64 * j}, Z31, zmm[16+j])
-		VFMADD231PS(zmm[8+j], Z28, zmm[j])
-		VFMADD231PS(zmm[16+j], Z29, zmm[j])
-	}
-	ADDQ(U32(128), x)
-	ADDQ(U32(512), w)
-	DECQ(kn)
-	JNZ(LabelRef(name + "_loop"))
-	reduceStore8x512(name)
-}
-
-// gemv16x512Ilv emits dotTile1x16BF16IlvAVX512: dotTile1x8BF16IlvAVX512
-// over two groups of eight interleaved weight rows at once, w and w2, read
-// side by side: two streams in flight instead of one, each group's outputs
-// with the one-group tile's accumulator and reduction (so the same bits),
-// the first group's eight at out, the second's at out+8.
-func gemv16x512Ilv() {
-	name := "dotTile1x16BF16IlvAVX512"
-	TEXT(name, NOSPLIT, "func(x *float32, w *uint16, w2 *uint16, kn int, out *float32)")
-	Pragma("noescape")
-	Doc(name + " computes one activation row's dot products with two groups of eight interleaved bf16 weight rows over kn (a multiple of 32) elements.")
-	x := Load(Param("x"), GP64())
-	w := Load(Param("w"), GP64())
-	w2 := Load(Param("w2"), GP64())
-	kn := Load(Param("kn"), GP64())
-	for a := range 16 {
-		VPXORD(zmm[a], zmm[a], zmm[a])
-	}
-	highMask(Z31)
-	SHRQ(U8(5), kn)
-	JZ(LabelRef(name + "_reduce"))
-	Label(name + "_loop")
-	VMOVUPS(Mem{Base: x}, Z28)
-	VMOVUPS(Mem{Base: x, Disp: 64}, Z29)
-	for j := range 8 {
-		for s, base := range []Register{w, w2} {
-			lo, hi := zmm[16+(2*j+s)%6], zmm[22+(2*j+s)%6]
+		for s, base := range bases {
+			// The widened halves rotate through Z16–Z21 and Z22–Z27.
+			lo, hi := zmm[16+(groups*j+s)%6], zmm[22+(groups*j+s)%6]
 			VPSLLD(U8(16), Mem{Base: base, Disp: 64 * j}, lo)
 			VPANDD(Mem{Base: base, Disp: 64 * j}, Z31, hi)
 			VFMADD231PS(lo, Z28, zmm[8*s+j])
@@ -451,13 +426,14 @@ func gemv16x512Ilv() {
 		}
 	}
 	ADDQ(U32(128), x)
-	ADDQ(U32(512), w)
-	ADDQ(U32(512), w2)
+	for _, base := range bases {
+		ADDQ(U32(512), base)
+	}
 	DECQ(kn)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_reduce")
 	out := Load(Param("out"), GP64())
-	for q := range 4 {
+	for q := range 2 * groups {
 		reduce4x512([4]int{4 * q, 4*q + 1, 4*q + 2, 4*q + 3})
 		VMOVUPS(xmm[4*q], Mem{Base: out, Disp: 16 * q})
 	}

@@ -257,8 +257,8 @@ func (w *Matrix) rowAlign() int {
 // gemmRangeIlv is gemmRange for a bf16 matrix in the interleaved layout of
 // InterleaveBF16 (j0 and j1 multiples of 8, Cols a positive multiple of
 // 16, so no block has a scalar tail). On AVX-512 the tiles read that
-// layout as they find it: one activation row through dotTile1x8BF16Ilv, a
-// group of eight at a time; up to skinnyMaxRows rows through groupBF16Ilv,
+// layout as they find it: one activation row through dotTile1x16BF16Ilv,
+// two groups of eight at a time (an odd one through dotTile1x8BF16Ilv); up to skinnyMaxRows rows through groupBF16Ilv,
 // a group of eight by up to three activation rows, each group's block
 // staying in L1 while the passes of activation rows go over it; more
 // through the four-row strips, a block of weight rows at a time, as
