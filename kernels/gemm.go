@@ -258,8 +258,9 @@ func (w *Matrix) rowAlign() int {
 // InterleaveBF16 (j0 and j1 multiples of 8, Cols a positive multiple of
 // 16, so no block has a scalar tail). On AVX-512 the tiles read that
 // layout as they find it: one activation row through dotTile1x16BF16Ilv,
-// two groups of eight at a time (an odd one through dotTile1x8BF16Ilv); up to skinnyMaxRows rows through groupBF16Ilv,
-// a group of eight by up to three activation rows, each group's block
+// two groups of eight at a time (an odd one through dotTile1x8BF16Ilv); up
+// to skinnyMaxRows rows through groupBF16Ilv, a group of eight by up to
+// three activation rows, each group's block
 // staying in L1 while the passes of activation rows go over it; more
 // through the four-row strips, a block of weight rows at a time, as
 // gemmRange does.
@@ -279,10 +280,9 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// reduction block of both in one call. A single stream front to
 		// back left the one-row product 5–23 % slower on a Zen 5 core
 		// (docs/performance.md, "Two streams for a one-row product").
-		groups := (j1 - j0) / ilvRows
-		half := (groups + 1) / 2
+		pairs, half, mid := pairedGroups((j1 - j0) / ilvRows)
 		var pair [16]float32
-		for g := range groups - half {
+		for g := range pairs {
 			ja, jb := j0+g*ilvRows, j0+(g+half)*ilvRows
 			da, db := dst[ja:ja+ilvRows:ja+ilvRows], dst[jb:jb+ilvRows:jb+ilvRows]
 			for k0 := 0; k0 < in; k0 += gemmKC {
@@ -291,9 +291,8 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 				addBlock(db, pair[ilvRows:], k0 == 0)
 			}
 		}
-		if groups%2 == 1 {
-			// The middle group alone.
-			jt := j0 + (half-1)*ilvRows
+		if mid >= 0 {
+			jt := j0 + mid*ilvRows
 			d := dst[jt : jt+ilvRows : jt+ilvRows]
 			var tile [8]float32
 			for k0 := 0; k0 < in; k0 += gemmKC {
@@ -365,8 +364,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 // 5–7 % faster on q_a's shape on a Zen 5 core (docs/performance.md, "Two
 // streams for a one-row product").
 func pairedWalk(in, j0, j1, step int, tile func(jt, k0, nj, nk int)) {
-	groups := (j1 - j0) / step
-	half := (groups + 1) / 2
+	pairs, half, mid := pairedGroups((j1 - j0) / step)
 	pj, pk, have := 0, 0, false
 	visit := func(jt, k0 int) {
 		if have {
@@ -374,20 +372,32 @@ func pairedWalk(in, j0, j1, step int, tile func(jt, k0, nj, nk int)) {
 		}
 		pj, pk, have = jt, k0, true
 	}
-	for g := range groups - half {
+	for g := range pairs {
 		for k0 := 0; k0 < in; k0 += gemmKC {
 			visit(j0+g*step, k0)
 			visit(j0+(g+half)*step, k0)
 		}
 	}
-	if groups%2 == 1 {
+	if mid >= 0 {
 		for k0 := 0; k0 < in; k0 += gemmKC {
-			visit(j0+(half-1)*step, k0)
+			visit(j0+mid*step, k0)
 		}
 	}
 	if have {
 		tile(pj, pk, j1, 0)
 	}
+}
+
+// pairedGroups is the order of the walks that keep two streams in flight
+// over groups groups: group g pairs with group g+half for g < pairs and,
+// when groups is odd, the middle group mid goes alone (mid is -1 when
+// groups is even).
+func pairedGroups(groups int) (pairs, half, mid int) {
+	pairs, half, mid = groups/2, (groups+1)/2, -1
+	if groups%2 == 1 {
+		mid = half - 1
+	}
+	return pairs, half, mid
 }
 
 // addBlock stores (first) or adds a reduction block's sums to d, as every
