@@ -109,6 +109,9 @@ func main() {
 	for m := 5; m <= 8; m++ {
 		fp8Tile3W512(m)
 	}
+	for m := 2; m <= fp8EightRowMaxRows; m++ {
+		fp8Tile8W512(m)
+	}
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -3627,6 +3630,158 @@ func fp8Tile3W512(m int) {
 	Label(name + "_store")
 	for i := range m {
 		VMOVUPS(xmm[3*i], K1, Mem{Base: out})
+		ADDQ(ldo, out)
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// fp8EightRowMaxRows is the most activation rows fp8Tile8W512 takes
+// (kernels.fp8EightRowMaxRows): three rows by eight weight rows fill 24 of
+// AVX-512's 32 registers with accumulators.
+const fp8EightRowMaxRows = 3
+
+// fp8Tile8W512 emits dotTile<m>x8FP8AVX512 (2 ≤ m ≤ 3): m activation rows'
+// dot products with 8 fp8 weight rows whose codes hold no NaN code and
+// whose blocks share one scale (the eight rows lie in one block of 128
+// rows): block b of the tile uses sc[b], the first block holding first
+// steps of sixteen codes and every later one eight. Per 16 columns it
+// decodes each row's codes (decodeE4M3Vec) and fuses them into the m rows'
+// accumulators, so eight streams of codes are read at once, as the one-row
+// tile reads them, where the four-weight-row tile reads four. Every
+// accumulator sums its lanes in the order of the f32 tiles and
+// reduce4x512Any gives reduce4x512's sums, so each output has the bits of
+// the f32 product on the dequantized rows. Accumulators Z0–Z23 (row i,
+// weight row j at 8i+j), the scale Z24, decoded codes Z25–Z27, activation
+// vectors Z28–Z30, the mask Z31.
+func fp8Tile8W512(m int) {
+	name := fmt.Sprintf("dotTile%dx8FP8AVX512", m)
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, whose blocks share the scales at sc, over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).", name, m))
+	const R = 8
+	acc := func(i, j int) VecPhysical { return zmm[R*i+j] }
+	sv := Z24
+	tv := func(j int) VecPhysical { return zmm[25+j%3] }
+	xv := func(i int) VecPhysical { return zmm[28+i] }
+	mask := Z31
+	x0 := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	xmem := func(i int) Mem {
+		if i == 0 {
+			return Mem{Base: x0}
+		}
+		return Mem{Base: x0, Index: ldx, Scale: uint8(i)}
+	}
+	// Rows w + j·ldw through three bases: rows 0, 1, 2, 4 from row 0,
+	// 3, 5, 7 from row 3, 6 from row 6.
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	b3, b6 := GP64(), GP64()
+	LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, b3)
+	ADDQ(ldw, b3)
+	LEAQ(Mem{Base: b3, Index: ldw, Scale: 2}, b6)
+	ADDQ(ldw, b6)
+	bases := []Register{w0, b3, b6}
+	row := func(j int) Mem {
+		switch j {
+		case 0:
+			return Mem{Base: w0}
+		case 1, 2, 4:
+			return Mem{Base: w0, Index: ldw, Scale: uint8(j)}
+		case 3:
+			return Mem{Base: b3}
+		case 5, 7:
+			return Mem{Base: b3, Index: ldw, Scale: uint8(j - 3)}
+		}
+		return Mem{Base: b6}
+	}
+	pfd := Load(Param("pfd"), GP64()) // the caller's prefetch offset (kernels.panelWalkFP8)
+	sc := Load(Param("sc"), GP64())
+	seg := Load(Param("first"), GP64())
+	for i := range m {
+		for j := range R {
+			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	VPBROADCASTD(tmp.As32(), mask)
+	steps := Load(Param("kn"), GP64())
+	SHRQ(U8(4), steps)
+	JZ(LabelRef(name + "_reduce"))
+	cnt, off := GP64(), GP64()
+	XORQ(off, off)
+	Label(name + "_block")
+	// The block's scale·2^120, exact for |scale| < 2^8 (fp8InRegister).
+	broadcastConst(float32(math.Ldexp(1, 120)), tv(0))
+	VBROADCASTSS(Mem{Base: sc}, sv)
+	VMULPS(tv(0), sv, sv)
+	ADDQ(U8(4), sc)
+	MOVQ(seg, cnt)
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	Label(name + "_step")
+	for i := range m {
+		VMOVUPS(xmem(i), xv(i))
+	}
+	for j := range R {
+		decodeE4M3Vec(row(j), tv(j), mask, sv, true)
+		for i := range m {
+			VFMADD231PS(tv(j), xv(i), acc(i, j))
+		}
+	}
+	ADDQ(U8(64), x0)
+	for _, b := range bases {
+		ADDQ(U8(16), b)
+	}
+	ADDQ(U8(16), off)
+	// Every 64 bytes: each row's line pfd bytes past the one just read,
+	// from the three row bases moved by pfd.
+	TESTQ(U32(63), off)
+	JNZ(LabelRef(name + "_next"))
+	for i, scales := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}} {
+		LEAQ(Mem{Base: bases[i], Index: pfd, Scale: 1}, tmp)
+		for _, f := range scales {
+			if f == 0 {
+				PREFETCHT1(Mem{Base: tmp})
+			} else {
+				PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: f})
+			}
+		}
+	}
+	Label(name + "_next")
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	MOVQ(U32(128/16), seg)
+	TESTQ(steps, steps)
+	JNZ(LabelRef(name + "_block"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	add := Load(Param("add"), GP64())
+	for i := range m {
+		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), acc(i, 3)}, tv(0), tv(1))
+		reduce4x512Any([4]VecPhysical{acc(i, 4), acc(i, 5), acc(i, 6), acc(i, 7)}, tv(0), tv(1))
+	}
+	TESTQ(add, add)
+	JZ(LabelRef(name + "_store"))
+	for i := range m {
+		VADDPS(Mem{Base: out}, xmm[R*i], xmm[R*i])
+		VADDPS(Mem{Base: out, Disp: 16}, xmm[R*i+4], xmm[R*i+4])
+		VMOVUPS(xmm[R*i], Mem{Base: out})
+		VMOVUPS(xmm[R*i+4], Mem{Base: out, Disp: 16})
+		ADDQ(ldo, out)
+	}
+	VZEROUPPER()
+	RET()
+	Label(name + "_store")
+	for i := range m {
+		VMOVUPS(xmm[R*i], Mem{Base: out})
+		VMOVUPS(xmm[R*i+4], Mem{Base: out, Disp: 16})
 		ADDQ(ldo, out)
 	}
 	VZEROUPPER()

@@ -653,6 +653,16 @@ func dotTile7x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]
 //go:noescape
 func dotTile8x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
+// dotTile2x8FP8AVX512 computes 2 activation rows' dot products with 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, whose blocks share the scales at sc, over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
+//
+//go:noescape
+func dotTile2x8FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
+
+// dotTile3x8FP8AVX512 computes 3 activation rows' dot products with 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, whose blocks share the scales at sc, over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
+//
+//go:noescape
+func dotTile3x8FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
+
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //
 //go:noescape

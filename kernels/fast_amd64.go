@@ -289,6 +289,21 @@ func dotTileFP8Rows3(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[3]*
 	}
 }
 
+// dotTileFP8Rows8 runs the AVX-512 tile of m (2 ≤ m ≤ fp8EightRowMaxRows)
+// activation rows over eight fp8 weight rows whose codes hold no NaN code
+// and whose blocks share the scales at sc (see eightTileFP8), prefetching
+// each row pfd bytes past what it reads, and stores (add false) or adds its
+// eight sums of row i at out[i·ldo:].
+func dotTileFP8Rows8(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *float32, first, pfd int, out []float32, ldo int, add bool) {
+	checkTileOut(m, 8, ldo, out)
+	a := tileAdd(add)
+	if m == 2 {
+		dotTile2x8FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0], ldo, a)
+		return
+	}
+	dotTile3x8FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0], ldo, a)
+}
+
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,
 // each row prefetched pfd bytes past the codes it reads.
 func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[4]float32) bool {

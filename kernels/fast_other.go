@@ -86,6 +86,10 @@ func dotTile1x4FP8(*float32, *uint8, int, int, *[4]*float32, int, int, *[4]float
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func dotTileFP8Rows8(int, *float32, int, *uint8, int, int, *float32, int, int, []float32, int, bool) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func dotTileFP8Rows3(int, *float32, int, *uint8, int, int, *[3]*float32, int, int, []float32, int, bool) {
 	panic("kernels: no assembly tiles on this architecture")
 }

@@ -454,8 +454,9 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 // gemmRangeFP8 is gemmRange for an FP8 matrix, with every output element
 // the bits of the f32 product with the dequantized matrix. Where the codes
 // can be decoded in registers (fp8InRegister), one activation row goes
-// through the fp8 GEMV tiles, 2 to fp8RegisterMaxRows rows on AVX-512
-// through fewTileFP8, and up to fp8DecodedMaxRows rows through
+// through the fp8 GEMV tiles, 2 to fp8EightRowMaxRows rows on AVX-512
+// through eightTileFP8 (codes without NaN codes, columns a multiple of 16),
+// 2 to fp8RegisterMaxRows through fewTileFP8, and up to fp8DecodedMaxRows rows through
 // gemmFP8Decoded; the rest (and every other case) dequantize the
 // tiles' weight rows, a reduction block at a time, into an f32 panel that
 // the f32 tiles then read, a block of rows once for all activation rows
@@ -476,6 +477,13 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 				gemvTileFP8(dst, x, w, l, buf, j0, rows, k0)
 			}
 		}
+	}
+	if n > 1 && n <= fp8EightRowMaxRows && l == levelAVX512 && in > 0 && in%16 == 0 && w.finite && fp8InRegister(w, l, j0, j1) {
+		// Two or three rows (an expert's, a speculative round's): eight
+		// weight rows at a time, eight streams of codes as the one-row
+		// tile reads them; the rows left over (fewer than eight) go on
+		// below.
+		j0 = panelWalkFP8(n, w, j0, j1, 8, func(jt, k0, pfd int) { eightTileFP8(dst, x, n, w, buf, jt, k0, pfd) })
 	}
 	if n > 1 && n <= fp8RegisterMaxRows && l == levelAVX512 && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// A few rows (a speculative round's, an expert's): the codes of each
@@ -815,6 +823,35 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 		return
 	}
 	addTileFP8(dst, x, w, tile[:], 4, n, jt, 4, k0, kv)
+}
+
+// fp8EightRowMaxRows is the most activation rows eightTileFP8 takes: three
+// rows by eight weight rows fill 24 of AVX-512's accumulators.
+const fp8EightRowMaxRows = 3
+
+// eightTileFP8 is fewTileFP8 for n (2 ≤ n ≤ fp8EightRowMaxRows) activation
+// rows and the eight weight rows [jt, jt+8) of an FP8 matrix whose codes
+// hold no NaN code (Matrix.finite) and whose columns are a multiple of 16
+// on AVX-512: the codes of all eight rows are decoded in registers once
+// for all n rows, eight streams at once, where the four-row tile reads
+// four; on a Zen 5 core two and three rows of GLM-5's expert shapes
+// streamed 1.2–1.3× faster so (docs/performance.md, "Eight weight rows for
+// two and three activation rows"). The tile takes one scale per block for
+// all eight rows, so a group whose rows straddle two blocks of 128 rows
+// goes through two four-row tiles. Each output keeps gemmTile's
+// per-element arithmetic on the dequantized rows, and the tile stores or
+// adds the block's sums to dst itself. It prefetches as fewTileFP8 does.
+func eightTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, jt, k0, pfd int) {
+	s := w.Scales
+	if (s.RowOff+jt)/FP8Block != (s.RowOff+jt+7)/FP8Block {
+		fewTileFP8(dst, x, n, w, buf, jt, k0, pfd)
+		fewTileFP8(dst, x, n, w, buf, jt+4, k0, pfd)
+		return
+	}
+	in := w.Cols
+	var sc [1]*float32
+	first := fp8TileScales(w, sc[:], jt, k0, 16)
+	dotTileFP8Rows8(n, &x[k0], in, &w.FP8[jt*in+k0], in, min(gemmKC, in-k0), sc[0], first, pfd, dst[jt:], w.Rows, k0 > 0)
 }
 
 // fp8ThreeRowMaxRows is the most activation rows threeTileFP8 takes: eight

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -21,7 +22,8 @@ type skinnyCase struct {
 }
 
 // skinnyFP8Cases are the weights of TestMatMulTFP8FewRows: whole and
-// partial groups of four rows, columns not a multiple of 8 (a scalar tail
+// partial groups of four and of eight rows (a group of eight across two
+// blocks of scales among them), columns not a multiple of 8 (a scalar tail
 // in the last reduction block) or of 16, several reduction blocks, row and
 // column slices of a bigger matrix (block-splitting row offsets; column
 // offsets the tiles take, a multiple of 16, and ones they do not), NaN codes
@@ -57,6 +59,9 @@ func skinnyFP8Cases() []skinnyCase {
 		{"[9,301] tail 5", plain(9, 301, 0, 0), true},
 		{"[12,2100] three blocks", plain(12, 2*gemmKC+52, 0, 0), true},
 		{"[7,200] at (5,32)", plain(7, 200, 5, 32), true},
+		{"[40,2112] groups of eight, a short last block", plain(40, 2*gemmKC+64, 0, 0), true},
+		{"[20,1280] at (124,0) a group across two scale blocks", plain(20, 1280, 124, 0), true},
+		{"[16,512] zero, negative, subnormal scales", withScales(16, 512, []float32{0, -0.5, math.Float32frombits(3), -1e-30}), true},
 		{"[11,333] at (3,8) splits pairs", plain(11, 333, 3, 8), false},
 		{"[6,130] at (0,1) splits vectors", plain(6, 130, 0, 1), false},
 		{"[4,16]", plain(4, 16, 0, 0), true},
@@ -76,8 +81,10 @@ func skinnyFP8Cases() []skinnyCase {
 // TestMatMulTFP8FewRows: under every implementation, for n = 1…20, 64 and
 // 65, an fp8
 // product has exactly the bits of (a) MatVecT on each row alone and (b) the
-// product with the dequantized f32 matrix, on one and two threads; on AVX2
-// the decoded path is the one taken exactly when its conditions hold.
+// product with the dequantized f32 matrix, on one and two threads, with the
+// codes checked on every product and, where they hold no NaN code, checked
+// once (as NewFP8Matrix marks them); on AVX2 the decoded path is the one
+// taken exactly when its conditions hold.
 func TestMatMulTFP8FewRows(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := newRand(91)
@@ -86,30 +93,46 @@ func TestMatMulTFP8FewRows(t *testing.T) {
 			if l := activeLevel(); l != levelRef && fp8InRegister(w, l, 0, w.Rows) != c.register {
 				t.Fatalf("%s: fp8InRegister = %v, want %v", c.name, !c.register, c.register)
 			}
-			d := w.Dequantize()
-			for _, n := range fewRows {
-				x := randSlice(r, n*w.Cols, 1)
-				want := make([]float32, n*w.Rows)
-				MatMulT(want, x, n, d)
-				alone := make([]float32, n*w.Rows)
-				for i := range n {
-					MatVecT(alone[i*w.Rows:(i+1)*w.Rows], x[i*w.Cols:(i+1)*w.Cols], w)
-				}
-				if diff := cmp.Diff(bitsOf(want), bitsOf(alone)); diff != "" {
-					t.Errorf("%s n=%d: MatVecT row by row vs dequantized f32 (-f32 +fp8):\n%s", c.name, n, diff)
-				}
-				for _, threads := range []int{1, 2} {
-					SetThreads(threads)
-					got := make([]float32, n*w.Rows)
-					MatMulT(got, x, n, w)
-					if diff := cmp.Diff(bitsOf(want), bitsOf(got)); diff != "" {
-						t.Errorf("%s n=%d, %d threads: fp8 vs dequantized f32 (-f32 +fp8):\n%s", c.name, n, threads, diff)
-					}
-				}
-				SetThreads(1)
+			variants := []*Matrix{w}
+			if !hasNaNCode(w.FP8) {
+				// As NewFP8Matrix marks codes it checked: the tiles that
+				// take only such codes run too.
+				f := *w
+				f.finite = true
+				variants = append(variants, &f)
+			}
+			for _, w := range variants {
+				checkFewRowsFP8(t, fmt.Sprintf("%s, codes checked once %v", c.name, w.finite), w, r)
 			}
 		}
 	})
+}
+
+// checkFewRowsFP8 is TestMatMulTFP8FewRows for one weight.
+func checkFewRowsFP8(t *testing.T, name string, w *Matrix, r *rand.Rand) {
+	t.Helper()
+	d := w.Dequantize()
+	for _, n := range fewRows {
+		x := randSlice(r, n*w.Cols, 1)
+		want := make([]float32, n*w.Rows)
+		MatMulT(want, x, n, d)
+		alone := make([]float32, n*w.Rows)
+		for i := range n {
+			MatVecT(alone[i*w.Rows:(i+1)*w.Rows], x[i*w.Cols:(i+1)*w.Cols], w)
+		}
+		if diff := cmp.Diff(bitsOf(want), bitsOf(alone)); diff != "" {
+			t.Errorf("%s n=%d: MatVecT row by row vs dequantized f32 (-f32 +fp8):\n%s", name, n, diff)
+		}
+		for _, threads := range []int{1, 2} {
+			SetThreads(threads)
+			got := make([]float32, n*w.Rows)
+			MatMulT(got, x, n, w)
+			if diff := cmp.Diff(bitsOf(want), bitsOf(got)); diff != "" {
+				t.Errorf("%s n=%d, %d threads: fp8 vs dequantized f32 (-f32 +fp8):\n%s", name, n, threads, diff)
+			}
+		}
+		SetThreads(1)
+	}
 }
 
 // TestMatMulTFP8NaNRows: a NaN code makes exactly its weight row's outputs
