@@ -112,6 +112,7 @@ func main() {
 	for m := 2; m <= fp8EightRowMaxRows; m++ {
 		fp8Tile8W512(m)
 	}
+	fp8GEMVPair512()
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -3632,6 +3633,127 @@ func fp8Tile3W512(m int) {
 		VMOVUPS(xmm[3*i], K1, Mem{Base: out})
 		ADDQ(ldo, out)
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// fp8GEMVPair512 emits dotTile1x16FP8AVX512: one activation row's dot
+// products with two groups of eight fp8 weight rows (a and b, rows
+// wa + j·ldw and wb + j·ldw) whose codes hold no NaN code and whose eight
+// rows share one scale per block (block b of group g uses *sc[g] + b, the
+// first block holding first steps of sixteen codes and every later one
+// eight), over kn (a multiple of 16) elements. Per 16 columns it decodes
+// each row of both groups (decodeE4M3Vec) and fuses it into that row's
+// accumulator, so sixteen streams of codes from two regions are in flight
+// where the one-row tile reads eight from one. Every accumulator sums its
+// lanes as dotTile1x8FP8AVX512's does and is reduced by the same tree, so
+// each output has that tile's bits. Group a's sums go to out[0:8], group
+// b's to out[8:16]. Accumulators Z0–Z15, the scales Z16–Z17, decoded codes
+// Z18–Z21, the activation vector Z22, the mask Z23.
+func fp8GEMVPair512() {
+	name := "dotTile1x16FP8AVX512"
+	TEXT(name, NOSPLIT, "func(x *float32, wa *uint8, wb *uint8, ldw int, kn int, sc *[2]*float32, first int, pfd int, out *[16]float32)")
+	Pragma("noescape")
+	Doc(name + " computes one activation row's dot products with two groups of 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g], over kn (a multiple of 16) elements, and stores group a's sums in out[0:8] and group b's in out[8:16].")
+	acc := func(j int) VecPhysical { return zmm[j] }
+	sva, svb := Z16, Z17
+	tv := func(j int) VecPhysical { return zmm[18+j%4] }
+	xv, mask := Z22, Z23
+	x := Load(Param("x"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	// Each group's rows through three bases: rows 0, 1, 2, 4 from row 0,
+	// 3, 5, 7 from row 3, 6 from row 6.
+	var bases []Register
+	group := func(p string) func(j int) Mem {
+		w0 := Load(Param(p), GP64())
+		b3, b6 := GP64(), GP64()
+		LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, b3)
+		ADDQ(ldw, b3)
+		LEAQ(Mem{Base: b3, Index: ldw, Scale: 2}, b6)
+		ADDQ(ldw, b6)
+		bases = append(bases, w0, b3, b6)
+		return func(j int) Mem {
+			switch j {
+			case 0:
+				return Mem{Base: w0}
+			case 1, 2, 4:
+				return Mem{Base: w0, Index: ldw, Scale: uint8(j)}
+			case 3:
+				return Mem{Base: b3}
+			case 5, 7:
+				return Mem{Base: b3, Index: ldw, Scale: uint8(j - 3)}
+			}
+			return Mem{Base: b6}
+		}
+	}
+	rowA, rowB := group("wa"), group("wb")
+	pfd := Load(Param("pfd"), GP64()) // the caller's prefetch offset (kernels.fp8TilePrefetch)
+	sc := Load(Param("sc"), GP64())
+	for j := range 16 {
+		VPXORD(acc(j), acc(j), acc(j))
+	}
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	VPBROADCASTD(tmp.As32(), mask)
+	steps := Load(Param("kn"), GP64())
+	SHRQ(U8(4), steps)
+	JZ(LabelRef(name + "_reduce"))
+	cnt := Load(Param("first"), GP64())
+	Label(name + "_block")
+	// Each group's scale·2^120, exact for |scale| < 2^8 (fp8InRegister).
+	broadcastConst(float32(math.Ldexp(1, 120)), tv(0))
+	for g, sv := range []VecPhysical{sva, svb} {
+		MOVQ(Mem{Base: sc, Disp: 8 * g}, tmp)
+		VBROADCASTSS(Mem{Base: tmp}, sv)
+		VMULPS(tv(0), sv, sv)
+		ADDQ(U8(4), tmp)
+		MOVQ(tmp, Mem{Base: sc, Disp: 8 * g})
+	}
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	Label(name + "_step")
+	VMOVUPS(Mem{Base: x}, xv)
+	for j := range 8 {
+		decodeE4M3Vec(rowA(j), tv(2*j), mask, sva, true)
+		VFMADD231PS(tv(2*j), xv, acc(j))
+		decodeE4M3Vec(rowB(j), tv(2*j+1), mask, svb, true)
+		VFMADD231PS(tv(2*j+1), xv, acc(8+j))
+	}
+	ADDQ(U8(64), x)
+	for _, b := range bases {
+		ADDQ(U8(16), b)
+	}
+	// Every fourth step (64 bytes of each row): each row's line pfd bytes
+	// past the one just read, from the six bases moved by pfd.
+	TESTQ(U32(3), cnt)
+	JNZ(LabelRef(name + "_next"))
+	for i, b := range bases {
+		LEAQ(Mem{Base: b, Index: pfd, Scale: 1}, tmp)
+		for _, f := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}}[i%3] {
+			if f == 0 {
+				PREFETCHT1(Mem{Base: tmp})
+			} else {
+				PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: f})
+			}
+		}
+	}
+	Label(name + "_next")
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	MOVQ(U32(128/16), cnt)
+	TESTQ(steps, steps)
+	JNZ(LabelRef(name + "_block"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	reduce4x512([4]int{0, 1, 2, 3})
+	reduce4x512([4]int{4, 5, 6, 7})
+	reduce4x512Any([4]VecPhysical{Z8, Z9, Z10, Z11}, tv(0), tv(1))
+	reduce4x512Any([4]VecPhysical{Z12, Z13, Z14, Z15}, tv(0), tv(1))
+	VMOVUPS(X0, Mem{Base: out})
+	VMOVUPS(X4, Mem{Base: out, Disp: 16})
+	VMOVUPS(X8, Mem{Base: out, Disp: 32})
+	VMOVUPS(X12, Mem{Base: out, Disp: 48})
 	VZEROUPPER()
 	RET()
 }

@@ -663,6 +663,11 @@ func dotTile2x8FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *flo
 //go:noescape
 func dotTile3x8FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
 
+// dotTile1x16FP8AVX512 computes one activation row's dot products with two groups of 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g], over kn (a multiple of 16) elements, and stores group a's sums in out[0:8] and group b's in out[8:16].
+//
+//go:noescape
+func dotTile1x16FP8AVX512(x *float32, wa *uint8, wb *uint8, ldw int, kn int, sc *[2]*float32, first int, pfd int, out *[16]float32)
+
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //
 //go:noescape

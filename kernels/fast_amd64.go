@@ -304,6 +304,13 @@ func dotTileFP8Rows8(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *floa
 	dotTile3x8FP8AVX512(x, ldx, w, ldw, kn, sc, first, pfd, &out[0], ldo, a)
 }
 
+// dotTile1x16FP8 is dotTile1x8FP8Finite for two groups of eight weight
+// rows at wa and wb, each group's rows sharing the block scales at *sc[g]:
+// group a's sums in out[0:8], group b's in out[8:16].
+func dotTile1x16FP8(x *float32, wa, wb *uint8, ldw, kn int, sc *[2]*float32, first, pfd int, out *[16]float32) {
+	dotTile1x16FP8AVX512(x, wa, wb, ldw, kn, sc, first, pfd, out)
+}
+
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,
 // each row prefetched pfd bytes past the codes it reads.
 func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[4]float32) bool {

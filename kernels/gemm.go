@@ -472,6 +472,9 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		if l == levelAVX512 {
 			rows = 8
 		}
+		if l == levelAVX512 && w.finite && in%16 == 0 {
+			j0 = gemvPairsFP8(dst, x, w, buf, j0, j1)
+		}
 		for ; j0+rows <= j1; j0 += rows {
 			for k0 := 0; k0 < in; k0 += gemmKC {
 				gemvTileFP8(dst, x, w, l, buf, j0, rows, k0)
@@ -823,6 +826,54 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 		return
 	}
 	addTileFP8(dst, x, w, tile[:], 4, n, jt, 4, k0, kv)
+}
+
+// gemvPairsFP8 is the one-row product over the whole groups of eight weight
+// rows in [j0, j1) of an FP8 matrix whose codes hold no NaN code and whose
+// columns are a multiple of 16, on AVX-512: group g of the range with group
+// g+half (pairedGroups) in one call of dotTile1x16FP8, each reduction block
+// of both, so that two regions of codes stream at once; the odd middle
+// group, and a pair with a group whose rows straddle two blocks of 128 rows
+// (the tile takes one scale per group), go through gemvTileFP8. Every
+// output has the bits of gemvTileFP8's. It returns the first row after the
+// whole groups. One region at a time left GLM-5's one-row products up to
+// 1.2× slower on a Zen 5 core (docs/performance.md, "Two regions for a
+// one-row fp8 product").
+func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1 int) int {
+	in := w.Cols
+	groups := (j1 - j0) / 8
+	pairs, half, mid := pairedGroups(groups)
+	s := w.Scales
+	shared := func(jt int) bool { return (s.RowOff+jt)/FP8Block == (s.RowOff+jt+7)/FP8Block }
+	var out [16]float32
+	for g := range pairs {
+		ja, jb := j0+g*8, j0+(g+half)*8
+		if !shared(ja) || !shared(jb) {
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				gemvTileFP8(dst, x, w, levelAVX512, buf, ja, 8, k0)
+			}
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				gemvTileFP8(dst, x, w, levelAVX512, buf, jb, 8, k0)
+			}
+			continue
+		}
+		da, db := dst[ja:ja+8:ja+8], dst[jb:jb+8:jb+8]
+		for k0 := 0; k0 < in; k0 += gemmKC {
+			var sa, sb [1]*float32
+			first := fp8TileScales(w, sa[:], ja, k0, 16)
+			fp8TileScales(w, sb[:], jb, k0, 16)
+			sc := [2]*float32{sa[0], sb[0]}
+			dotTile1x16FP8(&x[k0], &w.FP8[ja*in+k0], &w.FP8[jb*in+k0], in, min(gemmKC, in-k0), &sc, first, fp8TilePrefetch(w, ja, 8, k0, fp8GEMVPrefetch), &out)
+			addBlock(da, out[:8], k0 == 0)
+			addBlock(db, out[8:], k0 == 0)
+		}
+	}
+	if mid >= 0 {
+		for k0 := 0; k0 < in; k0 += gemmKC {
+			gemvTileFP8(dst, x, w, levelAVX512, buf, j0+mid*8, 8, k0)
+		}
+	}
+	return j0 + groups*8
 }
 
 // fp8EightRowMaxRows is the most activation rows eightTileFP8 takes: three
