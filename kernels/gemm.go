@@ -837,8 +837,8 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 // (the tile takes one scale per group), go through gemvTileFP8. Every
 // output has the bits of gemvTileFP8's. It returns the first row after the
 // whole groups. One region at a time left GLM-5's one-row products up to
-// 1.2× slower on a Zen 5 core (docs/performance.md, "Two regions for a
-// one-row fp8 product").
+// 1.3× slower on a Zen 5 core (docs/performance.md, "fp8 products of one
+// to three rows read more streams").
 func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1 int) int {
 	in := w.Cols
 	groups := (j1 - j0) / 8
@@ -885,11 +885,11 @@ const fp8EightRowMaxRows = 3
 // hold no NaN code (Matrix.finite) and whose columns are a multiple of 16
 // on AVX-512: the codes of all eight rows are decoded in registers once
 // for all n rows, eight streams at once, where the four-row tile reads
-// four; on a Zen 5 core two and three rows of GLM-5's expert shapes
-// streamed 1.2–1.3× faster so (docs/performance.md, "Eight weight rows for
-// two and three activation rows"). The tile takes one scale per block for
-// all eight rows, so a group whose rows straddle two blocks of 128 rows
-// goes through two four-row tiles. Each output keeps gemmTile's
+// four; on a Zen 5 core two and three rows of q_a's shape streamed 1.2–1.4×
+// faster so (docs/performance.md, "fp8 products of one to three rows read
+// more streams"). The tile takes one scale per block for all eight rows,
+// so a group whose rows straddle two blocks of 128 rows goes through two
+// four-row tiles. Each output keeps gemmTile's
 // per-element arithmetic on the dequantized rows, and the tile stores or
 // adds the block's sums to dst itself. It prefetches as fewTileFP8 does.
 func eightTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, jt, k0, pfd int) {
