@@ -25,6 +25,13 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	dst5 := make([]float32, 5*16)
 	x3 := randSlice(r, 3*256, 1)
 	dst3 := make([]float32, 3*16)
+	// Codes marked as checked once, as NewFP8Matrix marks them: the
+	// one-row product's two regions and the eight-row tiles of two and
+	// three rows.
+	wqc := *wq256
+	wqc.finite = true
+	x2 := randSlice(r, 2*256, 1)
+	dst2 := make([]float32, 2*16)
 	// Interleaved bf16 (where AVX-512 runs; row-major elsewhere): the GEMV
 	// tile, the strips' passes and blocks of weight rows.
 	wi := &Matrix{Rows: 16, Cols: 256, BF16: make([]uint16, 16*256)}
@@ -54,6 +61,9 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatMulT fp8 n=5 no tail", func() { MatMulT(dst5, x5, 5, wq256) }},
 		{"MatMulT fp8 n=3 in registers", func() { MatMulT(dst3, x3, 3, wq256) }},
 		{"MatVecT fp8", func() { MatVecT(dst[:rows], x[:cols], wq) }},
+		{"MatVecT fp8 checked once", func() { MatVecT(dst2[:16], x2[:256], &wqc) }},
+		{"MatMulT fp8 n=2 checked once", func() { MatMulT(dst2, x2, 2, &wqc) }},
+		{"MatMulT fp8 n=3 checked once", func() { MatMulT(dst3, x3, 3, &wqc) }},
 		{"MatVecT bf16 interleaved", func() { MatVecT(dsti[:16], xi[:256], wi) }},
 		{"MatMulT bf16 interleaved n=5", func() { MatMulT(dsti[:5*16], xi[:5*256], 5, wi) }},
 		{"MatMulT bf16 interleaved n=20", func() { MatMulT(dsti, xi, 20, wi) }},
