@@ -2835,6 +2835,50 @@ func decodeE4M3256() {
 	RET()
 }
 
+// eightRows addresses eight weight rows w0 + j·ldw through three base
+// registers, the fewest x86 addressing allows: rows 0, 1, 2, 4 from row 0,
+// 3, 5, 7 from row 3 (loaded here) and 6 from row 6. row(j, disp) is row
+// j's address plus disp; the caller advances every base in bases as it
+// reads.
+func eightRows(w0, ldw Register) (row func(j, disp int) Mem, bases []Register) {
+	b3, b6 := GP64(), GP64()
+	LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, b3)
+	ADDQ(ldw, b3)
+	LEAQ(Mem{Base: b3, Index: ldw, Scale: 2}, b6)
+	ADDQ(ldw, b6)
+	row = func(j, disp int) Mem {
+		switch j {
+		case 0:
+			return Mem{Base: w0, Disp: disp}
+		case 1, 2, 4:
+			return Mem{Base: w0, Index: ldw, Scale: uint8(j), Disp: disp}
+		case 3:
+			return Mem{Base: b3, Disp: disp}
+		case 5, 7:
+			return Mem{Base: b3, Index: ldw, Scale: uint8(j - 3), Disp: disp}
+		}
+		return Mem{Base: b6, Disp: disp}
+	}
+	return row, []Register{w0, b3, b6}
+}
+
+// prefetchEightRows prefetches into L2 each of the eight rows of eightRows'
+// bases (any number of groups of three, one group per eight rows) at pfd
+// bytes past where the base points, from each base moved by pfd (tmp is
+// scratch).
+func prefetchEightRows(bases []Register, pfd, ldw, tmp Register) {
+	for i, b := range bases {
+		LEAQ(Mem{Base: b, Index: pfd, Scale: 1}, tmp)
+		for _, f := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}}[i%3] {
+			if f == 0 {
+				PREFETCHT1(Mem{Base: tmp})
+			} else {
+				PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: f})
+			}
+		}
+	}
+}
+
 // fp8GEMV describes one fp8 GEMV tile: its lane count, weight rows and
 // register names. The tile computes out[j] = Σ_k x[k]·w_j[k] over kn (a
 // multiple of the lane count) elements for rows j < rows, the weight of
@@ -2899,25 +2943,7 @@ func fp8GEMVTile(g fp8GEMV) {
 	var bases []Register
 	var row func(j, disp int) Mem
 	if R == 8 {
-		b3, b6 := GP64(), GP64()
-		LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, b3)
-		ADDQ(ldw, b3)
-		LEAQ(Mem{Base: b3, Index: ldw, Scale: 2}, b6)
-		ADDQ(ldw, b6)
-		bases = []Register{w0, b3, b6}
-		row = func(j, disp int) Mem {
-			switch j {
-			case 0:
-				return Mem{Base: w0, Disp: disp}
-			case 1, 2, 4:
-				return Mem{Base: w0, Index: ldw, Scale: uint8(j), Disp: disp}
-			case 3:
-				return Mem{Base: b3, Disp: disp}
-			case 5, 7:
-				return Mem{Base: b3, Index: ldw, Scale: uint8(j - 3), Disp: disp}
-			}
-			return Mem{Base: b6, Disp: disp}
-		}
+		row, bases = eightRows(w0, ldw)
 	}
 	off := GP64() // code bytes consumed per row
 	XORQ(off, off)
@@ -3013,19 +3039,8 @@ func fp8GEMVTile(g fp8GEMV) {
 				PREFETCHT0(pf(j))
 			}
 		} else {
-			// Each row's line pfd bytes past the one just read, from the
-			// three row bases moved by pfd: rows 0, 1, 2, 4 from row 0's
-			// base, 3, 5, 7 from row 3's, 6 from its own.
-			for i, scales := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}} {
-				LEAQ(Mem{Base: bases[i], Index: pfd, Scale: 1}, tmp)
-				for _, f := range scales {
-					if f == 0 {
-						PREFETCHT1(Mem{Base: tmp})
-					} else {
-						PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: f})
-					}
-				}
-			}
+			// Each row's line pfd bytes past the one just read.
+			prefetchEightRows(bases, pfd, ldw, tmp)
 		}
 		Label(next)
 	}
@@ -3661,32 +3676,10 @@ func fp8GEMVPair512() {
 	xv, mask := Z22, Z23
 	x := Load(Param("x"), GP64())
 	ldw := Load(Param("ldw"), GP64())
-	// Each group's rows through three bases: rows 0, 1, 2, 4 from row 0,
-	// 3, 5, 7 from row 3, 6 from row 6.
-	var bases []Register
-	group := func(p string) func(j int) Mem {
-		w0 := Load(Param(p), GP64())
-		b3, b6 := GP64(), GP64()
-		LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, b3)
-		ADDQ(ldw, b3)
-		LEAQ(Mem{Base: b3, Index: ldw, Scale: 2}, b6)
-		ADDQ(ldw, b6)
-		bases = append(bases, w0, b3, b6)
-		return func(j int) Mem {
-			switch j {
-			case 0:
-				return Mem{Base: w0}
-			case 1, 2, 4:
-				return Mem{Base: w0, Index: ldw, Scale: uint8(j)}
-			case 3:
-				return Mem{Base: b3}
-			case 5, 7:
-				return Mem{Base: b3, Index: ldw, Scale: uint8(j - 3)}
-			}
-			return Mem{Base: b6}
-		}
-	}
-	rowA, rowB := group("wa"), group("wb")
+	// Each group's rows through three bases (eightRows).
+	rowA, basesA := eightRows(Load(Param("wa"), GP64()), ldw)
+	rowB, basesB := eightRows(Load(Param("wb"), GP64()), ldw)
+	bases := append(basesA, basesB...)
 	pfd := Load(Param("pfd"), GP64()) // the caller's prefetch offset (kernels.fp8TilePrefetch)
 	sc := Load(Param("sc"), GP64())
 	for j := range 16 {
@@ -3715,9 +3708,9 @@ func fp8GEMVPair512() {
 	Label(name + "_step")
 	VMOVUPS(Mem{Base: x}, xv)
 	for j := range 8 {
-		decodeE4M3Vec(rowA(j), tv(2*j), mask, sva, true)
+		decodeE4M3Vec(rowA(j, 0), tv(2*j), mask, sva, true)
 		VFMADD231PS(tv(2*j), xv, acc(j))
-		decodeE4M3Vec(rowB(j), tv(2*j+1), mask, svb, true)
+		decodeE4M3Vec(rowB(j, 0), tv(2*j+1), mask, svb, true)
 		VFMADD231PS(tv(2*j+1), xv, acc(8+j))
 	}
 	ADDQ(U8(64), x)
@@ -3728,16 +3721,7 @@ func fp8GEMVPair512() {
 	// past the one just read, from the six bases moved by pfd.
 	TESTQ(U32(3), cnt)
 	JNZ(LabelRef(name + "_next"))
-	for i, b := range bases {
-		LEAQ(Mem{Base: b, Index: pfd, Scale: 1}, tmp)
-		for _, f := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}}[i%3] {
-			if f == 0 {
-				PREFETCHT1(Mem{Base: tmp})
-			} else {
-				PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: f})
-			}
-		}
-	}
+	prefetchEightRows(bases, pfd, ldw, tmp)
 	Label(name + "_next")
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))
@@ -3796,29 +3780,10 @@ func fp8Tile8W512(m int) {
 		}
 		return Mem{Base: x0, Index: ldx, Scale: uint8(i)}
 	}
-	// Rows w + j·ldw through three bases: rows 0, 1, 2, 4 from row 0,
-	// 3, 5, 7 from row 3, 6 from row 6.
+	// Rows w + j·ldw through three bases (eightRows).
 	w0 := Load(Param("w"), GP64())
 	ldw := Load(Param("ldw"), GP64())
-	b3, b6 := GP64(), GP64()
-	LEAQ(Mem{Base: w0, Index: ldw, Scale: 2}, b3)
-	ADDQ(ldw, b3)
-	LEAQ(Mem{Base: b3, Index: ldw, Scale: 2}, b6)
-	ADDQ(ldw, b6)
-	bases := []Register{w0, b3, b6}
-	row := func(j int) Mem {
-		switch j {
-		case 0:
-			return Mem{Base: w0}
-		case 1, 2, 4:
-			return Mem{Base: w0, Index: ldw, Scale: uint8(j)}
-		case 3:
-			return Mem{Base: b3}
-		case 5, 7:
-			return Mem{Base: b3, Index: ldw, Scale: uint8(j - 3)}
-		}
-		return Mem{Base: b6}
-	}
+	row, bases := eightRows(w0, ldw)
 	pfd := Load(Param("pfd"), GP64()) // the caller's prefetch offset (kernels.panelWalkFP8)
 	sc := Load(Param("sc"), GP64())
 	seg := Load(Param("first"), GP64())
@@ -3850,7 +3815,7 @@ func fp8Tile8W512(m int) {
 		VMOVUPS(xmem(i), xv(i))
 	}
 	for j := range R {
-		decodeE4M3Vec(row(j), tv(j), mask, sv, true)
+		decodeE4M3Vec(row(j, 0), tv(j), mask, sv, true)
 		for i := range m {
 			VFMADD231PS(tv(j), xv(i), acc(i, j))
 		}
@@ -3860,20 +3825,10 @@ func fp8Tile8W512(m int) {
 		ADDQ(U8(16), b)
 	}
 	ADDQ(U8(16), off)
-	// Every 64 bytes: each row's line pfd bytes past the one just read,
-	// from the three row bases moved by pfd.
+	// Every 64 bytes: each row's line pfd bytes past the one just read.
 	TESTQ(U32(63), off)
 	JNZ(LabelRef(name + "_next"))
-	for i, scales := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}} {
-		LEAQ(Mem{Base: bases[i], Index: pfd, Scale: 1}, tmp)
-		for _, f := range scales {
-			if f == 0 {
-				PREFETCHT1(Mem{Base: tmp})
-			} else {
-				PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: f})
-			}
-		}
-	}
+	prefetchEightRows(bases, pfd, ldw, tmp)
 	Label(name + "_next")
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))

@@ -454,10 +454,11 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 // gemmRangeFP8 is gemmRange for an FP8 matrix, with every output element
 // the bits of the f32 product with the dequantized matrix. Where the codes
 // can be decoded in registers (fp8InRegister), one activation row goes
-// through the fp8 GEMV tiles, 2 to fp8EightRowMaxRows rows on AVX-512
-// through eightTileFP8 (codes without NaN codes, columns a multiple of 16),
-// 2 to fp8RegisterMaxRows through fewTileFP8, and up to fp8DecodedMaxRows rows through
-// gemmFP8Decoded; the rest (and every other case) dequantize the
+// through the fp8 GEMV tiles (gemvPairsFP8 first, on AVX-512, for codes
+// without NaN codes and columns a multiple of 16), 2 to fp8EightRowMaxRows
+// rows on AVX-512 through eightTileFP8 (on the same condition), 2 to
+// fp8RegisterMaxRows through fewTileFP8, and up to fp8DecodedMaxRows rows
+// through gemmFP8Decoded; the rest (and every other case) dequantize the
 // tiles' weight rows, a reduction block at a time, into an f32 panel that
 // the f32 tiles then read, a block of rows once for all activation rows
 // when there is more than one activation tile.
@@ -843,12 +844,10 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 	in := w.Cols
 	groups := (j1 - j0) / 8
 	pairs, half, mid := pairedGroups(groups)
-	s := w.Scales
-	shared := func(jt int) bool { return (s.RowOff+jt)/FP8Block == (s.RowOff+jt+7)/FP8Block }
 	var out [16]float32
 	for g := range pairs {
 		ja, jb := j0+g*8, j0+(g+half)*8
-		if !shared(ja) || !shared(jb) {
+		if !w.oneScaleRow(ja, 8) || !w.oneScaleRow(jb, 8) {
 			for k0 := 0; k0 < in; k0 += gemmKC {
 				gemvTileFP8(dst, x, w, levelAVX512, buf, ja, 8, k0)
 			}
@@ -876,6 +875,14 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 	return j0 + groups*8
 }
 
+// oneScaleRow reports whether weight rows [jt, jt+rows) of an FP8 matrix
+// lie in one block of 128 rows, so that in every block of columns they
+// share one scale (the tiles that take one scale for eight rows need it).
+func (w *Matrix) oneScaleRow(jt, rows int) bool {
+	off := w.Scales.RowOff
+	return (off+jt)/FP8Block == (off+jt+rows-1)/FP8Block
+}
+
 // fp8EightRowMaxRows is the most activation rows eightTileFP8 takes: three
 // rows by eight weight rows fill 24 of AVX-512's accumulators.
 const fp8EightRowMaxRows = 3
@@ -889,12 +896,11 @@ const fp8EightRowMaxRows = 3
 // faster so (docs/performance.md, "fp8 products of one to three rows read
 // more streams"). The tile takes one scale per block for all eight rows,
 // so a group whose rows straddle two blocks of 128 rows goes through two
-// four-row tiles. Each output keeps gemmTile's
-// per-element arithmetic on the dequantized rows, and the tile stores or
-// adds the block's sums to dst itself. It prefetches as fewTileFP8 does.
+// four-row tiles. Each output keeps gemmTile's per-element arithmetic on
+// the dequantized rows, and the tile stores or adds the block's sums to
+// dst itself. It prefetches as fewTileFP8 does.
 func eightTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, jt, k0, pfd int) {
-	s := w.Scales
-	if (s.RowOff+jt)/FP8Block != (s.RowOff+jt+7)/FP8Block {
+	if !w.oneScaleRow(jt, 8) {
 		fewTileFP8(dst, x, n, w, buf, jt, k0, pfd)
 		fewTileFP8(dst, x, n, w, buf, jt+4, k0, pfd)
 		return
