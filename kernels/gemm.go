@@ -473,16 +473,14 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		if l == levelAVX512 {
 			rows = 8
 		}
-		if l == levelAVX512 && w.finite && in%16 == 0 {
+		if oneScaleTiles(w, l) {
 			j0 = gemvPairsFP8(dst, x, w, buf, j0, j1)
 		}
 		for ; j0+rows <= j1; j0 += rows {
-			for k0 := 0; k0 < in; k0 += gemmKC {
-				gemvTileFP8(dst, x, w, l, buf, j0, rows, k0)
-			}
+			gemvRowsFP8(dst, x, w, l, buf, j0, rows)
 		}
 	}
-	if n > 1 && n <= fp8EightRowMaxRows && l == levelAVX512 && in > 0 && in%16 == 0 && w.finite && fp8InRegister(w, l, j0, j1) {
+	if n > 1 && n <= fp8EightRowMaxRows && in > 0 && oneScaleTiles(w, l) && fp8InRegister(w, l, j0, j1) {
 		// Two or three rows (an expert's, a speculative round's): eight
 		// weight rows at a time, eight streams of codes as the one-row
 		// tile reads them; the rows left over (fewer than eight) go on
@@ -848,31 +846,40 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 	for g := range pairs {
 		ja, jb := j0+g*8, j0+(g+half)*8
 		if !w.oneScaleRow(ja, 8) || !w.oneScaleRow(jb, 8) {
-			for k0 := 0; k0 < in; k0 += gemmKC {
-				gemvTileFP8(dst, x, w, levelAVX512, buf, ja, 8, k0)
-			}
-			for k0 := 0; k0 < in; k0 += gemmKC {
-				gemvTileFP8(dst, x, w, levelAVX512, buf, jb, 8, k0)
-			}
+			gemvRowsFP8(dst, x, w, levelAVX512, buf, ja, 8)
+			gemvRowsFP8(dst, x, w, levelAVX512, buf, jb, 8)
 			continue
 		}
 		da, db := dst[ja:ja+8:ja+8], dst[jb:jb+8:jb+8]
 		for k0 := 0; k0 < in; k0 += gemmKC {
-			var sa, sb [1]*float32
-			first := fp8TileScales(w, sa[:], ja, k0, 16)
-			fp8TileScales(w, sb[:], jb, k0, 16)
-			sc := [2]*float32{sa[0], sb[0]}
+			var sc [2]*float32
+			first := fp8TileScales(w, sc[:1], ja, k0, 16)
+			fp8TileScales(w, sc[1:], jb, k0, 16)
 			dotTile1x16FP8(&x[k0], &w.FP8[ja*in+k0], &w.FP8[jb*in+k0], in, min(gemmKC, in-k0), &sc, first, fp8TilePrefetch(w, ja, 8, k0, fp8GEMVPrefetch), &out)
 			addBlock(da, out[:8], k0 == 0)
 			addBlock(db, out[8:], k0 == 0)
 		}
 	}
 	if mid >= 0 {
-		for k0 := 0; k0 < in; k0 += gemmKC {
-			gemvTileFP8(dst, x, w, levelAVX512, buf, j0+mid*8, 8, k0)
-		}
+		gemvRowsFP8(dst, x, w, levelAVX512, buf, j0+mid*8, 8)
 	}
 	return j0 + groups*8
+}
+
+// gemvRowsFP8 is the one-row product of weight rows [jt, jt+rows) of an FP8
+// matrix, every reduction block through gemvTileFP8.
+func gemvRowsFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32, jt, rows int) {
+	for k0 := 0; k0 < w.Cols; k0 += gemmKC {
+		gemvTileFP8(dst, x, w, l, buf, jt, rows, k0)
+	}
+}
+
+// oneScaleTiles reports whether the fp8 tiles that take one scale for eight
+// weight rows (gemvPairsFP8, eightTileFP8) can run at level l: on AVX-512,
+// for codes holding no NaN code and columns a multiple of 16, so that no
+// block has a scalar tail.
+func oneScaleTiles(w *Matrix, l level) bool {
+	return l == levelAVX512 && w.finite && w.Cols%16 == 0
 }
 
 // oneScaleRow reports whether weight rows [jt, jt+rows) of an FP8 matrix

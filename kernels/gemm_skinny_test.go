@@ -23,7 +23,8 @@ type skinnyCase struct {
 
 // skinnyFP8Cases are the weights of TestMatMulTFP8FewRows: whole and
 // partial groups of four and of eight rows (a group of eight across two
-// blocks of scales among them), columns not a multiple of 8 (a scalar tail
+// blocks of scales, and groups paired across blocks of 128 rows, among
+// them), columns not a multiple of 8 (a scalar tail
 // in the last reduction block) or of 16, several reduction blocks, row and
 // column slices of a bigger matrix (block-splitting row offsets; column
 // offsets the tiles take, a multiple of 16, and ones they do not), NaN codes
@@ -61,6 +62,7 @@ func skinnyFP8Cases() []skinnyCase {
 		{"[7,200] at (5,32)", plain(7, 200, 5, 32), true},
 		{"[40,2112] groups of eight, a short last block", plain(40, 2*gemmKC+64, 0, 0), true},
 		{"[20,1280] at (124,0) a group across two scale blocks", plain(20, 1280, 124, 0), true},
+		{"[272,256] pairs of groups from different scale blocks", plain(272, 256, 0, 0), true},
 		{"[16,512] zero, negative, subnormal scales", withScales(16, 512, []float32{0, -0.5, math.Float32frombits(3), -1e-30}), true},
 		{"[11,333] at (3,8) splits pairs", plain(11, 333, 3, 8), false},
 		{"[6,130] at (0,1) splits vectors", plain(6, 130, 0, 1), false},
@@ -102,16 +104,19 @@ func TestMatMulTFP8FewRows(t *testing.T) {
 				variants = append(variants, &f)
 			}
 			for _, w := range variants {
-				checkFewRowsFP8(t, fmt.Sprintf("%s, codes checked once %v", c.name, w.finite), w, r)
+				checkFewRows(t, fmt.Sprintf("%s, codes checked once %v", c.name, w.finite), w, r)
 			}
 		}
 	})
 }
 
-// checkFewRowsFP8 is TestMatMulTFP8FewRows for one weight.
-func checkFewRowsFP8(t *testing.T, name string, w *Matrix, r *rand.Rand) {
+// checkFewRows checks the few-row products of one weight w for every n in
+// fewRows: MatMulT and MatVecT row by row against MatMulT with the f32 matrix
+// w.Dequantize() gives (dequantized fp8, widened bf16), on one and two
+// threads.
+func checkFewRows(t *testing.T, name string, w *Matrix, r *rand.Rand) {
 	t.Helper()
-	d := w.Dequantize()
+	d, dt := w.Dequantize(), w.DType()
 	for _, n := range fewRows {
 		x := randSlice(r, n*w.Cols, 1)
 		want := make([]float32, n*w.Rows)
@@ -121,14 +126,14 @@ func checkFewRowsFP8(t *testing.T, name string, w *Matrix, r *rand.Rand) {
 			MatVecT(alone[i*w.Rows:(i+1)*w.Rows], x[i*w.Cols:(i+1)*w.Cols], w)
 		}
 		if diff := cmp.Diff(bitsOf(want), bitsOf(alone)); diff != "" {
-			t.Errorf("%s n=%d: MatVecT row by row vs dequantized f32 (-f32 +fp8):\n%s", name, n, diff)
+			t.Errorf("%s n=%d: MatVecT row by row vs f32 (-f32 +%s):\n%s", name, n, dt, diff)
 		}
 		for _, threads := range []int{1, 2} {
 			SetThreads(threads)
 			got := make([]float32, n*w.Rows)
 			MatMulT(got, x, n, w)
 			if diff := cmp.Diff(bitsOf(want), bitsOf(got)); diff != "" {
-				t.Errorf("%s n=%d, %d threads: fp8 vs dequantized f32 (-f32 +fp8):\n%s", name, n, threads, diff)
+				t.Errorf("%s n=%d, %d threads: %s vs f32 (-f32 +%s):\n%s", name, n, threads, dt, dt, diff)
 			}
 		}
 		SetThreads(1)
@@ -175,29 +180,7 @@ func TestMatMulTBF16FewRows(t *testing.T) {
 			for i, v := range randSlice(r, sh.rows*sh.cols, 1) {
 				w.BF16[i] = toBF16(v)
 			}
-			d := w.Dequantize()
-			for _, n := range fewRows {
-				name := fmt.Sprintf("[%d,%d] n=%d", sh.rows, sh.cols, n)
-				x := randSlice(r, n*sh.cols, 1)
-				want := make([]float32, n*sh.rows)
-				MatMulT(want, x, n, d)
-				alone := make([]float32, n*sh.rows)
-				for i := range n {
-					MatVecT(alone[i*sh.rows:(i+1)*sh.rows], x[i*sh.cols:(i+1)*sh.cols], w)
-				}
-				if diff := cmp.Diff(bitsOf(want), bitsOf(alone)); diff != "" {
-					t.Errorf("%s: MatVecT row by row vs widened f32 (-f32 +bf16):\n%s", name, diff)
-				}
-				for _, threads := range []int{1, 2} {
-					SetThreads(threads)
-					got := make([]float32, n*sh.rows)
-					MatMulT(got, x, n, w)
-					if diff := cmp.Diff(bitsOf(want), bitsOf(got)); diff != "" {
-						t.Errorf("%s, %d threads: bf16 vs widened f32 (-f32 +bf16):\n%s", name, threads, diff)
-					}
-				}
-				SetThreads(1)
-			}
+			checkFewRows(t, fmt.Sprintf("[%d,%d]", sh.rows, sh.cols), w, r)
 		}
 	})
 }
