@@ -457,10 +457,14 @@ func gemvIlv(groups int) {
 // (the shift, then the mask in Z31) and fused into every row. Each output
 // has dotTile1x8BF16IlvAVX512's accumulator (values k…k+15 of a chunk, then
 // k+16…k+31) and reduce4x512's sums (reduce4x512Any, the same additions), so
-// the bits are those of every other tile.
+// the bits are those of every other tile. A reduction block may take several
+// calls: with carry bit 1 a call starts from the 8m accumulators stored at
+// acc (64 bytes each, row by row) instead of zero, with bit 2 it stores its
+// own there, unreduced, and leaves dst alone; the lanes add the same values
+// in the same order as one call over the whole block.
 func gemmGroup8x512Ilv(m int) {
 	name := fmt.Sprintf("gemmGroup%dx8BF16IlvAVX512", m)
-	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)")
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int, acc *float32, carry int)")
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s computes the %dx8 dot products of %d activation rows with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements, added to or stored in dst.", name, m, m))
 	x := Load(Param("x"), GP64())
@@ -470,11 +474,25 @@ func gemmGroup8x512Ilv(m int) {
 	w := Load(Param("w"), GP64())
 	kn := Load(Param("kn"), GP64())
 	acc := func(i, j int) VecPhysical { return zmm[8*i+j] }
+	// carry bit 1: start from the unreduced accumulators at acc (a call
+	// before this one over the block's earlier values) instead of zero.
+	carry := Load(Param("carry"), GP64())
+	TESTQ(U32(1), carry)
+	JZ(LabelRef(name + "_zero"))
+	accIn := Load(Param("acc"), GP64())
+	for i := range m {
+		for j := range 8 {
+			VMOVUPS(Mem{Base: accIn, Disp: 64 * (8*i + j)}, acc(i, j))
+		}
+	}
+	JMP(LabelRef(name + "_start"))
+	Label(name + "_zero")
 	for i := range m {
 		for j := range 8 {
 			VPXORD(acc(i, j), acc(i, j), acc(i, j))
 		}
 	}
+	Label(name + "_start")
 	highMask(Z31)
 	off := GP64()
 	XORQ(off, off)
@@ -514,6 +532,20 @@ func gemmGroup8x512Ilv(m int) {
 	DECQ(kn)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_reduce")
+	// carry bit 2: the block goes on in a later call, so the accumulators
+	// are stored at acc as they are, unreduced.
+	keep := Load(Param("carry"), GP64())
+	TESTQ(U32(2), keep)
+	JZ(LabelRef(name + "_sums"))
+	accOut := Load(Param("acc"), GP64())
+	for i := range m {
+		for j := range 8 {
+			VMOVUPS(acc(i, j), Mem{Base: accOut, Disp: 64 * (8*i + j)})
+		}
+	}
+	VZEROUPPER()
+	RET()
+	Label(name + "_sums")
 	dst := Load(Param("dst"), GP64())
 	ldd := Load(Param("ldd"), GP64())
 	SHLQ(U8(2), ldd)

@@ -38,6 +38,12 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	wi.InterleaveBF16()
 	xi := randSlice(r, 20*256, 1)
 	dsti := make([]float32, 20*16)
+	// Sixteen rows over a whole reduction block: the group tiles' calls of
+	// half a block, which carry their accumulators on the stack.
+	wk := &Matrix{Rows: 16, Cols: gemmKC, BF16: make([]uint16, 16*gemmKC)}
+	wk.InterleaveBF16()
+	xk := randSlice(r, 16*gemmKC, 1)
+	dstk := make([]float32, 16*16)
 	row := make([]float32, 64)
 	wrow := make([]float32, cols)
 	w := randSlice(r, 64, 1)
@@ -67,6 +73,7 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatVecT bf16 interleaved", func() { MatVecT(dsti[:16], xi[:256], wi) }},
 		{"MatMulT bf16 interleaved n=5", func() { MatMulT(dsti[:5*16], xi[:5*256], 5, wi) }},
 		{"MatMulT bf16 interleaved n=20", func() { MatMulT(dsti, xi, 20, wi) }},
+		{"MatMulT bf16 interleaved n=16, split blocks", func() { MatMulT(dstk, xk, 16, wk) }},
 		{"Matrix.Row bf16 interleaved", func() { wrow = wi.Row(1, wrow) }},
 		{"Matrix.Row", func() { wrow = wb.Row(1, wrow) }},
 		{"Matrix.Row fp8", func() { wrow = wq.Row(1, wrow) }},

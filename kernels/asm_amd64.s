@@ -7186,31 +7186,56 @@ gemmStrip6x4BF16IlvAVX512_done:
 	VZEROUPPER
 	RET
 
-// func gemmGroup2x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)
+// func gemmGroup2x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int, acc *float32, carry int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gemmGroup2x8BF16IlvAVX512(SB), NOSPLIT, $0-72
-	MOVQ         x+0(FP), AX
-	MOVQ         ldx+8(FP), CX
-	SHLQ         $0x02, CX
-	LEAQ         (AX)(CX*1), CX
-	MOVQ         w+16(FP), DX
-	MOVQ         kn+24(FP), BX
-	VPXORD       Z0, Z0, Z0
-	VPXORD       Z1, Z1, Z1
-	VPXORD       Z2, Z2, Z2
-	VPXORD       Z3, Z3, Z3
-	VPXORD       Z4, Z4, Z4
-	VPXORD       Z5, Z5, Z5
-	VPXORD       Z6, Z6, Z6
-	VPXORD       Z7, Z7, Z7
-	VPXORD       Z8, Z8, Z8
-	VPXORD       Z9, Z9, Z9
-	VPXORD       Z10, Z10, Z10
-	VPXORD       Z11, Z11, Z11
-	VPXORD       Z12, Z12, Z12
-	VPXORD       Z13, Z13, Z13
-	VPXORD       Z14, Z14, Z14
-	VPXORD       Z15, Z15, Z15
+TEXT ·gemmGroup2x8BF16IlvAVX512(SB), NOSPLIT, $0-88
+	MOVQ    x+0(FP), AX
+	MOVQ    ldx+8(FP), CX
+	SHLQ    $0x02, CX
+	LEAQ    (AX)(CX*1), CX
+	MOVQ    w+16(FP), DX
+	MOVQ    kn+24(FP), BX
+	MOVQ    carry+80(FP), SI
+	TESTQ   $0x00000001, SI
+	JZ      gemmGroup2x8BF16IlvAVX512_zero
+	MOVQ    acc+72(FP), SI
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVUPS 128(SI), Z2
+	VMOVUPS 192(SI), Z3
+	VMOVUPS 256(SI), Z4
+	VMOVUPS 320(SI), Z5
+	VMOVUPS 384(SI), Z6
+	VMOVUPS 448(SI), Z7
+	VMOVUPS 512(SI), Z8
+	VMOVUPS 576(SI), Z9
+	VMOVUPS 640(SI), Z10
+	VMOVUPS 704(SI), Z11
+	VMOVUPS 768(SI), Z12
+	VMOVUPS 832(SI), Z13
+	VMOVUPS 896(SI), Z14
+	VMOVUPS 960(SI), Z15
+	JMP     gemmGroup2x8BF16IlvAVX512_start
+
+gemmGroup2x8BF16IlvAVX512_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+gemmGroup2x8BF16IlvAVX512_start:
 	MOVL         $0xffff0000, SI
 	VPBROADCASTD SI, Z31
 	XORQ         SI, SI
@@ -7308,6 +7333,30 @@ gemmGroup2x8BF16IlvAVX512_pfdone:
 	JNZ         gemmGroup2x8BF16IlvAVX512_loop
 
 gemmGroup2x8BF16IlvAVX512_reduce:
+	MOVQ    carry+80(FP), AX
+	TESTQ   $0x00000002, AX
+	JZ      gemmGroup2x8BF16IlvAVX512_sums
+	MOVQ    acc+72(FP), AX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, 256(AX)
+	VMOVUPS Z5, 320(AX)
+	VMOVUPS Z6, 384(AX)
+	VMOVUPS Z7, 448(AX)
+	VMOVUPS Z8, 512(AX)
+	VMOVUPS Z9, 576(AX)
+	VMOVUPS Z10, 640(AX)
+	VMOVUPS Z11, 704(AX)
+	VMOVUPS Z12, 768(AX)
+	VMOVUPS Z13, 832(AX)
+	VMOVUPS Z14, 896(AX)
+	VMOVUPS Z15, 960(AX)
+	VZEROUPPER
+	RET
+
+gemmGroup2x8BF16IlvAVX512_sums:
 	MOVQ          dst+32(FP), AX
 	MOVQ          ldd+40(FP), CX
 	SHLQ          $0x02, CX
@@ -7410,40 +7459,73 @@ gemmGroup2x8BF16IlvAVX512_store:
 	VZEROUPPER
 	RET
 
-// func gemmGroup3x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)
+// func gemmGroup3x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int, acc *float32, carry int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gemmGroup3x8BF16IlvAVX512(SB), NOSPLIT, $0-72
-	MOVQ         x+0(FP), AX
-	MOVQ         ldx+8(FP), CX
-	SHLQ         $0x02, CX
-	LEAQ         (AX)(CX*1), DX
-	LEAQ         (DX)(CX*1), CX
-	MOVQ         w+16(FP), BX
-	MOVQ         kn+24(FP), SI
-	VPXORD       Z0, Z0, Z0
-	VPXORD       Z1, Z1, Z1
-	VPXORD       Z2, Z2, Z2
-	VPXORD       Z3, Z3, Z3
-	VPXORD       Z4, Z4, Z4
-	VPXORD       Z5, Z5, Z5
-	VPXORD       Z6, Z6, Z6
-	VPXORD       Z7, Z7, Z7
-	VPXORD       Z8, Z8, Z8
-	VPXORD       Z9, Z9, Z9
-	VPXORD       Z10, Z10, Z10
-	VPXORD       Z11, Z11, Z11
-	VPXORD       Z12, Z12, Z12
-	VPXORD       Z13, Z13, Z13
-	VPXORD       Z14, Z14, Z14
-	VPXORD       Z15, Z15, Z15
-	VPXORD       Z16, Z16, Z16
-	VPXORD       Z17, Z17, Z17
-	VPXORD       Z18, Z18, Z18
-	VPXORD       Z19, Z19, Z19
-	VPXORD       Z20, Z20, Z20
-	VPXORD       Z21, Z21, Z21
-	VPXORD       Z22, Z22, Z22
-	VPXORD       Z23, Z23, Z23
+TEXT ·gemmGroup3x8BF16IlvAVX512(SB), NOSPLIT, $0-88
+	MOVQ    x+0(FP), AX
+	MOVQ    ldx+8(FP), CX
+	SHLQ    $0x02, CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), CX
+	MOVQ    w+16(FP), BX
+	MOVQ    kn+24(FP), SI
+	MOVQ    carry+80(FP), DI
+	TESTQ   $0x00000001, DI
+	JZ      gemmGroup3x8BF16IlvAVX512_zero
+	MOVQ    acc+72(FP), DI
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS 256(DI), Z4
+	VMOVUPS 320(DI), Z5
+	VMOVUPS 384(DI), Z6
+	VMOVUPS 448(DI), Z7
+	VMOVUPS 512(DI), Z8
+	VMOVUPS 576(DI), Z9
+	VMOVUPS 640(DI), Z10
+	VMOVUPS 704(DI), Z11
+	VMOVUPS 768(DI), Z12
+	VMOVUPS 832(DI), Z13
+	VMOVUPS 896(DI), Z14
+	VMOVUPS 960(DI), Z15
+	VMOVUPS 1024(DI), Z16
+	VMOVUPS 1088(DI), Z17
+	VMOVUPS 1152(DI), Z18
+	VMOVUPS 1216(DI), Z19
+	VMOVUPS 1280(DI), Z20
+	VMOVUPS 1344(DI), Z21
+	VMOVUPS 1408(DI), Z22
+	VMOVUPS 1472(DI), Z23
+	JMP     gemmGroup3x8BF16IlvAVX512_start
+
+gemmGroup3x8BF16IlvAVX512_zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+gemmGroup3x8BF16IlvAVX512_start:
 	MOVL         $0xffff0000, DI
 	VPBROADCASTD DI, Z31
 	XORQ         DI, DI
@@ -7559,6 +7641,38 @@ gemmGroup3x8BF16IlvAVX512_pfdone:
 	JNZ         gemmGroup3x8BF16IlvAVX512_loop
 
 gemmGroup3x8BF16IlvAVX512_reduce:
+	MOVQ    carry+80(FP), AX
+	TESTQ   $0x00000002, AX
+	JZ      gemmGroup3x8BF16IlvAVX512_sums
+	MOVQ    acc+72(FP), AX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	VMOVUPS Z4, 256(AX)
+	VMOVUPS Z5, 320(AX)
+	VMOVUPS Z6, 384(AX)
+	VMOVUPS Z7, 448(AX)
+	VMOVUPS Z8, 512(AX)
+	VMOVUPS Z9, 576(AX)
+	VMOVUPS Z10, 640(AX)
+	VMOVUPS Z11, 704(AX)
+	VMOVUPS Z12, 768(AX)
+	VMOVUPS Z13, 832(AX)
+	VMOVUPS Z14, 896(AX)
+	VMOVUPS Z15, 960(AX)
+	VMOVUPS Z16, 1024(AX)
+	VMOVUPS Z17, 1088(AX)
+	VMOVUPS Z18, 1152(AX)
+	VMOVUPS Z19, 1216(AX)
+	VMOVUPS Z20, 1280(AX)
+	VMOVUPS Z21, 1344(AX)
+	VMOVUPS Z22, 1408(AX)
+	VMOVUPS Z23, 1472(AX)
+	VZEROUPPER
+	RET
+
+gemmGroup3x8BF16IlvAVX512_sums:
 	MOVQ          dst+32(FP), AX
 	MOVQ          ldd+40(FP), CX
 	SHLQ          $0x02, CX

@@ -245,12 +245,12 @@ func gemmStrip6x4BF16IlvAVX512(x *float32, ldx int, w *uint16, groups int, kn in
 // gemmGroup2x8BF16IlvAVX512 computes the 2x8 dot products of 2 activation rows with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements, added to or stored in dst.
 //
 //go:noescape
-func gemmGroup2x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)
+func gemmGroup2x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int, acc *float32, carry int)
 
 // gemmGroup3x8BF16IlvAVX512 computes the 3x8 dot products of 3 activation rows with a group of eight interleaved bf16 weight rows over kn (a multiple of 32) elements, added to or stored in dst.
 //
 //go:noescape
-func gemmGroup3x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)
+func gemmGroup3x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int, acc *float32, carry int)
 
 // axpyTile1x64F32AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //

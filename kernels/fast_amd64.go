@@ -185,13 +185,16 @@ func stripBF16Ilv(m int, x *float32, ldx int, w *uint16, groups, kn int, dst *fl
 // m activation rows (x, stride ldx) by a whole group of eight rows of the
 // interleaved layout over kn values, added to (add ≠ 0) or stored in dst
 // (stride ldd), prefetching pfl lines per 512 bytes read from pfd bytes
-// past w on.
-func groupBF16Ilv(m int, x *float32, ldx int, w *uint16, kn int, dst *float32, ldd, add, pfd, pfl int) {
+// past w on. carry splits a reduction block over several calls without
+// changing a bit: with carryIn the call starts from the unreduced
+// accumulators in acc, with carryOut it leaves its own there instead of
+// reducing them into dst.
+func groupBF16Ilv(m int, x *float32, ldx int, w *uint16, kn int, dst *float32, ldd, add, pfd, pfl int, acc *groupAcc, carry int) {
 	if m == 2 {
-		gemmGroup2x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl)
+		gemmGroup2x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl, &acc[0], carry)
 		return
 	}
-	gemmGroup3x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl)
+	gemmGroup3x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl, &acc[0], carry)
 }
 
 // dotTile1x8BF16Ilv is dotTile1x8BF16 on AVX-512 for a group of eight rows

@@ -158,7 +158,7 @@ func stripBF16Ilv(int, *float32, int, *uint16, int, int, *float32, int, int, int
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func groupBF16Ilv(int, *float32, int, *uint16, int, *float32, int, int, int, int) {
+func groupBF16Ilv(int, *float32, int, *uint16, int, *float32, int, int, int, int, *groupAcc, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

@@ -179,6 +179,41 @@ func evenPass(mr, r int) int {
 // rows' two activation vectors per chunk six more.
 const groupIlvMaxRows = 3
 
+// groupAcc holds one pass's unreduced accumulators of the group tiles
+// between the calls that share a reduction block: groupIlvMaxRows rows by
+// ilvRows weight rows, sixteen lanes each.
+type groupAcc [groupIlvMaxRows * ilvRows * 16]float32
+
+// The group tiles' carry argument: carryIn starts from the accumulators a
+// call before left, carryOut leaves them for a call after.
+const (
+	carryIn  = 1
+	carryOut = 2
+)
+
+// groupL1Bytes is how much a call of the group tiles may read that its
+// later passes read again: every pass's activation rows (four bytes a value)
+// and the group's weights (two bytes a value of each of eight rows). A
+// reduction block of up to eight rows (48 KiB over 1,024 values) is one call
+// a pass; a taller one is split into calls of fewer values, each pass
+// carrying its accumulators from one call to the next. On a Zen 5 core
+// (48 KiB of L1) splitting sixteen rows' blocks in two made their products
+// 6–17 % faster, and splitting eight rows' 5–15 % slower (docs/performance.md,
+// "Sixteen rows' blocks in halves").
+var groupL1Bytes = 48 << 10
+
+// groupSubCols is how many values of a reduction block one call of the group
+// tiles takes for n activation rows: the largest power of two up to gemmKC
+// that keeps the call within groupL1Bytes, at least a chunk of ilvCols.
+func groupSubCols(n int) int {
+	fit := min(gemmKC, groupL1Bytes/(4*n+2*ilvRows))
+	sub := ilvCols
+	for sub*2 <= fit {
+		sub *= 2
+	}
+	return sub
+}
+
 // skinnyMaxRows bounds the activation rows gemmSkinny takes: decode
 // batches and speculative rounds. Each group of four weight rows passes over
 // every activation row's reduction block (at most 64 KiB of f32 values,
@@ -312,6 +347,9 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// call reads (panelNext: the next block of the group or, in a walk
 		// of panels, the panel's next group) into L2, whole lines per 512
 		// bytes it reads, so that memory streams while the passes compute.
+		// A block too big for L1 with all the rows (groupSubCols: above
+		// eight rows) goes in calls of fewer values, each pass's
+		// accumulators carried across them, so its bits stay the same.
 		// Reading each half of a group as every other 256 bytes, as the
 		// four-row strips do, streamed 20–40 % slower on a Zen 5 core
 		// (docs/performance.md, "Back on a Zen 5 host: whole groups of
@@ -321,16 +359,27 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// Where the walk goes group by group (no panels), a group of the
 		// first half and one of the second take turns block by block, so
 		// that two streams are in flight (pairedWalk).
+		var accs [(skinnyMaxRows + groupIlvMaxRows - 1) / groupIlvMaxRows]groupAcc
+		sub := groupSubCols(n)
 		tile := func(jt, k0, nj, nk int) {
 			kc := min(gemmKC, in-k0)
-			block := 0
-			if nj < w.Rows {
-				block = 2 * (ilvAt(in, nj, nk) - ilvAt(in, jt, k0))
-			}
-			for p, i0 := 0, 0; i0 < n; p++ {
-				m := evenPass(groupIlvMaxRows, n-i0)
-				groupBF16Ilv(m, &x[i0*in+k0], in, &w.BF16[ilvAt(in, jt, k0)], kc, &dst[i0*out+jt], out, tileAdd(k0 > 0), block+p*pfl*kc*2, pfl)
-				i0 += m
+			for s0 := 0; s0 < kc; s0 += sub {
+				sn, at := min(sub, kc-s0), ilvAt(in, jt, k0+s0)
+				block, carry := 0, 0
+				if s0 > 0 {
+					carry |= carryIn
+				}
+				if s0+sn < kc {
+					carry |= carryOut
+					block = 2 * ilvRows * sn
+				} else if nj < w.Rows {
+					block = 2 * (ilvAt(in, nj, nk) - at)
+				}
+				for p, i0 := 0, 0; i0 < n; p++ {
+					m := evenPass(groupIlvMaxRows, n-i0)
+					groupBF16Ilv(m, &x[i0*in+k0+s0], in, &w.BF16[at], sn, &dst[i0*out+jt], out, tileAdd(k0 > 0), block+p*pfl*sn*2, pfl, &accs[p], carry)
+					i0 += m
+				}
 			}
 		}
 		if productPanelAbove(groupPanelXBytes(n), n, in, ilvRows) == ilvRows {

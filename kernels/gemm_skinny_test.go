@@ -224,6 +224,28 @@ func TestEvenPass(t *testing.T) {
 	}
 }
 
+// TestGroupSubCols pins how many values of a reduction block a call of the
+// group tiles takes: the whole block up to eight rows, whose values and
+// weights fit groupL1Bytes, half of it above; always a power of two that
+// divides the block into whole chunks.
+func TestGroupSubCols(t *testing.T) {
+	var got []int
+	for n := 2; n <= skinnyMaxRows; n++ {
+		sub := groupSubCols(n)
+		got = append(got, sub)
+		if sub%ilvCols != 0 || gemmKC%sub != 0 {
+			t.Errorf("%d rows: %d values a call, want a multiple of %d dividing %d", n, sub, ilvCols, gemmKC)
+		}
+		if fit := (4*n + 2*ilvRows) * sub; fit > groupL1Bytes {
+			t.Errorf("%d rows: a call of %d values reads %d bytes, over groupL1Bytes (%d)", n, sub, fit, groupL1Bytes)
+		}
+	}
+	want := []int{1024, 1024, 1024, 1024, 1024, 1024, 1024, 512, 512, 512, 512, 512, 512, 512, 512}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("groupSubCols for 2…%d rows (-want +got):\n%s", skinnyMaxRows, diff)
+	}
+}
+
 // TestPanelWalk runs panelWalk over a few shapes, in one-tile panels and
 // in panels of panelOut rows, and checks that it visits every tile and
 // block once, panel by panel and block by block, that the next tile it
