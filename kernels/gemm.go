@@ -198,8 +198,8 @@ const (
 // a pass; a taller one is split into calls of fewer values, each pass
 // carrying its accumulators from one call to the next. On a Zen 5 core
 // (48 KiB of L1) splitting sixteen rows' blocks in two made their products
-// 6–17 % faster, and splitting eight rows' 5–15 % slower (docs/performance.md,
-// "Sixteen rows' blocks in halves").
+// 10–16 % faster (medians of five rounds), and splitting eight rows' 4–18 %
+// slower (docs/performance.md, "Sixteen rows' blocks in halves").
 var groupL1Bytes = 48 << 10
 
 // groupSubCols is how many values of a reduction block one call of the group
