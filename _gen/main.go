@@ -80,6 +80,7 @@ func main() {
 	scoreTile8T512()
 	scoreTiles8T32512()
 	siluMul512()
+	expShifted512()
 	topkKeep512()
 	scoreTile6T256()
 	fmaPeak512()
@@ -2066,6 +2067,135 @@ func topkKeep512() {
 	RET()
 }
 
+// exp64 holds the registers of math.Exp's constants on a CPU with FMA
+// (exp_amd64.s), broadcast to every lane: log2 e, ln 2 in two parts, 1/16,
+// 2, the exponent bias and the Taylor polynomial's eight coefficients (c64 in
+// Z15, c56 … c8 in Z25–Z31). They take Z15–Z21 and Z25–Z31; exp uses Z2–Z7
+// besides its argument.
+type exp64 struct {
+	log2e, ln2u, ln2l, sixteenth, two, bias, c64 VecPhysical
+	poly                                         []VecPhysical
+}
+
+// c64 broadcasts the float64 c to every lane of v.
+func c64(c float64, v VecPhysical) {
+	r := GP64()
+	MOVQ(U64(math.Float64bits(c)), r)
+	VPBROADCASTQ(r, v)
+}
+
+// loadExp64 broadcasts the reduction's constants; loadBias and loadPoly the
+// rest (separate so that an existing kernel keeps its instruction order).
+func loadExp64() exp64 {
+	e := exp64{log2e: Z16, ln2u: Z17, ln2l: Z18, sixteenth: Z19, two: Z20, bias: Z21, c64: Z15,
+		poly: []VecPhysical{Z25, Z26, Z27, Z28, Z29, Z30, Z31}}
+	c64(1.4426950408889634073599246810018920, e.log2e)
+	c64(0.69314718055966295651160180568695068359375, e.ln2u)
+	c64(0.28235290563031577122588448175013436025525412068e-12, e.ln2l)
+	c64(0.0625, e.sixteenth)
+	c64(2.0, e.two)
+	return e
+}
+
+func (e exp64) loadBias() {
+	r := GP64()
+	MOVQ(U64(1023), r) // the float64 exponent bias, for 2^k
+	VPBROADCASTQ(r, e.bias)
+}
+
+func (e exp64) loadPoly() {
+	c64(2.4801587301587301587e-5, e.c64)
+	for k, c := range []float64{1.9841269841269841270e-4, 1.3888888888888888889e-3, 8.3333333333333333333e-3,
+		4.1666666666666666667e-2, 1.6666666666666666667e-1, 0.5, 1.0} {
+		c64(c, e.poly[k])
+	}
+}
+
+// one is the register holding 1.0 (the polynomial's last term).
+func (e exp64) one() VecPhysical { return e.poly[6] }
+
+// exp replaces every lane a of x by math.Exp(a), operation for operation as
+// math.Exp computes it on a CPU with FMA where no branch of it applies (k =
+// round(a·log2 e) within [−1022, 1023], a finite): a Cody–Waite reduction by
+// ln 2, the Taylor polynomial of the reduced value over 16 by fused
+// multiply-adds, four squarings as x·(x + 2), then ·2^k. It uses Z2–Z7.
+func (e exp64) exp(x VecPhysical) {
+	VMULPD(x, e.log2e, Z2)      // a·log2 e
+	VCVTPD2DQ(Z2, Y3)           // k
+	VCVTDQ2PD(Y3, Z4)           // k as float64
+	VFNMADD231PD(e.ln2u, Z4, x) // a − k·ln2u
+	VFNMADD231PD(e.ln2l, Z4, x) // − k·ln2l
+	VMULPD(e.sixteenth, x, x)   // x = …/16
+	VMOVAPD(e.c64, Z5)          // p = c64
+	for _, c := range e.poly {
+		VFMADD213PD(c, x, Z5) // p = x·p + c
+	}
+	VMULPD(Z5, x, x) // x·p
+	for range 3 {
+		VADDPD(e.two, x, Z6) // t = x + 2
+		VMULPD(Z6, x, x)     // x·t
+	}
+	VADDPD(e.two, x, Z6)        // t = x + 2
+	VFMADD213PD(e.one(), Z6, x) // x = t·x + 1
+	VPMOVSXDQ(Y3, Z7)           // 2^k: (k + 1023) << 52
+	VPADDQ(e.bias, Z7, Z7)
+	VPSLLQ(U8(52), Z7, Z7)
+	VMULPD(Z7, x, x)
+}
+
+// expShifted512 emits expShiftedAVX512: dst[i] = math.Exp((float64(x[i]) −
+// shift)·scale), eight values at a time, with math.Exp's bits: the argument
+// a computed by the same two float64 operations as the Go expression, then
+// exp64.exp where |a| ≤ 708 (k within [−1021, 1021]: no branch of math.Exp
+// applies) and +0 where a < −746 (k ≤ −1076: math.Exp underflows to +0; −∞
+// too). It stops before the first group of eight holding any other argument
+// (NaN, +∞, the edges of the range) and returns how many values it did, for
+// the caller to compute that group by math.Exp. n is a multiple of 8.
+func expShifted512() {
+	name := "expShiftedAVX512"
+	TEXT(name, NOSPLIT, "func(dst *float64, x *float32, n int, shift float64, scale float64) int")
+	Pragma("noescape")
+	Doc(name + " computes dst[i] = math.Exp((float64(x[i]) − shift)·scale) for whole groups of eight whose arguments are within ±708 or below −746 and returns how many values it did.")
+	dst := Load(Param("dst"), GP64())
+	x := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	zShift, zScale, zAbs, zLimit, zLow := Z8, Z9, Z10, Z11, Z12
+	VBROADCASTSD(Load(Param("shift"), XMM()), zShift)
+	VBROADCASTSD(Load(Param("scale"), XMM()), zScale)
+	e := loadExp64()
+	e.loadBias()
+	e.loadPoly()
+	r := GP64()
+	MOVQ(U64(1<<63-1), r)
+	VPBROADCASTQ(r, zAbs)
+	c64(708, zLimit)
+	c64(-746, zLow)
+	i := GP64()
+	XORQ(i, i)
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	VCVTPS2PD(Mem{Base: x, Index: i, Scale: 4}, Z0) // float64(x)
+	VSUBPD(zShift, Z0, Z0)                          // − shift
+	VMULPD(zScale, Z0, Z1)                          // a = …·scale
+	VANDPD(zAbs, Z1, Z0)
+	VCMPPD(U8(0x12), zLimit, Z0, K1) // |a| ≤ 708, ordered: false for NaN
+	VCMPPD(U8(0x11), zLow, Z1, K2)   // a < −746, ordered
+	KORB(K1, K2, K3)
+	KORTESTB(K3, K3)
+	JCC(LabelRef(name + "_done")) // not all eight: stop before this group
+	e.exp(Z1)
+	VMOVAPD_Z(Z1, K1, Z1) // +0 where a < −746
+	VMOVUPD(Z1, Mem{Base: dst, Index: i, Scale: 8})
+	ADDQ(U8(8), i)
+	CMPQ(i, n)
+	JB(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	Store(i, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
 // siluMul512 emits siluMulAVX512: dst[i] = SiLU(gate[i])·up[i] eight values
 // at a time, with the bits of the scalar kernels.SiLU: the gate widened to
 // float64, exp(−v) by the exact operations of Go's math.Exp on a CPU with
@@ -2088,33 +2218,16 @@ func siluMul512() {
 	n := Load(Param("n"), GP64())
 	i := GP64()
 	XORQ(i, i)
-	c64 := func(c float64, v VecPhysical) {
-		r := GP64()
-		MOVQ(U64(math.Float64bits(c)), r)
-		VPBROADCASTQ(r, v)
-	}
-	zLog2e, zLn2u, zLn2l, zSixteenth := Z16, Z17, Z18, Z19
-	zTwo, zBias, zLimit, zAbs, zSign := Z20, Z21, Z22, Z23, Z24
-	poly := []VecPhysical{Z25, Z26, Z27, Z28, Z29, Z30, Z31} // c56 … c8 after c64 in Z15
-	one := poly[6]                                           // the polynomial's last term, 1.0
-	c64(1.4426950408889634073599246810018920, zLog2e)
-	c64(0.69314718055966295651160180568695068359375, zLn2u)
-	c64(0.28235290563031577122588448175013436025525412068e-12, zLn2l)
-	c64(0.0625, zSixteenth)
-	c64(2.0, zTwo)
+	e := loadExp64()
+	zLimit, zAbs, zSign := Z22, Z23, Z24
 	c64(30.0, zLimit)
 	r := GP64()
 	MOVQ(U64(1<<63-1), r)
 	VPBROADCASTQ(r, zAbs)
 	MOVQ(U64(1<<63), r)
 	VPBROADCASTQ(r, zSign)
-	MOVQ(U64(1023), r) // the float64 exponent bias, for 2^k
-	VPBROADCASTQ(r, zBias)
-	c64(2.4801587301587301587e-5, Z15)
-	for k, c := range []float64{1.9841269841269841270e-4, 1.3888888888888888889e-3, 8.3333333333333333333e-3,
-		4.1666666666666666667e-2, 1.6666666666666666667e-1, 0.5, 1.0} {
-		c64(c, poly[k])
-	}
+	e.loadBias()
+	e.loadPoly()
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_done"))
 	Label(name + "_loop")
@@ -2124,30 +2237,10 @@ func siluMul512() {
 	KORTESTB(K1, K1)
 	JCC(LabelRef(name + "_done")) // not all eight: stop before this group
 	VXORPD(zSign, Z0, Z1)         // a = −v
-	VMULPD(Z1, zLog2e, Z2)        // a·log2 e
-	VCVTPD2DQ(Z2, Y3)             // k
-	VCVTDQ2PD(Y3, Z4)             // k as float64
-	VFNMADD231PD(zLn2u, Z4, Z1)   // a − k·ln2u
-	VFNMADD231PD(zLn2l, Z4, Z1)   // − k·ln2l
-	VMULPD(zSixteenth, Z1, Z1)    // x = …/16
-	VMOVAPD(Z15, Z5)              // p = c64
-	for _, c := range poly {
-		VFMADD213PD(c, Z1, Z5) // p = x·p + c
-	}
-	VMULPD(Z5, Z1, Z1) // x·p
-	for range 3 {
-		VADDPD(zTwo, Z1, Z6) // t = x + 2
-		VMULPD(Z6, Z1, Z1)   // x·t
-	}
-	VADDPD(zTwo, Z1, Z6)     // t = x + 2
-	VFMADD213PD(one, Z6, Z1) // x = t·x + 1
-	VPMOVSXDQ(Y3, Z7)        // 2^k: (k + 1023) << 52
-	VPADDQ(zBias, Z7, Z7)
-	VPSLLQ(U8(52), Z7, Z7)
-	VMULPD(Z7, Z1, Z1)  // e = exp(−v)
-	VADDPD(one, Z1, Z1) // 1 + e
-	VDIVPD(Z1, Z0, Z0)  // v / (1 + e)
-	VCVTPD2PS(Z0, Y0)   // SiLU, rounded once
+	e.exp(Z1)                     // e = exp(−v)
+	VADDPD(e.one(), Z1, Z1)       // 1 + e
+	VDIVPD(Z1, Z0, Z0)            // v / (1 + e)
+	VCVTPD2PS(Z0, Y0)             // SiLU, rounded once
 	VMULPS(Mem{Base: up, Index: i, Scale: 4}, Y0, Y0)
 	VMOVUPS(Y0, Mem{Base: dst, Index: i, Scale: 4})
 	ADDQ(U8(8), i)

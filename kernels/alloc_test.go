@@ -49,6 +49,7 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	w := randSlice(r, 64, 1)
 	b := randSlice(r, 64, 1)
 	scores := randSlice(r, 1000, 10)
+	expDst := make([]float64, len(scores))
 	idx := make([]int32, 16)
 	longScores := randSlice(r, 40000, 10) // the radix select and the sampled threshold
 	longIdx := make([]int32, 2048)
@@ -74,6 +75,7 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatMulT bf16 interleaved n=5", func() { MatMulT(dsti[:5*16], xi[:5*256], 5, wi) }},
 		{"MatMulT bf16 interleaved n=20", func() { MatMulT(dsti, xi, 20, wi) }},
 		{"MatMulT bf16 interleaved n=16, split blocks", func() { MatMulT(dstk, xk, 16, wk) }},
+		{"ExpShifted", func() { ExpShifted(expDst, scores, 3, 1/0.7) }},
 		{"Matrix.Row bf16 interleaved", func() { wrow = wi.Row(1, wrow) }},
 		{"Matrix.Row", func() { wrow = wb.Row(1, wrow) }},
 		{"Matrix.Row fp8", func() { wrow = wq.Row(1, wrow) }},

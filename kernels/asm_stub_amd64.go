@@ -467,6 +467,11 @@ func scoreTiles8T32AVX512(qT *float32, dimBytes int, w *float32, keys *[]float32
 //go:noescape
 func siluMulAVX512(dst *float32, gate *float32, up *float32, n int) int
 
+// expShiftedAVX512 computes dst[i] = math.Exp((float64(x[i]) − shift)·scale) for whole groups of eight whose arguments are within ±708 or below −746 and returns how many values it did.
+//
+//go:noescape
+func expShiftedAVX512(dst *float64, x *float32, n int, shift float64, scale float64) int
+
 // topkKeepAVX512 appends to idx the positions of the scores at or above thr in whole blocks of 64 of n scores and returns how many, or -1 once more than limit were kept before a block.
 //
 //go:noescape

@@ -765,3 +765,14 @@ func topkKeepFast(idx *[topkCandMax]uint32, scores []float32, thr float32) (kept
 	}
 	return topkKeepAVX512(&scores[0], nb, thr, &idx[0], topkCandMax-64), nb
 }
+
+// expShifted computes dst[i] = math.Exp((float64(x[i]) − shift)·scale) over
+// the whole groups of eight of x whose arguments lie within ±708 or below
+// −746, stopping before the first other group, and returns how many values
+// it did (len(x) a multiple of 8).
+func expShifted(dst []float64, x []float32, shift, scale float64) int {
+	if len(x) == 0 {
+		return 0
+	}
+	return expShiftedAVX512(&dst[0], &x[0], len(x), shift, scale)
+}

@@ -120,6 +120,10 @@ func siluMul([]float32, []float32, []float32) int {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func expShifted([]float64, []float32, float64, float64) int {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func widenBF16Fast([]float32, []byte) int { return 0 }
 
 func transpose16(*float32, int, *float32, int) {
