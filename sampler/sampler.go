@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/cpmla/cpmla/kernels"
 )
 
 // GreedyEpsilon is the temperature below which sampling is greedy (vLLM's
@@ -236,13 +238,25 @@ func (s *State) Sample(sc *Scratch, logits []float32) (token int, logprob float6
 			}
 		}
 	}
+	lse := math.NaN()
 	if s.p.Greedy() {
 		token = Argmax(w)
 	} else {
-		token = s.draw(sc, w)
+		var mx, whole float64
+		token, mx, whole = s.draw(sc, w)
+		if &w[0] == &logits[0] && s.p.Temperature == 1 && whole > 0 && !math.IsInf(whole, 1) {
+			// The raw logits at temperature 1, nothing filtered: draw's
+			// sum is LogSumExp's, the same terms exp(v − max) added in
+			// the same order (a −Inf logit's, +0, left out), and its max
+			// LogSumExp's when no logit is NaN (whole would be NaN).
+			lse = mx + math.Log(whole)
+		}
+	}
+	if math.IsNaN(lse) {
+		lse = LogSumExp(logits)
 	}
 	s.accept(int32(token))
-	return token, float64(logits[token]) - LogSumExp(logits)
+	return token, float64(logits[token]) - lse
 }
 
 // process writes the processed logits into w.
@@ -286,24 +300,28 @@ func (s *State) process(w, logits []float32) {
 }
 
 // draw samples from the processed logits w with temperature, min_p, top_k
-// and top_p.
-func (s *State) draw(sc *Scratch, w []float32) int {
-	mx := float64(w[Argmax(w)])
+// and top_p. It also returns w's largest value (the first if it is NaN) and
+// Σ exp((v − max)/T) over every token of w in id order when no token was
+// left out by min_p, top_k or top_p (NaN when one might have been).
+func (s *State) draw(sc *Scratch, w []float32) (token int, mx, whole float64) {
+	mx = float64(w[Argmax(w)])
 	inv := 1 / s.p.Temperature
 	floor := math.Inf(-1) // scaled logits below this are dropped (min_p)
 	if s.p.MinP > 0 {
 		floor = math.Log(s.p.MinP)
 	}
-	// Candidates in id order, with their unnormalised probabilities.
+	// Candidates in id order, with their unnormalised probabilities
+	// exp((v − max)/T), the bits of math.Exp (kernels.ExpShifted).
+	kernels.ExpShifted(sc.probs[:len(w)], w, mx, inv)
 	order := sc.order[:0]
 	for i, v := range w {
 		z := (float64(v) - mx) * inv
 		if math.IsInf(float64(v), -1) || z < floor {
 			continue
 		}
-		sc.probs[i] = math.Exp(z)
 		order = append(order, int32(i))
 	}
+	cut := s.p.MinP > 0 || (s.p.TopK > 0 && s.p.TopK < len(order)) || s.p.TopP < 1
 	if k := s.p.TopK; k > 0 && k < len(order) {
 		sel := sc.sel[:len(order)]
 		for i, id := range order {
@@ -329,15 +347,19 @@ func (s *State) draw(sc *Scratch, w []float32) int {
 	for _, id := range order {
 		total += sc.probs[id]
 	}
+	whole = math.NaN()
+	if !cut {
+		whole = total // every token but the −Inf ones, in id order
+	}
 	target := s.rng.Float64() * total
 	acc := 0.0
 	for _, id := range order {
 		acc += sc.probs[id]
 		if acc > target {
-			return int(id)
+			return int(id), mx, whole
 		}
 	}
-	return int(order[len(order)-1])
+	return int(order[len(order)-1]), mx, whole
 }
 
 // byProbThenID orders tokens most likely first, lowest id on ties.
@@ -540,9 +562,16 @@ func LogSumExp(logits []float32) float64 {
 	if math.IsInf(mx, -1) {
 		return mx
 	}
+	// The terms math.Exp(v − max) a block at a time (kernels.ExpShifted,
+	// the same bits), added in order.
+	var terms [256]float64
 	var sum float64
-	for _, v := range logits {
-		sum += math.Exp(float64(v) - mx)
+	for i := 0; i < len(logits); i += len(terms) {
+		part := logits[i:min(i+len(terms), len(logits))]
+		kernels.ExpShifted(terms[:len(part)], part, mx, 1)
+		for _, e := range terms[:len(part)] {
+			sum += e
+		}
 	}
 	return mx + math.Log(sum)
 }

@@ -273,6 +273,54 @@ func TestLogprobsAreRaw(t *testing.T) {
 	}
 }
 
+// TestLogprobBitsEveryPath: the log-probability Sample returns has the bits
+// of logits[tok] − LogSumExp(logits) whichever way it was computed — from
+// the draw's own sum (raw logits at temperature 1, nothing filtered) or
+// by LogSumExp (any other setting) — over rows with −Inf logits, a NaN,
+// large values and lengths that are not a multiple of eight.
+func TestLogprobBitsEveryPath(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const V = 1003
+	rows := map[string][]float32{"plain": randLogits(rng, V)}
+	masked := randLogits(rng, V)
+	for i := range masked {
+		if i%3 != 0 {
+			masked[i] = float32(math.Inf(-1))
+		}
+	}
+	rows["masked"] = masked
+	wide := randLogits(rng, V)
+	for i := range wide {
+		wide[i] *= 400
+	}
+	rows["wide"] = wide
+	nan := randLogits(rng, V)
+	nan[17] = float32(math.NaN())
+	rows["nan"] = nan
+	for _, p := range []Params{
+		{Temperature: 1, Seed: 3},
+		{Temperature: 1, TopK: V + 5, Seed: 3},
+		{Temperature: 1, TopK: 5, Seed: 3},
+		{Temperature: 1, TopP: 0.5, Seed: 3},
+		{Temperature: 1, MinP: 0.2, Seed: 3},
+		{Temperature: 0.7, Seed: 3},
+		{Temperature: 1, LogitBias: map[int]float64{3: 2}, Seed: 3},
+		{},
+	} {
+		for name, logits := range rows {
+			s := newState(t, p, V, nil, 20)
+			sc := NewScratch(V)
+			for range 20 {
+				tok, lp := s.Sample(sc, logits)
+				want := float64(logits[tok]) - LogSumExp(logits)
+				if math.Float64bits(lp) != math.Float64bits(want) && !(math.IsNaN(lp) && math.IsNaN(want)) {
+					t.Fatalf("%+v, %s logits: token %d has logprob %v, want %v (logits[tok] − LogSumExp)", p, name, tok, lp, want)
+				}
+			}
+		}
+	}
+}
+
 func TestTopLogprobsAndRank(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for trial := range 50 {
@@ -363,8 +411,9 @@ func TestSampleAllocatesNothing(t *testing.T) {
 }
 
 // BenchmarkSample times one sampling step on a GLM-sized vocabulary
-// (129280 logits) for the common settings; compare their ratios to the
-// greedy case, which is one pass for the argmax and one for the logprob.
+// (129280 logits) for the common settings (temperature1 is vLLM's and the
+// OpenAI API's default); compare their ratios to the greedy case, which is
+// one pass for the argmax and one for the logprob.
 func BenchmarkSample(b *testing.B) {
 	const V = 129280
 	logits := randLogits(rand.New(rand.NewPCG(1, 1)), V)
@@ -378,6 +427,7 @@ func BenchmarkSample(b *testing.B) {
 		p    Params
 	}{
 		{"greedy", Params{}},
+		{"temperature1", Params{Temperature: 1}},
 		{"temperature", Params{Temperature: 0.7}},
 		{"top_k50", Params{Temperature: 0.7, TopK: 50}},
 		{"top_p0.9", Params{Temperature: 0.7, TopP: 0.9}},
