@@ -250,8 +250,7 @@ func (g *keyGatherer) GatherKeys(dst [][]float32, scratch []float32, j0, j1 int)
 // block of queries is one kernels.ScoreGatheredKeys call: the kernel threads
 // gather (or decode) and score disjoint ranges of the keys, every key once
 // for all the block's queries.
-func indexerScoresFast(kc *keyChunk, scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
-	nkeys := len(slots)
+func indexerScoresFast(kc *keyChunk, scores []float32, stride int, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
 	block := indexerBlock(heads, dim)
 	if len(kc.queries) < block {
 		kc.queries = make([]kernels.ScoreQuery, block)
@@ -266,7 +265,7 @@ func indexerScoresFast(kc *keyChunk, scores, q, w []float32, t, heads, dim int, 
 		for i := range qs {
 			qs[i].Prepare(q[(i0+i)*heads*dim:(i0+i+1)*heads*dim], w[(i0+i)*heads:(i0+i+1)*heads], heads)
 		}
-		kernels.ScoreGatheredKeys(scores[i0*nkeys:], nkeys, qs, ends[i0:i1], &kc.gather, kc.keys, kc.buf[:indexerChunk*dim])
+		kernels.ScoreGatheredKeys(scores[i0*stride:], stride, qs, ends[i0:i1], &kc.gather, kc.keys, kc.buf[:indexerChunk*dim])
 	}
 	kc.gather = keyGatherer{}
 	for i := range kc.queries {

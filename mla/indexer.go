@@ -70,8 +70,24 @@ func IndexerScores(scores, q, w []float32, t, heads, dim int, keys KeySource, sl
 // IndexerScoresScratch is IndexerScores with caller-owned scratch; it never
 // allocates once sc holds room for dim-value keys.
 func IndexerScoresScratch(sc *IndexerScratch, scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
+	checkLen("IndexerScores", "scores", len(scores), t*len(slots))
+	IndexerScoresRows(sc, scores, len(slots), q, w, t, heads, dim, keys, slots, ends)
+}
+
+// IndexerScoresRows is IndexerScoresScratch with query i's scores at
+// scores[i·stride : i·stride+len(slots)] (stride ≥ len(slots)), so that the
+// queries of one sequence — a prompt's rows, which share its keys — are
+// scored in one call inside a buffer of rows as wide as the longest
+// sequence's. A key's score depends only on the query and that key, so the
+// bits are those of scoring each query alone.
+func IndexerScoresRows(sc *IndexerScratch, scores []float32, stride int, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
 	nkeys := len(slots)
-	checkLen("IndexerScores", "scores", len(scores), t*nkeys)
+	if stride < nkeys {
+		panic(fmt.Sprintf("mla: IndexerScores: rows of %d scores for %d keys", stride, nkeys))
+	}
+	if t > 0 {
+		checkLen("IndexerScores", "scores", len(scores), (t-1)*stride+nkeys)
+	}
 	checkLen("IndexerScores", "q", len(q), t*heads*dim)
 	checkLen("IndexerScores", "w", len(w), t*heads)
 	checkLen("IndexerScores", "ends", len(ends), t)
@@ -80,7 +96,7 @@ func IndexerScoresScratch(sc *IndexerScratch, scores, q, w []float32, t, heads, 
 		if e < 0 || int(e) > nkeys {
 			panic(fmt.Sprintf("mla: IndexerScores: query %d sees %d keys, %d are given", i, e, nkeys))
 		}
-		row := scores[i*nkeys : (i+1)*nkeys]
+		row := scores[i*stride : i*stride+nkeys]
 		for j := int(e); j < nkeys; j++ {
 			row[j] = negInf
 		}
@@ -90,7 +106,7 @@ func IndexerScoresScratch(sc *IndexerScratch, scores, q, w []float32, t, heads, 
 		kc.buf = make([]float32, indexerChunk*dim)
 	}
 	if kernels.Accelerated() {
-		indexerScoresFast(kc, scores, q, w, t, heads, dim, keys, slots, ends)
+		indexerScoresFast(kc, scores, stride, q, w, t, heads, dim, keys, slots, ends)
 		return
 	}
 	scratch := kc.buf[:dim]
@@ -114,7 +130,7 @@ func IndexerScoresScratch(sc *IndexerScratch, scores, q, w []float32, t, heads, 
 						s += w[i*heads+h] * d
 					}
 				}
-				scores[i*nkeys+j] = s
+				scores[i*stride+j] = s
 			}
 		}
 	}

@@ -84,6 +84,27 @@ func TestIndexerScores(t *testing.T) {
 					t.Errorf("key %d (slot %d) is past every bound but was read", j, slots[j])
 				}
 			}
+			// The same queries in rows of a wider buffer, all at once, and
+			// each alone: the same bits, the cells past each row's keys
+			// untouched.
+			const pad = 7
+			stride := tc.n + pad
+			rows := filled(tc.t*stride, 42)
+			sc := NewIndexerScratch(tc.heads, tc.dim)
+			IndexerScoresRows(sc, rows, stride, q, w, tc.t, tc.heads, tc.dim, src, slots, ends)
+			for i := range tc.t {
+				alone := filled(tc.n, float32(math.NaN()))
+				IndexerScoresScratch(sc, alone, q[i*tc.heads*tc.dim:(i+1)*tc.heads*tc.dim], w[i*tc.heads:(i+1)*tc.heads], 1, tc.heads, tc.dim, src, slots, ends[i:i+1])
+				if d := cmp.Diff(bits(got[i*tc.n:(i+1)*tc.n]), bits(rows[i*stride:i*stride+tc.n])); d != "" {
+					t.Fatalf("query %d: rows of %d vs rows of %d (-want +got):\n%s", i, tc.n, stride, d)
+				}
+				if d := cmp.Diff(bits(alone), bits(rows[i*stride:i*stride+tc.n])); d != "" {
+					t.Fatalf("query %d: scored alone vs with the others (-want +got):\n%s", i, d)
+				}
+				if d := cmp.Diff(filled(pad, 42), rows[i*stride+tc.n:(i+1)*stride]); i+1 < tc.t && d != "" {
+					t.Fatalf("query %d: the cells past its keys changed (-want +got):\n%s", i, d)
+				}
+			}
 		})
 	}
 }

@@ -91,7 +91,7 @@ func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *Se
 		a.qI = f("indexer q", T*cfg.IndexNHeads*cfg.IndexHeadDim)
 		a.kI = f("indexer k", T*cfg.IndexHeadDim)
 		a.wI = f("indexer weights", T*cfg.IndexNHeads)
-		a.ends = make([]int32, 1)
+		a.ends = i32("indexer query ends", T)
 		a.idxScratch = mla.NewIndexerScratch(cfg.IndexNHeads, cfg.IndexHeadDim)
 		bufs.add("indexer key scratch", mla.IndexerScratchBytes(cfg.IndexNHeads, cfg.IndexHeadDim))
 	}
@@ -381,18 +381,27 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 	if cfg.Sparse() {
 		HI, dI, W := cfg.IndexNHeads, cfg.IndexHeadDim, a.scoreCols
 		lens := a.rowLens[:M]
-		for t := range M {
-			lens[t] = 0
+		// The rows of one sequence (a prompt's, a verification's) share
+		// its keys: one call scores them all, each key gathered once for
+		// every row that sees it, row t's scores at row t of a.scores.
+		for t := 0; t < M; {
 			br := s.lrow[t]
 			if br < 0 {
+				lens[t] = 0
+				t++
 				continue
 			}
-			end := int(s.rowPos[br]) + 1
-			slots := s.keys(int(s.rowSeq[br]))
-			a.ends[0] = int32(end)
-			mla.IndexerScoresScratch(a.idxScratch, a.scores[t*W:t*W+end], a.qI[t*HI*dI:(t+1)*HI*dI], a.wI[t*HI:(t+1)*HI], 1, HI, dI, lc, slots[:end], a.ends)
-			a.countIndexer(end)
-			lens[t] = int32(end)
+			seq := s.rowSeq[br]
+			u, keys := t, 0
+			for ; u < M && s.lrow[u] >= 0 && s.rowSeq[s.lrow[u]] == seq; u++ {
+				end := int(s.rowPos[s.lrow[u]]) + 1
+				a.ends[u-t], lens[u] = int32(end), int32(end)
+				keys = max(keys, end)
+				a.countIndexer(end)
+			}
+			slots := s.keys(int(seq))
+			mla.IndexerScoresRows(a.idxScratch, a.scores[t*W:], W, a.qI[t*HI*dI:u*HI*dI], a.wI[t*HI:u*HI], u-t, HI, dI, lc, slots[:keys], a.ends[:u-t])
+			t = u
 		}
 		pos, counts = a.idxPos[:M*K], a.valid[:M]
 		mla.IndexerTopKRows(pos, counts, a.scores[:M*W], W, lens)
