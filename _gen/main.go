@@ -477,15 +477,7 @@ func gemmGroup8x512Ilv(m int) {
 	acc := func(i, j int) VecPhysical { return zmm[8*i+j] }
 	// carry bit 1: start from the unreduced accumulators at acc (a call
 	// before this one over the block's earlier values) instead of zero.
-	carry := Load(Param("carry"), GP64())
-	TESTQ(U32(1), carry)
-	JZ(LabelRef(name + "_zero"))
-	accIn := Load(Param("acc"), GP64())
-	for i := range m {
-		for j := range 8 {
-			VMOVUPS(Mem{Base: accIn, Disp: 64 * (8*i + j)}, acc(i, j))
-		}
-	}
+	carryAccumulators(1, name+"_zero", m, acc, true)
 	JMP(LabelRef(name + "_start"))
 	Label(name + "_zero")
 	for i := range m {
@@ -535,15 +527,7 @@ func gemmGroup8x512Ilv(m int) {
 	Label(name + "_reduce")
 	// carry bit 2: the block goes on in a later call, so the accumulators
 	// are stored at acc as they are, unreduced.
-	keep := Load(Param("carry"), GP64())
-	TESTQ(U32(2), keep)
-	JZ(LabelRef(name + "_sums"))
-	accOut := Load(Param("acc"), GP64())
-	for i := range m {
-		for j := range 8 {
-			VMOVUPS(acc(i, j), Mem{Base: accOut, Disp: 64 * (8*i + j)})
-		}
-	}
+	carryAccumulators(2, name+"_sums", m, acc, false)
 	VZEROUPPER()
 	RET()
 	Label(name + "_sums")
@@ -579,6 +563,27 @@ func gemmGroup8x512Ilv(m int) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// carryAccumulators emits a group tile's carry of its accumulators across
+// calls: unless bit is set in the carry argument it jumps to skip; otherwise
+// it loads (load) or stores the m×8 accumulators acc(i, j) from or to the
+// acc argument's memory, 64 bytes each, row by row.
+func carryAccumulators(bit uint32, skip string, m int, acc func(i, j int) VecPhysical, load bool) {
+	carry := Load(Param("carry"), GP64())
+	TESTQ(U32(bit), carry)
+	JZ(LabelRef(skip))
+	p := Load(Param("acc"), GP64())
+	for i := range m {
+		for j := range 8 {
+			at := Mem{Base: p, Disp: 64 * (8*i + j)}
+			if load {
+				VMOVUPS(at, acc(i, j))
+			} else {
+				VMOVUPS(acc(i, j), at)
+			}
+		}
+	}
 }
 
 // rowPointers returns m registers pointing at consecutive rows (activation,
@@ -2187,6 +2192,14 @@ func expShifted512() {
 	e.exp(Z1)
 	VMOVAPD_Z(Z1, K1, Z1) // +0 where a < −746
 	VMOVUPD(Z1, Mem{Base: dst, Index: i, Scale: 8})
+	endGroupsOfEight(name, i, n)
+}
+
+// endGroupsOfEight emits the end of a loop over groups of eight values that
+// may stop early (at label name_done): i moves on by eight and the loop
+// (name_loop) goes on while i < n; the function returns i, how many values
+// it did.
+func endGroupsOfEight(name string, i, n Register) {
 	ADDQ(U8(8), i)
 	CMPQ(i, n)
 	JB(LabelRef(name + "_loop"))
@@ -2243,13 +2256,7 @@ func siluMul512() {
 	VCVTPD2PS(Z0, Y0)             // SiLU, rounded once
 	VMULPS(Mem{Base: up, Index: i, Scale: 4}, Y0, Y0)
 	VMOVUPS(Y0, Mem{Base: dst, Index: i, Scale: 4})
-	ADDQ(U8(8), i)
-	CMPQ(i, n)
-	JB(LabelRef(name + "_loop"))
-	Label(name + "_done")
-	Store(i, ReturnIndex(0))
-	VZEROUPPER()
-	RET()
+	endGroupsOfEight(name, i, n)
 }
 
 // prefetchNextKeys emits, for a score tile's loop over the byte offset off
