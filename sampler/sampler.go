@@ -225,8 +225,8 @@ func NewScratch(vocab int) *Scratch {
 // returns it with its log-probability under the model's distribution
 // (log_softmax of the raw logits). logits is not modified.
 func (s *State) Sample(sc *Scratch, logits []float32) (token int, logprob float64) {
-	w := logits
-	if s.processes() {
+	w, raw := logits, !s.processes()
+	if !raw {
 		w = sc.work[:len(logits)]
 		s.process(w, logits)
 		if s.c != nil {
@@ -244,7 +244,7 @@ func (s *State) Sample(sc *Scratch, logits []float32) (token int, logprob float6
 	} else {
 		var mx, whole float64
 		token, mx, whole = s.draw(sc, w)
-		if &w[0] == &logits[0] && s.p.Temperature == 1 && whole > 0 && !math.IsInf(whole, 1) {
+		if raw && s.p.Temperature == 1 && whole > 0 && !math.IsInf(whole, 1) {
 			// The raw logits at temperature 1, nothing filtered: draw's
 			// sum is LogSumExp's, the same terms exp(v − max) added in
 			// the same order (a −Inf logit's, +0, left out), and its max
@@ -321,8 +321,9 @@ func (s *State) draw(sc *Scratch, w []float32) (token int, mx, whole float64) {
 		}
 		order = append(order, int32(i))
 	}
-	cut := s.p.MinP > 0 || (s.p.TopK > 0 && s.p.TopK < len(order)) || s.p.TopP < 1
+	cut := s.p.MinP > 0 // whether a token may have been left out
 	if k := s.p.TopK; k > 0 && k < len(order) {
+		cut = true
 		sel := sc.sel[:len(order)]
 		for i, id := range order {
 			sel[i] = w[id]
@@ -337,6 +338,7 @@ func (s *State) draw(sc *Scratch, w []float32) (token int, mx, whole float64) {
 		order = kept
 	}
 	if s.p.TopP < 1 {
+		cut = true
 		var sum float64
 		for _, id := range order {
 			sum += sc.probs[id]
