@@ -514,12 +514,13 @@ func (a *attentionBlock) selectDCP(lc *kvcache.LayerCache, R int) error {
 	ctx, g := a.par.ctx(), a.par.Groups.DCP
 	HI, dI := cfg.IndexNHeads, cfg.IndexHeadDim
 	N, M, K, W := s.layout.N, s.nLocal, a.topk, a.idxWidth
-	// Gather the indexer queries and weights of the group's rows.
+	// Gather the indexer queries and weights of the group's rows: each
+	// member's M queries, then its M rows of head weights, so that a run of
+	// rows' queries (and weights) lie side by side for one scoring call.
+	QW := M * HI * dI
 	pack := a.idxPack[:M*W]
-	for t := 0; t < M; t++ {
-		copy(pack[t*W:t*W+HI*dI], a.qI[t*HI*dI:(t+1)*HI*dI])
-		copy(pack[t*W+HI*dI:(t+1)*W], a.wI[t*HI:(t+1)*HI])
-	}
+	copy(pack[:QW], a.qI[:QW])
+	copy(pack[QW:], a.wI[:M*HI])
 	all := a.idxG[:N*M*W]
 	if err := comm.AllGather(ctx, g, all, pack); err != nil {
 		return fmt.Errorf("dcp indexer query gather: %w", err)
@@ -531,22 +532,16 @@ func (a *attentionBlock) selectDCP(lc *kvcache.LayerCache, R int) error {
 	width = max(width, 1)
 	scores := a.scores[:R*width]
 	for i := range R {
-		d, t := i/M, i%M
 		row := scores[i*width : (i+1)*width]
 		for k := range row {
 			row[k] = float32(math.Inf(-1))
 		}
 		a.rowReq[i] = 0
-		br := a.blockRow(d, t)
-		if br < 0 {
-			continue
+		if br := a.blockRow(i/M, i%M); br >= 0 {
+			a.rowReq[i] = s.rowSeq[br]
 		}
-		a.rowReq[i] = s.rowSeq[br]
-		slots := s.keys(int(s.rowSeq[br]))
-		end := s.layout.LocalLen(int(s.rowPos[br])+1, s.dcpRank)
-		if end == 0 {
-			continue
-		}
+	}
+	for d := range R / M {
 		// The member whose block this is: any member of distinct block d.
 		j := 0
 		for j = range a.blockDistinct {
@@ -554,10 +549,34 @@ func (a *attentionBlock) selectDCP(lc *kvcache.LayerCache, R int) error {
 				break
 			}
 		}
-		src := all[(j*M+t)*W : (j*M+t+1)*W]
-		a.ends[0] = int32(end)
-		mla.IndexerScoresScratch(a.idxScratch, row[:end], src[:HI*dI], src[HI*dI:], 1, HI, dI, lc, slots[:end], a.ends)
-		a.countIndexer(end)
+		src := all[j*M*W : (j+1)*M*W]
+		// The block's rows of one sequence (a prompt's) share its keys:
+		// one call scores them, each row's local keys up to its causal
+		// bound, with the bits of scoring each row alone.
+		for t := 0; t < M; {
+			br := a.blockRow(d, t)
+			if br < 0 {
+				t++
+				continue
+			}
+			seq := s.rowSeq[br]
+			u, keys := t, 0
+			for ; u < M; u++ {
+				bu := a.blockRow(d, u)
+				if bu < 0 || s.rowSeq[bu] != seq {
+					break
+				}
+				end := s.layout.LocalLen(int(s.rowPos[bu])+1, s.dcpRank)
+				a.ends[u-t] = int32(end)
+				keys = max(keys, end)
+				a.countIndexer(end)
+			}
+			if keys > 0 {
+				slots := s.keys(int(seq))
+				mla.IndexerScoresRows(a.idxScratch, scores[(d*M+t)*width:], width, src[t*HI*dI:u*HI*dI], src[QW+t*HI:QW+u*HI], u-t, HI, dI, lc, slots[:keys], a.ends[:u-t])
+			}
+			t = u
+		}
 	}
 	pos := a.idxPos[:R*K]
 	if err := a.tk.Select(ctx, g, pos, a.valid[:R], scores, R, width); err != nil {
