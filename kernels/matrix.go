@@ -197,6 +197,22 @@ func NewFP8Matrix(rows, cols int, codes []uint8, scaleInv []float32) (*Matrix, e
 	return m, nil
 }
 
+// CheckFP8Codes records whether m's fp8 codes hold a NaN code, as
+// NewFP8Matrix does, for a matrix built as a literal (a transposed copy of
+// a checkpoint's weight): the products of a matrix whose codes hold none
+// then skip the check on every call and take the tiles that need checked
+// codes. Call it once the codes are final. It does nothing for the other
+// storages.
+func (m *Matrix) CheckFP8Codes() {
+	if m.FP8 != nil {
+		m.finite = !hasNaNCode(m.FP8)
+	}
+}
+
+// FP8Checked reports whether m's fp8 codes were checked (NewFP8Matrix,
+// CheckFP8Codes, or a slice of such a matrix) and hold no NaN code.
+func (m *Matrix) FP8Checked() bool { return m.finite }
+
 // hasNaNCode reports whether codes hold an e4m3 NaN code (0x7F or 0xFF),
 // eight bytes at a time: a byte of v = word & 0x7F…7F ^ 0x7F…7F is zero
 // exactly where the code is a NaN, and (v − 0x01…01) & ^v & 0x80…80 is

@@ -278,7 +278,7 @@ func TestQuantizeFP8(t *testing.T) {
 // TestFiniteCodesMark: NewFP8Matrix marks codes free of NaN codes as checked and
 // codes holding one (0x7F or 0xFF, at any place of the eight-byte words the
 // check reads, or in the tail) as not; slices keep the mark; a literal has
-// none.
+// none until CheckFP8Codes checks its codes.
 func TestFiniteCodesMark(t *testing.T) {
 	r := newRand(64)
 	const rows, cols = 3, 43
@@ -301,10 +301,23 @@ func TestFiniteCodesMark(t *testing.T) {
 			if got := m.SliceCols(5, 20).finite; got != m.finite {
 				t.Errorf("NaN code %#x at %d: SliceCols keeps finite = %v, want %v", nan, pos, got, m.finite)
 			}
+			lit := &Matrix{Rows: rows, Cols: cols, FP8: codes, Scales: m.Scales}
+			if lit.FP8Checked() {
+				t.Fatalf("NaN code %#x at %d: a literal reports its codes checked before CheckFP8Codes", nan, pos)
+			}
+			lit.CheckFP8Codes()
+			if got, want := lit.FP8Checked(), pos < 0; got != want {
+				t.Errorf("NaN code %#x at %d: CheckFP8Codes on a literal gives FP8Checked = %v, want %v", nan, pos, got, want)
+			}
 		}
 	}
 	if (&Matrix{Rows: 1, Cols: 1, FP8: []uint8{0}, Scales: &BlockScales{S: []float32{1}, Stride: 1}}).finite {
 		t.Error("a literal Matrix reports its codes checked")
+	}
+	bf := &Matrix{Rows: 1, Cols: 1, BF16: []uint16{0}}
+	bf.CheckFP8Codes()
+	if bf.FP8Checked() {
+		t.Error("CheckFP8Codes marks a bf16 matrix's codes checked")
 	}
 }
 

@@ -133,6 +133,11 @@ func (t *transposer) rows(lo, n int) kernels.Matrix {
 		// of the transposed grid.
 		col := lo + s.RowOff
 		m.Scales = &kernels.BlockScales{S: t.scalesT[col/B:], Stride: t.nbr, RowOff: s.ColOff, ColOff: col % B}
+		// Checked once here, so that every product need not check the
+		// codes again: an unchecked matrix takes slower tiles (1.4–1.8×
+		// on the absorbed W_UKᵀ products; docs/performance.md, "The
+		// absorbed products' codes checked once").
+		m.CheckFP8Codes()
 	}
 	return m
 }

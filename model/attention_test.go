@@ -10,7 +10,8 @@ import (
 
 // TestTransposerKeepsValues: a transposed row range in every storage holds
 // exactly the weight's values, fp8 included (codes copied, the transposed
-// scale grid shared), for ranges that cut through scale blocks.
+// scale grid shared, the codes checked for NaN codes as the weight's were),
+// for ranges that cut through scale blocks.
 func TestTransposerKeepsValues(t *testing.T) {
 	const rows, cols = 448 * 3, 300
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -44,6 +45,11 @@ func TestTransposerKeepsValues(t *testing.T) {
 			got := tr.rows(lo, n)
 			if err := got.Validate(); err != nil {
 				t.Fatalf("%s rows [%d, %d): %v", name, lo, lo+n, err)
+			}
+			// fp8 codes copied are checked once, as the weight's were, so
+			// that the absorbed products take the checked codes' tiles.
+			if got.FP8Checked() != m.FP8Checked() {
+				t.Errorf("%s rows [%d, %d): transposed codes checked = %v, the weight's %v", name, lo, lo+n, got.FP8Checked(), m.FP8Checked())
 			}
 			col := make([]float32, n)
 			row := make([]float32, cols)
