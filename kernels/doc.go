@@ -57,7 +57,8 @@
 //     position); on AVX-512 a product of 2 to 4 rows decodes each group of
 //     four weight rows the same way in registers once for all its rows, a
 //     product of 5 to 8 rows whose codes hold no NaN code (checked once
-//     when the matrix was made) each group of three weight rows, and
+//     when the matrix was made: NewFP8Matrix, or CheckFP8Codes for a
+//     matrix built as a literal) each group of three weight rows, and
 //     a product of up to 64 rows (2 to 64 on AVX2) decodes each group once
 //     per reduction block into an L1 scratch that the f32 tiles read for
 //     every activation row; larger
