@@ -385,21 +385,19 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 		// its keys: one call scores them all, each key gathered once for
 		// every row that sees it, row t's scores at row t of a.scores.
 		for t := 0; t < M; {
-			br := s.lrow[t]
-			if br < 0 {
+			if s.lrow[t] < 0 {
 				lens[t] = 0
 				t++
 				continue
 			}
-			seq := s.rowSeq[br]
-			u, keys := t, 0
-			for ; u < M && s.lrow[u] >= 0 && s.rowSeq[s.lrow[u]] == seq; u++ {
-				end := int(s.rowPos[s.lrow[u]]) + 1
-				a.ends[u-t], lens[u] = int32(end), int32(end)
+			u, keys := s.sequenceRun(s.lrow[:M], t), 0
+			for v := t; v < u; v++ {
+				end := int(s.rowPos[s.lrow[v]]) + 1
+				a.ends[v-t], lens[v] = int32(end), int32(end)
 				keys = max(keys, end)
 				a.countIndexer(end)
 			}
-			slots := s.keys(int(seq))
+			slots := s.keys(int(s.rowSeq[s.lrow[t]]))
 			mla.IndexerScoresRows(a.idxScratch, a.scores[t*W:], W, a.qI[t*HI*dI:u*HI*dI], a.wI[t*HI:u*HI], u-t, HI, dI, lc, slots[:keys], a.ends[:u-t])
 			t = u
 		}
@@ -498,14 +496,18 @@ func (a *attentionBlock) attendDCP(lc *kvcache.LayerCache, out []float32) error 
 	return nil
 }
 
-// blockRow returns the batch row of row t of distinct row block d (−1 for padding).
-func (a *attentionBlock) blockRow(d, t int) int32 {
+// blockRows returns the batch rows of distinct row block d's M rows (−1 for
+// padding).
+func (a *attentionBlock) blockRows(d int) []int32 {
 	s := a.steps
 	if s.part == nil {
-		return s.lrow[t]
+		return s.lrow[:s.nLocal]
 	}
-	return s.part.Tokens(a.distinctPCP[d])[t]
+	return s.part.Tokens(a.distinctPCP[d])
 }
+
+// blockRow returns the batch row of row t of distinct row block d (−1 for padding).
+func (a *attentionBlock) blockRow(d, t int) int32 { return a.blockRows(d)[t] }
 
 // selectDCP computes the exact global top-k of every row of the DCP group's
 // distinct row blocks from this rank's keys and turns it into local slots.
@@ -553,26 +555,21 @@ func (a *attentionBlock) selectDCP(lc *kvcache.LayerCache, R int) error {
 		// The block's rows of one sequence (a prompt's) share its keys:
 		// one call scores them, each row's local keys up to its causal
 		// bound, with the bits of scoring each row alone.
+		rows := a.blockRows(d)[:M]
 		for t := 0; t < M; {
-			br := a.blockRow(d, t)
-			if br < 0 {
+			if rows[t] < 0 {
 				t++
 				continue
 			}
-			seq := s.rowSeq[br]
-			u, keys := t, 0
-			for ; u < M; u++ {
-				bu := a.blockRow(d, u)
-				if bu < 0 || s.rowSeq[bu] != seq {
-					break
-				}
-				end := s.layout.LocalLen(int(s.rowPos[bu])+1, s.dcpRank)
-				a.ends[u-t] = int32(end)
+			u, keys := s.sequenceRun(rows, t), 0
+			for v := t; v < u; v++ {
+				end := s.layout.LocalLen(int(s.rowPos[rows[v]])+1, s.dcpRank)
+				a.ends[v-t] = int32(end)
 				keys = max(keys, end)
 				a.countIndexer(end)
 			}
 			if keys > 0 {
-				slots := s.keys(int(seq))
+				slots := s.keys(int(s.rowSeq[rows[t]]))
 				mla.IndexerScoresRows(a.idxScratch, scores[(d*M+t)*width:], width, src[t*HI*dI:u*HI*dI], src[QW+t*HI:QW+u*HI], u-t, HI, dI, lc, slots[:keys], a.ends[:u-t])
 			}
 			t = u

@@ -159,6 +159,18 @@ func (s *stepTables) localPos(t int) int {
 	return 0
 }
 
+// sequenceRun returns the end u of the run rows[t:u] of batch rows of
+// rows[t]'s sequence (rows[t] ≥ 0; a padding row, −1, ends a run): the rows
+// of a prompt or a verification, which share their sequence's keys.
+func (s *stepTables) sequenceRun(rows []int32, t int) int {
+	seq := s.rowSeq[rows[t]]
+	u := t + 1
+	for u < len(rows) && rows[u] >= 0 && s.rowSeq[rows[u]] == seq {
+		u++
+	}
+	return u
+}
+
 // keys returns the cache slots of seq si's local keys.
 func (s *stepTables) keys(si int) []int32 {
 	start := s.keyOff[si]
