@@ -184,3 +184,64 @@ func BenchmarkAttendRowsBF16(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttendQueriesBF16 runs a batch-8 decode step's sparse attention
+// at glm5-dense-350m's shape: eight queries of 16 heads, each over 512 or
+// 2,048 bf16 rows drawn from a pool of its own (8,192 rows, a sequence's
+// cache), one thread. With cold=true, 256 MiB are read between calls (the
+// timer stopped), so that the rows come from memory as they do in a step,
+// after its weights streamed past; cold=false leaves them in the caches.
+// FLOPs: 2·(576 + 512) per head and row.
+func BenchmarkAttendQueriesBF16(b *testing.B) {
+	const dim, vdim, pool, heads, nq = 576, 512, 8192, 16, 8
+	r := newRand(36)
+	src := &listRows{}
+	for range nq {
+		kv := make([]uint16, pool*dim)
+		for i := range kv {
+			kv[i] = uint16(0x3c00 + r.IntN(512)) // bf16 values in [1, 4)
+		}
+		for p := range pool {
+			src.pool = append(src.pool, kv[p*dim:(p+1)*dim])
+		}
+	}
+	flush := make([]float32, 64<<20)
+	for i := range flush {
+		flush[i] = 1
+	}
+	q := randSlice(r, nq*heads*dim, 0.05)
+	for _, n := range []int{512, 2048} {
+		src.sel = make([][]int, nq)
+		for i := range nq {
+			for _, p := range r.Perm(pool)[:n] {
+				src.sel[i] = append(src.sel[i], i*pool+p)
+			}
+		}
+		for _, cold := range []bool{false, true} {
+			b.Run(fmt.Sprintf("rows=%d/cold=%v", n, cold), func(b *testing.B) {
+				out := make([]float32, nq*heads*vdim)
+				lse := make([]float32, nq*heads)
+				logits := make([]float32, AttendScratchLen(heads, n, vdim))
+				rows := make([][]uint16, n)
+				defer SetThreads(SetThreads(1))
+				var sink float32
+				for b.Loop() {
+					if cold {
+						b.StopTimer()
+						var s float32
+						for _, v := range flush {
+							s += v
+						}
+						sink += s
+						b.StartTimer()
+					}
+					AttendQueriesBF16(out, lse, nil, q, nq, heads, vdim, src, 0.0625, rows, logits)
+				}
+				if sink < 0 {
+					b.Log(sink)
+				}
+				reportRate(b, 2*float64(nq*heads*n*(dim+vdim)), "GFLOP/s")
+			})
+		}
+	}
+}
