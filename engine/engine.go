@@ -143,7 +143,8 @@ type Engine struct {
 	logprob []float64
 	forked  []int32
 	forkLP  []float64
-	spec    *speculator // nil without speculative decoding
+	spec    *speculator                  // nil without speculative decoding
+	allocs  atomic.Pointer[AllocCounter] // nil: allocations are not profiled
 	spare   []*request
 	spareID []uint64
 }
@@ -529,9 +530,30 @@ func (e *Engine) loop() {
 	}
 }
 
-// step runs one plan and delivers its tokens.
+// step runs one plan and delivers its tokens; a decode-only plan runs
+// through decodeOnlyStep.
 func (e *Engine) step(p *StepPlan) {
-	decodeOnly := p.NumDecodes == len(p.Entries)
+	if p.NumDecodes == len(p.Entries) {
+		e.decodeOnlyStep(p)
+		return
+	}
+	e.runStep(p, false)
+}
+
+// decodeOnlyStep runs a plan whose every entry decodes: the heap profile
+// tells its allocations from those of other steps by this frame
+// (AllocCounter).
+//
+//go:noinline
+func (e *Engine) decodeOnlyStep(p *StepPlan) {
+	if a := e.allocs.Load(); a != nil {
+		a.decodes.Add(1)
+	}
+	e.runStep(p, true)
+}
+
+// runStep runs one plan and delivers its tokens.
+func (e *Engine) runStep(p *StepPlan, decodeOnly bool) {
 	measure := e.opt.MeasureAllocs && decodeOnly
 	var before, after runtime.MemStats
 	if measure {

@@ -50,8 +50,10 @@ type Options struct {
 	// at start-up. Default DefaultMaxPromptLogitRows; negative means 0 (such
 	// requests are refused).
 	MaxPromptLogitRows int
-	// MeasureAllocs counts heap allocations of every decode-only step
-	// (runtime.ReadMemStats around the step).
+	// MeasureAllocs counts the process's heap allocations around every
+	// decode-only step (runtime.ReadMemStats; Stats.DecodeStepAllocs):
+	// every goroutine's and the Go runtime's own. AllocCounter counts the
+	// engine's alone.
 	MeasureAllocs bool
 	// Speculative enables speculative decoding with the model's MTP layer
 	// (--speculative-config): every decoding sequence verifies up to K

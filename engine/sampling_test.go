@@ -23,7 +23,6 @@ import (
 // logprobs.
 func choices(t *testing.T, ch <-chan Event, n int) (toks [][]int32, lps [][]float64, last []Event, prompt []PromptLogprob, tops [][][]sampler.TokenLogprob) {
 	t.Helper()
-	// Sized up front: the engine's allocation count is process-wide.
 	toks, lps, last, tops = make([][]int32, n), make([][]float64, n), make([]Event, n), make([][][]sampler.TokenLogprob, n)
 	for k := range n {
 		toks[k], lps[k], tops[k] = make([]int32, 0, cap(ch)), make([]float64, 0, cap(ch)), make([][]sampler.TokenLogprob, 0, cap(ch))
@@ -54,12 +53,10 @@ func choices(t *testing.T, ch <-chan Event, n int) (toks [][]int32, lps [][]floa
 // waitFinished waits until finished sequences have ended in the engine and
 // the step that ended them is over, measurement included (a decode-only
 // step is counted in DecodeSteps before its events go out and in
-// MeasuredDecodeSteps at its very end). The engine's allocation count is
-// process-wide: a goroutine parked on a channel receive can allocate its
-// wait record while a step is measured, and one polling the engine's lock
-// without pause makes the engine's goroutine park on it; so it sleeps
-// between polls (its first sleep, which allocates the goroutine's timer,
-// happens before the request is submitted: see warmSleep).
+// MeasuredDecodeSteps at its very end), so that an AllocCounter finished
+// after it has seen the whole step. It sleeps between polls: polling the
+// engine's lock without pause would make the engine's goroutine park on
+// it.
 func waitFinished(t *testing.T, e *Engine, finished int64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -75,9 +72,16 @@ func waitFinished(t *testing.T, e *Engine, finished int64) {
 	}
 }
 
-// warmSleep makes the calling goroutine's first sleep, which allocates its
-// timer, before anything is measured.
-func warmSleep() { time.Sleep(time.Microsecond) }
+// countAllocs runs work with the engine's own heap allocations counted
+// (AllocCounter) and returns them and the decode-only steps they were
+// counted over. work must return once the engine is idle.
+func countAllocs(e *Engine, work func()) (allocs, decodeSteps int64) {
+	c := StartAllocCounter()
+	e.CountAllocs(c)
+	work()
+	e.CountAllocs(nil)
+	return c.Finish()
+}
 
 func forkOptions(cfg *config.Model, dcp int) Options {
 	o := Options{MaxNumBatchedTokens: 24, MaxNumSeqs: 4, MaxModelLen: 32, BlockSize: 8, KVDType: kvcache.KVF32,
@@ -126,7 +130,6 @@ func TestNSharesOnePrefill(t *testing.T) {
 			defer e.Close()
 			run := func(req Request) ([][]int32, [][]float64, []Event) {
 				finished := e.Stats().Finished + int64(max(req.N, 1))
-				warmSleep()
 				ch, err := e.Submit(context.Background(), req)
 				if err != nil {
 					t.Fatal(err)
@@ -136,35 +139,34 @@ func TestNSharesOnePrefill(t *testing.T) {
 				toks, lps, last, _, _ := choices(t, ch, max(req.N, 1))
 				return toks, lps, last
 			}
-			// The allocation count is process-wide, so the runtime's own
-			// occasional allocation (a wait record, a GC's bookkeeping) can
-			// land in a measured step; one that the engine makes lands in
-			// every run. The request runs three times and the fewest
-			// allocations of a run must be 0.
+			// The request runs three times; the engine's own allocations
+			// (AllocCounter) over its decode-only steps must be none in
+			// every run.
 			var toks [][]int32
 			var lps [][]float64
 			var last []Event
 			var st Stats
-			fewest := uint64(1 << 62)
-			for range 3 {
+			var allocs [3]int64
+			decodeSteps := int64(0)
+			for r := range allocs {
 				st0 := e.Stats()
-				toks, lps, last = run(Request{ID: "n3", PromptIDs: prompt, MaxTokens: maxOut, N: n, Sampling: params, IgnoreEOS: true})
+				var steps int64
+				allocs[r], steps = countAllocs(e, func() {
+					toks, lps, last = run(Request{ID: "n3", PromptIDs: prompt, MaxTokens: maxOut, N: n, Sampling: params, IgnoreEOS: true})
+				})
+				decodeSteps += steps
 				st = e.Stats()
 				st.PrefillTokens -= st0.PrefillTokens
 				st.OutputTokens -= st0.OutputTokens
-				st.DecodeStepAllocs -= st0.DecodeStepAllocs
-				st.MeasuredDecodeSteps -= st0.MeasuredDecodeSteps
-				fewest = min(fewest, st.DecodeStepAllocs)
 			}
-			st.DecodeStepAllocs = fewest
 			if st.PrefillTokens != int64(len(prompt)) {
 				t.Errorf("n = %d scheduled %d prefill tokens for a %d-token prompt; the prompt must be computed once", n, st.PrefillTokens, len(prompt))
 			}
 			if st.OutputTokens != n*maxOut {
 				t.Errorf("%d output tokens, want %d", st.OutputTokens, n*maxOut)
 			}
-			if dcp == 1 && (st.DecodeStepAllocs != 0 || st.MeasuredDecodeSteps == 0) {
-				t.Errorf("%d heap allocations over %d decode steps with penalties and n > 1", st.DecodeStepAllocs, st.MeasuredDecodeSteps)
+			if allocs != [3]int64{} || decodeSteps == 0 {
+				t.Errorf("the engine's heap allocations in three runs' decode-only steps with penalties and n > 1: %v over %d steps, want none", allocs, decodeSteps)
 			}
 			for k := range n {
 				if last[k].Finish != FinishLength || last[k].OutputTokens != maxOut {

@@ -88,7 +88,6 @@ func TestStructuredOutput(t *testing.T) {
 		}
 		run := func(req Request) [][]int32 {
 			finished := e.Stats().Finished + int64(max(req.N, 1))
-			warmSleep()
 			ch, err := e.Submit(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
@@ -114,16 +113,18 @@ func TestStructuredOutput(t *testing.T) {
 			}
 			return toks
 		}
-		fewest := uint64(1 << 62)
-		for range 3 {
-			st0 := e.Stats()
-			run(Request{ID: "json", PromptIDs: prompt, MaxTokens: 24, N: 2, StopTokenIDs: cfg.EOSTokenIDs,
-				Sampling: sampler.Params{Temperature: 1, TopP: 1, Seed: 5}, Constraint: matchers{g}})
-			st := e.Stats()
-			fewest = min(fewest, st.DecodeStepAllocs-st0.DecodeStepAllocs)
+		var allocs [3]int64
+		decodeSteps := int64(0)
+		for r := range allocs {
+			var steps int64
+			allocs[r], steps = countAllocs(e, func() {
+				run(Request{ID: "json", PromptIDs: prompt, MaxTokens: 24, N: 2, StopTokenIDs: cfg.EOSTokenIDs,
+					Sampling: sampler.Params{Temperature: 1, TopP: 1, Seed: 5}, Constraint: matchers{g}})
+			})
+			decodeSteps += steps
 		}
-		if dcp == 1 && fewest != 0 {
-			t.Errorf("constrained decode steps made %d heap allocations", fewest)
+		if allocs != [3]int64{} || decodeSteps == 0 {
+			t.Errorf("the engine's heap allocations in three runs' constrained decode-only steps: %v over %d steps, want none", allocs, decodeSteps)
 		}
 		greedy := run(Request{ID: "greedy", PromptIDs: prompt, MaxTokens: 24, StopTokenIDs: cfg.EOSTokenIDs,
 			Sampling: sampler.Params{Temperature: 0, TopP: 1}, Constraint: matchers{g}})
@@ -268,7 +269,7 @@ func TestStructuredOutputSpeculative(t *testing.T) {
 				}
 			}
 			o := Options{MaxNumBatchedTokens: 24, MaxNumSeqs: 4, MaxModelLen: 48, BlockSize: B, KVDType: kvcache.KVF32,
-				Layout: kvcache.Layout{N: l.DCP, I: 1}, MemoryLimit: 1 << 30, MeasureAllocs: l.World() == 1}
+				Layout: kvcache.Layout{N: l.DCP, I: 1}, MemoryLimit: 1 << 30, MeasureAllocs: true}
 			run := func(sp *spec.Config, script func(toks, drafts []int32)) ([]specOutput, Stats) {
 				o := o
 				o.Speculative = sp
@@ -281,20 +282,16 @@ func TestStructuredOutputSpeculative(t *testing.T) {
 					e.spec.script = script
 				}
 				var out []specOutput
-				// ReadMemStats counts every goroutine's allocations, so a step
-				// during which another goroutine allocated (on a machine
-				// loaded by other test packages) counts that too: the best of
-				// three runs.
-				fewest := uint64(1 << 62)
-				for range 3 {
-					before := e.Stats().DecodeStepAllocs
-					warmSleep()
-					out = serve(t, e)
-					fewest = min(fewest, e.Stats().DecodeStepAllocs-before)
+				var allocs [3]int64
+				decodeSteps := int64(0)
+				for r := range allocs {
+					var steps int64
+					allocs[r], steps = countAllocs(e, func() { out = serve(t, e) })
+					decodeSteps += steps
 				}
 				e.Close()
-				if st := e.Stats(); o.MeasureAllocs && (st.MeasuredDecodeSteps == 0 || fewest != 0) {
-					t.Errorf("%d heap allocations in the best of three runs (%d measured decode steps), want 0", fewest, st.MeasuredDecodeSteps)
+				if allocs != [3]int64{} || decodeSteps == 0 {
+					t.Errorf("the engine's heap allocations in three runs' decode-only steps: %v over %d steps, want none", allocs, decodeSteps)
 				}
 				return out, e.Stats()
 			}

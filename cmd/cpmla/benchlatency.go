@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -159,11 +158,10 @@ type stepRecorder struct {
 	engine.Executor
 	// ranks is how many ranks' collective time CollectiveSeconds sums:
 	// the in-process ranks, or 1 for rank 0 of an MPI job.
-	ranks  int
-	allocs atomic.Pointer[engineAllocs] // nil: allocations are not counted
-	mu     sync.Mutex
-	on     bool
-	steps  []stepRecord
+	ranks int
+	mu    sync.Mutex
+	on    bool
+	steps []stepRecord
 }
 
 // decodeOnly reports whether every sequence of b decodes one token.
@@ -177,7 +175,6 @@ func decodeOnly(b *model.Batch) bool {
 }
 
 func (s *stepRecorder) Forward(b *model.Batch) error {
-	s.allocs.Load().step(decodeOnly(b))
 	c0 := s.CollectiveSeconds()
 	t0 := time.Now()
 	err := s.Executor.Forward(b)

@@ -68,7 +68,7 @@ type throughputResult struct {
 	Steps            int64   `json:"steps"`
 	DecodeSteps      int64   `json:"decode_steps"`
 	// AllocsPerDecodeStep is the heap allocations the engine's own code
-	// made per decode-only step (see engineAllocs: every allocation
+	// made per decode-only step (see engine.AllocCounter: every allocation
 	// profiled, those of the engine's step, in-process ranks and kernel
 	// workers counted, the Go runtime's bookkeeping not);
 	// ProcessAllocsPerDecodeStep is every allocation of the process
@@ -268,8 +268,8 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 		failed int
 		first  error
 	)
-	allocs := startEngineAllocs()
-	rec.allocs.Store(allocs)
+	allocs := engine.StartAllocCounter()
+	e.CountAllocs(allocs)
 	start := time.Now()
 	for i, p := range prompts {
 		req := engine.Request{ID: strconv.Itoa(i), PromptIDs: p, MaxTokens: o.outLen, IgnoreEOS: true,
@@ -298,7 +298,7 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 	}
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
-	engineAllocCount, decodeSteps := allocs.finish()
+	engineAllocCount, decodeSteps := allocs.Finish()
 	if first != nil {
 		return nil, fmt.Errorf("%d of %d requests failed, the first with: %w", failed, o.numPrompts, first)
 	}

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"runtime"
@@ -6,63 +6,54 @@ import (
 	"sync/atomic"
 )
 
-// engineAllocs counts the heap allocations the engine's own code makes
-// during decode-only steps, which is what the engine's tests pin at zero.
-// runtime.MemStats counts every allocation of the process: the benchmark's
-// own goroutines, and objects the Go runtime allocates for itself — a
-// goroutine that blocks on a semaphore (a kernel call joining its workers)
-// takes a wait record from a per-processor cache that every garbage
-// collection empties, and the scavenger grows its timer heap — so a
-// process-wide count reports 1 to 4 allocations per step of an engine that
-// makes none.
+// AllocCounter counts the heap allocations the engine's own code makes
+// during decode-only steps, the count the engine's tests pin at zero and
+// `bench throughput` reports as allocs_per_decode_step.
+// runtime.MemStats counts every allocation of the process: other
+// goroutines' (a caller submitting requests while a step runs, a
+// benchmark's progress bar) and objects the Go runtime allocates for
+// itself — a goroutine that blocks on a semaphore (a kernel call joining
+// its workers) takes a wait record from a per-processor cache that every
+// garbage collection empties, and the scavenger grows its timer heap — so
+// a process-wide count can report allocations of an engine that makes
+// none.
 //
-// Instead every allocation is recorded by the heap profiler
-// (runtime.MemProfileRate = 1) from the start of each decode-only forward
-// pass to the start of the next forward pass that is not one, and an
-// allocation counts when its call stack passes through the engine's step
-// (engine.(*Engine).step), an in-process rank's step loop or a kernel
-// worker, and the function that allocated it is not the Go runtime's own
-// bookkeeping. Profiling every allocation costs nothing while there are
-// none to record.
-type engineAllocs struct {
+// Instead the heap profiler records every allocation
+// (runtime.MemProfileRate = 1) from StartAllocCounter to Finish, and an
+// allocation counts when its call stack passes through a decode-only step
+// of the engine (engine.(*Engine).decodeOnlyStep), an in-process rank's
+// step loop or a kernel worker, and the function that allocated it is not
+// the Go runtime's own bookkeeping. A rank's or a worker's allocation
+// counts in whatever step it is made: neither allocates after warm-up.
+// The rate stays at 1 throughout because the runtime profiles the first
+// allocation of every processor after the rate changes, whatever the new
+// rate: a rate switched off between steps would record the first
+// allocation of the step after. MemProfileRate is the process's: one
+// counter at a time.
+type AllocCounter struct {
 	base    map[[32]uintptr]int64
 	decodes atomic.Int64 // decode-only steps observed
-	on      atomic.Bool
 	prev    int
 }
 
-// startEngineAllocs takes the profile's baseline; call it after warm-up,
-// before the measured requests.
-func startEngineAllocs() *engineAllocs {
-	a := &engineAllocs{prev: runtime.MemProfileRate}
-	runtime.MemProfileRate = 0
+// StartAllocCounter starts profiling every allocation and takes the heap
+// profile's baseline; call it after warm-up, before the measured requests,
+// and hand the counter to the engine with Engine.CountAllocs.
+func StartAllocCounter() *AllocCounter {
+	a := &AllocCounter{prev: runtime.MemProfileRate}
+	runtime.MemProfileRate = 1
 	a.base = allocRecords()
 	return a
 }
 
-// step is called at the start of every forward pass with whether it is
-// decode-only.
-func (a *engineAllocs) step(decodeOnly bool) {
-	if a == nil {
-		return
-	}
-	if decodeOnly {
-		a.decodes.Add(1)
-	}
-	if decodeOnly != a.on.Load() {
-		a.on.Store(decodeOnly)
-		if decodeOnly {
-			runtime.MemProfileRate = 1
-		} else {
-			runtime.MemProfileRate = 0
-		}
-	}
-}
+// CountAllocs makes the engine count its decode-only steps for a (nil: no
+// counter) from its next step on.
+func (e *Engine) CountAllocs(a *AllocCounter) { e.allocs.Store(a) }
 
-// finish stops recording and returns the engine's allocations over the
-// decode-only steps and the number of those steps.
-func (a *engineAllocs) finish() (allocs int64, steps int64) {
-	runtime.MemProfileRate = 0
+// Finish stops profiling and returns the engine's allocations over the
+// decode-only steps and the number of those steps. Call it once the
+// measured requests have ended (no step running).
+func (a *AllocCounter) Finish() (allocs int64, decodeSteps int64) {
 	for key, n := range allocRecords() {
 		if d := n - a.base[key]; d > 0 && engineAllocation(stackFuncs(key)) {
 			allocs += d
@@ -115,10 +106,10 @@ func stackFuncs(stack [32]uintptr) []string {
 }
 
 // engineRoots are the functions one of which an allocation's stack must
-// pass through to be the engine's: the step of the engine loop, the step
-// loop of an in-process rank, a kernel worker.
+// pass through to be the engine's: a decode-only step of the engine loop,
+// the step loop of an in-process rank, a kernel worker.
 var engineRoots = []string{
-	"github.com/cpmla/cpmla/engine.(*Engine).step",
+	"github.com/cpmla/cpmla/engine.(*Engine).decodeOnlyStep",
 	"github.com/cpmla/cpmla/engine.(*rankGroup).loop",
 	"github.com/cpmla/cpmla/kernels.worker",
 }
