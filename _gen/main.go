@@ -454,8 +454,13 @@ func gemvIlv(groups int) {
 // to back, where the 4-row strips read each half of a group as every other
 // 256 bytes; for every 512 bytes it reads it prefetches pfl lines (0 to 8)
 // into L2, front to back from pfd bytes past w. The m rows' activations stay in registers (Z24–Z29) beside 8m
-// accumulators (Z0–Z23); each weight line is widened once into Z30 per half
-// (the shift, then the mask in Z31) and fused into every row. Each output
+// accumulators (Z0–Z23); each weight line is loaded once into Z30 and widened
+// from there, the low halves shifted into Z31, the high ones kept in place
+// by a word mask (K1), and fused into every row. Widening each half straight
+// from memory, two loads of the line, streamed 13–18 % slower at eight rows
+// on a Zen 5 core: a streamed tile pays for every load it issues beside the
+// FMAs, though in cache the two run alike (docs/performance.md, "What a
+// streamed eight-row product loses"). Each output
 // has dotTile1x8BF16IlvAVX512's accumulator (values k…k+15 of a chunk, then
 // k+16…k+31) and reduce4x512's sums (reduce4x512Any, the same additions), so
 // the bits are those of every other tile. A reduction block may take several
@@ -486,7 +491,10 @@ func gemmGroup8x512Ilv(m int) {
 		}
 	}
 	Label(name + "_start")
-	highMask(Z31)
+	// K1 keeps the high bf16 of every 32-bit pair: the values k+16…k+31.
+	hiWords := GP32()
+	MOVL(U32(0xAAAAAAAA), hiWords)
+	KMOVD(hiWords, K1)
 	off := GP64()
 	XORQ(off, off)
 	pf := Load(Param("pfd"), GP64())
@@ -511,11 +519,12 @@ func gemmGroup8x512Ilv(m int) {
 		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1, Disp: 64}, zmm[25+2*i])
 	}
 	for j := range 8 {
-		VPSLLD(U8(16), Mem{Base: w, Disp: 64 * j}, Z30)
+		VMOVUPS(Mem{Base: w, Disp: 64 * j}, Z30)
+		VPSLLD(U8(16), Z30, Z31)
 		for i := range m {
-			VFMADD231PS(Z30, zmm[24+2*i], acc(i, j))
+			VFMADD231PS(Z31, zmm[24+2*i], acc(i, j))
 		}
-		VPANDD(Mem{Base: w, Disp: 64 * j}, Z31, Z30)
+		VMOVDQU16_Z(Z30, K1, Z30)
 		for i := range m {
 			VFMADD231PS(Z30, zmm[25+2*i], acc(i, j))
 		}
