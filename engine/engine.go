@@ -144,7 +144,7 @@ type Engine struct {
 	forked  []int32
 	forkLP  []float64
 	spec    *speculator                  // nil without speculative decoding
-	allocs  atomic.Pointer[AllocCounter] // nil: allocations are not profiled
+	allocs  atomic.Pointer[AllocCounter] // counts decode-only steps; nil: none
 	spare   []*request
 	spareID []uint64
 }
