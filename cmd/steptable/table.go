@@ -1,0 +1,156 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+)
+
+// runs collects every run's metrics of each case.
+type runs map[caseKey][]map[string]float64
+
+func (rs runs) add(r result) { rs[r.key] = append(rs[r.key], r.metrics) }
+
+// values is metric unit of every run of k that reports it.
+func (rs runs) values(k caseKey, unit string) []float64 {
+	var v []float64
+	for _, m := range rs[k] {
+		if x, ok := m[unit]; ok {
+			v = append(v, x)
+		}
+	}
+	return v
+}
+
+// median is the median of v (the mean of the middle two for an even
+// count), NaN for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+// fractionUnit is the metric a case's roofline fraction is read from: the
+// whole-step roofline for a decode step, the FMA peak for a prefill.
+func fractionUnit(k caseKey) string {
+	if k.prefill {
+		return "of-fma"
+	}
+	return "roofline"
+}
+
+// speedups returns, for a two-thread case k, its speed-up over the
+// one-thread case of the same model, weights and shape (the ratio of the
+// tokens/s medians) and the machine's own: the ratio of the two cases'
+// roofline times per token, (f₁/r₁)/(f₂/r₂) for fractions f and rates r,
+// which is how much faster the probes taken with two threads say the step
+// could run. ok is false without both cases and their metrics.
+func (rs runs) speedups(k caseKey) (step, machine float64, ok bool) {
+	if k.threads != 2 {
+		return 0, 0, false
+	}
+	one := k
+	one.threads = 1
+	if _, has := rs[one]; !has {
+		return 0, 0, false
+	}
+	u := fractionUnit(k)
+	r1, r2 := median(rs.values(one, "tokens/s")), median(rs.values(k, "tokens/s"))
+	f1, f2 := median(rs.values(one, u)), median(rs.values(k, u))
+	for _, v := range []float64{r1, r2, f1, f2} {
+		if math.IsNaN(v) || v <= 0 {
+			return 0, 0, false
+		}
+	}
+	return r2 / r1, (f1 / r1) / (f2 / r2), true
+}
+
+// sortedKeys returns the cases of one kind (decode or prefill) ordered by
+// model, weights, threads and shape.
+func (rs runs) sortedKeys(prefill bool) []caseKey {
+	var ks []caseKey
+	for k := range rs {
+		if k.prefill == prefill {
+			ks = append(ks, k)
+		}
+	}
+	slices.SortFunc(ks, func(a, b caseKey) int {
+		return cmp.Or(cmp.Compare(a.model, b.model), cmp.Compare(a.weights, b.weights), cmp.Compare(a.threads, b.threads),
+			cmp.Compare(a.ctx, b.ctx), cmp.Compare(a.batch, b.batch), cmp.Compare(a.len, b.len))
+	})
+	return ks
+}
+
+// spread formats the median of v with its range in brackets, scaled by
+// mul, with prec decimals and the unit after the median ("77 % (73–101)");
+// a dash when v is empty.
+func spread(v []float64, mul float64, prec int, unit string) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	med := fmt.Sprintf("%.*f%s", prec, median(v)*mul, unit)
+	if len(v) == 1 {
+		return med
+	}
+	return fmt.Sprintf("%s (%.*f–%.*f)", med, prec, slices.Min(v)*mul, prec, slices.Max(v)*mul)
+}
+
+// single formats the median of v scaled by mul, a dash when v is empty.
+func single(v []float64, mul float64, verb string) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf(verb, median(v)*mul)
+}
+
+// write prints the decode table and the prefill table of rs (each only
+// when rs holds such cases).
+func (rs runs) write(w io.Writer) error {
+	var b strings.Builder
+	if ks := rs.sortedKeys(false); len(ks) > 0 {
+		b.WriteString("| model | weights | threads | ctx | batch | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | roofline | of the parts' rooflines | bw GB/s | FMA GFLOP/s |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, k := range ks {
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n",
+				k.model, k.weights, k.threads, k.ctx, k.batch, len(rs[k]),
+				spread(rs.values(k, "tokens/s"), 1, 1, ""), rs.ratioCells(k),
+				spread(rs.values(k, "roofline"), 100, 0, " %"), single(rs.values(k, "of-parts"), 100, "%.0f %%"),
+				single(rs.values(k, "bw-GB/s"), 1, "%.1f"), single(rs.values(k, "fma-GFLOP/s"), 1, "%.0f"))
+		}
+	}
+	if ks := rs.sortedKeys(true); len(ks) > 0 {
+		if b.Len() > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("| model | weights | threads | prompt | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | of the FMA peak | FMA GFLOP/s |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, k := range ks {
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | %s |\n",
+				k.model, k.weights, k.threads, k.len, len(rs[k]),
+				spread(rs.values(k, "tokens/s"), 1, 1, ""), rs.ratioCells(k),
+				spread(rs.values(k, "of-fma"), 100, 0, " %"), single(rs.values(k, "fma-GFLOP/s"), 1, "%.0f"))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ratioCells is the two ratio columns of k: dashes unless k is a
+// two-thread case with its one-thread counterpart.
+func (rs runs) ratioCells(k caseKey) string {
+	step, machine, ok := rs.speedups(k)
+	if !ok {
+		return "– | –"
+	}
+	return fmt.Sprintf("%.2f× | %.2f×", step, machine)
+}
