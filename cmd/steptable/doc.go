@@ -2,8 +2,10 @@
 // package's BenchmarkStep into the Markdown tables of docs/performance.md:
 // per case the median and range over the runs of tokens/s and of the
 // roofline fractions, the read and FMA probes, and for every two-thread case
-// with a one-thread counterpart both its speed-up and the machine's own: how
-// much faster the two-thread probes say the same step could run. A run on a
+// with a one-thread counterpart both its speed-up and the machine's own (how
+// much faster the two-thread probes say the same step could run), and the
+// first as a share of the second, which is the two-thread step's roofline
+// fraction over the one-thread step's. A run on a
 // shared host moves the probes between runs, so the second ratio is what the
 // first is to be read against (a memory-bound step cannot gain more than the
 // read bandwidth does).

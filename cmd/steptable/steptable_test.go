@@ -113,8 +113,8 @@ func TestSpeedups(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := []string{
-		"| m | bf16 | 1 | 512 | 1 | 3 | 45.0 (40.0–50.0) | – | – | 75 % (70–80) | 75 % | 35.0 | 220 |",
-		fmt.Sprintf("| m | bf16 | 2 | 512 | 1 | 3 | 80.0 (70.0–90.0) | %.2f× | %.2f× | 70 %% (60–80) | 70 %% | 61.0 | 220 |", wantStep, wantMachine),
+		"| m | bf16 | 1 | 512 | 1 | 3 | 45.0 (40.0–50.0) | – | – | – | 75 % (70–80) | 75 % | 35.0 | 220 |",
+		fmt.Sprintf("| m | bf16 | 2 | 512 | 1 | 3 | 80.0 (70.0–90.0) | %.2f× | %.2f× | %.0f %% | 70 %% (60–80) | 70 %% | 61.0 | 220 |", wantStep, wantMachine, 100*wantStep/wantMachine),
 	}
 	if diff := cmp.Diff(want, lines[2:]); diff != "" {
 		t.Errorf("table rows (-want +got):\n%s", diff)
@@ -145,8 +145,8 @@ func TestPrefillTable(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := []string{
-		"| m | fp8 | 1 | 512 | 1 | 100.0 | – | – | 70 % | 210 |",
-		fmt.Sprintf("| m | fp8 | 2 | 512 | 1 | 190.0 | %.2f× | %.2f× | 65 %% | 420 |", 190.0/100, (0.70/100)/(0.65/190)),
+		"| m | fp8 | 1 | 512 | 1 | 100.0 | – | – | – | 70 % | 210 |",
+		fmt.Sprintf("| m | fp8 | 2 | 512 | 1 | 190.0 | %.2f× | %.2f× | %.0f %% | 65 %% | 420 |", 1.9, (0.70/100)/(0.65/190), 100*0.65/0.70),
 	}
 	if diff := cmp.Diff(want, lines[2:]); diff != "" {
 		t.Errorf("prefill rows (-want +got):\n%s", diff)

@@ -118,8 +118,8 @@ func single(v []float64, mul float64, verb string) string {
 func (rs runs) write(w io.Writer) error {
 	var b strings.Builder
 	if ks := rs.sortedKeys(false); len(ks) > 0 {
-		b.WriteString("| model | weights | threads | ctx | batch | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | roofline | of the parts' rooflines | bw GB/s | FMA GFLOP/s |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| model | weights | threads | ctx | batch | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | of the machine's | roofline | of the parts' rooflines | bw GB/s | FMA GFLOP/s |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, k := range ks {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n",
 				k.model, k.weights, k.threads, k.ctx, k.batch, len(rs[k]),
@@ -132,8 +132,8 @@ func (rs runs) write(w io.Writer) error {
 		if b.Len() > 0 {
 			b.WriteString("\n")
 		}
-		b.WriteString("| model | weights | threads | prompt | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | of the FMA peak | FMA GFLOP/s |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| model | weights | threads | prompt | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | of the machine's | of the FMA peak | FMA GFLOP/s |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, k := range ks {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | %s |\n",
 				k.model, k.weights, k.threads, k.len, len(rs[k]),
@@ -145,12 +145,13 @@ func (rs runs) write(w io.Writer) error {
 	return err
 }
 
-// ratioCells is the two ratio columns of k: dashes unless k is a
+// ratioCells is the three ratio columns of k: the step's speed-up, the
+// machine's, and the first over the second; dashes unless k is a
 // two-thread case with its one-thread counterpart.
 func (rs runs) ratioCells(k caseKey) string {
 	step, machine, ok := rs.speedups(k)
 	if !ok {
-		return "– | –"
+		return "– | – | –"
 	}
-	return fmt.Sprintf("%.2f× | %.2f×", step, machine)
+	return fmt.Sprintf("%.2f× | %.2f× | %.0f %%", step, machine, 100*step/machine)
 }
