@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
+
+	"github.com/cpmla/cpmla/bench"
 )
 
 // runs collects every run's metrics of each case.
@@ -25,19 +26,10 @@ func (rs runs) values(k caseKey, unit string) []float64 {
 	return v
 }
 
-// median is the median of v (the mean of the middle two for an even
-// count), NaN for none.
+// median is the median of v (bench.Percentile's 50th: the mean of the
+// middle two for an even count), 0 for none.
 func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
+	return bench.Percentile(slices.Sorted(slices.Values(v)), 50)
 }
 
 // fractionUnit is the metric a case's roofline fraction is read from: the
@@ -68,7 +60,7 @@ func (rs runs) speedups(k caseKey) (step, machine float64, ok bool) {
 	r1, r2 := median(rs.values(one, "tokens/s")), median(rs.values(k, "tokens/s"))
 	f1, f2 := median(rs.values(one, u)), median(rs.values(k, u))
 	for _, v := range []float64{r1, r2, f1, f2} {
-		if math.IsNaN(v) || v <= 0 {
+		if v <= 0 {
 			return 0, 0, false
 		}
 	}
@@ -124,7 +116,7 @@ func (rs runs) write(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n",
 				k.model, k.weights, k.threads, k.ctx, k.batch, len(rs[k]),
 				spread(rs.values(k, "tokens/s"), 1, 1, ""), rs.ratioCells(k),
-				spread(rs.values(k, "roofline"), 100, 0, " %"), single(rs.values(k, "of-parts"), 100, "%.0f %%"),
+				spread(rs.values(k, fractionUnit(k)), 100, 0, " %"), single(rs.values(k, "of-parts"), 100, "%.0f %%"),
 				single(rs.values(k, "bw-GB/s"), 1, "%.1f"), single(rs.values(k, "fma-GFLOP/s"), 1, "%.0f"))
 		}
 	}
@@ -138,7 +130,7 @@ func (rs runs) write(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | %s |\n",
 				k.model, k.weights, k.threads, k.len, len(rs[k]),
 				spread(rs.values(k, "tokens/s"), 1, 1, ""), rs.ratioCells(k),
-				spread(rs.values(k, "of-fma"), 100, 0, " %"), single(rs.values(k, "fma-GFLOP/s"), 1, "%.0f"))
+				spread(rs.values(k, fractionUnit(k)), 100, 0, " %"), single(rs.values(k, "fma-GFLOP/s"), 1, "%.0f"))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
