@@ -231,14 +231,17 @@ func BenchmarkProductPanels(b *testing.B) {
 
 // BenchmarkPromptProduct times MatMulT with a prompt step's rows (512, the
 // engine's --max-num-batched-tokens) on glm5-dense-350m's MLP shapes and
-// GLM-5's q_b in fp8 and bf16 on one thread, the weights streamed from
-// memory (copies cycled through 256 MiB): the products of a prefill, bound
-// by the FMAs. fma-% is the FLOPs over the FMA peak measured right after
-// the calls; cpu-ms is the calling thread's CPU time per call (Linux).
+// GLM-5's q_b on one thread, the weights streamed from memory (copies
+// cycled through 256 MiB): the products of a prefill, bound by the FMAs.
+// fp8 goes through the f32 panel its codes are decoded into; bf16 and f32
+// (row-major) through the same f32 tiles reading two and four bytes a
+// weight, which shows what the panel's four bytes cost against the bf16
+// layouts. fma-% is the FLOPs over the FMA peak measured right after the
+// calls; cpu-ms is the calling thread's CPU time per call (Linux).
 func BenchmarkPromptProduct(b *testing.B) {
 	const n = 512
 	for _, sh := range []struct{ out, in int }{{6144, 2048}, {2048, 6144}, {16384, 2048}} {
-		for _, dtype := range benchDtypes("fp8", "bf16-ilv") {
+		for _, dtype := range benchDtypes("fp8", "bf16-ilv", "bf16", "f32") {
 			ws := benchWeights(newRand(87), dtype, sh.out, sh.in)
 			b.Run(fmt.Sprintf("%dx%d/%s/rows=%d", sh.out, sh.in, dtype, n), func(b *testing.B) {
 				x := randSlice(newRand(88), n*sh.in, 1)
