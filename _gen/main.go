@@ -54,6 +54,9 @@ func main() {
 	for m := 2; m <= 3; m++ {
 		gemmGroup8x512Ilv(m)
 	}
+	for m := 1; m <= f32EightRowMaxRows; m++ {
+		gemmTile8F32512(m)
+	}
 	for _, bf16 := range []bool{false, true} {
 		for m := 1; m <= 6; m++ {
 			axpyTile512(m, bf16)
@@ -4038,4 +4041,96 @@ func regIndex(z VecPhysical) int {
 		}
 	}
 	panic(fmt.Sprintf("not a zmm register: %v", z))
+}
+
+// f32EightRowMaxRows is the most activation rows gemmTile8F32512 takes
+// (kernels.f32EightRowMaxRows): three rows by eight weight rows fill 24 of
+// AVX-512's 32 registers with accumulators, the three rows' activation
+// vectors and one weight vector four more.
+const f32EightRowMaxRows = 3
+
+// gemmTile8F32512 emits gemmTile{m}x8F32AVX512 (m ≤ 3): m activation rows
+// (x + i·ldx) against eight f32 weight rows (w + j·ldw) over kn (a multiple
+// of 16) elements. Per sixteen columns it loads the m rows' activation
+// vectors once and each weight row's vector once, fusing it into the m
+// rows' accumulators: eight weight loads and m activation loads for 8m
+// FMAs, where the four-weight-row strips load their m activation vectors
+// for every four weight rows. So it suits weights held in L1 (a decoded
+// block) under activation rows read from L2. Every output has one
+// sixteen-lane accumulator summed over the block in column order and
+// reduced by reduce4x512's tree (reduce4x512Any, the same sums), so its
+// bits are those of dotTile512; the sums of row i are stored to (add = 0)
+// or added to (add ≠ 0) out + i·ldo, eight values.
+func gemmTile8F32512(m int) {
+	name := fmt.Sprintf("gemmTile%dx8F32AVX512", m)
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 8 f32 weight rows over kn (a multiple of 16) elements and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).", name, m))
+	x := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	xr := rowPointers(x, ldx, m)
+	w0 := Load(Param("w"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	SHLQ(U8(2), ldw)
+	row, bases := eightRows(w0, ldw)
+	acc := func(i, j int) VecPhysical { return zmm[8*i+j] }
+	xv := func(i int) VecPhysical { return zmm[24+i] }
+	wv, t1, t2 := Z27, Z28, Z29
+	for i := range m {
+		for j := range 8 {
+			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	off := GP64()
+	XORQ(off, off)
+	cnt := Load(Param("kn"), GP64())
+	SHRQ(U8(4), cnt)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_loop")
+	for i := range m {
+		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1}, xv(i))
+	}
+	for j := range 8 {
+		VMOVUPS(row(j, 0), wv)
+		for i := range m {
+			VFMADD231PS(xv(i), wv, acc(i, j))
+		}
+	}
+	ADDQ(U8(64), off)
+	for _, b := range bases {
+		ADDQ(U8(64), b)
+	}
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), ldo)
+	add := Load(Param("add"), GP64())
+	for i := range m {
+		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), acc(i, 3)}, t1, t2)
+		reduce4x512Any([4]VecPhysical{acc(i, 4), acc(i, 5), acc(i, 6), acc(i, 7)}, t1, t2)
+	}
+	// Row i's eight sums at out + i·ldo; add ≠ 0: out + sums, as the Go
+	// tail does, else the sums.
+	orow := func(i, disp int) Mem {
+		if i == 0 {
+			return Mem{Base: out, Disp: disp}
+		}
+		return Mem{Base: out, Index: ldo, Scale: uint8(i), Disp: disp}
+	}
+	TESTQ(add, add)
+	JZ(LabelRef(name + "_store"))
+	for i := range m {
+		VADDPS(orow(i, 0), xmm[8*i], xmm[8*i])
+		VADDPS(orow(i, 16), xmm[8*i+4], xmm[8*i+4])
+	}
+	Label(name + "_store")
+	for i := range m {
+		VMOVUPS(xmm[8*i], orow(i, 0))
+		VMOVUPS(xmm[8*i+4], orow(i, 16))
+	}
+	VZEROUPPER()
+	RET()
 }

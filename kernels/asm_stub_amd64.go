@@ -252,6 +252,21 @@ func gemmGroup2x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *floa
 //go:noescape
 func gemmGroup3x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int, acc *float32, carry int)
 
+// gemmTile1x8F32AVX512 computes 1 activation rows' dot products with 8 f32 weight rows over kn (a multiple of 16) elements and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
+//
+//go:noescape
+func gemmTile1x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
+
+// gemmTile2x8F32AVX512 computes 2 activation rows' dot products with 8 f32 weight rows over kn (a multiple of 16) elements and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
+//
+//go:noescape
+func gemmTile2x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
+
+// gemmTile3x8F32AVX512 computes 3 activation rows' dot products with 8 f32 weight rows over kn (a multiple of 16) elements and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
+//
+//go:noescape
+func gemmTile3x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
+
 // axpyTile1x64F32AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //
 //go:noescape

@@ -128,6 +128,20 @@ func stripF32(l level, m int, x *float32, ldx int, w *float32, ldw, groups, kn i
 	}
 }
 
+// tileF32x8 runs the AVX-512 tile of m (1 ≤ m ≤ f32EightRowMaxRows)
+// activation rows by eight f32 weight rows (gemmTile{m}x8F32AVX512): row i's
+// eight sums stored to (add = 0) or added to (add = 1) out + i·ldo.
+func tileF32x8(m int, x *float32, ldx int, w *float32, ldw, kn int, out *float32, ldo, add int) {
+	switch m {
+	case 1:
+		gemmTile1x8F32AVX512(x, ldx, w, ldw, kn, out, ldo, add)
+	case 2:
+		gemmTile2x8F32AVX512(x, ldx, w, ldw, kn, out, ldo, add)
+	default:
+		gemmTile3x8F32AVX512(x, ldx, w, ldw, kn, out, ldo, add)
+	}
+}
+
 // stripBF16 is stripF32 with bf16 weights widened in registers.
 func stripBF16(l level, m int, x *float32, ldx int, w *uint16, ldw, groups, kn int, dst *float32, ldd, add, pfd int) {
 	if l == levelAVX512 {

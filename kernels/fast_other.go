@@ -150,6 +150,10 @@ func stripF32(level, int, *float32, int, *float32, int, int, int, *float32, int,
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func tileF32x8(int, *float32, int, *float32, int, int, *float32, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func stripBF16(level, int, *float32, int, *uint16, int, int, int, *float32, int, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }

@@ -554,6 +554,12 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// over (fewer than four) go through the panel.
 		j0 = gemmFP8Decoded(dst, x, n, w, l, buf, j0, j1)
 	}
+	if n > fp8DecodedMaxRows && l == levelAVX512 && in > 0 && in%vecWidth(l) == 0 && fp8InRegister(w, l, j0, j1) {
+		// A prompt's rows: groups of eight weight rows decoded into L1,
+		// read by the activation rows a chunk at a time from L2; the rows
+		// left over (fewer than eight) go through the panel.
+		j0 = gemmFP8Groups(dst, x, n, w, l, buf, j0, j1)
+	}
 	gemmRangePanel(dst, x, n, w, l, buf, j0, j1)
 }
 
@@ -657,6 +663,65 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 			i0 += m
 		}
 	})
+	return end
+}
+
+// f32EightRowMaxRows is the most activation rows tileF32x8 takes: three
+// rows by eight weight rows fill 24 of AVX-512's accumulators.
+const f32EightRowMaxRows = 3
+
+// fp8GroupChunkRows is how many activation rows gemmFP8Groups passes over
+// one decoded group before the next group: 128 rows of a 1,024-value
+// reduction block are 512 KiB, which stay in a 1 MiB L2 while the groups
+// of weight rows go by. On a Zen 5 core the eight-row tile over 512 rows
+// and f32 weights of [6144, 2048] ran at 73.7–77.0 % of the FMA peak with
+// chunks of 64 rows, 82.8–84.1 % with 128 and 78.8–79.6 % with 256
+// (docs/performance.md, "fp8 prompts through groups of eight weight rows").
+const fp8GroupChunkRows = 128
+
+// gemmFP8Groups computes, on AVX-512, the whole groups of eight weight rows
+// in [j0, j1) of an FP8 matrix that fp8InRegister accepts and whose columns
+// are a multiple of 16, for n activation rows (a prompt's), and returns the
+// first row it left (j1 minus fewer than eight). For every reduction block
+// and every chunk of fp8GroupChunkRows activation rows, each group's block
+// of codes is decoded (decodePanelFP8: the exact in-register decoding, or
+// dequantPanel where a code is NaN) into 32 KiB of f32 that stays in L1,
+// and the chunk's rows pass over it three at a time (tileF32x8): eight
+// weight rows from L1 for every three activation vectors from L2, where the
+// panel's six-by-four tiles read four weight vectors from L2 for every six
+// activation vectors in L1. Each output has the f32 tile's accumulator and
+// reduction over each block, stored for the first block and added after, so
+// the bits are those of the f32 product on the dequantized rows.
+func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloats]float32, j0, j1 int) int {
+	in, out := w.Cols, w.Rows
+	end := j0 + (j1-j0)&^7
+	for k0 := 0; k0 < in; k0 += gemmKC {
+		kc := min(k0+gemmKC, in) - k0
+		add := tileAdd(k0 > 0)
+		for c0 := 0; c0 < n; c0 += fp8GroupChunkRows {
+			c1 := min(n, c0+fp8GroupChunkRows)
+			for jt := j0; jt < end; jt += 8 {
+				// Prefetch the next group's block, after the last group
+				// the first one's (the next chunk's, or the next block's).
+				nb, nk := jt+8, k0
+				if nb >= end {
+					nb = j0
+					if c1 >= n {
+						nk = k0 + gemmKC
+					}
+				}
+				if nk >= in {
+					nb, nk = out, 0
+				}
+				p := decodePanelFP8(buf, w, l, jt, jt+8, k0, nb, nk)
+				for i0 := c0; i0 < c1; {
+					m := evenPass(f32EightRowMaxRows, c1-i0)
+					tileF32x8(m, &x[i0*in+k0], in, p.at(jt, k0), p.ld, kc, &dst[i0*out+jt], out, add)
+					i0 += m
+				}
+			}
+		}
+	}
 	return end
 }
 

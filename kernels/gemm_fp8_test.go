@@ -25,6 +25,11 @@ var fp8GEMMCases = []struct{ n, rows, cols, rowOff, colOff int }{
 	// More rows than the decoded path takes: blocks of weight rows decoded
 	// to the panel, with offsets, scalar tails and several blocks.
 	{70, 37, 2*gemmKC + 40, 64, 48}, {100, 9, 1100, 5, 16}, {66, 70, 130, 0, 0},
+	// A prompt's rows on columns a multiple of 16: groups of eight weight
+	// rows decoded to L1 and passed over a chunk of rows at a time (one
+	// chunk, several, a short last one), rows left over, several blocks.
+	{67, 8, gemmKC, 0, 0}, {130, 21, 2*gemmKC + 48, 64, 16}, {300, 9, 64, 128, 0},
+	{200, 16, 160, 0, 32},
 	// Two to four rows with blocks whose lengths are whole vectors, which
 	// the few-row tile stores and then adds to the output itself.
 	{2, 8, 2*gemmKC + 48, 0, 0}, {3, 9, 1040, 0, 16}, {4, 13, 160, 128, 32},
@@ -108,6 +113,31 @@ func TestMatMulTFP8Specials(t *testing.T) {
 					if v := dst[i*c.rows+j]; v == v {
 						t.Errorf("%s: row %d output %d = %v with a NaN code, want NaN", name, i, j, v)
 					}
+				}
+			}
+		}
+	})
+}
+
+// TestFP8PromptGroupsNaN: a prompt's product through the groups of eight
+// weight rows gives NaN for exactly the rows holding a NaN code (their
+// group is dequantized instead of decoded) and the dequantized product's
+// bits everywhere.
+func TestFP8PromptGroupsNaN(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(62)
+		const n, rows, cols = 70, 16, 160
+		w := randFP8(r, rows, cols, 0, 0)
+		w.FP8[2*cols+5] = 0x7F    // row 2
+		w.FP8[13*cols+150] = 0xFF // row 13, the second group
+		x := randSlice(r, n*cols, 1)
+		checkFP8Product(t, "prompt groups with NaN codes", w, x, n)
+		dst := make([]float32, n*rows)
+		MatMulT(dst, x, n, w)
+		for i := range n {
+			for j := range rows {
+				if v := dst[i*rows+j]; (v != v) != (j == 2 || j == 13) {
+					t.Errorf("row %d output %d = %v: NaN exactly for the rows with a NaN code (2, 13)", i, j, v)
 				}
 			}
 		}

@@ -233,10 +233,9 @@ func BenchmarkProductPanels(b *testing.B) {
 // engine's --max-num-batched-tokens) on glm5-dense-350m's MLP shapes and
 // GLM-5's q_b on one thread, the weights streamed from memory (copies
 // cycled through 256 MiB): the products of a prefill, bound by the FMAs.
-// fp8 goes through the f32 panel its codes are decoded into; bf16 and f32
-// (row-major) through the same f32 tiles reading two and four bytes a
-// weight, which shows what the panel's four bytes cost against the bf16
-// layouts. fma-% is the FLOPs over the FMA peak measured right after the
+// fp8 goes through groups of eight weight rows decoded into L1
+// (gemmFP8Groups); bf16 and f32 (row-major) through the six-by-four f32
+// tiles reading two and four bytes a weight from L2. fma-% is the FLOPs over the FMA peak measured right after the
 // calls; cpu-ms is the calling thread's CPU time per call (Linux).
 func BenchmarkPromptProduct(b *testing.B) {
 	const n = 512
