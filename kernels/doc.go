@@ -61,8 +61,11 @@
 //     matrix built as a literal) each group of three weight rows, and
 //     a product of up to 64 rows (2 to 64 on AVX2) decodes each group once
 //     per reduction block into an L1 scratch that the f32 tiles read for
-//     every activation row; larger
-//     products, the rows left over and the cases the decoding cannot take
+//     every activation row; a larger product on AVX-512 (columns a
+//     multiple of 16) decodes each group of eight weight rows into L1
+//     once per chunk of 128 activation rows, which a three-by-eight f32
+//     tile reads three rows at a time; the rows left over and the cases
+//     the decoding cannot take
 //     (a column offset that splits a vector between blocks, a scale of
 //     magnitude 2^8 or more, a NaN code) decode a block of rows into an
 //     f32 panel that the f32 tiles read, once for all activation rows.
