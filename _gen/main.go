@@ -54,7 +54,7 @@ func main() {
 	for m := 2; m <= 3; m++ {
 		gemmGroup8x512Ilv(m)
 	}
-	for m := 1; m <= f32EightRowMaxRows; m++ {
+	for m := 1; m <= eightRowMaxRows; m++ {
 		gemmTile8F32512(m)
 	}
 	for _, bf16 := range []bool{false, true} {
@@ -113,7 +113,7 @@ func main() {
 	for m := 5; m <= 8; m++ {
 		fp8Tile3W512(m)
 	}
-	for m := 2; m <= fp8EightRowMaxRows; m++ {
+	for m := 2; m <= eightRowMaxRows; m++ {
 		fp8Tile8W512(m)
 	}
 	fp8GEMVPair512()
@@ -3886,10 +3886,11 @@ func fp8GEMVPair512() {
 	RET()
 }
 
-// fp8EightRowMaxRows is the most activation rows fp8Tile8W512 takes
-// (kernels.fp8EightRowMaxRows): three rows by eight weight rows fill 24 of
-// AVX-512's 32 registers with accumulators.
-const fp8EightRowMaxRows = 3
+// eightRowMaxRows is the most activation rows the tiles of eight weight
+// rows take, fp8Tile8W512 and gemmTile8F32512 (kernels.eightRowMaxRows):
+// three rows by eight weight rows fill 24 of AVX-512's 32 registers with
+// accumulators.
+const eightRowMaxRows = 3
 
 // fp8Tile8W512 emits dotTile<m>x8FP8AVX512 (2 ≤ m ≤ 3): m activation rows'
 // dot products with 8 fp8 weight rows whose codes hold no NaN code and
@@ -3980,13 +3981,25 @@ func fp8Tile8W512(m int) {
 	TESTQ(steps, steps)
 	JNZ(LabelRef(name + "_block"))
 	Label(name + "_reduce")
+	storeEightSums(name, m, tv(0), tv(1))
+}
+
+// storeEightSums ends a tile of m activation rows by eight weight rows
+// whose accumulators are Z0–Z23 (row i, weight row j at 8i+j): it reduces
+// each with reduce4x512's tree (reduce4x512Any, t1 and t2 scratch) and
+// stores row i's eight sums to out + i·ldo (the tile's out and ldo
+// parameters, ldo in floats), or with add ≠ 0 adds them to what is there
+// (out + sums, as the Go tail does), and returns.
+func storeEightSums(name string, m int, t1, t2 VecPhysical) {
+	const R = 8
+	acc := func(i, j int) VecPhysical { return zmm[R*i+j] }
 	out := Load(Param("out"), GP64())
 	ldo := Load(Param("ldo"), GP64())
 	SHLQ(U8(2), ldo)
 	add := Load(Param("add"), GP64())
 	for i := range m {
-		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), acc(i, 3)}, tv(0), tv(1))
-		reduce4x512Any([4]VecPhysical{acc(i, 4), acc(i, 5), acc(i, 6), acc(i, 7)}, tv(0), tv(1))
+		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), acc(i, 3)}, t1, t2)
+		reduce4x512Any([4]VecPhysical{acc(i, 4), acc(i, 5), acc(i, 6), acc(i, 7)}, t1, t2)
 	}
 	TESTQ(add, add)
 	JZ(LabelRef(name + "_store"))
@@ -4043,12 +4056,6 @@ func regIndex(z VecPhysical) int {
 	panic(fmt.Sprintf("not a zmm register: %v", z))
 }
 
-// f32EightRowMaxRows is the most activation rows gemmTile8F32512 takes
-// (kernels.f32EightRowMaxRows): three rows by eight weight rows fill 24 of
-// AVX-512's 32 registers with accumulators, the three rows' activation
-// vectors and one weight vector four more.
-const f32EightRowMaxRows = 3
-
 // gemmTile8F32512 emits gemmTile{m}x8F32AVX512 (m ≤ 3): m activation rows
 // (x + i·ldx) against eight f32 weight rows (w + j·ldw) over kn (a multiple
 // of 16) elements. Per sixteen columns it loads the m rows' activation
@@ -4104,33 +4111,5 @@ func gemmTile8F32512(m int) {
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_reduce")
-	out := Load(Param("out"), GP64())
-	ldo := Load(Param("ldo"), GP64())
-	SHLQ(U8(2), ldo)
-	add := Load(Param("add"), GP64())
-	for i := range m {
-		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), acc(i, 3)}, t1, t2)
-		reduce4x512Any([4]VecPhysical{acc(i, 4), acc(i, 5), acc(i, 6), acc(i, 7)}, t1, t2)
-	}
-	// Row i's eight sums at out + i·ldo; add ≠ 0: out + sums, as the Go
-	// tail does, else the sums.
-	orow := func(i, disp int) Mem {
-		if i == 0 {
-			return Mem{Base: out, Disp: disp}
-		}
-		return Mem{Base: out, Index: ldo, Scale: uint8(i), Disp: disp}
-	}
-	TESTQ(add, add)
-	JZ(LabelRef(name + "_store"))
-	for i := range m {
-		VADDPS(orow(i, 0), xmm[8*i], xmm[8*i])
-		VADDPS(orow(i, 16), xmm[8*i+4], xmm[8*i+4])
-	}
-	Label(name + "_store")
-	for i := range m {
-		VMOVUPS(xmm[8*i], orow(i, 0))
-		VMOVUPS(xmm[8*i+4], orow(i, 16))
-	}
-	VZEROUPPER()
-	RET()
+	storeEightSums(name, m, t1, t2)
 }

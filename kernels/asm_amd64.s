@@ -7892,7 +7892,7 @@ gemmTile1x8F32AVX512_reduce:
 	MOVQ          out+40(FP), AX
 	MOVQ          ldo+48(FP), CX
 	SHLQ          $0x02, CX
-	MOVQ          add+56(FP), CX
+	MOVQ          add+56(FP), DX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28
@@ -7931,14 +7931,20 @@ gemmTile1x8F32AVX512_reduce:
 	VADDPS        Y29, Y28, Y4
 	VEXTRACTF32X4 $0x01, Y4, X28
 	VADDPS        X28, X4, X4
-	TESTQ         CX, CX
+	TESTQ         DX, DX
 	JZ            gemmTile1x8F32AVX512_store
 	VADDPS        (AX), X0, X0
 	VADDPS        16(AX), X4, X4
+	VMOVUPS       X0, (AX)
+	VMOVUPS       X4, 16(AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
 
 gemmTile1x8F32AVX512_store:
 	VMOVUPS X0, (AX)
 	VMOVUPS X4, 16(AX)
+	ADDQ    CX, AX
 	VZEROUPPER
 	RET
 
@@ -8096,14 +8102,24 @@ gemmTile2x8F32AVX512_reduce:
 	JZ            gemmTile2x8F32AVX512_store
 	VADDPS        (AX), X0, X0
 	VADDPS        16(AX), X4, X4
-	VADDPS        (AX)(CX*1), X8, X8
-	VADDPS        16(AX)(CX*1), X12, X12
+	VMOVUPS       X0, (AX)
+	VMOVUPS       X4, 16(AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VADDPS        16(AX), X12, X12
+	VMOVUPS       X8, (AX)
+	VMOVUPS       X12, 16(AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
 
 gemmTile2x8F32AVX512_store:
 	VMOVUPS X0, (AX)
 	VMOVUPS X4, 16(AX)
-	VMOVUPS X8, (AX)(CX*1)
-	VMOVUPS X12, 16(AX)(CX*1)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	VMOVUPS X12, 16(AX)
+	ADDQ    CX, AX
 	VZEROUPPER
 	RET
 
@@ -8317,18 +8333,32 @@ gemmTile3x8F32AVX512_reduce:
 	JZ            gemmTile3x8F32AVX512_store
 	VADDPS        (AX), X0, X0
 	VADDPS        16(AX), X4, X4
-	VADDPS        (AX)(CX*1), X8, X8
-	VADDPS        16(AX)(CX*1), X12, X12
-	VADDPS        (AX)(CX*2), X16, X16
-	VADDPS        16(AX)(CX*2), X20, X20
+	VMOVUPS       X0, (AX)
+	VMOVUPS       X4, 16(AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VADDPS        16(AX), X12, X12
+	VMOVUPS       X8, (AX)
+	VMOVUPS       X12, 16(AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X16, X16
+	VADDPS        16(AX), X20, X20
+	VMOVUPS       X16, (AX)
+	VMOVUPS       X20, 16(AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
 
 gemmTile3x8F32AVX512_store:
 	VMOVUPS X0, (AX)
 	VMOVUPS X4, 16(AX)
-	VMOVUPS X8, (AX)(CX*1)
-	VMOVUPS X12, 16(AX)(CX*1)
-	VMOVUPS X16, (AX)(CX*2)
-	VMOVUPS X20, 16(AX)(CX*2)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	VMOVUPS X12, 16(AX)
+	ADDQ    CX, AX
+	VMOVUPS X16, (AX)
+	VMOVUPS X20, 16(AX)
+	ADDQ    CX, AX
 	VZEROUPPER
 	RET
 

@@ -128,7 +128,7 @@ func stripF32(l level, m int, x *float32, ldx int, w *float32, ldw, groups, kn i
 	}
 }
 
-// tileF32x8 runs the AVX-512 tile of m (1 ≤ m ≤ f32EightRowMaxRows)
+// tileF32x8 runs the AVX-512 tile of m (1 ≤ m ≤ eightRowMaxRows)
 // activation rows by eight f32 weight rows (gemmTile{m}x8F32AVX512): row i's
 // eight sums stored to (add = 0) or added to (add = 1) out + i·ldo.
 func tileF32x8(m int, x *float32, ldx int, w *float32, ldw, kn int, out *float32, ldo, add int) {
@@ -306,7 +306,7 @@ func dotTileFP8Rows3(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *[3]*
 	}
 }
 
-// dotTileFP8Rows8 runs the AVX-512 tile of m (2 ≤ m ≤ fp8EightRowMaxRows)
+// dotTileFP8Rows8 runs the AVX-512 tile of m (2 ≤ m ≤ eightRowMaxRows)
 // activation rows over eight fp8 weight rows whose codes hold no NaN code
 // and whose blocks share the scales at sc (see eightTileFP8), prefetching
 // each row pfd bytes past what it reads, and stores (add false) or adds its

@@ -504,10 +504,11 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 // the bits of the f32 product with the dequantized matrix. Where the codes
 // can be decoded in registers (fp8InRegister), one activation row goes
 // through the fp8 GEMV tiles (gemvPairsFP8 first, on AVX-512, for codes
-// without NaN codes and columns a multiple of 16), 2 to fp8EightRowMaxRows
+// without NaN codes and columns a multiple of 16), 2 to eightRowMaxRows
 // rows on AVX-512 through eightTileFP8 (on the same condition), 2 to
-// fp8RegisterMaxRows through fewTileFP8, and up to fp8DecodedMaxRows rows
-// through gemmFP8Decoded; the rest (and every other case) dequantize the
+// fp8RegisterMaxRows through fewTileFP8, up to fp8DecodedMaxRows rows
+// through gemmFP8Decoded, and more rows on AVX-512 with columns a multiple
+// of 16 through gemmFP8Groups; the rest (and every other case) dequantize the
 // tiles' weight rows, a reduction block at a time, into an f32 panel that
 // the f32 tiles then read, a block of rows once for all activation rows
 // when there is more than one activation tile.
@@ -529,7 +530,7 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 			gemvRowsFP8(dst, x, w, l, buf, j0, rows)
 		}
 	}
-	if n > 1 && n <= fp8EightRowMaxRows && in > 0 && oneScaleTiles(w, l) && fp8InRegister(w, l, j0, j1) {
+	if n > 1 && n <= eightRowMaxRows && in > 0 && oneScaleTiles(w, l) && fp8InRegister(w, l, j0, j1) {
 		// Two or three rows (an expert's, a speculative round's): eight
 		// weight rows at a time, eight streams of codes as the one-row
 		// tile reads them; the rows left over (fewer than eight) go on
@@ -666,10 +667,6 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 	return end
 }
 
-// f32EightRowMaxRows is the most activation rows tileF32x8 takes: three
-// rows by eight weight rows fill 24 of AVX-512's accumulators.
-const f32EightRowMaxRows = 3
-
 // fp8GroupChunkRows is how many activation rows gemmFP8Groups passes over
 // one decoded group before the next group: 128 rows of a 1,024-value
 // reduction block are 512 KiB, which stay in a 1 MiB L2 while the groups
@@ -715,7 +712,7 @@ func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloat
 				}
 				p := decodePanelFP8(buf, w, l, jt, jt+8, k0, nb, nk)
 				for i0 := c0; i0 < c1; {
-					m := evenPass(f32EightRowMaxRows, c1-i0)
+					m := evenPass(eightRowMaxRows, c1-i0)
 					tileF32x8(m, &x[i0*in+k0], in, p.at(jt, k0), p.ld, kc, &dst[i0*out+jt], out, add)
 					i0 += m
 				}
@@ -1004,11 +1001,12 @@ func (w *Matrix) oneScaleRow(jt, rows int) bool {
 	return (off+jt)/FP8Block == (off+jt+rows-1)/FP8Block
 }
 
-// fp8EightRowMaxRows is the most activation rows eightTileFP8 takes: three
-// rows by eight weight rows fill 24 of AVX-512's accumulators.
-const fp8EightRowMaxRows = 3
+// eightRowMaxRows is the most activation rows the tiles of eight weight
+// rows take (eightTileFP8, tileF32x8): three rows by eight weight rows
+// fill 24 of AVX-512's accumulators.
+const eightRowMaxRows = 3
 
-// eightTileFP8 is fewTileFP8 for n (2 ≤ n ≤ fp8EightRowMaxRows) activation
+// eightTileFP8 is fewTileFP8 for n (2 ≤ n ≤ eightRowMaxRows) activation
 // rows and the eight weight rows [jt, jt+8) of an FP8 matrix whose codes
 // hold no NaN code (Matrix.finite) and whose columns are a multiple of 16
 // on AVX-512: the codes of all eight rows are decoded in registers once
