@@ -524,14 +524,32 @@ func fmaPeak(rounds int) float64 {
 	return 0
 }
 
+// fp8ProbeCodes are the codes the fp8 probes decode: 17·i, with each
+// subnormal code (exponent bits zero, mantissa bits not) given the smallest
+// normal exponent instead. A subnormal code decodes through a denormal
+// float32, and on some cores (the Intel Xeon of docs/performance.md, "An
+// Intel host") a multiply with a denormal operand takes a microcode assist
+// of about 130 cycles: with three of their four vectors of codes holding
+// one, the probes measured the assists and ran 40 times slower. Quantized
+// weights hold few subnormal codes (a block's scale maps its largest
+// magnitude to 448, and only magnitudes below 2^-6 of the scale are
+// subnormal: about one code in 10^4 of Gaussian weights), so the probes
+// measure the normal codes.
+func fp8ProbeCodes() (codes [64]uint8) {
+	for i := range codes {
+		codes[i] = uint8(17 * i)
+		if codes[i]&0x78 == 0 && codes[i]&0x07 != 0 {
+			codes[i] |= 0x08
+		}
+	}
+	return codes
+}
+
 // fp8DecodePeak runs the fp8 decode-peak loop of the widest level the CPU
 // supports for rounds rounds and returns the codes it decoded (0 without
 // AVX2).
 func fp8DecodePeak(rounds int) float64 {
-	var codes [64]uint8
-	for i := range codes {
-		codes[i] = uint8(17 * i)
-	}
+	codes := fp8ProbeCodes()
 	switch bestLevel() {
 	case levelAVX512:
 		fp8DecodePeakAVX512(&codes[0], rounds)
@@ -562,10 +580,7 @@ func fp8ProductPeak(rows, rounds int) float64 {
 	if i < 0 || i >= len(probes) {
 		return 0
 	}
-	var codes [64]uint8
-	for k := range codes {
-		codes[k] = uint8(17 * k)
-	}
+	codes := fp8ProbeCodes()
 	var x [8 * 16]float32
 	for k := range x {
 		x[k] = float32(k%7) / 8

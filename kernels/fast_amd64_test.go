@@ -102,3 +102,21 @@ func BenchmarkAttendTiles(b *testing.B) {
 		reportRate(b, 2*float64(heads*nr*vdim), "GFLOP/s")
 	})
 }
+
+// TestFP8ProbeCodes: the fp8 probes decode no subnormal code (whose denormal
+// float32 costs a microcode assist on some cores), and every exponent of a
+// normal code but the NaN codes' still occurs.
+func TestFP8ProbeCodes(t *testing.T) {
+	exps := map[uint8]bool{}
+	for i, c := range fp8ProbeCodes() {
+		if c&0x78 == 0 && c&0x07 != 0 {
+			t.Errorf("code %d is %#x, subnormal", i, c)
+		}
+		exps[c>>3&0x0F] = true
+	}
+	for e := uint8(1); e < 16; e++ {
+		if !exps[e] {
+			t.Errorf("no code of exponent %d among %x", e, fp8ProbeCodes())
+		}
+	}
+}
