@@ -46,15 +46,22 @@ func BenchmarkFP8ProductPeak(b *testing.B) {
 	}
 }
 
-// BenchmarkStreamSum measures the read bandwidth of one core over a buffer
-// (64 MiB) larger than the last-level cache: the yardstick of the GEMV and
-// indexer kernels.
+// BenchmarkStreamSum measures the read bandwidth of one core over buffers
+// of 16 MiB to 1 GiB: the yardstick of the GEMV and indexer kernels is the
+// rate over buffers far larger than the last-level cache, and the smaller
+// ones show how large that cache is in effect (on a host whose L3 is
+// shared with other machines, much less than lscpu says). The steps'
+// probes read 256 MiB.
 func BenchmarkStreamSum(b *testing.B) {
-	x := randSlice(newRand(30), 16<<20, 1)
-	for b.Loop() {
-		StreamSum(x)
+	for _, mib := range []int{16, 64, 256, 1024} {
+		b.Run(fmt.Sprintf("MiB=%d", mib), func(b *testing.B) {
+			x := randSlice(newRand(30), mib<<18, 1)
+			for b.Loop() {
+				StreamSum(x)
+			}
+			reportRate(b, float64(4*len(x)), "GB/s")
+		})
 	}
-	reportRate(b, float64(4*len(x)), "GB/s")
 }
 
 // BenchmarkStreamFMA measures, per FMA count a line, how close one core
