@@ -57,6 +57,7 @@ func main() {
 	for m := 1; m <= eightRowMaxRows; m++ {
 		gemmTile8F32512(m)
 	}
+	widenIlvGroup()
 	for _, bf16 := range []bool{false, true} {
 		for m := 1; m <= 6; m++ {
 			axpyTile512(m, bf16)
@@ -4067,7 +4068,13 @@ func regIndex(z VecPhysical) int {
 // sixteen-lane accumulator summed over the block in column order and
 // reduced by reduce4x512's tree (reduce4x512Any, the same sums), so its
 // bits are those of dotTile512; the sums of row i are stored to (add = 0)
-// or added to (add ≠ 0) out + i·ldo, eight values.
+// or added to (add ≠ 0) out + i·ldo, eight values. Before its loop it
+// prefetches into L1 the output lines of the m rows after its own (out +
+// (m+i)·ldo), which a caller walking the rows in passes writes next: a
+// prompt's outputs are too many for L2, and waiting for them at the end of
+// every call cost its products 0–11 % on an Intel Xeon core (medians of
+// fifteen alternations in one process; docs/performance.md, "Prompt
+// products through groups of eight weight rows, on the Intel host").
 func gemmTile8F32512(m int) {
 	name := fmt.Sprintf("gemmTile%dx8F32AVX512", m)
 	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)")
@@ -4087,6 +4094,18 @@ func gemmTile8F32512(m int) {
 	for i := range m {
 		for j := range 8 {
 			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	pf := Load(Param("out"), GP64())
+	pld := Load(Param("ldo"), GP64())
+	SHLQ(U8(2), pld)
+	for range m {
+		ADDQ(pld, pf)
+	}
+	for i := range m {
+		PREFETCHT0(Mem{Base: pf})
+		if i < m-1 {
+			ADDQ(pld, pf)
 		}
 	}
 	off := GP64()
@@ -4112,4 +4131,51 @@ func gemmTile8F32512(m int) {
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_reduce")
 	storeEightSums(name, m, t1, t2)
+}
+
+// widenIlvGroup emits widenIlvGroupAVX512: n32 chunks of 32 values of one
+// group of eight rows in the interleaved bf16 layout of
+// Matrix.InterleaveBF16 (src, 512 bytes a chunk: row r's 64 bytes at 64·r,
+// value k in the low half of word k and value k+16 in its high half) widened
+// to f32 rows at dst + r·ldd floats, in column order: the shift and the mask
+// of gemmStrip512's interleaved steps, so the values are exactly the
+// widened bf16. For every line of src it reads it prefetches the line as far
+// past pf into L2, so the caller can have the block it widens next on its
+// way.
+func widenIlvGroup() {
+	name := "widenIlvGroupAVX512"
+	TEXT(name, NOSPLIT, "func(dst *float32, ldd int, src *uint16, n32 int, pf *uint16)")
+	Pragma("noescape")
+	Doc(name + " widens n32 chunks of 32 values of a group of eight interleaved bf16 rows (src) into eight f32 rows (dst + r·ldd floats), prefetching as far past pf.")
+	d := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	SHLQ(U8(2), ldd)
+	row, bases := eightRows(d, ldd)
+	src := Load(Param("src"), GP64())
+	pf := Load(Param("pf"), GP64())
+	cnt := Load(Param("n32"), GP64())
+	highMask(Z31)
+	TESTQ(cnt, cnt)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	for r := range 8 {
+		VMOVDQU32(Mem{Base: src, Disp: 64 * r}, zmm[r])
+		PREFETCHT1(Mem{Base: pf, Disp: 64 * r})
+	}
+	for r := range 8 {
+		VPSLLD(U8(16), zmm[r], zmm[8+r])
+		VPANDD(zmm[r], Z31, zmm[r])
+		VMOVUPS(zmm[8+r], row(r, 0))
+		VMOVUPS(zmm[r], row(r, 64))
+	}
+	ADDQ(U32(64*8), src)
+	ADDQ(U32(64*8), pf)
+	for _, b := range bases {
+		ADDQ(U32(128), b)
+	}
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
 }

@@ -7838,30 +7838,35 @@ gemmGroup3x8BF16IlvAVX512_store:
 	RET
 
 // func gemmTile1x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
-// Requires: AVX, AVX512F, AVX512VL
+// Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·gemmTile1x8F32AVX512(SB), NOSPLIT, $0-64
-	MOVQ   x+0(FP), AX
-	MOVQ   ldx+8(FP), CX
-	SHLQ   $0x02, CX
-	MOVQ   w+16(FP), CX
-	MOVQ   ldw+24(FP), DX
-	SHLQ   $0x02, DX
-	LEAQ   (CX)(DX*2), BX
-	ADDQ   DX, BX
-	LEAQ   (BX)(DX*2), SI
-	ADDQ   DX, SI
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	XORQ   DI, DI
-	MOVQ   kn+32(FP), R8
-	SHRQ   $0x04, R8
-	JZ     gemmTile1x8F32AVX512_reduce
+	MOVQ       x+0(FP), AX
+	MOVQ       ldx+8(FP), CX
+	SHLQ       $0x02, CX
+	MOVQ       w+16(FP), CX
+	MOVQ       ldw+24(FP), DX
+	SHLQ       $0x02, DX
+	LEAQ       (CX)(DX*2), BX
+	ADDQ       DX, BX
+	LEAQ       (BX)(DX*2), SI
+	ADDQ       DX, SI
+	VPXORD     Z0, Z0, Z0
+	VPXORD     Z1, Z1, Z1
+	VPXORD     Z2, Z2, Z2
+	VPXORD     Z3, Z3, Z3
+	VPXORD     Z4, Z4, Z4
+	VPXORD     Z5, Z5, Z5
+	VPXORD     Z6, Z6, Z6
+	VPXORD     Z7, Z7, Z7
+	MOVQ       out+40(FP), DI
+	MOVQ       ldo+48(FP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, DI
+	PREFETCHT0 (DI)
+	XORQ       DI, DI
+	MOVQ       kn+32(FP), R8
+	SHRQ       $0x04, R8
+	JZ         gemmTile1x8F32AVX512_reduce
 
 gemmTile1x8F32AVX512_loop:
 	VMOVUPS     (AX)(DI*1), Z24
@@ -7949,39 +7954,47 @@ gemmTile1x8F32AVX512_store:
 	RET
 
 // func gemmTile2x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
-// Requires: AVX, AVX512F, AVX512VL
+// Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·gemmTile2x8F32AVX512(SB), NOSPLIT, $0-64
-	MOVQ   x+0(FP), AX
-	MOVQ   ldx+8(FP), CX
-	SHLQ   $0x02, CX
-	LEAQ   (AX)(CX*1), CX
-	MOVQ   w+16(FP), DX
-	MOVQ   ldw+24(FP), BX
-	SHLQ   $0x02, BX
-	LEAQ   (DX)(BX*2), SI
-	ADDQ   BX, SI
-	LEAQ   (SI)(BX*2), DI
-	ADDQ   BX, DI
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	XORQ   R8, R8
-	MOVQ   kn+32(FP), R9
-	SHRQ   $0x04, R9
-	JZ     gemmTile2x8F32AVX512_reduce
+	MOVQ       x+0(FP), AX
+	MOVQ       ldx+8(FP), CX
+	SHLQ       $0x02, CX
+	LEAQ       (AX)(CX*1), CX
+	MOVQ       w+16(FP), DX
+	MOVQ       ldw+24(FP), BX
+	SHLQ       $0x02, BX
+	LEAQ       (DX)(BX*2), SI
+	ADDQ       BX, SI
+	LEAQ       (SI)(BX*2), DI
+	ADDQ       BX, DI
+	VPXORD     Z0, Z0, Z0
+	VPXORD     Z1, Z1, Z1
+	VPXORD     Z2, Z2, Z2
+	VPXORD     Z3, Z3, Z3
+	VPXORD     Z4, Z4, Z4
+	VPXORD     Z5, Z5, Z5
+	VPXORD     Z6, Z6, Z6
+	VPXORD     Z7, Z7, Z7
+	VPXORD     Z8, Z8, Z8
+	VPXORD     Z9, Z9, Z9
+	VPXORD     Z10, Z10, Z10
+	VPXORD     Z11, Z11, Z11
+	VPXORD     Z12, Z12, Z12
+	VPXORD     Z13, Z13, Z13
+	VPXORD     Z14, Z14, Z14
+	VPXORD     Z15, Z15, Z15
+	MOVQ       out+40(FP), R8
+	MOVQ       ldo+48(FP), R9
+	SHLQ       $0x02, R9
+	ADDQ       R9, R8
+	ADDQ       R9, R8
+	PREFETCHT0 (R8)
+	ADDQ       R9, R8
+	PREFETCHT0 (R8)
+	XORQ       R8, R8
+	MOVQ       kn+32(FP), R9
+	SHRQ       $0x04, R9
+	JZ         gemmTile2x8F32AVX512_reduce
 
 gemmTile2x8F32AVX512_loop:
 	VMOVUPS     (AX)(R8*1), Z24
@@ -8124,48 +8137,59 @@ gemmTile2x8F32AVX512_store:
 	RET
 
 // func gemmTile3x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
-// Requires: AVX, AVX512F, AVX512VL
+// Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·gemmTile3x8F32AVX512(SB), NOSPLIT, $0-64
-	MOVQ   x+0(FP), AX
-	MOVQ   ldx+8(FP), CX
-	SHLQ   $0x02, CX
-	LEAQ   (AX)(CX*1), DX
-	LEAQ   (DX)(CX*1), CX
-	MOVQ   w+16(FP), BX
-	MOVQ   ldw+24(FP), SI
-	SHLQ   $0x02, SI
-	LEAQ   (BX)(SI*2), DI
-	ADDQ   SI, DI
-	LEAQ   (DI)(SI*2), R8
-	ADDQ   SI, R8
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	XORQ   R9, R9
-	MOVQ   kn+32(FP), R10
-	SHRQ   $0x04, R10
-	JZ     gemmTile3x8F32AVX512_reduce
+	MOVQ       x+0(FP), AX
+	MOVQ       ldx+8(FP), CX
+	SHLQ       $0x02, CX
+	LEAQ       (AX)(CX*1), DX
+	LEAQ       (DX)(CX*1), CX
+	MOVQ       w+16(FP), BX
+	MOVQ       ldw+24(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (BX)(SI*2), DI
+	ADDQ       SI, DI
+	LEAQ       (DI)(SI*2), R8
+	ADDQ       SI, R8
+	VPXORD     Z0, Z0, Z0
+	VPXORD     Z1, Z1, Z1
+	VPXORD     Z2, Z2, Z2
+	VPXORD     Z3, Z3, Z3
+	VPXORD     Z4, Z4, Z4
+	VPXORD     Z5, Z5, Z5
+	VPXORD     Z6, Z6, Z6
+	VPXORD     Z7, Z7, Z7
+	VPXORD     Z8, Z8, Z8
+	VPXORD     Z9, Z9, Z9
+	VPXORD     Z10, Z10, Z10
+	VPXORD     Z11, Z11, Z11
+	VPXORD     Z12, Z12, Z12
+	VPXORD     Z13, Z13, Z13
+	VPXORD     Z14, Z14, Z14
+	VPXORD     Z15, Z15, Z15
+	VPXORD     Z16, Z16, Z16
+	VPXORD     Z17, Z17, Z17
+	VPXORD     Z18, Z18, Z18
+	VPXORD     Z19, Z19, Z19
+	VPXORD     Z20, Z20, Z20
+	VPXORD     Z21, Z21, Z21
+	VPXORD     Z22, Z22, Z22
+	VPXORD     Z23, Z23, Z23
+	MOVQ       out+40(FP), R9
+	MOVQ       ldo+48(FP), R10
+	SHLQ       $0x02, R10
+	ADDQ       R10, R9
+	ADDQ       R10, R9
+	ADDQ       R10, R9
+	PREFETCHT0 (R9)
+	ADDQ       R10, R9
+	PREFETCHT0 (R9)
+	ADDQ       R10, R9
+	PREFETCHT0 (R9)
+	XORQ       R9, R9
+	MOVQ       kn+32(FP), R10
+	SHRQ       $0x04, R10
+	JZ         gemmTile3x8F32AVX512_reduce
 
 gemmTile3x8F32AVX512_loop:
 	VMOVUPS     (AX)(R9*1), Z24
@@ -8359,6 +8383,85 @@ gemmTile3x8F32AVX512_store:
 	VMOVUPS X16, (AX)
 	VMOVUPS X20, 16(AX)
 	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func widenIlvGroupAVX512(dst *float32, ldd int, src *uint16, n32 int, pf *uint16)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·widenIlvGroupAVX512(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), AX
+	MOVQ         ldd+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	LEAQ         (DX)(CX*2), BX
+	ADDQ         CX, BX
+	MOVQ         src+16(FP), SI
+	MOVQ         pf+32(FP), DI
+	MOVQ         n32+24(FP), R8
+	MOVL         $0xffff0000, R9
+	VPBROADCASTD R9, Z31
+	TESTQ        R8, R8
+	JZ           widenIlvGroupAVX512_done
+
+widenIlvGroupAVX512_loop:
+	VMOVDQU32  (SI), Z0
+	PREFETCHT1 (DI)
+	VMOVDQU32  64(SI), Z1
+	PREFETCHT1 64(DI)
+	VMOVDQU32  128(SI), Z2
+	PREFETCHT1 128(DI)
+	VMOVDQU32  192(SI), Z3
+	PREFETCHT1 192(DI)
+	VMOVDQU32  256(SI), Z4
+	PREFETCHT1 256(DI)
+	VMOVDQU32  320(SI), Z5
+	PREFETCHT1 320(DI)
+	VMOVDQU32  384(SI), Z6
+	PREFETCHT1 384(DI)
+	VMOVDQU32  448(SI), Z7
+	PREFETCHT1 448(DI)
+	VPSLLD     $0x10, Z0, Z8
+	VPANDD     Z0, Z31, Z0
+	VMOVUPS    Z8, (AX)
+	VMOVUPS    Z0, 64(AX)
+	VPSLLD     $0x10, Z1, Z9
+	VPANDD     Z1, Z31, Z1
+	VMOVUPS    Z9, (AX)(CX*1)
+	VMOVUPS    Z1, 64(AX)(CX*1)
+	VPSLLD     $0x10, Z2, Z10
+	VPANDD     Z2, Z31, Z2
+	VMOVUPS    Z10, (AX)(CX*2)
+	VMOVUPS    Z2, 64(AX)(CX*2)
+	VPSLLD     $0x10, Z3, Z11
+	VPANDD     Z3, Z31, Z3
+	VMOVUPS    Z11, (DX)
+	VMOVUPS    Z3, 64(DX)
+	VPSLLD     $0x10, Z4, Z12
+	VPANDD     Z4, Z31, Z4
+	VMOVUPS    Z12, (AX)(CX*4)
+	VMOVUPS    Z4, 64(AX)(CX*4)
+	VPSLLD     $0x10, Z5, Z13
+	VPANDD     Z5, Z31, Z5
+	VMOVUPS    Z13, (DX)(CX*2)
+	VMOVUPS    Z5, 64(DX)(CX*2)
+	VPSLLD     $0x10, Z6, Z14
+	VPANDD     Z6, Z31, Z6
+	VMOVUPS    Z14, (BX)
+	VMOVUPS    Z6, 64(BX)
+	VPSLLD     $0x10, Z7, Z15
+	VPANDD     Z7, Z31, Z7
+	VMOVUPS    Z15, (DX)(CX*4)
+	VMOVUPS    Z7, 64(DX)(CX*4)
+	ADDQ       $0x00000200, SI
+	ADDQ       $0x00000200, DI
+	ADDQ       $0x00000080, AX
+	ADDQ       $0x00000080, DX
+	ADDQ       $0x00000080, BX
+	DECQ       R8
+	JNZ        widenIlvGroupAVX512_loop
+
+widenIlvGroupAVX512_done:
 	VZEROUPPER
 	RET
 

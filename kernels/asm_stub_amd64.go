@@ -267,6 +267,11 @@ func gemmTile2x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out 
 //go:noescape
 func gemmTile3x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
 
+// widenIlvGroupAVX512 widens n32 chunks of 32 values of a group of eight interleaved bf16 rows (src) into eight f32 rows (dst + r·ldd floats), prefetching as far past pf.
+//
+//go:noescape
+func widenIlvGroupAVX512(dst *float32, ldd int, src *uint16, n32 int, pf *uint16)
+
 // axpyTile1x64F32AVX512 accumulates 1 rows of 64 outputs, each a weighted sum of n table rows at column coff.
 //
 //go:noescape

@@ -296,9 +296,9 @@ func (w *Matrix) rowAlign() int {
 // two groups of eight at a time (an odd one through dotTile1x8BF16Ilv); up
 // to skinnyMaxRows rows through groupBF16Ilv, a group of eight by up to
 // three activation rows, each group's block
-// staying in L1 while the passes of activation rows go over it; more
-// through the four-row strips, a block of weight rows at a time, as
-// gemmRange does.
+// staying in L1 while the passes of activation rows go over it; more, up
+// to ilvGroupsMinRows, through the four-row strips, a block of weight rows
+// at a time, as gemmRange does; a prompt's rows through gemmIlvGroups.
 // Every output has the per-element arithmetic of the row-major tiles, so
 // the bits are the same. Other levels widen the rows a block at a time into
 // the f32 panel, whose tiles have that arithmetic too.
@@ -389,6 +389,14 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		}
 		return
 	}
+	if n >= ilvGroupsMinRows {
+		// A prompt's rows: groups of eight weight rows widened into L1,
+		// read by the activation rows a chunk at a time from L2.
+		buf := getPanel()
+		defer putPanel(buf)
+		gemmIlvGroups(dst, x, n, w, buf, j0, j1)
+		return
+	}
 	jb := max(ilvRows, (gemmBlockBytes/(min(in, gemmKC)*2))/ilvRows*ilvRows)
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
@@ -402,6 +410,12 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		}
 	}
 }
+
+// ilvGroupsMinRows is the fewest activation rows that gemmRangeIlv sends
+// through gemmIlvGroups, the rows fp8 products send through gemmFP8Groups:
+// widening a group once pays for itself over a chunk of many rows. A
+// variable so that tests and benchmarks can send any rows either way.
+var ilvGroupsMinRows = fp8DecodedMaxRows + 1
 
 // pairedWalk runs tile over the groups of step rows in [j0, j1) and every
 // reduction block, group g of the first half and group g+half of the second
@@ -667,39 +681,37 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 	return end
 }
 
-// fp8GroupChunkRows is how many activation rows gemmFP8Groups passes over
-// one decoded group before the next group: 128 rows of a 1,024-value
-// reduction block are 512 KiB, which stay in a 1 MiB L2 while the groups
-// of weight rows go by. On a Zen 5 core the eight-row tile over 512 rows
-// and f32 weights of [6144, 2048] ran at 73.7–77.0 % of the FMA peak with
+// groupChunkRows is how many activation rows promptGroups passes over one
+// widened or decoded group before the next group: 128 rows of a 1,024-value
+// reduction block are 512 KiB, which stay in a 1 MiB L2 while the groups of
+// weight rows go by. On a Zen 5 core the eight-row tile over 512 rows and
+// f32 weights of [6144, 2048] ran at 73.7–77.0 % of the FMA peak with
 // chunks of 64 rows, 82.8–84.1 % with 128 and 78.8–79.6 % with 256
-// (docs/performance.md, "fp8 prompts through groups of eight weight rows").
-const fp8GroupChunkRows = 128
+// (docs/performance.md, "fp8 prompts through groups of eight weight rows");
+// on an Intel Xeon core (2 MiB of L2) 64 and 128 rows ran alike and 256
+// slower.
+const groupChunkRows = 128
 
-// gemmFP8Groups computes, on AVX-512, the whole groups of eight weight rows
-// in [j0, j1) of an FP8 matrix that fp8InRegister accepts and whose columns
-// are a multiple of 16, for n activation rows (a prompt's), and returns the
-// first row it left (j1 minus fewer than eight). For every reduction block
-// and every chunk of fp8GroupChunkRows activation rows, each group's block
-// of codes is decoded (decodePanelFP8: the exact in-register decoding, or
-// dequantPanel where a code is NaN) into 32 KiB of f32 that stays in L1,
-// and the chunk's rows pass over it three at a time (tileF32x8): eight
-// weight rows from L1 for every three activation vectors from L2, where the
-// panel's six-by-four tiles read four weight vectors from L2 for every six
-// activation vectors in L1. Each output has the f32 tile's accumulator and
-// reduction over each block, stored for the first block and added after, so
-// the bits are those of the f32 product on the dequantized rows.
-func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloats]float32, j0, j1 int) int {
-	in, out := w.Cols, w.Rows
-	end := j0 + (j1-j0)&^7
+// promptGroups computes the groups of eight weight rows in [j0, end) (a
+// multiple of eight rows) for n activation rows (a prompt's). For every
+// reduction block and every chunk of groupChunkRows activation rows, fill
+// writes group jt's block at k0 as 32 KiB of f32 that stays in L1, starting
+// the block it fills next, group nb's at nk, on its way into L2 (nk = Cols:
+// none), and the chunk's rows pass over it three at a time (tileF32x8):
+// eight weight rows from L1 for every three activation vectors from L2,
+// where the six-by-four strips read four weight vectors from L2 for every
+// six activation vectors in L1. Each output has the f32 tile's accumulator
+// and reduction over each block, stored for the first block and added
+// after, so the bits are those of the f32 product on the rows fill gives.
+func promptGroups(dst, x []float32, n, in, out, j0, end int, fill func(jt, k0, nb, nk int) f32Rows) {
 	for k0 := 0; k0 < in; k0 += gemmKC {
 		kc := min(k0+gemmKC, in) - k0
 		add := tileAdd(k0 > 0)
-		for c0 := 0; c0 < n; c0 += fp8GroupChunkRows {
-			c1 := min(n, c0+fp8GroupChunkRows)
+		for c0 := 0; c0 < n; c0 += groupChunkRows {
+			c1 := min(n, c0+groupChunkRows)
 			for jt := j0; jt < end; jt += 8 {
-				// Prefetch the next group's block, after the last group
-				// the first one's (the next chunk's, or the next block's).
+				// The next group's block, after the last group the first
+				// one's (the next chunk's, or the next block's).
 				nb, nk := jt+8, k0
 				if nb >= end {
 					nb = j0
@@ -707,10 +719,7 @@ func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloat
 						nk = k0 + gemmKC
 					}
 				}
-				if nk >= in {
-					nb, nk = out, 0
-				}
-				p := decodePanelFP8(buf, w, l, jt, jt+8, k0, nb, nk)
+				p := fill(jt, k0, nb, min(nk, in))
 				for i0 := c0; i0 < c1; {
 					m := evenPass(eightRowMaxRows, c1-i0)
 					tileF32x8(m, &x[i0*in+k0], in, p.at(jt, k0), p.ld, kc, &dst[i0*out+jt], out, add)
@@ -719,7 +728,49 @@ func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloat
 			}
 		}
 	}
+}
+
+// gemmFP8Groups computes, on AVX-512, the whole groups of eight weight rows
+// in [j0, j1) of an FP8 matrix that fp8InRegister accepts and whose columns
+// are a multiple of 16, for n activation rows (a prompt's), and returns the
+// first row it left (j1 minus fewer than eight): promptGroups over each
+// group's block of codes decoded by decodePanelFP8 (the exact in-register
+// decoding, or dequantPanel where a code is NaN), so the bits are those of
+// the f32 product on the dequantized rows.
+func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloats]float32, j0, j1 int) int {
+	in, out := w.Cols, w.Rows
+	end := j0 + (j1-j0)&^7
+	promptGroups(dst, x, n, in, out, j0, end, func(jt, k0, nb, nk int) f32Rows {
+		if nk >= in {
+			nb, nk = out, 0
+		}
+		return decodePanelFP8(buf, w, l, jt, jt+8, k0, nb, nk)
+	})
 	return end
+}
+
+// gemmIlvGroups is gemmFP8Groups for the rows [j0, j1) (multiples of eight)
+// of an interleaved bf16 matrix: each group's block widened by
+// widenIlvGroupAVX512 (two instructions per 32 values, once for
+// groupChunkRows activation rows, where the strips widen every weight
+// vector again for every six rows, on the ports of the FMAs on an Intel
+// core). The widened values are the bf16 values, so the bits are those of
+// the strips. On an Intel Xeon core the products of 512 rows with
+// glm5-dense-350m's MLP shapes ran at 0.78–0.82 of the FMA peak so, against
+// 0.70–0.73 through the strips (docs/performance.md, "Prompt products
+// through groups of eight weight rows, on the Intel host").
+func gemmIlvGroups(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j0, j1 int) {
+	in := w.Cols
+	promptGroups(dst, x, n, in, w.Rows, j0, j1, func(jt, k0, nb, nk int) f32Rows {
+		kc := min(k0+gemmKC, in) - k0
+		src := &w.BF16[ilvAt(in, jt, k0)]
+		pf := src
+		if nk < in {
+			pf = &w.BF16[ilvAt(in, nb, nk)]
+		}
+		widenIlvGroupAVX512(&buf[0], kc, src, kc/ilvCols, pf)
+		return f32Rows{v: buf[:], j0: jt, k0: k0, ld: kc}
+	})
 }
 
 // fp8InRegister reports whether the fp8 GEMV tiles of level l can decode

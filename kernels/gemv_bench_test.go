@@ -233,9 +233,10 @@ func BenchmarkProductPanels(b *testing.B) {
 // engine's --max-num-batched-tokens) on glm5-dense-350m's MLP shapes and
 // GLM-5's q_b on one thread, the weights streamed from memory (copies
 // cycled through 256 MiB): the products of a prefill, bound by the FMAs.
-// fp8 goes through groups of eight weight rows decoded into L1
-// (gemmFP8Groups); bf16 and f32 (row-major) through the six-by-four f32
-// tiles reading two and four bytes a weight from L2. fma-% is the FLOPs over the FMA peak measured right after the
+// fp8 and interleaved bf16 go through groups of eight weight rows decoded
+// or widened into L1 (gemmFP8Groups, gemmIlvGroups); row-major bf16 and
+// f32 through the six-by-four strips reading two and four bytes a weight
+// from L2. fma-% is the FLOPs over the FMA peak measured right after the
 // calls; cpu-ms is the calling thread's CPU time per call (Linux).
 func BenchmarkPromptProduct(b *testing.B) {
 	const n = 512
@@ -252,6 +253,51 @@ func BenchmarkPromptProduct(b *testing.B) {
 				b.ReportMetric(100*2*float64(n*sh.out*sh.in)/s/peak, "fma-%")
 			})
 		}
+	}
+}
+
+// BenchmarkIlvPromptWalks times a prompt's product (512 rows) of
+// interleaved bf16 weights streamed from memory (copies cycled through
+// 256 MiB) through gemmIlvGroups and through the four-row strips, in turns
+// within each iteration, each call followed by an FMA probe: groups-% and
+// strips-% are the medians over the iterations of the call's FLOPs over the
+// probe's rate. On a shared host whose speed drifts over seconds, turns
+// within one run compare the walks where sub-benchmarks run one after the
+// other would not. One thread.
+func BenchmarkIlvPromptWalks(b *testing.B) {
+	if activeLevel() != levelAVX512 {
+		b.Skip("the interleaved layout needs the AVX-512 implementation")
+	}
+	const n = 512
+	for _, sh := range []struct{ out, in int }{{6144, 2048}, {2048, 6144}, {16384, 2048}} {
+		ws := benchWeights(newRand(87), "bf16-ilv", sh.out, sh.in)
+		b.Run(fmt.Sprintf("%dx%d/rows=%d", sh.out, sh.in, n), func(b *testing.B) {
+			x := randSlice(newRand(88), n*sh.in, 1)
+			dst := make([]float32, n*sh.out)
+			defer SetThreads(SetThreads(1))
+			defer func(v int) { ilvGroupsMinRows = v }(ilvGroupsMinRows)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			flops := 2 * float64(n*sh.out*sh.in)
+			var fr [2][]float64
+			i := 0
+			for b.Loop() {
+				for walk, minRows := range []int{fp8DecodedMaxRows + 1, math.MaxInt} {
+					ilvGroupsMinRows = minRows
+					i++
+					t0 := time.Now()
+					MatMulT(dst, x, n, ws[i%len(ws)])
+					s := time.Since(t0).Seconds()
+					t1 := time.Now()
+					peak := FMAPeakLoop(500_000) / time.Since(t1).Seconds()
+					fr[walk] = append(fr[walk], flops/s/peak)
+				}
+			}
+			for walk, name := range []string{"groups-%", "strips-%"} {
+				slices.Sort(fr[walk])
+				b.ReportMetric(100*fr[walk][len(fr[walk])/2], name)
+			}
+		})
 	}
 }
 

@@ -98,7 +98,7 @@ func TestInterleavedLayout(t *testing.T) {
 // with reductions of one block, several, and a short last block.
 func TestInterleavedProducts(t *testing.T) {
 	shapes := []struct{ rows, cols int }{{8, 32}, {24, 64}, {64, 1056}, {136, 2080}, {16, 3072}}
-	ns := []int{1, 2, 3, 5, 8, 13, 16, 17, 40}
+	ns := []int{1, 2, 3, 5, 8, 13, 16, 17, 40, 65, 130}
 	for si, sh := range shapes {
 		rm, ilv := ilvMatrices(t, uint64(100+si), sh.rows, sh.cols)
 		forEachImpl(t, func(t *testing.T) {
