@@ -144,6 +144,7 @@ func loopProducts(b *testing.B, dst, x []float32, n int, ws []*Matrix) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	MatMulT(dst, x, n, ws[0])
+	runtime.GC() // the weights' construction garbage, not during the calls
 	k := 0
 	cpu0, cpuOK := threadCPU()
 	for b.Loop() {
@@ -278,6 +279,7 @@ func BenchmarkIlvPromptWalks(b *testing.B) {
 			defer func(v int) { ilvGroupsMinRows = v }(ilvGroupsMinRows)
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
+			runtime.GC() // the weights' construction garbage, not during the calls
 			flops := 2 * float64(n*sh.out*sh.in)
 			var fr [2][]float64
 			i := 0

@@ -275,6 +275,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			continue
 		}
 		b.StopTimer()
+		runtime.GC() // finish a cycle the set-up's garbage started, not during the steps
 		fma, bw := machinePeaks(threads)
 		var fp8 []FP8Rate
 		if hasFP8 {
@@ -366,6 +367,7 @@ func benchPrefill(b *testing.B, m *Model, n, threads int) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
+		runtime.GC() // finish a cycle the set-up's garbage started, not during the prompt
 		fma, _ := machinePeaks(threads)
 		b.StartTimer()
 		var flops float64

@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -218,6 +219,7 @@ func profileDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 func profilePrefill(b *testing.B, m *Model, n, threads int) {
 	p := newPromptRun(b, m, n)
 	p.prefill(b, nil) // warm-up
+	runtime.GC()      // finish a cycle the set-up's garbage started, not during the prompts
 	fma, bw := machinePeaks(threads)
 	l := Limits{ReadBW: bw, FMAPeak: fma}
 	parts := newStepParts("prompt", l, l, prefillKey)
