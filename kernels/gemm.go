@@ -756,7 +756,7 @@ func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloat
 // vector again for every six rows, on the ports of the FMAs on an Intel
 // core). The widened values are the bf16 values, so the bits are those of
 // the strips. On an Intel Xeon core the products of 512 rows with
-// glm5-dense-350m's MLP shapes ran at 0.78–0.82 of the FMA peak so, against
+// glm5-dense-350m's MLP shapes ran at 0.77–0.80 of the FMA peak so, against
 // 0.70–0.73 through the strips (docs/performance.md, "Prompt products
 // through groups of eight weight rows, on the Intel host").
 func gemmIlvGroups(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j0, j1 int) {
