@@ -142,6 +142,13 @@ func tileF32x8(m int, x *float32, ldx int, w *float32, ldw, kn int, out *float32
 	}
 }
 
+// widenIlvGroup runs widenIlvGroupAVX512: n32 chunks of 32 values of a
+// group of eight interleaved bf16 rows (src) widened into eight f32 rows at
+// dst + r·ldd floats, prefetching as far past pf into L2.
+func widenIlvGroup(dst *float32, ldd int, src *uint16, n32 int, pf *uint16) {
+	widenIlvGroupAVX512(dst, ldd, src, n32, pf)
+}
+
 // stripBF16 is stripF32 with bf16 weights widened in registers.
 func stripBF16(l level, m int, x *float32, ldx int, w *uint16, ldw, groups, kn int, dst *float32, ldd, add, pfd int) {
 	if l == levelAVX512 {

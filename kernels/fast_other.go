@@ -154,6 +154,10 @@ func tileF32x8(int, *float32, int, *float32, int, int, *float32, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func widenIlvGroup(*float32, int, *uint16, int, *uint16) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func stripBF16(level, int, *float32, int, *uint16, int, int, int, *float32, int, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }

@@ -751,7 +751,7 @@ func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloat
 
 // gemmIlvGroups is gemmFP8Groups for the rows [j0, j1) (multiples of eight)
 // of an interleaved bf16 matrix: each group's block widened by
-// widenIlvGroupAVX512 (two instructions per 32 values, once for
+// widenIlvGroup (two instructions per 32 values, once for
 // groupChunkRows activation rows, where the strips widen every weight
 // vector again for every six rows, on the ports of the FMAs on an Intel
 // core). The widened values are the bf16 values, so the bits are those of
@@ -768,7 +768,7 @@ func gemmIlvGroups(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32
 		if nk < in {
 			pf = &w.BF16[ilvAt(in, nb, nk)]
 		}
-		widenIlvGroupAVX512(&buf[0], kc, src, kc/ilvCols, pf)
+		widenIlvGroup(&buf[0], kc, src, kc/ilvCols, pf)
 		return f32Rows{v: buf[:], j0: jt, k0: k0, ld: kc}
 	})
 }
