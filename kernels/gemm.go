@@ -297,7 +297,7 @@ func (w *Matrix) rowAlign() int {
 // to skinnyMaxRows rows through groupBF16Ilv, a group of eight by up to
 // three activation rows, each group's block
 // staying in L1 while the passes of activation rows go over it; more, up
-// to ilvGroupsMinRows, through the four-row strips, a block of weight rows
+// to promptGroupsMinRows, through the four-row strips, a block of weight rows
 // at a time, as gemmRange does; a prompt's rows through gemmIlvGroups.
 // Every output has the per-element arithmetic of the row-major tiles, so
 // the bits are the same. Other levels widen the rows a block at a time into
@@ -389,7 +389,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		}
 		return
 	}
-	if n >= ilvGroupsMinRows {
+	if n >= promptGroupsMinRows {
 		// A prompt's rows: groups of eight weight rows widened into L1,
 		// read by the activation rows a chunk at a time from L2.
 		buf := getPanel()
@@ -411,11 +411,12 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	}
 }
 
-// ilvGroupsMinRows is the fewest activation rows that gemmRangeIlv sends
-// through gemmIlvGroups, the rows fp8 products send through gemmFP8Groups:
-// widening a group once pays for itself over a chunk of many rows. A
-// variable so that tests and benchmarks can send any rows either way.
-var ilvGroupsMinRows = fp8DecodedMaxRows + 1
+// promptGroupsMinRows is the fewest activation rows (a prompt's) that
+// gemmRangeIlv sends through gemmIlvGroups and gemmRangeFP8 through
+// gemmFP8Groups: widening or decoding a group once pays for itself over a
+// chunk of many rows. A variable so that tests and benchmarks can send any
+// rows either way.
+var promptGroupsMinRows = fp8DecodedMaxRows + 1
 
 // pairedWalk runs tile over the groups of step rows in [j0, j1) and every
 // reduction block, group g of the first half and group g+half of the second
@@ -569,7 +570,7 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// over (fewer than four) go through the panel.
 		j0 = gemmFP8Decoded(dst, x, n, w, l, buf, j0, j1)
 	}
-	if n > fp8DecodedMaxRows && l == levelAVX512 && in > 0 && in%vecWidth(l) == 0 && fp8InRegister(w, l, j0, j1) {
+	if n >= promptGroupsMinRows && l == levelAVX512 && in > 0 && in%vecWidth(l) == 0 && fp8InRegister(w, l, j0, j1) {
 		// A prompt's rows: groups of eight weight rows decoded into L1,
 		// read by the activation rows a chunk at a time from L2; the rows
 		// left over (fewer than eight) go through the panel.

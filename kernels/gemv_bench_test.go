@@ -276,7 +276,8 @@ func BenchmarkIlvPromptWalks(b *testing.B) {
 			x := randSlice(newRand(88), n*sh.in, 1)
 			dst := make([]float32, n*sh.out)
 			defer SetThreads(SetThreads(1))
-			defer func(v int) { ilvGroupsMinRows = v }(ilvGroupsMinRows)
+			groups := promptGroupsMinRows
+			defer func() { promptGroupsMinRows = groups }()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			runtime.GC() // the weights' construction garbage, not during the calls
@@ -284,8 +285,8 @@ func BenchmarkIlvPromptWalks(b *testing.B) {
 			var fr [2][]float64
 			i := 0
 			for b.Loop() {
-				for walk, minRows := range []int{fp8DecodedMaxRows + 1, math.MaxInt} {
-					ilvGroupsMinRows = minRows
+				for walk, minRows := range []int{groups, math.MaxInt} {
+					promptGroupsMinRows = minRows
 					i++
 					t0 := time.Now()
 					MatMulT(dst, x, n, ws[i%len(ws)])
