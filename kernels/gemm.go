@@ -693,23 +693,68 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 // slower.
 const groupChunkRows = 128
 
+// chunkLd is the stride, in floats, of the activation rows promptGroups
+// copies: a reduction block and 16 floats (one cache line), so that
+// consecutive rows start in consecutive L1 sets.
+const chunkLd = gemmKC + 16
+
+// chunkBuf holds one chunk of a prompt's activation rows, one reduction
+// block of each, copied by promptGroups (532 KiB).
+type chunkBuf [groupChunkRows * chunkLd]float32
+
+// chunkBufs keeps the chunk buffers of finished calls for the next.
+var chunkBufs = make(chan *chunkBuf, 64)
+
+func getChunkBuf() *chunkBuf {
+	select {
+	case c := <-chunkBufs:
+		return c
+	default:
+		return new(chunkBuf)
+	}
+}
+
+func putChunkBuf(c *chunkBuf) {
+	select {
+	case chunkBufs <- c:
+	default:
+	}
+}
+
 // promptGroups computes the groups of eight weight rows in [j0, end) (a
 // multiple of eight rows) for n activation rows (a prompt's). For every
-// reduction block and every chunk of groupChunkRows activation rows, fill
-// writes group jt's block at k0 as 32 KiB of f32 that stays in L1, starting
-// the block it fills next, group nb's at nk, on its way into L2 (nk = Cols:
-// none), and the chunk's rows pass over it three at a time (tileF32x8):
-// eight weight rows from L1 for every three activation vectors from L2,
-// where the six-by-four strips read four weight vectors from L2 for every
-// six activation vectors in L1. Each output has the f32 tile's accumulator
-// and reduction over each block, stored for the first block and added
-// after, so the bits are those of the f32 product on the rows fill gives.
+// reduction block and every chunk of groupChunkRows activation rows, it
+// copies the chunk's block of each row into one contiguous buffer (rows
+// chunkLd apart), fill writes group jt's block at k0 as 32 KiB of f32 that
+// stays in L1, starting the block it fills next, group nb's at nk, on its
+// way into L2 (nk = Cols: none), and the chunk's rows pass over it three at
+// a time (tileF32x8): eight weight rows from L1 for every three activation
+// vectors from L2, where the six-by-four strips read four weight vectors
+// from L2 for every six activation vectors in L1. Each output has the f32
+// tile's accumulator and reduction over each block, stored for the first
+// block and added after, so the bits are those of the f32 product on the
+// rows fill gives.
+//
+// The copy is what keeps the chunk in L2 whatever the row length: a
+// 2 MiB, 16-way L2 maps addresses 128 KiB apart to the same sets, so the
+// blocks of rows 16,384 floats (64 KiB) apart, the activations of GLM-5's
+// output projection, fell into two sets' ranges and the chunk's 512 KiB
+// competed for 128 KiB of the cache. On an Intel Xeon core that product
+// ([6144, 16384], 512 rows, in glm5-shape's prompt) ran at 50–55 % of its
+// FMA time uncopied and 74 % copied; a chunk costs one pass over its rows
+// for every 768 groups that read it (docs/performance.md, "A prompt's
+// activation rows copied a chunk at a time, on the Intel host").
 func promptGroups(dst, x []float32, n, in, out, j0, end int, fill func(jt, k0, nb, nk int) f32Rows) {
+	xc := getChunkBuf()
+	defer putChunkBuf(xc)
 	for k0 := 0; k0 < in; k0 += gemmKC {
 		kc := min(k0+gemmKC, in) - k0
 		add := tileAdd(k0 > 0)
 		for c0 := 0; c0 < n; c0 += groupChunkRows {
 			c1 := min(n, c0+groupChunkRows)
+			for i := c0; i < c1; i++ {
+				copy(xc[(i-c0)*chunkLd:(i-c0)*chunkLd+kc], x[i*in+k0:i*in+k0+kc])
+			}
 			for jt := j0; jt < end; jt += 8 {
 				// The next group's block, after the last group the first
 				// one's (the next chunk's, or the next block's).
@@ -723,7 +768,7 @@ func promptGroups(dst, x []float32, n, in, out, j0, end int, fill func(jt, k0, n
 				p := fill(jt, k0, nb, min(nk, in))
 				for i0 := c0; i0 < c1; {
 					m := evenPass(eightRowMaxRows, c1-i0)
-					tileF32x8(m, &x[i0*in+k0], in, p.at(jt, k0), p.ld, kc, &dst[i0*out+jt], out, add)
+					tileF32x8(m, &xc[(i0-c0)*chunkLd], chunkLd, p.at(jt, k0), p.ld, kc, &dst[i0*out+jt], out, add)
 					i0 += m
 				}
 			}
