@@ -54,6 +54,7 @@ func main() {
 	for m := 2; m <= 3; m++ {
 		gemmGroup8x512Ilv(m)
 	}
+	gemmPair8x512Ilv()
 	for m := 1; m <= eightRowMaxRows; m++ {
 		gemmTile8F32512(m)
 	}
@@ -572,6 +573,138 @@ func gemmGroup8x512Ilv(m int) {
 		}
 		if i+1 < m {
 			ADDQ(ldd, dst)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// gemmPair8x512Ilv emits gemmPair8x2BF16IlvAVX512: eight activation rows'
+// dot products with one pair of interleaved bf16 weight rows of a group
+// (their lines at w and w+64, the next chunk's 512 bytes on) over kn (a
+// multiple of 32) elements, added to (add ≠ 0) or stored in dst (row i at
+// dst + i·ldd, the pair's two outputs side by side). Each weight line is
+// widened once for all eight rows (a shift for the low halves into Z17 or
+// Z19, a word mask K1 for the high ones in place), where the group tiles'
+// passes of three rows widen it once per pass: per 32 values of a weight
+// row, 16 FMAs and 2 widening operations against 16 and 6, on the two ports
+// an Intel core runs both on. The sixteen accumulators are Z0–Z15 (row i's
+// in Z2i and Z2i+1); the activation vectors are loaded into Z20–Z31 in turn.
+// For every chunk it prefetches pfl lines (0 to 2) into L2, front to back
+// from pfd bytes past w. Each output has dotTile1x8BF16IlvAVX512's
+// accumulator (values k…k+15 of a chunk, then k+16…k+31) and reduce4x512's
+// sums (reduce4x512Any, rows i and i+1 together), so the bits are those of
+// every other tile.
+func gemmPair8x512Ilv() {
+	const m = 8
+	name := "gemmPair8x2BF16IlvAVX512"
+	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)")
+	Pragma("noescape")
+	Doc(name + " computes the 8x2 dot products of eight activation rows with a pair of interleaved bf16 weight rows over kn (a multiple of 32) elements, added to or stored in dst.")
+	x := Load(Param("x"), GP64())
+	ldx := Load(Param("ldx"), GP64())
+	SHLQ(U8(2), ldx)
+	ldx3 := GP64()
+	LEAQ(Mem{Base: ldx, Index: ldx, Scale: 2}, ldx3)
+	x4 := GP64()
+	LEAQ(Mem{Base: x, Index: ldx, Scale: 4}, x4)
+	// row(i, disp): activation row i at the current chunk, plus disp bytes.
+	row := func(i, disp int) Mem {
+		b := x
+		if i >= 4 {
+			b = x4
+		}
+		switch i % 4 {
+		case 1:
+			return Mem{Base: b, Index: ldx, Scale: 1, Disp: disp}
+		case 2:
+			return Mem{Base: b, Index: ldx, Scale: 2, Disp: disp}
+		case 3:
+			return Mem{Base: b, Index: ldx3, Scale: 1, Disp: disp}
+		}
+		return Mem{Base: b, Disp: disp}
+	}
+	w := Load(Param("w"), GP64())
+	kn := Load(Param("kn"), GP64())
+	acc := func(i, j int) VecPhysical { return zmm[2*i+j] }
+	for i := range m {
+		for j := range 2 {
+			VPXORD(acc(i, j), acc(i, j), acc(i, j))
+		}
+	}
+	// K1 keeps the high bf16 of every 32-bit pair: the values k+16…k+31.
+	hiWords := GP32()
+	MOVL(U32(0xAAAAAAAA), hiWords)
+	KMOVD(hiWords, K1)
+	pf := Load(Param("pfd"), GP64())
+	ADDQ(w, pf)
+	pfl := Load(Param("pfl"), GP64())
+	pfs := GP64()
+	MOVQ(pfl, pfs)
+	SHLQ(U8(6), pfs)
+	SHRQ(U8(5), kn)
+	JZ(LabelRef(name + "_reduce"))
+	Label(name + "_loop")
+	// pfl lines (0 to 2) from pf, which moves on by as many.
+	for l := range 2 {
+		CMPQ(pfl, U8(l))
+		JE(LabelRef(name + "_pfdone"))
+		PREFETCHT1(Mem{Base: pf, Disp: 64 * l})
+	}
+	Label(name + "_pfdone")
+	ADDQ(pfs, pf)
+	// The pair's first row: high halves in Z16, low in Z17; the second's
+	// in Z18 and Z19.
+	VMOVUPS(Mem{Base: w}, Z16)
+	VPSLLD(U8(16), Z16, Z17)
+	VMOVDQU16_Z(Z16, K1, Z16)
+	VMOVUPS(Mem{Base: w, Disp: 64}, Z18)
+	VPSLLD(U8(16), Z18, Z19)
+	VMOVDQU16_Z(Z18, K1, Z18)
+	for i := range m {
+		lo, hi := zmm[20+(2*i)%12], zmm[21+(2*i)%12]
+		VMOVUPS(row(i, 0), lo)
+		VMOVUPS(row(i, 64), hi)
+		VFMADD231PS(Z17, lo, acc(i, 0))
+		VFMADD231PS(Z19, lo, acc(i, 1))
+		VFMADD231PS(Z16, hi, acc(i, 0))
+		VFMADD231PS(Z18, hi, acc(i, 1))
+	}
+	ADDQ(U32(128), x)
+	ADDQ(U32(128), x4)
+	ADDQ(U32(512), w)
+	DECQ(kn)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_reduce")
+	// Rows i and i+1 reduced together: xmm(2i) holds row i's two sums,
+	// then row i+1's.
+	for i := 0; i < m; i += 2 {
+		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i+1, 0), acc(i+1, 1)}, Z20, Z21)
+	}
+	dst := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	SHLQ(U8(2), ldd)
+	sums := func(i int) VecPhysical { return xmm[2*i] }
+	CMPQ(NewParamAddr("add", 48), U8(0))
+	JE(LabelRef(name + "_store"))
+	for i := 0; i < m; i += 2 {
+		VMOVSD(Mem{Base: dst}, X20)
+		VMOVHPS(Mem{Base: dst, Index: ldd, Scale: 1}, X20, X20)
+		VADDPS(X20, sums(i), sums(i))
+		VMOVLPS(sums(i), Mem{Base: dst})
+		VMOVHPS(sums(i), Mem{Base: dst, Index: ldd, Scale: 1})
+		if i+2 < m {
+			LEAQ(Mem{Base: dst, Index: ldd, Scale: 2}, dst)
+		}
+	}
+	VZEROUPPER()
+	RET()
+	Label(name + "_store")
+	for i := 0; i < m; i += 2 {
+		VMOVLPS(sums(i), Mem{Base: dst})
+		VMOVHPS(sums(i), Mem{Base: dst, Index: ldd, Scale: 1})
+		if i+2 < m {
+			LEAQ(Mem{Base: dst, Index: ldd, Scale: 2}, dst)
 		}
 	}
 	VZEROUPPER()

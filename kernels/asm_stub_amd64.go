@@ -252,6 +252,11 @@ func gemmGroup2x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *floa
 //go:noescape
 func gemmGroup3x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int, acc *float32, carry int)
 
+// gemmPair8x2BF16IlvAVX512 computes the 8x2 dot products of eight activation rows with a pair of interleaved bf16 weight rows over kn (a multiple of 32) elements, added to or stored in dst.
+//
+//go:noescape
+func gemmPair8x2BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)
+
 // gemmTile1x8F32AVX512 computes 1 activation rows' dot products with 8 f32 weight rows over kn (a multiple of 16) elements and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
 //
 //go:noescape

@@ -218,6 +218,12 @@ func groupBF16Ilv(m int, x *float32, ldx int, w *uint16, kn int, dst *float32, l
 	gemmGroup3x8BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl, &acc[0], carry)
 }
 
+// pairBF16Ilv runs gemmPair8x2BF16IlvAVX512: eight activation rows
+// against the pair of interleaved bf16 weight rows whose lines start at w.
+func pairBF16Ilv(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd, add, pfd, pfl int) {
+	gemmPair8x2BF16IlvAVX512(x, ldx, w, kn, dst, ldd, add, pfd, pfl)
+}
+
 // dotTile1x8BF16Ilv is dotTile1x8BF16 on AVX-512 for a group of eight rows
 // in the interleaved layout of Matrix.InterleaveBF16.
 func dotTile1x8BF16Ilv(x *float32, w *uint16, kn int, out *[8]float32) {

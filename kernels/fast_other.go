@@ -174,6 +174,10 @@ func groupBF16Ilv(int, *float32, int, *uint16, int, *float32, int, int, int, int
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func pairBF16Ilv(*float32, int, *uint16, int, *float32, int, int, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func dotTile1x8BF16Ilv(*float32, *uint16, int, *[8]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }

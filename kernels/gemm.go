@@ -293,8 +293,10 @@ func (w *Matrix) rowAlign() int {
 // InterleaveBF16 (j0 and j1 multiples of 8, Cols a positive multiple of
 // 16, so no block has a scalar tail). On AVX-512 the tiles read that
 // layout as they find it: one activation row through dotTile1x16BF16Ilv,
-// two groups of eight at a time (an odd one through dotTile1x8BF16Ilv); up
-// to skinnyMaxRows rows through groupBF16Ilv, a group of eight by up to
+// two groups of eight at a time (an odd one through dotTile1x8BF16Ilv);
+// eight rows (a decode batch of eight) through pairsIlv, a pair of weight
+// rows by all eight activation rows; other rows up
+// to skinnyMaxRows through groupBF16Ilv, a group of eight by up to
 // three activation rows, each group's block
 // staying in L1 while the passes of activation rows go over it; more, up
 // to promptGroupsMinRows, through the four-row strips, a block of weight rows
@@ -363,6 +365,10 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		sub := groupSubCols(n)
 		tile := func(jt, k0, nj, nk int) {
 			kc := min(gemmKC, in-k0)
+			if n == pairIlvRows {
+				pairsIlv(dst, x, w, jt, k0, kc, nj, nk)
+				return
+			}
 			for s0 := 0; s0 < kc; s0 += sub {
 				sn, at := min(sub, kc-s0), ilvAt(in, jt, k0+s0)
 				block, carry := 0, 0
@@ -408,6 +414,38 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 				}
 			}
 		}
+	}
+}
+
+// pairIlvRows is the decode batch (activation rows) whose interleaved bf16
+// products go through pairsIlv rather than the group tiles' passes: eight,
+// the rows the pair tile holds. A variable so that a benchmark can send
+// eight rows through the passes instead (any other value).
+var pairIlvRows = 8
+
+// pairsIlv computes group jt's reduction block at k0 (kc values) of an
+// interleaved bf16 product for pairIlvRows activation rows, a pair of
+// weight rows at a time (pairBF16Ilv), each pair call prefetching its
+// quarter of the block the walk reads next, group nj's at nk (none past
+// the last row), into L2. Each weight line is widened once for all eight
+// rows where the group tiles' passes (three, three and two rows) widen it
+// three times, on the ports an Intel core's FMAs need: on an Intel Xeon
+// core the products of eight rows with glm5-dense-350m's shapes streamed
+// 7–9 % faster so (docs/performance.md, "Eight decode rows a pair of
+// weight rows at a time, on the Intel host"). The eight rows' block (32 KiB
+// of f32) stays in L1 while the four pairs go by; the bits are the group
+// tiles'.
+func pairsIlv(dst, x []float32, w *Matrix, jt, k0, kc, nj, nk int) {
+	in, out := w.Cols, w.Rows
+	at := ilvAt(in, jt, k0)
+	next, lines := 0, 0
+	if nj < out {
+		next, lines = 2*(ilvAt(in, nj, nk)-at), 2
+	}
+	for p := range ilvRows / 2 {
+		// Pair p's lines start 128·p bytes into the group's chunks, its
+		// quarter of the next block 4·kc·p bytes into that block.
+		pairBF16Ilv(&x[k0], in, &w.BF16[at+2*p*ilvCols], kc, &dst[jt+2*p], out, tileAdd(k0 > 0), next+p*(4*kc-128), lines)
 	}
 }
 

@@ -304,6 +304,47 @@ func BenchmarkIlvPromptWalks(b *testing.B) {
 	}
 }
 
+// BenchmarkIlvDecodeWalks times a decode batch's product (eight rows) of
+// interleaved bf16 weights streamed from memory (copies cycled through
+// 256 MiB) through pairsIlv and through the group tiles' passes, in turns
+// within each iteration as BenchmarkIlvPromptWalks does: pairs-GB/s and
+// passes-GB/s are the medians over the iterations of the weight bytes over
+// the call's time. One thread.
+func BenchmarkIlvDecodeWalks(b *testing.B) {
+	if activeLevel() != levelAVX512 {
+		b.Skip("the interleaved layout needs the AVX-512 implementation")
+	}
+	const n = 8
+	for _, sh := range []struct{ out, in int }{{6144, 2048}, {2048, 6144}, {4096, 2048}} {
+		ws := benchWeights(newRand(89), "bf16-ilv", sh.out, sh.in)
+		b.Run(fmt.Sprintf("%dx%d/rows=%d", sh.out, sh.in, n), func(b *testing.B) {
+			x := randSlice(newRand(90), n*sh.in, 1)
+			dst := make([]float32, n*sh.out)
+			defer SetThreads(SetThreads(1))
+			pairs := pairIlvRows
+			defer func() { pairIlvRows = pairs }()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			runtime.GC() // the weights' construction garbage, not during the calls
+			var gbs [2][]float64
+			i := 0
+			for b.Loop() {
+				for walk, rows := range []int{pairs, 0} {
+					pairIlvRows = rows
+					i++
+					t0 := time.Now()
+					MatMulT(dst, x, n, ws[i%len(ws)])
+					gbs[walk] = append(gbs[walk], float64(2*sh.out*sh.in)/time.Since(t0).Seconds()/1e9)
+				}
+			}
+			for walk, name := range []string{"pairs-GB/s", "passes-GB/s"} {
+				slices.Sort(gbs[walk])
+				b.ReportMetric(gbs[walk][len(gbs[walk])/2], name)
+			}
+		})
+	}
+}
+
 // BenchmarkProductInCache times MatMulT with its weights resident in L2
 // (64 rows of 4,096 columns: 256 KiB in fp8, 512 KiB in bf16, 1 MiB in f32,
 // read again every call) on one thread, so that it measures what the tiles
