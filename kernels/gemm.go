@@ -779,7 +779,7 @@ func putChunkBuf(c *chunkBuf) {
 // output projection, fell into two sets' ranges and the chunk's 512 KiB
 // competed for 128 KiB of the cache. On an Intel Xeon core that product
 // ([6144, 16384], 512 rows, in glm5-shape's prompt) ran at 50–55 % of its
-// FMA time uncopied and 74 % copied; a chunk costs one pass over its rows
+// FMA time uncopied and 70 % copied; a chunk costs one pass over its rows
 // for every 768 groups that read it (docs/performance.md, "A prompt's
 // activation rows copied a chunk at a time, on the Intel host").
 func promptGroups(dst, x []float32, n, in, out, j0, end int, fill func(jt, k0, nb, nk int) f32Rows) {
