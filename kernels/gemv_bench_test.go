@@ -309,15 +309,24 @@ func BenchmarkIlvPromptWalks(b *testing.B) {
 // 256 MiB) through pairsIlv and through the group tiles' passes, in turns
 // within each iteration as BenchmarkIlvPromptWalks does: pairs-GB/s and
 // passes-GB/s are the medians over the iterations of the weight bytes over
-// the call's time. One thread.
+// the call's time. The in-L2 case reads one [64, 4096] matrix (512 KiB)
+// again every call, so it measures what the tiles compute rather than what
+// memory delivers. One thread.
 func BenchmarkIlvDecodeWalks(b *testing.B) {
 	if activeLevel() != levelAVX512 {
 		b.Skip("the interleaved layout needs the AVX-512 implementation")
 	}
 	const n = 8
-	for _, sh := range []struct{ out, in int }{{6144, 2048}, {2048, 6144}, {4096, 2048}} {
+	for _, sh := range []struct {
+		out, in int
+		inL2    bool
+	}{{6144, 2048, false}, {2048, 6144, false}, {4096, 2048, false}, {64, 4096, true}} {
 		ws := benchWeights(newRand(89), "bf16-ilv", sh.out, sh.in)
-		b.Run(fmt.Sprintf("%dx%d/rows=%d", sh.out, sh.in, n), func(b *testing.B) {
+		where := "streamed"
+		if sh.inL2 {
+			ws, where = ws[:1], "in-L2"
+		}
+		b.Run(fmt.Sprintf("%dx%d/rows=%d/%s", sh.out, sh.in, n, where), func(b *testing.B) {
 			x := randSlice(newRand(90), n*sh.in, 1)
 			dst := make([]float32, n*sh.out)
 			defer SetThreads(SetThreads(1))
