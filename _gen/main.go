@@ -496,29 +496,14 @@ func gemmGroup8x512Ilv(m int) {
 		}
 	}
 	Label(name + "_start")
-	// K1 keeps the high bf16 of every 32-bit pair: the values k+16…k+31.
-	hiWords := GP32()
-	MOVL(U32(0xAAAAAAAA), hiWords)
-	KMOVD(hiWords, K1)
+	highWordsMask()
 	off := GP64()
 	XORQ(off, off)
-	pf := Load(Param("pfd"), GP64())
-	ADDQ(w, pf)
-	pfl := Load(Param("pfl"), GP64())
-	pfs := GP64()
-	MOVQ(pfl, pfs)
-	SHLQ(U8(6), pfs)
+	pf := chunkPrefetch(w)
 	SHRQ(U8(5), kn)
 	JZ(LabelRef(name + "_reduce"))
 	Label(name + "_loop")
-	// pfl lines (0 to 8) from pf, which moves on by as many.
-	for l := range 8 {
-		CMPQ(pfl, U8(l))
-		JE(LabelRef(name + "_pfdone"))
-		PREFETCHT1(Mem{Base: pf, Disp: 64 * l})
-	}
-	Label(name + "_pfdone")
-	ADDQ(pfs, pf)
+	pf.lines(name, 8)
 	for i := range m {
 		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1}, zmm[24+2*i])
 		VMOVUPS(Mem{Base: xr[i], Index: off, Scale: 1, Disp: 64}, zmm[25+2*i])
@@ -632,27 +617,12 @@ func gemmPair8x512Ilv() {
 			VPXORD(acc(i, j), acc(i, j), acc(i, j))
 		}
 	}
-	// K1 keeps the high bf16 of every 32-bit pair: the values k+16…k+31.
-	hiWords := GP32()
-	MOVL(U32(0xAAAAAAAA), hiWords)
-	KMOVD(hiWords, K1)
-	pf := Load(Param("pfd"), GP64())
-	ADDQ(w, pf)
-	pfl := Load(Param("pfl"), GP64())
-	pfs := GP64()
-	MOVQ(pfl, pfs)
-	SHLQ(U8(6), pfs)
+	highWordsMask()
+	pf := chunkPrefetch(w)
 	SHRQ(U8(5), kn)
 	JZ(LabelRef(name + "_reduce"))
 	Label(name + "_loop")
-	// pfl lines (0 to 2) from pf, which moves on by as many.
-	for l := range 2 {
-		CMPQ(pfl, U8(l))
-		JE(LabelRef(name + "_pfdone"))
-		PREFETCHT1(Mem{Base: pf, Disp: 64 * l})
-	}
-	Label(name + "_pfdone")
-	ADDQ(pfs, pf)
+	pf.lines(name, 2)
 	// The pair's first row: high halves in Z16, low in Z17; the second's
 	// in Z18 and Z19.
 	VMOVUPS(Mem{Base: w}, Z16)
@@ -709,6 +679,40 @@ func gemmPair8x512Ilv() {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// highWordsMask sets K1 to keep the high bf16 of every 32-bit pair of an
+// interleaved line: the values k+16…k+31 of its chunk.
+func highWordsMask() {
+	hiWords := GP32()
+	MOVL(U32(0xAAAAAAAA), hiWords)
+	KMOVD(hiWords, K1)
+}
+
+// linePrefetch is the prefetch of the interleaved tiles: pfl lines (the
+// pfl argument) into L2 for every chunk they read, front to back from pfd
+// bytes past w.
+type linePrefetch struct{ pf, pfl, step Register }
+
+// chunkPrefetch loads the pfd and pfl arguments of a tile reading w.
+func chunkPrefetch(w Register) linePrefetch {
+	p := linePrefetch{pf: Load(Param("pfd"), GP64()), pfl: Load(Param("pfl"), GP64()), step: GP64()}
+	ADDQ(w, p.pf)
+	MOVQ(p.pfl, p.step)
+	SHLQ(U8(6), p.step)
+	return p
+}
+
+// lines emits one chunk's prefetch: pfl lines (0 to most) from pf, which
+// then moves on by as many.
+func (p linePrefetch) lines(name string, most int) {
+	for l := range most {
+		CMPQ(p.pfl, U8(l))
+		JE(LabelRef(name + "_pfdone"))
+		PREFETCHT1(Mem{Base: p.pf, Disp: 64 * l})
+	}
+	Label(name + "_pfdone")
+	ADDQ(p.step, p.pf)
 }
 
 // carryAccumulators emits a group tile's carry of its accumulators across

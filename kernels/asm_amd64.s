@@ -7240,8 +7240,8 @@ gemmGroup2x8BF16IlvAVX512_start:
 	KMOVD SI, K1
 	XORQ  SI, SI
 	MOVQ  pfd+56(FP), DI
-	ADDQ  DX, DI
 	MOVQ  pfl+64(FP), R8
+	ADDQ  DX, DI
 	MOVQ  R8, R9
 	SHLQ  $0x06, R9
 	SHRQ  $0x05, BX
@@ -7538,8 +7538,8 @@ gemmGroup3x8BF16IlvAVX512_start:
 	KMOVD DI, K1
 	XORQ  DI, DI
 	MOVQ  pfd+56(FP), R8
-	ADDQ  BX, R8
 	MOVQ  pfl+64(FP), R9
+	ADDQ  BX, R8
 	MOVQ  R9, R10
 	SHLQ  $0x06, R10
 	SHRQ  $0x05, SI
@@ -7866,8 +7866,8 @@ TEXT ·gemmPair8x2BF16IlvAVX512(SB), NOSPLIT, $0-72
 	MOVL   $0xaaaaaaaa, R8
 	KMOVD  R8, K1
 	MOVQ   pfd+56(FP), R8
-	ADDQ   SI, R8
 	MOVQ   pfl+64(FP), R9
+	ADDQ   SI, R8
 	MOVQ   R9, R10
 	SHLQ   $0x06, R10
 	SHRQ   $0x05, DI

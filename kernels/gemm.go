@@ -306,8 +306,8 @@ func (w *Matrix) rowAlign() int {
 // the f32 panel, whose tiles have that arithmetic too.
 func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	if l != levelAVX512 {
-		buf := getPanel()
-		defer putPanel(buf)
+		buf := fp8Panels.get()
+		defer fp8Panels.put(buf)
 		gemmRangePanel(dst, x, n, w, l, buf, j0, j1)
 		return
 	}
@@ -398,8 +398,8 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	if n >= promptGroupsMinRows {
 		// A prompt's rows: groups of eight weight rows widened into L1,
 		// read by the activation rows a chunk at a time from L2.
-		buf := getPanel()
-		defer putPanel(buf)
+		buf := fp8Panels.get()
+		defer fp8Panels.put(buf)
 		gemmIlvGroups(dst, x, n, w, buf, j0, j1)
 		return
 	}
@@ -430,9 +430,10 @@ var pairIlvRows = 8
 // the last row), into L2. Each weight line is widened once for all eight
 // rows where the group tiles' passes (three, three and two rows) widen it
 // three times, on the ports an Intel core's FMAs need: on an Intel Xeon
-// core the products of eight rows with glm5-dense-350m's shapes streamed
-// 7–9 % faster so (docs/performance.md, "Eight decode rows a pair of
-// weight rows at a time, on the Intel host"). The eight rows' block (32 KiB
+// core eight rows' products computed 14–16 % faster so in L2 and streamed
+// 2–4 % faster from memory, and batch-8 bf16 decode steps ran 6–15 %
+// faster in six of eight cases (docs/performance.md, "Eight decode rows a
+// pair of weight rows at a time, on the Intel host"). The eight rows' block (32 KiB
 // of f32) stays in L1 while the four pairs go by; the bits are the group
 // tiles'.
 func pairsIlv(dst, x []float32, w *Matrix, jt, k0, kc, nj, nk int) {
@@ -567,8 +568,8 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 // when there is more than one activation tile.
 func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	in := w.Cols
-	buf := getPanel()
-	defer putPanel(buf)
+	buf := fp8Panels.get()
+	defer fp8Panels.put(buf)
 	if n == 1 && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// GEMV: the codes are decoded in the tiles' registers, eight rows
 		// (four on AVX2) at a time; the rows left over go through the panel.
@@ -741,23 +742,7 @@ const chunkLd = gemmKC + 16
 type chunkBuf [groupChunkRows * chunkLd]float32
 
 // chunkBufs keeps the chunk buffers of finished calls for the next.
-var chunkBufs = make(chan *chunkBuf, 64)
-
-func getChunkBuf() *chunkBuf {
-	select {
-	case c := <-chunkBufs:
-		return c
-	default:
-		return new(chunkBuf)
-	}
-}
-
-func putChunkBuf(c *chunkBuf) {
-	select {
-	case chunkBufs <- c:
-	default:
-	}
-}
+var chunkBufs = make(bufPool[chunkBuf], 64)
 
 // promptGroups computes the groups of eight weight rows in [j0, end) (a
 // multiple of eight rows) for n activation rows (a prompt's). For every
@@ -783,8 +768,8 @@ func putChunkBuf(c *chunkBuf) {
 // for every 768 groups that read it (docs/performance.md, "A prompt's
 // activation rows copied a chunk at a time, on the Intel host").
 func promptGroups(dst, x []float32, n, in, out, j0, end int, fill func(jt, k0, nb, nk int) f32Rows) {
-	xc := getChunkBuf()
-	defer putChunkBuf(xc)
+	xc := chunkBufs.get()
+	defer chunkBufs.put(xc)
 	for k0 := 0; k0 < in; k0 += gemmKC {
 		kc := min(k0+gemmKC, in) - k0
 		add := tileAdd(k0 > 0)
@@ -1314,23 +1299,7 @@ func tailDotFP8(xi []float32, w *Matrix, j, off int) float32 {
 const panelFloats = 2 * gemmBlockBytes / 4
 
 // fp8Panels keeps the dequantization panels of finished calls for the next.
-var fp8Panels = make(chan *[panelFloats]float32, 64)
-
-func getPanel() *[panelFloats]float32 {
-	select {
-	case p := <-fp8Panels:
-		return p
-	default:
-		return new([panelFloats]float32)
-	}
-}
-
-func putPanel(p *[panelFloats]float32) {
-	select {
-	case fp8Panels <- p:
-	default:
-	}
-}
+var fp8Panels = make(bufPool[[panelFloats]float32], 64)
 
 // decodePanelFP8 is dequantPanel for an FP8 matrix whose codes decode in
 // registers (fp8InRegister) on an assembly level: each row's codes through

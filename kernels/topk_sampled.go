@@ -24,25 +24,8 @@ type topkCands struct {
 	counts      [2048]int32
 }
 
-var topkCandBufs = make(chan *topkCands, 16)
-
-// getTopkCands takes a candidate buffer from the pool, or a new one.
-func getTopkCands() *topkCands {
-	select {
-	case c := <-topkCandBufs:
-		return c
-	default:
-		return new(topkCands)
-	}
-}
-
-// putTopkCands returns c to the pool unless it is full.
-func putTopkCands(c *topkCands) {
-	select {
-	case topkCandBufs <- c:
-	default:
-	}
-}
+// topkCandBufs keeps the candidate buffers of finished calls for the next.
+var topkCandBufs = make(bufPool[topkCands], 16)
 
 // topKSampled is TopK (same selection, same order) for a row of at least
 // topkSampleMin scores, or reports false, having written nothing, when the
@@ -84,8 +67,8 @@ func topKSampled(dst []int32, scores []float32) (int, bool) {
 	slices.Sort(sample[:m])
 	thr := sample[m-r]
 
-	c := getTopkCands()
-	defer putTopkCands(c)
+	c := topkCandBufs.get()
+	defer topkCandBufs.put(c)
 	thrScore := topkScore(thr)
 	idx := &c.idx
 	cnt, ok := topkKeep(idx, scores, thrScore)
