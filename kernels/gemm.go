@@ -306,8 +306,8 @@ func (w *Matrix) rowAlign() int {
 // the f32 panel, whose tiles have that arithmetic too.
 func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	if l != levelAVX512 {
-		buf := fp8Panels.get()
-		defer fp8Panels.put(buf)
+		buf := panelBufs.get()
+		defer panelBufs.put(buf)
 		gemmRangePanel(dst, x, n, w, l, buf, j0, j1)
 		return
 	}
@@ -398,8 +398,8 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	if n >= promptGroupsMinRows {
 		// A prompt's rows: groups of eight weight rows widened into L1,
 		// read by the activation rows a chunk at a time from L2.
-		buf := fp8Panels.get()
-		defer fp8Panels.put(buf)
+		buf := panelBufs.get()
+		defer panelBufs.put(buf)
 		gemmIlvGroups(dst, x, n, w, buf, j0, j1)
 		return
 	}
@@ -433,9 +433,9 @@ var pairIlvRows = 8
 // core eight rows' products computed 14–16 % faster so in L2 and streamed
 // 2–4 % faster from memory, and batch-8 bf16 decode steps ran 6–15 %
 // faster in six of eight cases (docs/performance.md, "Eight decode rows a
-// pair of weight rows at a time, on the Intel host"). The eight rows' block (32 KiB
-// of f32) stays in L1 while the four pairs go by; the bits are the group
-// tiles'.
+// pair of weight rows at a time, on the Intel host"). The eight rows' block
+// (32 KiB of f32) stays in L1 while the four pairs go by; the bits are the
+// group tiles'.
 func pairsIlv(dst, x []float32, w *Matrix, jt, k0, kc, nj, nk int) {
 	in, out := w.Cols, w.Rows
 	at := ilvAt(in, jt, k0)
@@ -568,8 +568,8 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 // when there is more than one activation tile.
 func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	in := w.Cols
-	buf := fp8Panels.get()
-	defer fp8Panels.put(buf)
+	buf := panelBufs.get()
+	defer panelBufs.put(buf)
 	if n == 1 && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// GEMV: the codes are decoded in the tiles' registers, eight rows
 		// (four on AVX2) at a time; the rows left over go through the panel.
@@ -1298,8 +1298,10 @@ func tailDotFP8(xi []float32, w *Matrix, j, off int) float32 {
 // rows instead of 64; three times it was no faster.
 const panelFloats = 2 * gemmBlockBytes / 4
 
-// fp8Panels keeps the dequantization panels of finished calls for the next.
-var fp8Panels = make(bufPool[[panelFloats]float32], 64)
+// panelBufs keeps the panels of finished calls for the next: the fp8
+// products' dequantized weight rows and the interleaved bf16 products'
+// widened ones.
+var panelBufs = make(bufPool[[panelFloats]float32], 64)
 
 // decodePanelFP8 is dequantPanel for an FP8 matrix whose codes decode in
 // registers (fp8InRegister) on an assembly level: each row's codes through
