@@ -2824,18 +2824,37 @@ func decodeRecords512() {
 	JZ(LabelRef(name + "_rope"))
 	Label(name + "_tile")
 	VBROADCASTSS(Mem{Base: sp}, Z31)
-	ADDQ(U32(4), sp)
 	cnt := GP64()
 	MOVQ(tileCodes, cnt)
 	SHRQ(U8(4), cnt)
-	JZ(LabelRef(name + "_tiledone"))
+	JZ(LabelRef(name + "_tilenext"))
+	// The short loop (e4m3Fast) when the tile's codes are whole 64-byte
+	// chunks holding no NaN code and its scale's magnitude is below 2^120,
+	// so that scale·2^8 is exact; e4m3Step otherwise.
+	sb := GP32()
+	MOVL(Mem{Base: sp}, sb)
+	ANDL(U32(0x7FFFFFFF), sb)
+	CMPL(sb, U32(0x7B800000))
+	JAE(LabelRef(name + "_loop"))
+	TESTQ(U32(63), tileCodes)
+	JNZ(LabelRef(name + "_loop"))
+	e4m3NoNaN(rec, tileCodes, name+"_check", name+"_loop")
+	VMULPS(Z29, Z31, Z24)
+	Label(name + "_fast")
+	e4m3Fast(rec, dst)
+	ADDQ(U32(16), rec)
+	ADDQ(U32(64), dst)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_fast"))
+	JMP(LabelRef(name + "_tilenext"))
 	Label(name + "_loop")
 	e4m3Step(rec, dst)
 	ADDQ(U32(16), rec)
 	ADDQ(U32(64), dst)
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_loop"))
-	Label(name + "_tiledone")
+	Label(name + "_tilenext")
+	ADDQ(U32(4), sp)
 	DECQ(tl)
 	JNZ(LabelRef(name + "_tile"))
 	Label(name + "_rope")
@@ -2888,12 +2907,12 @@ func widenBF16512() {
 }
 
 // decodeE4M3512 emits decodeE4M3AVX512: dst[i] = e4m3(src[i])·scale for n (a
-// multiple of 16) bytes. The magnitude bits EEEEMMM shifted into float32
-// position and multiplied by 2^120 give the value (subnormals included: a
-// float32 denormal times 2^120 is exact), the two NaN codes (0x7F, 0xFF)
-// become a quiet NaN, the sign bit is ORed back, and multiplying the signed
-// value by the scale rounds once, as value·scale does in float32 (for a
-// scale of either sign).
+// multiple of 16) bytes, with e4m3Step: each code becomes the float16 of its
+// value·2^-8, widened exactly to float32 and multiplied by 2^8 (so that no
+// operand is ever a float32 denormal), the two NaN codes (0x7F, 0xFF)
+// become a quiet NaN of their sign, and multiplying the signed value by the
+// scale rounds once, as value·scale does in float32 (for a scale of either
+// sign).
 func decodeE4M3512() {
 	TEXT("decodeE4M3AVX512", NOSPLIT, "func(dst *float32, src *byte, n int, scale float32)")
 	Pragma("noescape")
@@ -2916,33 +2935,80 @@ func decodeE4M3512() {
 	RET()
 }
 
-// e4m3Consts loads the constants of e4m3Step: Z30 the magnitude mask (and
-// the NaN magnitude), Z29 the sign mask, Z28 2^120, Z27 a quiet NaN.
+// e4m3Consts loads the constants of e4m3Step: Z30 the word mask 0xBFFF, Z29
+// 2^8, Z28 the word mask 0x7FFF, Z27 the words 0x3F80 (a NaN code's
+// magnitude bits in its float16), Z26 the float32 sign bit, Z25 a quiet
+// NaN, and for e4m3NoNaN Z22 the bytes 0x80 and Z23 all ones.
 func e4m3Consts() {
 	r := GP32()
-	MOVL(U32(0x7F), r)
+	MOVL(U32(0xBFFFBFFF), r)
 	VPBROADCASTD(r, Z30)
-	MOVL(U32(0x80), r)
-	VPBROADCASTD(r, Z29)
-	broadcastConst(float32(math.Ldexp(1, 120)), Z28)
-	MOVL(U32(0x7FC00000), r)
+	broadcastConst(256, Z29)
+	MOVL(U32(0x7FFF7FFF), r)
+	VPBROADCASTD(r, Z28)
+	MOVL(U32(0x3F803F80), r)
 	VPBROADCASTD(r, Z27)
+	MOVL(U32(0x80000000), r)
+	VPBROADCASTD(r, Z26)
+	MOVL(U32(0x7FC00000), r)
+	VPBROADCASTD(r, Z25)
+	MOVL(U32(0x80808080), r)
+	VPBROADCASTD(r, Z22)
+	VPTERNLOGD(U8(0xFF), Z23, Z23, Z23)
 }
 
 // e4m3Step decodes the 16 e4m3 codes at src, times the scale in Z31, into
-// 16 float32 at dst (constants from e4m3Consts; Z0–Z3 and K1 clobbered).
+// 16 float32 at dst (constants from e4m3Consts; Z0, Z1 and K1 clobbered).
+// A code S EEEE MMM sign-extended to a word and shifted left by 7 is
+// S S EEEE MMM 0000000; clearing bit 14 leaves the float16 S 0EEEE MMM0000000,
+// which is the code's value·2^-8 exactly (a subnormal code a float16
+// subnormal). VCVTPH2PS widens it exactly, and the multiply by 2^8 is exact
+// on a normal float32. The float32 route of the tiles (the bits shifted into
+// a float32, times 2^120) makes a subnormal code a float32 denormal, and an
+// Intel core takes a microcode assist of about a hundred cycles for each
+// vector holding one (docs/performance.md, "fp8 records with subnormal
+// codes"); a widened float16 subnormal costs nothing extra.
 func e4m3Step(src, dst Register) {
-	VPMOVZXBD(Mem{Base: src}, Z0)
-	VPANDD(Z30, Z0, Z1)    // magnitude code
-	VPANDD(Z29, Z0, Z2)    // sign byte
-	VPSLLD(U8(24), Z2, Z2) // sign bit
-	VPCMPEQD(Z30, Z1, K1)  // NaN codes
-	VPSLLD(U8(20), Z1, Z3) // EEEEMMM into float32 exponent/mantissa
-	VMULPS(Z28, Z3, Z3)    // rebias: ×2^(127−7)
-	VMOVAPS(Z27, K1, Z3)   // NaN (merge-masked)
-	VPORD(Z2, Z3, Z3)      // sign
-	VMULPS(Z31, Z3, Z3)    // ×scale: one rounding of the signed value's product
-	VMOVUPS(Z3, Mem{Base: dst})
+	VPMOVSXBW(Mem{Base: src}, Y0)
+	VPSLLW(U8(7), Y0, Y0)
+	VPANDD(Y30, Y0, Y0)   // float16 of value·2^-8
+	VPANDD(Y28, Y0, Y1)   // its magnitude
+	VPCMPEQW(Y27, Y1, K1) // NaN codes
+	VCVTPH2PS(Y0, Z0)
+	VMULPS(Z29, Z0, Z0)                    // value, exactly
+	VPTERNLOGD(U8(0xEA), Z25, Z26, K1, Z0) // NaN codes: sign | quiet NaN
+	VMULPS(Z31, Z0, Z0)                    // ×scale: one rounding of the signed value's product
+	VMOVUPS(Z0, Mem{Base: dst})
+}
+
+// e4m3NoNaN checks the codes at rec + [0, tileCodes) (a multiple of 64), 64
+// at a time, and jumps to nan if one is a NaN code (0x7F or 0xFF: ORed with
+// 0x80, all ones); it falls through otherwise (Z1 and K2 clobbered).
+func e4m3NoNaN(rec, tileCodes Register, label, nan string) {
+	off := GP64()
+	XORQ(off, off)
+	Label(label)
+	VPORD(Mem{Base: rec, Index: off, Scale: 1}, Z22, Z1)
+	VPCMPEQB(Z23, Z1, K2)
+	KORTESTQ(K2, K2)
+	JNZ(LabelRef(nan))
+	ADDQ(U32(64), off)
+	CMPQ(off, tileCodes)
+	JB(LabelRef(label))
+}
+
+// e4m3Fast decodes the 16 e4m3 codes at src, none of them a NaN code, times
+// the scale whose product with 2^8 is in Z24 (exact: the scale's magnitude
+// is below 2^120), into 16 float32 at dst: e4m3Step's float16 of value·2^-8,
+// widened, and one multiply by scale·2^8, which rounds value·scale once as
+// e4m3Step's two multiplies do (Z0 clobbered).
+func e4m3Fast(src, dst Register) {
+	VPMOVSXBW(Mem{Base: src}, Y0)
+	VPSLLW(U8(7), Y0, Y0)
+	VPANDD(Y30, Y0, Y0)
+	VCVTPH2PS(Y0, Z0)
+	VMULPS(Z24, Z0, Z0)
+	VMOVUPS(Z0, Mem{Base: dst})
 }
 
 // e4m3Consts256 loads the constants of e4m3Step256: Y15 the magnitude mask

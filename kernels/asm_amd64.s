@@ -16113,39 +16113,45 @@ streamFMA32AVX512_done:
 	RET
 
 // func decodeE4M3AVX512(dst *float32, src *byte, n int, scale float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL
 TEXT ·decodeE4M3AVX512(SB), NOSPLIT, $0-28
 	MOVQ         dst+0(FP), AX
 	MOVQ         src+8(FP), CX
 	MOVQ         n+16(FP), DX
 	VBROADCASTSS scale+24(FP), Z31
-	MOVL         $0x0000007f, BX
+	MOVL         $0xbfffbfff, BX
 	VPBROADCASTD BX, Z30
-	MOVL         $0x00000080, BX
+	MOVL         $0x43800000, BX
 	VPBROADCASTD BX, Z29
-	MOVL         $0x7b800000, BX
+	MOVL         $0x7fff7fff, BX
 	VPBROADCASTD BX, Z28
-	MOVL         $0x7fc00000, BX
+	MOVL         $0x3f803f80, BX
 	VPBROADCASTD BX, Z27
+	MOVL         $0x80000000, BX
+	VPBROADCASTD BX, Z26
+	MOVL         $0x7fc00000, BX
+	VPBROADCASTD BX, Z25
+	MOVL         $0x80808080, BX
+	VPBROADCASTD BX, Z22
+	VPTERNLOGD   $0xff, Z23, Z23, Z23
 	SHRQ         $0x04, DX
 	JZ           decodeE4M3_done
 
 decodeE4M3_loop:
-	VPMOVZXBD (CX), Z0
-	VPANDD    Z30, Z0, Z1
-	VPANDD    Z29, Z0, Z2
-	VPSLLD    $0x18, Z2, Z2
-	VPCMPEQD  Z30, Z1, K1
-	VPSLLD    $0x14, Z1, Z3
-	VMULPS    Z28, Z3, Z3
-	VMOVAPS   Z27, K1, Z3
-	VPORD     Z2, Z3, Z3
-	VMULPS    Z31, Z3, Z3
-	VMOVUPS   Z3, (AX)
-	ADDQ      $0x00000010, CX
-	ADDQ      $0x00000040, AX
-	DECQ      DX
-	JNZ       decodeE4M3_loop
+	VPMOVSXBW  (CX), Y0
+	VPSLLW     $0x07, Y0, Y0
+	VPANDD     Y30, Y0, Y0
+	VPANDD     Y28, Y0, Y1
+	VPCMPEQW   Y27, Y1, K1
+	VCVTPH2PS  Y0, Z0
+	VMULPS     Z29, Z0, Z0
+	VPTERNLOGD $0xea, Z25, Z26, K1, Z0
+	VMULPS     Z31, Z0, Z0
+	VMOVUPS    Z0, (AX)
+	ADDQ       $0x00000010, CX
+	ADDQ       $0x00000040, AX
+	DECQ       DX
+	JNZ        decodeE4M3_loop
 
 decodeE4M3_done:
 	VZEROUPPER
@@ -20100,21 +20106,28 @@ dotTile1x16FP8AVX512_reduce:
 	RET
 
 // func decodeRecordsAVX512(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)
-// Requires: AVX, AVX512F, MMX+
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, MMX+
 TEXT ·decodeRecordsAVX512(SB), NOSPLIT, $0-80
 	MOVQ         dst+0(FP), AX
 	MOVQ         base+8(FP), CX
 	MOVQ         slots+16(FP), DX
 	MOVQ         n+24(FP), BX
 	MOVQ         recBytes+48(FP), SI
-	MOVL         $0x0000007f, DI
+	MOVL         $0xbfffbfff, DI
 	VPBROADCASTD DI, Z30
-	MOVL         $0x00000080, DI
+	MOVL         $0x43800000, DI
 	VPBROADCASTD DI, Z29
-	MOVL         $0x7b800000, DI
+	MOVL         $0x7fff7fff, DI
 	VPBROADCASTD DI, Z28
-	MOVL         $0x7fc00000, DI
+	MOVL         $0x3f803f80, DI
 	VPBROADCASTD DI, Z27
+	MOVL         $0x80000000, DI
+	VPBROADCASTD DI, Z26
+	MOVL         $0x7fc00000, DI
+	VPBROADCASTD DI, Z25
+	MOVL         $0x80808080, DI
+	VPBROADCASTD DI, Z22
+	VPTERNLOGD   $0xff, Z23, Z23, Z23
 	XORQ         DI, DI
 	TESTQ        BX, BX
 	JZ           decodeRecordsAVX512_done
@@ -20150,29 +20163,58 @@ decodeRecordsAVX512_decode:
 
 decodeRecordsAVX512_tile:
 	VBROADCASTSS (R10), Z31
-	ADDQ         $0x00000004, R10
 	MOVQ         R9, R12
 	SHRQ         $0x04, R12
-	JZ           decodeRecordsAVX512_tiledone
+	JZ           decodeRecordsAVX512_tilenext
+	MOVL         (R10), R13
+	ANDL         $0x7fffffff, R13
+	CMPL         R13, $0x7b800000
+	JAE          decodeRecordsAVX512_loop
+	TESTQ        $0x0000003f, R9
+	JNZ          decodeRecordsAVX512_loop
+	XORQ         R13, R13
 
-decodeRecordsAVX512_loop:
-	VPMOVZXBD (R8), Z0
-	VPANDD    Z30, Z0, Z1
-	VPANDD    Z29, Z0, Z2
-	VPSLLD    $0x18, Z2, Z2
-	VPCMPEQD  Z30, Z1, K1
-	VPSLLD    $0x14, Z1, Z3
-	VMULPS    Z28, Z3, Z3
-	VMOVAPS   Z27, K1, Z3
-	VPORD     Z2, Z3, Z3
-	VMULPS    Z31, Z3, Z3
-	VMOVUPS   Z3, (AX)
+decodeRecordsAVX512_check:
+	VPORD    (R8)(R13*1), Z22, Z1
+	VPCMPEQB Z23, Z1, K2
+	KORTESTQ K2, K2
+	JNZ      decodeRecordsAVX512_loop
+	ADDQ     $0x00000040, R13
+	CMPQ     R13, R9
+	JB       decodeRecordsAVX512_check
+	VMULPS   Z29, Z31, Z24
+
+decodeRecordsAVX512_fast:
+	VPMOVSXBW (R8), Y0
+	VPSLLW    $0x07, Y0, Y0
+	VPANDD    Y30, Y0, Y0
+	VCVTPH2PS Y0, Z0
+	VMULPS    Z24, Z0, Z0
+	VMOVUPS   Z0, (AX)
 	ADDQ      $0x00000010, R8
 	ADDQ      $0x00000040, AX
 	DECQ      R12
-	JNZ       decodeRecordsAVX512_loop
+	JNZ       decodeRecordsAVX512_fast
+	JMP       decodeRecordsAVX512_tilenext
 
-decodeRecordsAVX512_tiledone:
+decodeRecordsAVX512_loop:
+	VPMOVSXBW  (R8), Y0
+	VPSLLW     $0x07, Y0, Y0
+	VPANDD     Y30, Y0, Y0
+	VPANDD     Y28, Y0, Y1
+	VPCMPEQW   Y27, Y1, K1
+	VCVTPH2PS  Y0, Z0
+	VMULPS     Z29, Z0, Z0
+	VPTERNLOGD $0xea, Z25, Z26, K1, Z0
+	VMULPS     Z31, Z0, Z0
+	VMOVUPS    Z0, (AX)
+	ADDQ       $0x00000010, R8
+	ADDQ       $0x00000040, AX
+	DECQ       R12
+	JNZ        decodeRecordsAVX512_loop
+
+decodeRecordsAVX512_tilenext:
+	ADDQ $0x00000004, R10
 	DECQ R11
 	JNZ  decodeRecordsAVX512_tile
 

@@ -97,9 +97,11 @@ func TestWidenBF16MatchesDefinition(t *testing.T) {
 
 // DecodeRecords gives every record exactly what DecodeE4M3Scaled and
 // WidenBF16 give its tiles and bf16 values, on every implementation, for
-// the indexer-key and fp8_ds_mla layouts and small ones, ranges of a slot
-// list with repeated slots and slots at the ends of the store, prefetch
-// windows running past the list, and no prefetching.
+// the indexer-key and fp8_ds_mla layouts and small ones, codes with and
+// without NaN codes, scales of every kind (powers of two, others, at and
+// past 2^120, infinite, NaN, denormal, signed zero), ranges of a slot list
+// with repeated slots and slots at the ends of the store, prefetch windows
+// running past the list, and no prefetching.
 func TestDecodeRecords(t *testing.T) {
 	r := rand.New(rand.NewPCG(71, 2))
 	for _, lt := range []RecordLayout{{132, 1, 128, 0}, {656, 4, 128, 64}, {40, 2, 16, 0}, {56, 1, 16, 16}, {70, 1, 16, 16}} {
@@ -110,11 +112,21 @@ func TestDecodeRecords(t *testing.T) {
 			rec := base[s*lt.Bytes : (s+1)*lt.Bytes]
 			for i := range rec {
 				rec[i] = byte(r.IntN(256)) // NaN codes and bf16 NaNs included
+				if s%3 == 0 && i < codes && rec[i]&0x7F == 0x7F {
+					rec[i]-- // a third of the records hold no NaN code
+				}
 			}
 			for t := range lt.Tiles {
 				scale := float32(math.Ldexp(1, r.IntN(40)-20))
-				if s%7 == 3 {
+				switch {
+				case s%7 == 3:
 					scale = r.Float32() * 3 // not a power of two
+				case s%5 == 1:
+					// magnitudes at and past 2^120, where scale·2^8 is not
+					// exact, and the other special scales
+					scale = []float32{float32(math.Ldexp(1, 120)), float32(-math.Ldexp(1.5, 121)), math.MaxFloat32,
+						float32(math.Inf(1)), float32(math.NaN()), float32(math.Ldexp(1, -140)), float32(math.Copysign(0, -1)),
+						float32(math.Ldexp(0x7FFFFF, -143))}[(s/5)%8]
 				}
 				binary.LittleEndian.PutUint32(rec[codes+4*t:], math.Float32bits(scale))
 			}
@@ -180,37 +192,57 @@ func TestDecodeRecordsRefusals(t *testing.T) {
 // larger than L2 as the cache's callers do: fp8_ds_mla rows a 128-row
 // attention block per call and fp8 indexer keys a 1024-key gather chunk per
 // call, into one reused buffer, with their prefetch distances; ns/record is
-// the time per record.
+// the time per record. codes=quantized holds what the cache writes: normal
+// values quantized a tile at a time with the scale amax/448, so that few
+// codes are subnormal; codes=uniform holds every code but the NaN codes
+// equally often, a sixteenth of them subnormal.
 func BenchmarkDecodeRecords(b *testing.B) {
 	for _, bc := range []struct {
 		name       string
 		lt         RecordLayout
 		ahead, blk int
 	}{{"fp8_ds_mla", RecordLayout{656, 4, 128, 64}, 8, 128}, {"indexer_key", RecordLayout{132, 1, 128, 0}, 16, 1024}} {
-		b.Run(bc.name, func(b *testing.B) {
-			const nrec, n = 16384, 2048
-			r := rand.New(rand.NewPCG(5, 6))
-			base := make([]byte, nrec*bc.lt.Bytes)
-			for s := range nrec {
-				rec := base[s*bc.lt.Bytes:]
-				for i := range bc.lt.Tiles * bc.lt.TileCodes {
-					rec[i] = byte(r.IntN(0x7f))
+		for _, codes := range []string{"quantized", "uniform"} {
+			b.Run(bc.name+"/codes="+codes, func(b *testing.B) {
+				const nrec, n = 16384, 2048
+				r := rand.New(rand.NewPCG(5, 6))
+				base := make([]byte, nrec*bc.lt.Bytes)
+				vals := make([]float64, bc.lt.TileCodes)
+				for s := range nrec {
+					rec := base[s*bc.lt.Bytes:]
+					for t := range bc.lt.Tiles {
+						scale := float32(0.25)
+						tile := rec[t*bc.lt.TileCodes : (t+1)*bc.lt.TileCodes]
+						if codes == "uniform" {
+							for i := range tile {
+								tile[i] = byte(r.IntN(0x7f))
+							}
+						} else {
+							amax := 0.0
+							for i := range vals {
+								vals[i] = r.NormFloat64()
+								amax = max(amax, math.Abs(vals[i]))
+							}
+							scale = float32(amax / 448)
+							for i, v := range vals {
+								tile[i] = numfmt.E4M3FromF32(float32(v) / scale)
+							}
+						}
+						binary.LittleEndian.PutUint32(rec[bc.lt.Tiles*bc.lt.TileCodes+4*t:], math.Float32bits(scale))
+					}
 				}
-				for t := range bc.lt.Tiles {
-					binary.LittleEndian.PutUint32(rec[bc.lt.Tiles*bc.lt.TileCodes+4*t:], math.Float32bits(0.25))
+				slots := make([]int32, n)
+				for j := range slots {
+					slots[j] = int32(r.IntN(nrec))
 				}
-			}
-			slots := make([]int32, n)
-			for j := range slots {
-				slots[j] = int32(r.IntN(nrec))
-			}
-			dst := make([]float32, bc.blk*bc.lt.Values())
-			for b.Loop() {
-				for j0 := 0; j0 < n; j0 += bc.blk {
-					DecodeRecords(dst, base, bc.lt, slots, j0, j0+bc.blk, bc.ahead)
+				dst := make([]float32, bc.blk*bc.lt.Values())
+				for b.Loop() {
+					for j0 := 0; j0 < n; j0 += bc.blk {
+						DecodeRecords(dst, base, bc.lt, slots, j0, j0+bc.blk, bc.ahead)
+					}
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/record")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/record")
+			})
+		}
 	}
 }
