@@ -385,3 +385,53 @@ func BenchmarkProductInCache(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFP8SubnormalCodes times the fp8 products of one and eight
+// activation rows on the same weights as quantized (codes=quantized: about
+// one code in 10^4 subnormal, one 16-code vector in 600 holding one) and
+// with every subnormal code made a zero of its sign (codes=no-subnormals),
+// on GLM-5's q_b and o_proj shapes streamed from memory and on a 64×4096
+// weight that stays in L2, the two in turns for three rounds. The tiles
+// decode a subnormal code to a float32 denormal before its scale's
+// multiply, which costs an Intel core a microcode assist per vector holding
+// one; the difference between the two is what those assists cost. GB/s
+// counts the code bytes per call.
+func BenchmarkFP8SubnormalCodes(b *testing.B) {
+	shapes := []struct {
+		name    string
+		out, in int
+	}{{"in-L2", 64, 4096}, {"q_b", 16384, 2048}, {"o_proj", 6144, 16384}}
+	for _, sh := range shapes {
+		quantized := benchWeights(newRand(85), "fp8", sh.out, sh.in)
+		if sh.name == "in-L2" {
+			quantized = quantized[:1]
+		}
+		var zeroed []*Matrix
+		for _, w := range quantized {
+			c := *w
+			c.FP8 = slices.Clone(w.FP8)
+			for i, v := range c.FP8 {
+				if v&0x78 == 0 {
+					c.FP8[i] = v & 0x80
+				}
+			}
+			zeroed = append(zeroed, &c)
+		}
+		for _, n := range []int{1, 8} {
+			x := randSlice(newRand(86), n*sh.in, 1)
+			dst := make([]float32, n*sh.out)
+			for r := range 3 {
+				for _, codes := range []string{"quantized", "no-subnormals"} {
+					b.Run(fmt.Sprintf("%s/rows=%d/round=%d/codes=%s", sh.name, n, r, codes), func(b *testing.B) {
+						ws := quantized
+						if codes == "no-subnormals" {
+							ws = zeroed
+						}
+						loopProducts(b, dst, x, n, ws)
+						b.ReportMetric(float64(sh.out*sh.in)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GB/s")
+					})
+				}
+			}
+		}
+	}
+}
