@@ -3011,37 +3011,68 @@ func e4m3Fast(src, dst Register) {
 	VMOVUPS(Z0, Mem{Base: dst})
 }
 
-// e4m3Consts256 loads the constants of e4m3Step256: Y15 the magnitude mask
-// (and the NaN magnitude), Y14 the sign mask, Y13 2^120, Y12 a quiet NaN.
+// e4m3Consts256 loads the constants of e4m3Step256, e4m3Fast256 and
+// e4m3NoNaN256: Y15 the word mask 0xBFFF, Y14 2^8, Y13 the word mask 0x7FFF,
+// Y12 the words 0x3F80, Y9 the float32 sign bit, Y8 a quiet NaN, Y7 the
+// bytes 0x80 and Y6 all ones.
 func e4m3Consts256() {
 	r := GP32()
-	MOVL(U32(0x7F), r)
-	VMOVD(r, X15)
-	VPBROADCASTD(X15, Y15)
-	MOVL(U32(0x80), r)
-	VMOVD(r, X14)
-	VPBROADCASTD(X14, Y14)
-	broadcastConst256(float32(math.Ldexp(1, 120)), Y13, X10)
-	MOVL(U32(0x7FC00000), r)
-	VMOVD(r, X12)
-	VPBROADCASTD(X12, Y12)
+	for _, c := range []struct {
+		v   uint32
+		reg VecPhysical
+		x   VecPhysical
+	}{{0xBFFFBFFF, Y15, X15}, {0x7FFF7FFF, Y13, X13}, {0x3F803F80, Y12, X12}, {0x80000000, Y9, X9}, {0x7FC00000, Y8, X8}, {0x80808080, Y7, X7}} {
+		MOVL(U32(c.v), r)
+		VMOVD(r, c.x)
+		VPBROADCASTD(c.x, c.reg)
+	}
+	broadcastConst256(256, Y14, X10)
+	VPCMPEQB(Y6, Y6, Y6)
 }
 
 // e4m3Step256 decodes the 8 e4m3 codes at src, times the scale in Y11,
-// into 8 float32 at dst: e4m3Step on eight lanes (constants from
-// e4m3Consts256; Y0–Y4 clobbered).
+// into 8 float32 at dst: e4m3Step on eight lanes, the NaN codes' lanes
+// blended (constants from e4m3Consts256; Y0–Y4 clobbered).
 func e4m3Step256(src, dst Register) {
-	VPMOVZXBD(Mem{Base: src}, Y0)
-	VPAND(Y15, Y0, Y1)     // magnitude code
-	VPAND(Y14, Y0, Y2)     // sign byte
-	VPSLLD(U8(24), Y2, Y2) // sign bit
-	VPCMPEQD(Y15, Y1, Y4)  // NaN codes
-	VPSLLD(U8(20), Y1, Y3) // EEEEMMM into float32 exponent/mantissa
-	VMULPS(Y13, Y3, Y3)    // rebias: ×2^(127−7)
-	VBLENDVPS(Y4, Y12, Y3, Y3)
-	VPOR(Y2, Y3, Y3)    // sign
-	VMULPS(Y11, Y3, Y3) // ×scale: one rounding of the signed value's product
+	VPMOVSXBW(Mem{Base: src}, X0)
+	VPSLLW(U8(7), X0, X0)
+	VPAND(X15, X0, X0)        // float16 of value·2^-8
+	VPAND(X13, X0, X1)        // its magnitude
+	VPCMPEQW(X12, X1, X1)     // NaN codes
+	VPMOVSXWD(X1, Y4)         // as lane masks
+	VCVTPH2PS(X0, Y3)         // exactly, subnormal codes included
+	VMULPS(Y14, Y3, Y3)       // value, exactly
+	VANDPS(Y9, Y3, Y2)        // its sign
+	VORPS(Y8, Y2, Y2)         // sign | quiet NaN
+	VBLENDVPS(Y4, Y2, Y3, Y3) // NaN codes
+	VMULPS(Y11, Y3, Y3)       // ×scale: one rounding of the signed value's product
 	VMOVUPS(Y3, Mem{Base: dst})
+}
+
+// e4m3Fast256 is e4m3Fast on eight lanes: the 8 codes at src, none a NaN
+// code, times the scale whose product with 2^8 is in Y5 (Y0 clobbered).
+func e4m3Fast256(src, dst Register) {
+	VPMOVSXBW(Mem{Base: src}, X0)
+	VPSLLW(U8(7), X0, X0)
+	VPAND(X15, X0, X0)
+	VCVTPH2PS(X0, Y0)
+	VMULPS(Y5, Y0, Y0)
+	VMOVUPS(Y0, Mem{Base: dst})
+}
+
+// e4m3NoNaN256 is e4m3NoNaN 32 codes at a time (tileCodes a multiple of
+// 32; Y1 clobbered).
+func e4m3NoNaN256(rec, tileCodes Register, label, nan string) {
+	off := GP64()
+	XORQ(off, off)
+	Label(label)
+	VPOR(Mem{Base: rec, Index: off, Scale: 1}, Y7, Y1)
+	VPCMPEQB(Y6, Y1, Y1)
+	VPTEST(Y1, Y1)
+	JNZ(LabelRef(nan))
+	ADDQ(U32(32), off)
+	CMPQ(off, tileCodes)
+	JB(LabelRef(label))
 }
 
 // decodeRecords256 emits decodeRecordsAVX2: decodeRecordsAVX512 with AVX2
@@ -3099,18 +3130,36 @@ func decodeRecords256() {
 	JZ(LabelRef(name + "_rope"))
 	Label(name + "_tile")
 	VBROADCASTSS(Mem{Base: sp}, Y11)
-	ADDQ(U32(4), sp)
 	cnt := GP64()
 	MOVQ(tileCodes, cnt)
 	SHRQ(U8(3), cnt)
-	JZ(LabelRef(name + "_tiledone"))
+	JZ(LabelRef(name + "_tilenext"))
+	// The short loop as on AVX-512 (decodeRecords512), for tiles of whole
+	// 32-byte chunks.
+	sb := GP32()
+	MOVL(Mem{Base: sp}, sb)
+	ANDL(U32(0x7FFFFFFF), sb)
+	CMPL(sb, U32(0x7B800000))
+	JAE(LabelRef(name + "_loop"))
+	TESTQ(U32(31), tileCodes)
+	JNZ(LabelRef(name + "_loop"))
+	e4m3NoNaN256(rec, tileCodes, name+"_check", name+"_loop")
+	VMULPS(Y14, Y11, Y5)
+	Label(name + "_fast")
+	e4m3Fast256(rec, dst)
+	ADDQ(U32(8), rec)
+	ADDQ(U32(32), dst)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_fast"))
+	JMP(LabelRef(name + "_tilenext"))
 	Label(name + "_loop")
 	e4m3Step256(rec, dst)
 	ADDQ(U32(8), rec)
 	ADDQ(U32(32), dst)
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_loop"))
-	Label(name + "_tiledone")
+	Label(name + "_tilenext")
+	ADDQ(U32(4), sp)
 	DECQ(tl)
 	JNZ(LabelRef(name + "_tile"))
 	Label(name + "_rope")

@@ -16158,37 +16158,49 @@ decodeE4M3_done:
 	RET
 
 // func decodeE4M3AVX2(dst *float32, src *byte, n int, scale float32)
-// Requires: AVX, AVX2
+// Requires: AVX, AVX2, F16C
 TEXT ·decodeE4M3AVX2(SB), NOSPLIT, $0-28
 	MOVQ         dst+0(FP), AX
 	MOVQ         src+8(FP), CX
 	MOVQ         n+16(FP), DX
 	VBROADCASTSS scale+24(FP), Y11
-	MOVL         $0x0000007f, BX
+	MOVL         $0xbfffbfff, BX
 	VMOVD        BX, X15
 	VPBROADCASTD X15, Y15
-	MOVL         $0x00000080, BX
-	VMOVD        BX, X14
-	VPBROADCASTD X14, Y14
-	MOVL         $0x7b800000, BX
-	VMOVD        BX, X10
-	VBROADCASTSS X10, Y13
-	MOVL         $0x7fc00000, BX
+	MOVL         $0x7fff7fff, BX
+	VMOVD        BX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x3f803f80, BX
 	VMOVD        BX, X12
 	VPBROADCASTD X12, Y12
+	MOVL         $0x80000000, BX
+	VMOVD        BX, X9
+	VPBROADCASTD X9, Y9
+	MOVL         $0x7fc00000, BX
+	VMOVD        BX, X8
+	VPBROADCASTD X8, Y8
+	MOVL         $0x80808080, BX
+	VMOVD        BX, X7
+	VPBROADCASTD X7, Y7
+	MOVL         $0x43800000, BX
+	VMOVD        BX, X10
+	VBROADCASTSS X10, Y14
+	VPCMPEQB     Y6, Y6, Y6
 	SHRQ         $0x03, DX
 	JZ           decodeE4M3AVX2_done
 
 decodeE4M3AVX2_loop:
-	VPMOVZXBD (CX), Y0
-	VPAND     Y15, Y0, Y1
-	VPAND     Y14, Y0, Y2
-	VPSLLD    $0x18, Y2, Y2
-	VPCMPEQD  Y15, Y1, Y4
-	VPSLLD    $0x14, Y1, Y3
-	VMULPS    Y13, Y3, Y3
-	VBLENDVPS Y4, Y12, Y3, Y3
-	VPOR      Y2, Y3, Y3
+	VPMOVSXBW (CX), X0
+	VPSLLW    $0x07, X0, X0
+	VPAND     X15, X0, X0
+	VPAND     X13, X0, X1
+	VPCMPEQW  X12, X1, X1
+	VPMOVSXWD X1, Y4
+	VCVTPH2PS X0, Y3
+	VMULPS    Y14, Y3, Y3
+	VANDPS    Y9, Y3, Y2
+	VORPS     Y8, Y2, Y2
+	VBLENDVPS Y4, Y2, Y3, Y3
 	VMULPS    Y11, Y3, Y3
 	VMOVUPS   Y3, (AX)
 	ADDQ      $0x00000008, CX
@@ -20242,25 +20254,35 @@ decodeRecordsAVX512_done:
 	RET
 
 // func decodeRecordsAVX2(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)
-// Requires: AVX, AVX2, MMX+
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·decodeRecordsAVX2(SB), NOSPLIT, $0-80
 	MOVQ         dst+0(FP), AX
 	MOVQ         base+8(FP), CX
 	MOVQ         slots+16(FP), DX
 	MOVQ         n+24(FP), BX
 	MOVQ         recBytes+48(FP), SI
-	MOVL         $0x0000007f, DI
+	MOVL         $0xbfffbfff, DI
 	VMOVD        DI, X15
 	VPBROADCASTD X15, Y15
-	MOVL         $0x00000080, DI
-	VMOVD        DI, X14
-	VPBROADCASTD X14, Y14
-	MOVL         $0x7b800000, DI
-	VMOVD        DI, X10
-	VBROADCASTSS X10, Y13
-	MOVL         $0x7fc00000, DI
+	MOVL         $0x7fff7fff, DI
+	VMOVD        DI, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x3f803f80, DI
 	VMOVD        DI, X12
 	VPBROADCASTD X12, Y12
+	MOVL         $0x80000000, DI
+	VMOVD        DI, X9
+	VPBROADCASTD X9, Y9
+	MOVL         $0x7fc00000, DI
+	VMOVD        DI, X8
+	VPBROADCASTD X8, Y8
+	MOVL         $0x80808080, DI
+	VMOVD        DI, X7
+	VPBROADCASTD X7, Y7
+	MOVL         $0x43800000, DI
+	VMOVD        DI, X10
+	VBROADCASTSS X10, Y14
+	VPCMPEQB     Y6, Y6, Y6
 	VMOVDQU      widenBF16Ctl<>+0(SB), Y10
 	XORQ         DI, DI
 	TESTQ        BX, BX
@@ -20297,21 +20319,52 @@ decodeRecordsAVX2_decode:
 
 decodeRecordsAVX2_tile:
 	VBROADCASTSS (R10), Y11
-	ADDQ         $0x00000004, R10
 	MOVQ         R9, R12
 	SHRQ         $0x03, R12
-	JZ           decodeRecordsAVX2_tiledone
+	JZ           decodeRecordsAVX2_tilenext
+	MOVL         (R10), R13
+	ANDL         $0x7fffffff, R13
+	CMPL         R13, $0x7b800000
+	JAE          decodeRecordsAVX2_loop
+	TESTQ        $0x0000001f, R9
+	JNZ          decodeRecordsAVX2_loop
+	XORQ         R13, R13
+
+decodeRecordsAVX2_check:
+	VPOR     (R8)(R13*1), Y7, Y1
+	VPCMPEQB Y6, Y1, Y1
+	VPTEST   Y1, Y1
+	JNZ      decodeRecordsAVX2_loop
+	ADDQ     $0x00000020, R13
+	CMPQ     R13, R9
+	JB       decodeRecordsAVX2_check
+	VMULPS   Y14, Y11, Y5
+
+decodeRecordsAVX2_fast:
+	VPMOVSXBW (R8), X0
+	VPSLLW    $0x07, X0, X0
+	VPAND     X15, X0, X0
+	VCVTPH2PS X0, Y0
+	VMULPS    Y5, Y0, Y0
+	VMOVUPS   Y0, (AX)
+	ADDQ      $0x00000008, R8
+	ADDQ      $0x00000020, AX
+	DECQ      R12
+	JNZ       decodeRecordsAVX2_fast
+	JMP       decodeRecordsAVX2_tilenext
 
 decodeRecordsAVX2_loop:
-	VPMOVZXBD (R8), Y0
-	VPAND     Y15, Y0, Y1
-	VPAND     Y14, Y0, Y2
-	VPSLLD    $0x18, Y2, Y2
-	VPCMPEQD  Y15, Y1, Y4
-	VPSLLD    $0x14, Y1, Y3
-	VMULPS    Y13, Y3, Y3
-	VBLENDVPS Y4, Y12, Y3, Y3
-	VPOR      Y2, Y3, Y3
+	VPMOVSXBW (R8), X0
+	VPSLLW    $0x07, X0, X0
+	VPAND     X15, X0, X0
+	VPAND     X13, X0, X1
+	VPCMPEQW  X12, X1, X1
+	VPMOVSXWD X1, Y4
+	VCVTPH2PS X0, Y3
+	VMULPS    Y14, Y3, Y3
+	VANDPS    Y9, Y3, Y2
+	VORPS     Y8, Y2, Y2
+	VBLENDVPS Y4, Y2, Y3, Y3
 	VMULPS    Y11, Y3, Y3
 	VMOVUPS   Y3, (AX)
 	ADDQ      $0x00000008, R8
@@ -20319,7 +20372,8 @@ decodeRecordsAVX2_loop:
 	DECQ      R12
 	JNZ       decodeRecordsAVX2_loop
 
-decodeRecordsAVX2_tiledone:
+decodeRecordsAVX2_tilenext:
+	ADDQ $0x00000004, R10
 	DECQ R11
 	JNZ  decodeRecordsAVX2_tile
 

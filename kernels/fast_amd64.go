@@ -11,14 +11,16 @@ import (
 //go:generate sh -c "cd ../_gen && go run . -out ../kernels/asm_amd64.s -stubs ../kernels/asm_stub_amd64.go -pkg kernels"
 
 // supported reports whether this CPU runs level l. AVX-512 kernels use
-// F (arithmetic, VSCALEFPS), VL (EVEX forms of 256/128-bit ops on the upper
-// registers) and DQ/BW for the widening loads.
+// F (arithmetic, VSCALEFPS, VCVTPH2PS), VL (EVEX forms of 256/128-bit ops
+// on the upper registers) and DQ/BW for the widening loads; AVX2 kernels
+// FMA and F16C (VCVTPH2PS, the fp8 records' decoding), which every CPU with
+// AVX2 and FMA has.
 func supported(l level) bool {
 	switch l {
 	case levelRef:
 		return true
 	case levelAVX2:
-		return cpu.X86.HasAVX2 && cpu.X86.HasFMA
+		return cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 	case levelAVX512:
 		return cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512BW && cpu.X86.HasFMA
 	}
