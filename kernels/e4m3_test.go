@@ -191,7 +191,8 @@ func TestDecodeRecordsRefusals(t *testing.T) {
 // the time per record. codes=quantized holds what the cache writes: normal
 // values quantized a tile at a time with the scale amax/448, so that few
 // codes are subnormal; codes=uniform holds every code but the NaN codes
-// equally often, a sixteenth of them subnormal.
+// equally often, a sixteenth of them subnormal. impl= is the implementation
+// (SetImpl), every one this machine runs.
 func BenchmarkDecodeRecords(b *testing.B) {
 	for _, bc := range []struct {
 		name       string
@@ -232,12 +233,21 @@ func BenchmarkDecodeRecords(b *testing.B) {
 					slots[j] = int32(r.IntN(nrec))
 				}
 				dst := make([]float32, bc.blk*bc.lt.Values())
-				for b.Loop() {
-					for j0 := 0; j0 < n; j0 += bc.blk {
-						DecodeRecords(dst, base, bc.lt, slots, j0, j0+bc.blk, bc.ahead)
-					}
+				for _, impl := range impls() {
+					b.Run("impl="+impl, func(b *testing.B) {
+						prev, err := SetImpl(impl)
+						if err != nil {
+							b.Fatal(err)
+						}
+						defer SetImpl(prev)
+						for b.Loop() {
+							for j0 := 0; j0 < n; j0 += bc.blk {
+								DecodeRecords(dst, base, bc.lt, slots, j0, j0+bc.blk, bc.ahead)
+							}
+						}
+						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/record")
+					})
 				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/record")
 			})
 		}
 	}
