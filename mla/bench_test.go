@@ -72,8 +72,10 @@ func BenchmarkSparseAttention(b *testing.B) {
 }
 
 // widenedRows is a DecodingKVSource whose DecodeRows widens bf16 rows with
-// the kernels' WidenBF16, at about the rate of a quantized cache's decoding.
-// It holds the rows by name, so that it is not a BF16KVSource.
+// the kernels' WidenBF16 into the kernel's scratch, a block at a time, as a
+// quantized cache decodes its rows (kernels' BenchmarkDecodeRecords times
+// that decoding). It holds the rows by name, so that it is not a
+// BF16KVSource.
 type widenedRows struct{ rows DenseKVBF16 }
 
 func (w widenedRows) Row(slot int32, scratch []float32) []float32 { return w.rows.Row(slot, scratch) }
