@@ -2823,38 +2823,7 @@ func decodeRecords512() {
 	TESTQ(tl, tl)
 	JZ(LabelRef(name + "_rope"))
 	Label(name + "_tile")
-	VBROADCASTSS(Mem{Base: sp}, Z31)
-	cnt := GP64()
-	MOVQ(tileCodes, cnt)
-	SHRQ(U8(4), cnt)
-	JZ(LabelRef(name + "_tilenext"))
-	// The short loop (e4m3Fast) when the tile's codes are whole 64-byte
-	// chunks holding no NaN code and its scale's magnitude is below 2^120,
-	// so that scale·2^8 is exact; e4m3Step otherwise.
-	sb := GP32()
-	MOVL(Mem{Base: sp}, sb)
-	ANDL(U32(0x7FFFFFFF), sb)
-	CMPL(sb, U32(0x7B800000))
-	JAE(LabelRef(name + "_loop"))
-	TESTQ(U32(63), tileCodes)
-	JNZ(LabelRef(name + "_loop"))
-	e4m3NoNaN(rec, tileCodes, name+"_check", name+"_loop")
-	VMULPS(Z29, Z31, Z24)
-	Label(name + "_fast")
-	e4m3Fast(rec, dst)
-	ADDQ(U32(16), rec)
-	ADDQ(U32(64), dst)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_fast"))
-	JMP(LabelRef(name + "_tilenext"))
-	Label(name + "_loop")
-	e4m3Step(rec, dst)
-	ADDQ(U32(16), rec)
-	ADDQ(U32(64), dst)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_loop"))
-	Label(name + "_tilenext")
-	ADDQ(U32(4), sp)
+	recordTile(name, rec, dst, sp, tileCodes, recordTiles512)
 	DECQ(tl)
 	JNZ(LabelRef(name + "_tile"))
 	Label(name + "_rope")
@@ -3011,6 +2980,60 @@ func e4m3Fast(src, dst Register) {
 	VMOVUPS(Z0, Mem{Base: dst})
 }
 
+// recordTiles describes how one vector width decodes a record's tiles:
+// codes per step, the bytes e4m3NoNaN checks at a time, the registers of the
+// scale, of scale·2^8 and of 2^8, and the full loop's, short loop's and
+// NaN check's steps.
+type recordTiles struct {
+	lanes, chunk        int
+	scale, scaled, two8 VecPhysical
+	step, fast          func(src, dst Register)
+	noNaN               func(rec, tileCodes Register, label, nan string)
+}
+
+var (
+	recordTiles512 = recordTiles{lanes: 16, chunk: 64, scale: Z31, scaled: Z24, two8: Z29, step: e4m3Step, fast: e4m3Fast, noNaN: e4m3NoNaN}
+	recordTiles256 = recordTiles{lanes: 8, chunk: 32, scale: Y11, scaled: Y5, two8: Y14, step: e4m3Step256, fast: e4m3Fast256, noNaN: e4m3NoNaN256}
+)
+
+// recordTile emits the decoding of one tile of a record (its tileCodes
+// codes at rec, its scale at sp) into dst, advancing rec, dst and sp past
+// it: the short loop (e4m3Fast) when the tile's codes are whole chunks
+// holding no NaN code and its scale's magnitude is below 2^120, so that
+// scale·2^8 is exact; the full loop (e4m3Step) otherwise.
+func recordTile(name string, rec, dst, sp, tileCodes Register, t recordTiles) {
+	VBROADCASTSS(Mem{Base: sp}, t.scale)
+	cnt := GP64()
+	MOVQ(tileCodes, cnt)
+	SHRQ(U8(bits(t.lanes)), cnt)
+	JZ(LabelRef(name + "_tilenext"))
+	sb := GP32()
+	MOVL(Mem{Base: sp}, sb)
+	ANDL(U32(0x7FFFFFFF), sb)
+	CMPL(sb, U32(0x7B800000))
+	JAE(LabelRef(name + "_loop"))
+	TESTQ(U32(t.chunk-1), tileCodes)
+	JNZ(LabelRef(name + "_loop"))
+	t.noNaN(rec, tileCodes, name+"_check", name+"_loop")
+	VMULPS(t.two8, t.scale, t.scaled)
+	for _, loop := range []struct {
+		label string
+		step  func(src, dst Register)
+	}{{"_fast", t.fast}, {"_loop", t.step}} {
+		Label(name + loop.label)
+		loop.step(rec, dst)
+		ADDQ(U32(t.lanes), rec)
+		ADDQ(U32(4*t.lanes), dst)
+		DECQ(cnt)
+		JNZ(LabelRef(name + loop.label))
+		if loop.label == "_fast" {
+			JMP(LabelRef(name + "_tilenext"))
+		}
+	}
+	Label(name + "_tilenext")
+	ADDQ(U32(4), sp)
+}
+
 // e4m3Consts256 loads the constants of e4m3Step256, e4m3Fast256 and
 // e4m3NoNaN256: Y15 the word mask 0xBFFF, Y14 2^8, Y13 the word mask 0x7FFF,
 // Y12 the words 0x3F80, Y9 the float32 sign bit, Y8 a quiet NaN, Y7 the
@@ -3129,37 +3152,7 @@ func decodeRecords256() {
 	TESTQ(tl, tl)
 	JZ(LabelRef(name + "_rope"))
 	Label(name + "_tile")
-	VBROADCASTSS(Mem{Base: sp}, Y11)
-	cnt := GP64()
-	MOVQ(tileCodes, cnt)
-	SHRQ(U8(3), cnt)
-	JZ(LabelRef(name + "_tilenext"))
-	// The short loop as on AVX-512 (decodeRecords512), for tiles of whole
-	// 32-byte chunks.
-	sb := GP32()
-	MOVL(Mem{Base: sp}, sb)
-	ANDL(U32(0x7FFFFFFF), sb)
-	CMPL(sb, U32(0x7B800000))
-	JAE(LabelRef(name + "_loop"))
-	TESTQ(U32(31), tileCodes)
-	JNZ(LabelRef(name + "_loop"))
-	e4m3NoNaN256(rec, tileCodes, name+"_check", name+"_loop")
-	VMULPS(Y14, Y11, Y5)
-	Label(name + "_fast")
-	e4m3Fast256(rec, dst)
-	ADDQ(U32(8), rec)
-	ADDQ(U32(32), dst)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_fast"))
-	JMP(LabelRef(name + "_tilenext"))
-	Label(name + "_loop")
-	e4m3Step256(rec, dst)
-	ADDQ(U32(8), rec)
-	ADDQ(U32(32), dst)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_loop"))
-	Label(name + "_tilenext")
-	ADDQ(U32(4), sp)
+	recordTile(name, rec, dst, sp, tileCodes, recordTiles256)
 	DECQ(tl)
 	JNZ(LabelRef(name + "_tile"))
 	Label(name + "_rope")
