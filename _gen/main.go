@@ -2907,7 +2907,7 @@ func decodeE4M3512() {
 // e4m3Consts loads the constants of e4m3Step: Z30 the word mask 0xBFFF, Z29
 // 2^8, Z28 the word mask 0x7FFF, Z27 the words 0x3F80 (a NaN code's
 // magnitude bits in its float16), Z26 the float32 sign bit, Z25 a quiet
-// NaN, and for e4m3NoNaN Z22 the bytes 0x80 and Z23 all ones.
+// NaN, and for e4m3ChunkNaN Z22 the bytes 0x80 and Z23 all ones.
 func e4m3Consts() {
 	r := GP32()
 	MOVL(U32(0xBFFFBFFF), r)
@@ -2938,9 +2938,7 @@ func e4m3Consts() {
 // vector holding one (docs/performance.md, "fp8 records with subnormal
 // codes"); a widened float16 subnormal costs nothing extra.
 func e4m3Step(src, dst Register) {
-	VPMOVSXBW(Mem{Base: src}, Y0)
-	VPSLLW(U8(7), Y0, Y0)
-	VPANDD(Y30, Y0, Y0)   // float16 of value·2^-8
+	e4m3Half(src)
 	VPANDD(Y28, Y0, Y1)   // its magnitude
 	VPCMPEQW(Y27, Y1, K1) // NaN codes
 	VCVTPH2PS(Y0, Z0)
@@ -2950,20 +2948,22 @@ func e4m3Step(src, dst Register) {
 	VMOVUPS(Z0, Mem{Base: dst})
 }
 
-// e4m3NoNaN checks the codes at rec + [0, tileCodes) (a multiple of 64), 64
-// at a time, and jumps to nan if one is a NaN code (0x7F or 0xFF: ORed with
-// 0x80, all ones); it falls through otherwise (Z1 and K2 clobbered).
-func e4m3NoNaN(rec, tileCodes Register, label, nan string) {
-	off := GP64()
-	XORQ(off, off)
-	Label(label)
-	VPORD(Mem{Base: rec, Index: off, Scale: 1}, Z22, Z1)
+// e4m3Half sets Y0 to the float16s of the 16 e4m3 codes at src times 2^-8:
+// each code sign-extended to a word, shifted left by 7, bit 14 cleared
+// (Z30 from e4m3Consts).
+func e4m3Half(src Register) {
+	VPMOVSXBW(Mem{Base: src}, Y0)
+	VPSLLW(U8(7), Y0, Y0)
+	VPANDD(Y30, Y0, Y0)
+}
+
+// e4m3ChunkNaN sets the flags for JNZ to jump when one of the 64 codes at m
+// is a NaN code (0x7F or 0xFF: ORed with 0x80, all ones; Z22 and Z23 from
+// e4m3Consts, Z1 and K2 clobbered).
+func e4m3ChunkNaN(m Mem) {
+	VPORD(m, Z22, Z1)
 	VPCMPEQB(Z23, Z1, K2)
 	KORTESTQ(K2, K2)
-	JNZ(LabelRef(nan))
-	ADDQ(U32(64), off)
-	CMPQ(off, tileCodes)
-	JB(LabelRef(label))
 }
 
 // e4m3Fast decodes the 16 e4m3 codes at src, none of them a NaN code, times
@@ -2972,28 +2972,26 @@ func e4m3NoNaN(rec, tileCodes Register, label, nan string) {
 // widened, and one multiply by scale·2^8, which rounds value·scale once as
 // e4m3Step's two multiplies do (Z0 clobbered).
 func e4m3Fast(src, dst Register) {
-	VPMOVSXBW(Mem{Base: src}, Y0)
-	VPSLLW(U8(7), Y0, Y0)
-	VPANDD(Y30, Y0, Y0)
+	e4m3Half(src)
 	VCVTPH2PS(Y0, Z0)
 	VMULPS(Z24, Z0, Z0)
 	VMOVUPS(Z0, Mem{Base: dst})
 }
 
 // recordTiles describes how one vector width decodes a record's tiles:
-// codes per step, the bytes e4m3NoNaN checks at a time, the registers of the
-// scale, of scale·2^8 and of 2^8, and the full loop's, short loop's and
-// NaN check's steps.
+// codes per step, the bytes one NaN check covers, the registers of the
+// scale, of scale·2^8 and of 2^8, the full loop's and the short loop's
+// steps, and the NaN check of one chunk.
 type recordTiles struct {
 	lanes, chunk        int
 	scale, scaled, two8 VecPhysical
 	step, fast          func(src, dst Register)
-	noNaN               func(rec, tileCodes Register, label, nan string)
+	chunkNaN            func(m Mem)
 }
 
 var (
-	recordTiles512 = recordTiles{lanes: 16, chunk: 64, scale: Z31, scaled: Z24, two8: Z29, step: e4m3Step, fast: e4m3Fast, noNaN: e4m3NoNaN}
-	recordTiles256 = recordTiles{lanes: 8, chunk: 32, scale: Y11, scaled: Y5, two8: Y14, step: e4m3Step256, fast: e4m3Fast256, noNaN: e4m3NoNaN256}
+	recordTiles512 = recordTiles{lanes: 16, chunk: 64, scale: Z31, scaled: Z24, two8: Z29, step: e4m3Step, fast: e4m3Fast, chunkNaN: e4m3ChunkNaN}
+	recordTiles256 = recordTiles{lanes: 8, chunk: 32, scale: Y11, scaled: Y5, two8: Y14, step: e4m3Step256, fast: e4m3Fast256, chunkNaN: e4m3ChunkNaN256}
 )
 
 // recordTile emits the decoding of one tile of a record (its tileCodes
@@ -3014,7 +3012,15 @@ func recordTile(name string, rec, dst, sp, tileCodes Register, t recordTiles) {
 	JAE(LabelRef(name + "_loop"))
 	TESTQ(U32(t.chunk-1), tileCodes)
 	JNZ(LabelRef(name + "_loop"))
-	t.noNaN(rec, tileCodes, name+"_check", name+"_loop")
+	// Every chunk of the tile checked for NaN codes.
+	off := GP64()
+	XORQ(off, off)
+	Label(name + "_check")
+	t.chunkNaN(Mem{Base: rec, Index: off, Scale: 1})
+	JNZ(LabelRef(name + "_loop"))
+	ADDQ(U32(t.chunk), off)
+	CMPQ(off, tileCodes)
+	JB(LabelRef(name + "_check"))
 	VMULPS(t.two8, t.scale, t.scaled)
 	for _, loop := range []struct {
 		label string
@@ -3035,7 +3041,7 @@ func recordTile(name string, rec, dst, sp, tileCodes Register, t recordTiles) {
 }
 
 // e4m3Consts256 loads the constants of e4m3Step256, e4m3Fast256 and
-// e4m3NoNaN256: Y15 the word mask 0xBFFF, Y14 2^8, Y13 the word mask 0x7FFF,
+// e4m3ChunkNaN256: Y15 the word mask 0xBFFF, Y14 2^8, Y13 the word mask 0x7FFF,
 // Y12 the words 0x3F80, Y9 the float32 sign bit, Y8 a quiet NaN, Y7 the
 // bytes 0x80 and Y6 all ones.
 func e4m3Consts256() {
@@ -3057,9 +3063,7 @@ func e4m3Consts256() {
 // into 8 float32 at dst: e4m3Step on eight lanes, the NaN codes' lanes
 // blended (constants from e4m3Consts256; Y0–Y4 clobbered).
 func e4m3Step256(src, dst Register) {
-	VPMOVSXBW(Mem{Base: src}, X0)
-	VPSLLW(U8(7), X0, X0)
-	VPAND(X15, X0, X0)        // float16 of value·2^-8
+	e4m3Half256(src)
 	VPAND(X13, X0, X1)        // its magnitude
 	VPCMPEQW(X12, X1, X1)     // NaN codes
 	VPMOVSXWD(X1, Y4)         // as lane masks
@@ -3075,27 +3079,26 @@ func e4m3Step256(src, dst Register) {
 // e4m3Fast256 is e4m3Fast on eight lanes: the 8 codes at src, none a NaN
 // code, times the scale whose product with 2^8 is in Y5 (Y0 clobbered).
 func e4m3Fast256(src, dst Register) {
-	VPMOVSXBW(Mem{Base: src}, X0)
-	VPSLLW(U8(7), X0, X0)
-	VPAND(X15, X0, X0)
+	e4m3Half256(src)
 	VCVTPH2PS(X0, Y0)
 	VMULPS(Y5, Y0, Y0)
 	VMOVUPS(Y0, Mem{Base: dst})
 }
 
-// e4m3NoNaN256 is e4m3NoNaN 32 codes at a time (tileCodes a multiple of
-// 32; Y1 clobbered).
-func e4m3NoNaN256(rec, tileCodes Register, label, nan string) {
-	off := GP64()
-	XORQ(off, off)
-	Label(label)
-	VPOR(Mem{Base: rec, Index: off, Scale: 1}, Y7, Y1)
+// e4m3Half256 is e4m3Half for the 8 codes at src, into X0 (X15 from
+// e4m3Consts256).
+func e4m3Half256(src Register) {
+	VPMOVSXBW(Mem{Base: src}, X0)
+	VPSLLW(U8(7), X0, X0)
+	VPAND(X15, X0, X0)
+}
+
+// e4m3ChunkNaN256 is e4m3ChunkNaN for the 32 codes at m (Y6 and Y7 from
+// e4m3Consts256, Y1 clobbered).
+func e4m3ChunkNaN256(m Mem) {
+	VPOR(m, Y7, Y1)
 	VPCMPEQB(Y6, Y1, Y1)
 	VPTEST(Y1, Y1)
-	JNZ(LabelRef(nan))
-	ADDQ(U32(32), off)
-	CMPQ(off, tileCodes)
-	JB(LabelRef(label))
 }
 
 // decodeRecords256 emits decodeRecordsAVX2: decodeRecordsAVX512 with AVX2
