@@ -387,15 +387,15 @@ func BenchmarkProductInCache(b *testing.B) {
 }
 
 // BenchmarkFP8SubnormalCodes times the fp8 products of one and eight
-// activation rows on the same weights as quantized (codes=quantized: about
-// one code in 10^4 subnormal, one 16-code vector in 600 holding one) and
+// activation rows on the same weights as quantized (codes=quantized) and
 // with every subnormal code made a zero of its sign (codes=no-subnormals),
 // on GLM-5's q_b and o_proj shapes streamed from memory and on a 64×4096
 // weight that stays in L2, the two in turns for three rounds. The tiles
 // decode a subnormal code to a float32 denormal before its scale's
 // multiply, which costs an Intel core a microcode assist per vector holding
 // one; the difference between the two is what those assists cost. GB/s
-// counts the code bytes per call.
+// counts the code bytes per call; subnormal-vectors-% is the share of the
+// quantized weight's 16-code vectors that hold a subnormal code.
 func BenchmarkFP8SubnormalCodes(b *testing.B) {
 	shapes := []struct {
 		name    string
@@ -417,6 +417,7 @@ func BenchmarkFP8SubnormalCodes(b *testing.B) {
 			}
 			zeroed = append(zeroed, &c)
 		}
+		sub := subnormalShare(quantized[0].FP8, 16)
 		for _, n := range []int{1, 8} {
 			x := randSlice(newRand(86), n*sh.in, 1)
 			dst := make([]float32, n*sh.out)
@@ -429,6 +430,7 @@ func BenchmarkFP8SubnormalCodes(b *testing.B) {
 						}
 						loopProducts(b, dst, x, n, ws)
 						b.ReportMetric(float64(sh.out*sh.in)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GB/s")
+						b.ReportMetric(100*sub, "subnormal-vectors-%")
 					})
 				}
 			}
