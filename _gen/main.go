@@ -55,6 +55,10 @@ func main() {
 		gemmGroup8x512Ilv(m)
 	}
 	gemmPair8x512Ilv()
+	amxIlvSlab(false)
+	amxIlvSlab(true)
+	amxIotaData()
+	amxPiecesRow()
 	for m := 1; m <= eightRowMaxRows; m++ {
 		gemmTile8F32512(m)
 	}

@@ -8066,6 +8066,446 @@ gemmPair8x2BF16IlvAVX512_store:
 	VZEROUPPER
 	RET
 
+// func amxIlvSlab1(cfg *byte, w1 *uint16, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)
+// Requires: AVX, MMX+
+TEXT ·amxIlvSlab1(SB), NOSPLIT, $0-72
+	MOVQ   cfg+0(FP), AX
+	BYTE   $0xc4
+	BYTE   $0xe2
+	BYTE   $0x78
+	BYTE   $0x49
+	BYTE   $0x00
+	MOVQ   n+48(FP), R13
+	MOVQ   c+40(FP), R11
+	MOVQ   R13, R10
+	IMUL3Q $0x0000000c, R10, R10
+	MOVQ   carry+56(FP), AX
+	TESTQ  AX, AX
+	JZ     amxIlvSlab1_zero
+	MOVQ   R11, R12
+	LEAQ   (R10)(R10*1), CX
+	LEAQ   (CX)(CX*1), CX
+	LEAQ   (R12)(CX*2), R12
+	BYTE   $0xc4
+	BYTE   $0x82
+	BYTE   $0x7b
+	BYTE   $0x4b
+	BYTE   $0x04
+	BYTE   $0x13
+	BYTE   $0xc4
+	BYTE   $0x82
+	BYTE   $0x7b
+	BYTE   $0x4b
+	BYTE   $0x0c
+	BYTE   $0x14
+	JMP    amxIlvSlab1_start
+
+amxIlvSlab1_zero:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+amxIlvSlab1_start:
+	MOVQ  w1+8(FP), SI
+	MOVQ  w2+16(FP), DX
+	MOVQ  act+24(FP), BX
+	MOVQ  chunks+32(FP), R8
+	MOVQ  pf+64(FP), AX
+	LEAQ  (SI)(AX*1), R11
+	LEAQ  (DX)(AX*1), R12
+	MOVQ  $0x00000040, DI
+	MOVQ  R10, R9
+	MOVQ  R10, R13
+	SHLQ  $0x04, R13
+	TESTQ R8, R8
+	JZ    amxIlvSlab1_store
+
+amxIlvSlab1_loop:
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	PREFETCHT0 256(R11)
+	PREFETCHT0 320(R11)
+	PREFETCHT0 384(R11)
+	PREFETCHT0 448(R11)
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	PREFETCHT0 256(R12)
+	PREFETCHT0 320(R12)
+	PREFETCHT0 384(R12)
+	PREFETCHT0 448(R12)
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x24
+	BYTE       $0x3e
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x2c
+	BYTE       $0x3a
+	BYTE       $0xc4
+	BYTE       $0xa2
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x34
+	BYTE       $0x0b
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x4a
+	BYTE       $0x5c
+	BYTE       $0xc4
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x4a
+	BYTE       $0x5c
+	BYTE       $0xcd
+	ADDQ       $0x00000200, SI
+	ADDQ       $0x00000200, DX
+	ADDQ       $0x00000200, R11
+	ADDQ       $0x00000200, R12
+	ADDQ       R13, BX
+	DECQ       R8
+	JNZ        amxIlvSlab1_loop
+
+amxIlvSlab1_store:
+	MOVQ   n+48(FP), R13
+	MOVQ   c+40(FP), R11
+	MOVQ   R13, R10
+	IMUL3Q $0x0000000c, R10, R10
+	MOVQ   R11, R12
+	LEAQ   (R10)(R10*1), CX
+	LEAQ   (CX)(CX*1), CX
+	LEAQ   (R12)(CX*2), R12
+	BYTE   $0xc4
+	BYTE   $0x82
+	BYTE   $0x7a
+	BYTE   $0x4b
+	BYTE   $0x04
+	BYTE   $0x13
+	BYTE   $0xc4
+	BYTE   $0x82
+	BYTE   $0x7a
+	BYTE   $0x4b
+	BYTE   $0x0c
+	BYTE   $0x14
+	BYTE   $0xc4
+	BYTE   $0xe2
+	BYTE   $0x78
+	BYTE   $0x49
+	BYTE   $0xc0
+	VZEROUPPER
+	RET
+
+// func amxIlvSlab2(cfg *byte, w1 *uint16, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)
+// Requires: AVX, MMX+
+TEXT ·amxIlvSlab2(SB), NOSPLIT, $0-72
+	MOVQ   cfg+0(FP), AX
+	BYTE   $0xc4
+	BYTE   $0xe2
+	BYTE   $0x78
+	BYTE   $0x49
+	BYTE   $0x00
+	MOVQ   n+48(FP), R13
+	MOVQ   c+40(FP), R11
+	MOVQ   R13, R10
+	IMUL3Q $0x0000000c, R10, R10
+	MOVQ   carry+56(FP), AX
+	TESTQ  AX, AX
+	JZ     amxIlvSlab2_zero
+	MOVQ   R11, R12
+	LEAQ   (R10)(R10*1), CX
+	LEAQ   (CX)(CX*1), CX
+	LEAQ   (R12)(CX*2), R12
+	LEAQ   (R11)(R13*8), SI
+	LEAQ   (R12)(R13*8), DX
+	BYTE   $0xc4
+	BYTE   $0x82
+	BYTE   $0x7b
+	BYTE   $0x4b
+	BYTE   $0x04
+	BYTE   $0x13
+	BYTE   $0xc4
+	BYTE   $0xa2
+	BYTE   $0x7b
+	BYTE   $0x4b
+	BYTE   $0x0c
+	BYTE   $0x16
+	BYTE   $0xc4
+	BYTE   $0x82
+	BYTE   $0x7b
+	BYTE   $0x4b
+	BYTE   $0x14
+	BYTE   $0x14
+	BYTE   $0xc4
+	BYTE   $0xa2
+	BYTE   $0x7b
+	BYTE   $0x4b
+	BYTE   $0x1c
+	BYTE   $0x12
+	JMP    amxIlvSlab2_start
+
+amxIlvSlab2_zero:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+
+amxIlvSlab2_start:
+	MOVQ  w1+8(FP), SI
+	MOVQ  w2+16(FP), DX
+	MOVQ  act+24(FP), BX
+	MOVQ  chunks+32(FP), R8
+	MOVQ  pf+64(FP), AX
+	LEAQ  (SI)(AX*1), R11
+	LEAQ  (DX)(AX*1), R12
+	MOVQ  $0x00000040, DI
+	LEAQ  (R13)(R13*1), AX
+	LEAQ  (AX)(AX*1), AX
+	LEAQ  (AX)(AX*1), R9
+	MOVQ  R9, CX
+	SHLQ  $0x04, CX
+	ADDQ  BX, CX
+	MOVQ  R10, R13
+	SHLQ  $0x04, R13
+	TESTQ R8, R8
+	JZ    amxIlvSlab2_store
+
+amxIlvSlab2_loop:
+	PREFETCHT0 (R11)
+	PREFETCHT0 64(R11)
+	PREFETCHT0 128(R11)
+	PREFETCHT0 192(R11)
+	PREFETCHT0 256(R11)
+	PREFETCHT0 320(R11)
+	PREFETCHT0 384(R11)
+	PREFETCHT0 448(R11)
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	PREFETCHT0 256(R12)
+	PREFETCHT0 320(R12)
+	PREFETCHT0 384(R12)
+	PREFETCHT0 448(R12)
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x24
+	BYTE       $0x3e
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x2c
+	BYTE       $0x3a
+	BYTE       $0xc4
+	BYTE       $0xa2
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x34
+	BYTE       $0x0b
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x7b
+	BYTE       $0x4b
+	BYTE       $0x3c
+	BYTE       $0x01
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x4a
+	BYTE       $0x5c
+	BYTE       $0xc4
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x42
+	BYTE       $0x5c
+	BYTE       $0xcc
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x4a
+	BYTE       $0x5c
+	BYTE       $0xd5
+	BYTE       $0xc4
+	BYTE       $0xe2
+	BYTE       $0x42
+	BYTE       $0x5c
+	BYTE       $0xdd
+	ADDQ       $0x00000200, SI
+	ADDQ       $0x00000200, DX
+	ADDQ       $0x00000200, R11
+	ADDQ       $0x00000200, R12
+	ADDQ       R13, BX
+	ADDQ       R13, CX
+	DECQ       R8
+	JNZ        amxIlvSlab2_loop
+
+amxIlvSlab2_store:
+	MOVQ   n+48(FP), R13
+	MOVQ   c+40(FP), R11
+	MOVQ   R13, R10
+	IMUL3Q $0x0000000c, R10, R10
+	MOVQ   R11, R12
+	LEAQ   (R10)(R10*1), CX
+	LEAQ   (CX)(CX*1), CX
+	LEAQ   (R12)(CX*2), R12
+	LEAQ   (R11)(R13*8), SI
+	LEAQ   (R12)(R13*8), DX
+	BYTE   $0xc4
+	BYTE   $0x82
+	BYTE   $0x7a
+	BYTE   $0x4b
+	BYTE   $0x04
+	BYTE   $0x13
+	BYTE   $0xc4
+	BYTE   $0xa2
+	BYTE   $0x7a
+	BYTE   $0x4b
+	BYTE   $0x0c
+	BYTE   $0x16
+	BYTE   $0xc4
+	BYTE   $0x82
+	BYTE   $0x7a
+	BYTE   $0x4b
+	BYTE   $0x14
+	BYTE   $0x14
+	BYTE   $0xc4
+	BYTE   $0xa2
+	BYTE   $0x7a
+	BYTE   $0x4b
+	BYTE   $0x1c
+	BYTE   $0x12
+	BYTE   $0xc4
+	BYTE   $0xe2
+	BYTE   $0x78
+	BYTE   $0x49
+	BYTE   $0xc0
+	VZEROUPPER
+	RET
+
+DATA amxIota<>+0(SB)/4, $0x00000000
+DATA amxIota<>+4(SB)/4, $0x00000001
+DATA amxIota<>+8(SB)/4, $0x00000002
+DATA amxIota<>+12(SB)/4, $0x00000003
+DATA amxIota<>+16(SB)/4, $0x00000004
+DATA amxIota<>+20(SB)/4, $0x00000005
+DATA amxIota<>+24(SB)/4, $0x00000006
+DATA amxIota<>+28(SB)/4, $0x00000007
+DATA amxIota<>+32(SB)/4, $0x00000008
+DATA amxIota<>+36(SB)/4, $0x00000009
+DATA amxIota<>+40(SB)/4, $0x0000000a
+DATA amxIota<>+44(SB)/4, $0x0000000b
+DATA amxIota<>+48(SB)/4, $0x0000000c
+DATA amxIota<>+52(SB)/4, $0x0000000d
+DATA amxIota<>+56(SB)/4, $0x0000000e
+DATA amxIota<>+60(SB)/4, $0x0000000f
+GLOBL amxIota<>(SB), RODATA|NOPTR, $64
+
+// func amxPiecesRowAVX512(x *float32, chunks int, hi *uint16, mid *uint16, lo *uint16, row int, loRow int, chunk int)
+// Requires: AVX, AVX512F
+TEXT ·amxPiecesRowAVX512(SB), NOSPLIT, $0-64
+	MOVQ         x+0(FP), AX
+	MOVQ         chunks+8(FP), CX
+	MOVQ         hi+16(FP), DX
+	MOVQ         mid+24(FP), BX
+	MOVQ         lo+32(FP), SI
+	MOVQ         chunk+56(FP), DI
+	MOVQ         row+40(FP), R8
+	SHRQ         $0x02, R8
+	VPBROADCASTD R8, Z22
+	MOVQ         loRow+48(FP), R8
+	SHRQ         $0x02, R8
+	VPBROADCASTD R8, Z23
+	VMOVDQU32    amxIota<>+0(SB), Z20
+	VPMULLD      Z20, Z22, Z22
+	VPMULLD      Z20, Z23, Z23
+	MOVL         $0xffff0000, R8
+	VPBROADCASTD R8, Z24
+	MOVL         $0x7f800000, R8
+	VPBROADCASTD R8, Z25
+	MOVL         $0x00400000, R8
+	VPBROADCASTD R8, Z26
+	TESTQ        CX, CX
+	JZ           amxPiecesRowAVX512_done
+
+amxPiecesRowAVX512_loop:
+	VMOVUPS     (AX), Z0
+	VPANDD      Z0, Z24, Z2
+	VSUBPS      Z2, Z0, Z4
+	VPANDD      Z4, Z24, Z6
+	VSUBPS      Z6, Z4, Z8
+	VPANDD      Z0, Z25, Z10
+	VPCMPEQD    Z10, Z25, K1
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPORD       Z26, Z0, K2, Z0
+	VPANDD      Z0, Z24, K1, Z2
+	VPXORD      Z6, Z6, K1, Z6
+	VPXORD      Z8, Z8, K1, Z8
+	VMOVUPS     64(AX), Z1
+	VPANDD      Z1, Z24, Z3
+	VSUBPS      Z3, Z1, Z5
+	VPANDD      Z5, Z24, Z7
+	VSUBPS      Z7, Z5, Z9
+	VPANDD      Z1, Z25, Z11
+	VPCMPEQD    Z11, Z25, K1
+	VCMPPS      $0x03, Z1, Z1, K2
+	VPORD       Z26, Z1, K2, Z1
+	VPANDD      Z1, Z24, K1, Z3
+	VPXORD      Z7, Z7, K1, Z7
+	VPXORD      Z9, Z9, K1, Z9
+	VPANDD      Z9, Z24, Z9
+	VPSRLD      $0x10, Z2, Z2
+	VPORD       Z3, Z2, Z2
+	KXNORW      K3, K3, K3
+	VPSCATTERDD Z2, K3, (DX)(Z22*4)
+	VPSRLD      $0x10, Z6, Z6
+	VPORD       Z7, Z6, Z6
+	KXNORW      K3, K3, K3
+	VPSCATTERDD Z6, K3, (BX)(Z22*4)
+	VPSRLD      $0x10, Z8, Z8
+	VPORD       Z9, Z8, Z8
+	KXNORW      K3, K3, K3
+	VPSCATTERDD Z8, K3, (SI)(Z23*4)
+	ADDQ        $0x00000080, AX
+	ADDQ        DI, DX
+	ADDQ        DI, BX
+	ADDQ        DI, SI
+	DECQ        CX
+	JNZ         amxPiecesRowAVX512_loop
+
+amxPiecesRowAVX512_done:
+	VZEROUPPER
+	RET
+
 // func gemmTile1x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·gemmTile1x8F32AVX512(SB), NOSPLIT, $0-64

@@ -257,6 +257,21 @@ func gemmGroup3x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *floa
 //go:noescape
 func gemmPair8x2BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)
 
+// amxIlvSlab1 adds the piece sums of n activation rows (act, amxPieces' layout) by two interleaved bf16 groups (w1, w2; chunks of 32 columns each) to the tile sums at c (loaded first when carry is set, else zero), prefetching pf bytes ahead in both groups; cfg is the slab's tile configuration.
+//
+//go:noescape
+func amxIlvSlab1(cfg *byte, w1 *uint16, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)
+
+// amxIlvSlab2 adds the piece sums of n activation rows (act, amxPieces' layout) by two interleaved bf16 groups (w1, w2; chunks of 32 columns each) to the tile sums at c (loaded first when carry is set, else zero), prefetching pf bytes ahead in both groups; cfg is the slab's tile configuration.
+//
+//go:noescape
+func amxIlvSlab2(cfg *byte, w1 *uint16, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)
+
+// amxPiecesRowAVX512 splits chunks of 32 values of x into bf16 pieces and writes each piece's pair (i, i+16) at hi, mid or lo + i·row (lo + i·loRow) bytes, chunk bytes further per chunk.
+//
+//go:noescape
+func amxPiecesRowAVX512(x *float32, chunks int, hi *uint16, mid *uint16, lo *uint16, row int, loRow int, chunk int)
+
 // gemmTile1x8F32AVX512 computes 1 activation rows' dot products with 8 f32 weight rows over kn (a multiple of 16) elements and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
 //
 //go:noescape

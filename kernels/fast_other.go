@@ -2,6 +2,8 @@
 
 package kernels
 
+import "errors"
+
 // On architectures without assembly kernels only the reference exists; the
 // dispatching kernels never reach the functions below because activeLevel
 // is always levelRef here.
@@ -187,3 +189,13 @@ func dotTile1x16BF16Ilv(*float32, *uint16, *uint16, int, *[16]float32) {
 }
 
 func topkKeepFast(*[topkCandMax]uint32, []float32, float32) (int, int) { return 0, 0 }
+
+func enableAMX() error { return errors.New("AMX tiles need amd64") }
+
+func amxSlab(int, *uint16, *uint16, *uint16, int, *amxSums, bool) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func amxPiecesRow([]float32, []uint16, []uint16, []uint16, int, int, int) {
+	panic("kernels: no assembly tiles on this architecture")
+}

@@ -18,6 +18,9 @@ func impls() []string {
 			names = append(names, l.String())
 		}
 	}
+	if enableAMX() == nil {
+		names = append(names, choice{l: levelAVX512, amx: true}.String())
+	}
 	return names
 }
 
@@ -92,19 +95,19 @@ func TestSetImpl(t *testing.T) {
 // FuzzParseImpl: any string either parses to a level whose name parses back
 // to it, or is refused with the list of accepted names.
 func FuzzParseImpl(f *testing.F) {
-	for _, s := range []string{"", "auto", "ref", "avx2", "avx512", "AVX-512", " go ", "x"} {
+	for _, s := range []string{"", "auto", "ref", "avx2", "avx512", "AVX-512", "avx512-amx", " AMX", " go ", "x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		l, auto, err := parseImpl(s)
 		if err != nil {
-			if !strings.Contains(err.Error(), "auto, ref, avx2, avx512") {
+			if !strings.Contains(err.Error(), "auto, ref, avx2, avx512, avx512-amx") {
 				t.Errorf("parseImpl(%q): error %q does not list the accepted names", s, err)
 			}
 			return
 		}
 		if auto {
-			if l != bestLevel() {
+			if l != (choice{l: bestLevel()}) {
 				t.Errorf("parseImpl(%q) auto = %v, want %v", s, l, bestLevel())
 			}
 			return

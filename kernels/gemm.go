@@ -92,6 +92,9 @@ func gemmRange(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	case w.FP8 != nil:
 		gemmRangeFP8(dst, x, n, w, l, j0, j1)
 		return
+	case w.BF16 != nil && l == levelAVX512 && amxActive():
+		gemmRangeAMX(dst, x, n, w, j0, j1)
+		return
 	case w.interleaved:
 		gemmRangeIlv(dst, x, n, w, l, j0, j1)
 		return
@@ -283,7 +286,7 @@ func gemmSkinny(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, j0, j1 
 // rowAlign is the multiple of rows the parts of a product take: whole groups
 // of four weight rows, of eight for an interleaved matrix.
 func (w *Matrix) rowAlign() int {
-	if w.interleaved {
+	if w.interleaved || w.BF16 != nil && amxActive() {
 		return ilvRows
 	}
 	return 4

@@ -113,14 +113,23 @@ func TestMatMulTFP8FewRows(t *testing.T) {
 // checkFewRows checks the few-row products of one weight w for every n in
 // fewRows: MatMulT and MatVecT row by row against MatMulT with the f32 matrix
 // w.Dequantize() gives (dequantized fp8, widened bf16), on one and two
-// threads.
+// threads. Under avx512-amx a bf16 product has the AMX tiles' own bits:
+// the one-thread product is checked against the float64 oracle instead, and
+// the others against it bit for bit.
 func checkFewRows(t *testing.T, name string, w *Matrix, r *rand.Rand) {
 	t.Helper()
 	d, dt := w.Dequantize(), w.DType()
 	for _, n := range fewRows {
 		x := randSlice(r, n*w.Cols, 1)
 		want := make([]float32, n*w.Rows)
-		MatMulT(want, x, n, d)
+		if w.BF16 != nil && amxActive() {
+			dt = "AMX"
+			defer SetThreads(SetThreads(1))
+			MatMulT(want, x, n, w)
+			checkOracle(t, name, want, x, n, d)
+		} else {
+			MatMulT(want, x, n, d)
+		}
 		alone := make([]float32, n*w.Rows)
 		for i := range n {
 			MatVecT(alone[i*w.Rows:(i+1)*w.Rows], x[i*w.Cols:(i+1)*w.Cols], w)
@@ -355,6 +364,26 @@ func TestGroupPanelXBytes(t *testing.T) {
 	} {
 		if got := productPanelAbove(groupPanelXBytes(c.n), c.n, c.in, ilvRows); got != c.panel {
 			t.Errorf("%d rows of %d columns: a panel of %d weight rows, want %d", c.n, c.in, got, c.panel)
+		}
+	}
+}
+
+// checkOracle checks dst = x·dᵀ (n rows, d an f32 matrix) against the
+// float64 product within 1e-6 of Σ|x·w| per output.
+func checkOracle(t *testing.T, name string, dst, x []float32, n int, d *Matrix) {
+	t.Helper()
+	in := d.Cols
+	for i := range n {
+		xi := x[i*in : (i+1)*in]
+		for j := range d.Rows {
+			wj := to64(d.F32[j*in : (j+1)*in])
+			var want float64
+			for k, v := range xi {
+				want += float64(v) * wj[k]
+			}
+			if err := math.Abs(float64(dst[i*d.Rows+j]) - want); err > 1e-6*dotBound(xi, wj)+1e-30 {
+				t.Fatalf("%s n=%d: output (%d, %d) = %v, float64 oracle %v", name, n, i, j, dst[i*d.Rows+j], want)
+			}
 		}
 	}
 }

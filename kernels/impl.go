@@ -10,7 +10,9 @@ import (
 // ImplEnv is the environment variable that chooses the kernel implementation
 // at start-up: "ref" forces the pure-Go reference, "avx2" or "avx512" ask for
 // that instruction set (refused at start-up when the CPU lacks it), and
-// "auto" or unset picks the widest the CPU supports.
+// "auto" or unset picks the widest the CPU supports. "avx512-amx" is
+// avx512 with the products of interleaved bf16 weights on AMX tiles
+// (amx.go); auto never picks it.
 const ImplEnv = "CPMLA_KERNELS"
 
 // level is an implementation: the pure-Go reference or an assembly level.
@@ -27,52 +29,89 @@ var levelNames = [...]string{levelRef: "ref", levelAVX2: "avx2", levelAVX512: "a
 
 func (l level) String() string { return levelNames[l] }
 
-// active is the implementation every dispatching kernel uses.
+// active is the implementation every dispatching kernel uses: its level in
+// the low byte, and amxBit when the interleaved bf16 products run on AMX
+// tiles (only with levelAVX512). One word, so that SetImpl switches both at
+// once.
 var active atomic.Int32
 
-func activeLevel() level { return level(active.Load()) }
+const amxBit = 1 << 8
+
+func activeLevel() level { return level(active.Load() &^ amxBit) }
+
+// amxActive reports whether interleaved bf16 products run on AMX tiles.
+func amxActive() bool { return active.Load()&amxBit != 0 }
+
+// choice is an implementation: a level, and for levelAVX512 whether the
+// interleaved bf16 products run on AMX tiles.
+type choice struct {
+	l   level
+	amx bool
+}
+
+func (c choice) word() int32 {
+	if c.amx {
+		return int32(c.l) | amxBit
+	}
+	return int32(c.l)
+}
+
+func (c choice) String() string {
+	if c.amx {
+		return c.l.String() + "-amx"
+	}
+	return c.l.String()
+}
 
 func init() {
-	l, err := resolveLevel(os.Getenv(ImplEnv))
+	c, err := resolveImpl(os.Getenv(ImplEnv))
 	if err != nil {
 		panic(fmt.Sprintf("kernels: %s: %v", ImplEnv, err))
 	}
-	active.Store(int32(l))
+	active.Store(c.word())
 }
 
 // parseImpl maps an implementation name (case and surrounding space ignored)
-// to a level; "" and "auto" mean the best supported one (auto = true).
-func parseImpl(name string) (l level, auto bool, err error) {
+// to a choice; "" and "auto" mean the best supported level (auto = true).
+func parseImpl(name string) (c choice, auto bool, err error) {
 	switch s := strings.ToLower(strings.TrimSpace(name)); s {
 	case "", "auto":
-		return bestLevel(), true, nil
+		return choice{l: bestLevel()}, true, nil
 	case "ref", "go", "pure-go":
-		return levelRef, false, nil
+		return choice{l: levelRef}, false, nil
 	case "avx2":
-		return levelAVX2, false, nil
+		return choice{l: levelAVX2}, false, nil
 	case "avx512", "avx-512":
-		return levelAVX512, false, nil
+		return choice{l: levelAVX512}, false, nil
+	case "avx512-amx", "amx":
+		return choice{l: levelAVX512, amx: true}, false, nil
 	default:
-		return levelRef, false, fmt.Errorf("unknown kernel implementation %q; use one of auto, ref, avx2, avx512", name)
+		return choice{l: levelRef}, false, fmt.Errorf("unknown kernel implementation %q; use one of auto, ref, avx2, avx512, avx512-amx", name)
 	}
 }
 
-// resolveLevel is parseImpl plus the check that the CPU supports the level.
-func resolveLevel(name string) (level, error) {
-	l, auto, err := parseImpl(name)
+// resolveImpl is parseImpl plus the check that the CPU (and for AMX the
+// operating system) supports the choice.
+func resolveImpl(name string) (choice, error) {
+	c, auto, err := parseImpl(name)
 	if err != nil || auto {
-		return l, err
+		return c, err
 	}
-	if !supported(l) {
-		return levelRef, fmt.Errorf("kernel implementation %q needs CPU support this machine lacks (best available: %q); use %s=%s or %s=ref",
-			l, bestLevel(), ImplEnv, bestLevel(), ImplEnv)
+	if !supported(c.l) {
+		return choice{l: levelRef}, fmt.Errorf("kernel implementation %q needs CPU support this machine lacks (best available: %q); use %s=%s or %s=ref",
+			c, bestLevel(), ImplEnv, bestLevel(), ImplEnv)
 	}
-	return l, nil
+	if c.amx {
+		if err := enableAMX(); err != nil {
+			return choice{l: levelRef}, fmt.Errorf("kernel implementation %q: %w; use %s=%s", c, err, ImplEnv, c.l)
+		}
+	}
+	return c, nil
 }
 
 // Impl reports the implementation the dispatching kernels use: "ref",
-// "avx2" or "avx512".
-func Impl() string { return activeLevel().String() }
+// "avx2", "avx512" or "avx512-amx".
+func Impl() string { return choice{l: activeLevel(), amx: amxActive()}.String() }
 
 // Accelerated reports whether an assembly implementation is active.
 func Accelerated() bool { return activeLevel() != levelRef }
@@ -83,9 +122,10 @@ func Accelerated() bool { return activeLevel() != levelRef }
 // batch-invariant only among calls made under the same implementation, so do
 // not switch while a model is running.
 func SetImpl(name string) (previous string, err error) {
-	l, err := resolveLevel(name)
+	c, err := resolveImpl(name)
 	if err != nil {
 		return Impl(), fmt.Errorf("kernels: SetImpl: %w", err)
 	}
-	return level(active.Swap(int32(l))).String(), nil
+	prev := active.Swap(c.word())
+	return choice{l: level(prev &^ amxBit), amx: prev&amxBit != 0}.String(), nil
 }

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -72,8 +73,8 @@ func TestInterleavedLayout(t *testing.T) {
 		}
 	}
 	for _, name := range impls() {
-		if name == levelAVX512.String() {
-			continue
+		if strings.HasPrefix(name, levelAVX512.String()) {
+			continue // avx512 and avx512-amx read the layout
 		}
 		SetImpl(name)
 		m := &Matrix{Rows: 8, Cols: 32, BF16: make([]uint16, 8*32)}

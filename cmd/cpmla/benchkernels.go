@@ -106,7 +106,7 @@ least time both resources allow, max(FLOPs / FMA peak, bytes / bandwidth).`,
 	f.IntVar(&o.rounds, "rounds", 5, "rounds per kernel (peak, then kernel); medians are reported")
 	f.DurationVar(&o.minTime, "min-time", 100*time.Millisecond, "least time spent timing a kernel in one round")
 	f.StringVar(&o.only, "only", "", "regular expression selecting kernels by name (default: all)")
-	f.StringVar(&o.impl, "impl", "", "kernel implementation: auto, ref, avx2 or avx512 (default: "+kernels.ImplEnv+" or auto)")
+	f.StringVar(&o.impl, "impl", "", "kernel implementation: auto, ref, avx2, avx512 or avx512-amx (default: "+kernels.ImplEnv+" or auto)")
 	return cmd
 }
 

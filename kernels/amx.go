@@ -1,0 +1,210 @@
+package kernels
+
+import "math"
+
+// AMX products of interleaved bf16 weights (the avx512-amx implementation).
+//
+// A float32 activation x is split exactly into three bf16 pieces: hi is x
+// with its low sixteen bits cleared, mid the same of x − hi, and lo the
+// bf16 of x − hi − mid, which has at most eight significant bits left and so
+// is exact. A weight times a piece is exact in float32; TDPBF16PS adds a
+// tile row's 32 products to each float32 sum, chunk after chunk in column
+// order, and an output is (S_hi + S_mid) + S_lo of the three pieces' sums
+// over the whole row. How the tile adds a chunk's products is the
+// hardware's own and not modelled here, but it depends only on the chunk's
+// values in their positions, never on the other rows and columns of the
+// tiles: so an
+// output has the same bits for a row alone, in any batch, on any number of
+// threads and in either layout (TestAMXProducts), and agrees with the
+// float64 oracle as closely as a float32 dot product does. The tiles treat
+// bf16 inputs below the normal range (about 1.2e-38) as zero and flush
+// sums that small to zero; an infinite or NaN activation is its hi piece
+// alone, so that it stays infinite or NaN.
+
+// amxSlabRows is the most activation rows one slab call takes: eight rows'
+// three pieces fill two piece tiles (sixteen and eight columns).
+const amxSlabRows = 8
+
+// amxOneTileRows is the most rows whose pieces fit one piece tile
+// (3·rows ≤ 16 columns).
+const amxOneTileRows = 5
+
+// amxPieceWords is the length of a slab's pieces for in columns (rounded
+// up to whole chunks of 32) and n rows: three bf16 values per row and
+// column.
+func amxPieceWords(n, in int) int { return 3 * n * amxChunks(in) * 32 }
+
+// amxChunks is the number of 32-column chunks that hold in columns.
+func amxChunks(in int) int { return (in + 31) / 32 }
+
+// bf16Pieces splits x into its three bf16 pieces (see above).
+func bf16Pieces(x float32) (hi, mid, lo uint16) {
+	b := math.Float32bits(x)
+	if b&0x7f800000 == 0x7f800000 {
+		if b&0x7fffff != 0 {
+			return uint16(b>>16) | 0x40, 0, 0 // NaN stays NaN whatever its payload
+		}
+		return uint16(b >> 16), 0, 0
+	}
+	hi = uint16(b >> 16)
+	r := x - math.Float32frombits(uint32(hi)<<16)
+	mid = uint16(math.Float32bits(r) >> 16)
+	r -= math.Float32frombits(uint32(mid) << 16)
+	return hi, mid, uint16(math.Float32bits(r) >> 16)
+}
+
+// amxPieces writes the pieces of activation rows x[r·ldx+k] (r < n ≤
+// amxSlabRows, k < in) in the layout the slab tiles read, columns past in
+// up to a whole chunk as zeros. Per chunk of 32 columns (3·n·32 words):
+// sixteen rows, row i holding the pairs (column i, column i+16) of every
+// piece, hi of rows 0…n−1 first, then mid, then lo. With more than
+// amxOneTileRows rows the lo pairs form a tile of their own after the
+// sixteen rows of hi and mid pairs.
+func amxPieces(dst []uint16, x []float32, ldx, n, in int) {
+	dst = dst[:amxPieceWords(n, in)]
+	row, loBase, loRow, loCol := 6*n, 0, 6*n, 4*n
+	if n > amxOneTileRows {
+		row, loBase, loRow, loCol = 4*n, 64*n, 2*n, 0
+	}
+	var pad [32]float32
+	first := 0
+	if activeLevel() == levelAVX512 && in >= 32 {
+		// Whole chunks in assembly, the padded last one below.
+		first = in / 32
+		for r := range n {
+			amxPiecesRow(x[r*ldx:r*ldx+32*first], dst[2*r:], dst[2*(n+r):], dst[loBase+loCol+2*r:], 2*row, 2*loRow, 192*n)
+		}
+	}
+	for c := first; c < amxChunks(in); c++ {
+		chunk := dst[c*96*n : (c+1)*96*n]
+		for r := range n {
+			xr := x[r*ldx+32*c : r*ldx+min(in, 32*c+32)]
+			if len(xr) < 32 {
+				xr = pad[:copy(pad[:], xr)]
+				clear(pad[len(xr):])
+				xr = pad[:]
+			}
+			for i := range 16 {
+				for e, v := range [2]float32{xr[i], xr[i+16]} {
+					hi, mid, lo := bf16Pieces(v)
+					chunk[i*row+2*r+e] = hi
+					chunk[i*row+2*(n+r)+e] = mid
+					chunk[loBase+i*loRow+loCol+2*r+e] = lo
+				}
+			}
+		}
+	}
+}
+
+// amxSums is where a slab call leaves its sums: for each of its two groups,
+// eight weight rows of 3·n sums (hi, mid and lo of each activation row).
+type amxSums [2 * ilvRows * 3 * amxSlabRows]float32
+
+// addPieces writes output (activation row r, weight row j) of the slab's
+// group g: (S_hi + S_mid) + S_lo.
+func (s *amxSums) output(n, g, j, r int) float32 {
+	o := s[(g*ilvRows+j)*3*n:]
+	return (o[r] + o[n+r]) + o[2*n+r]
+}
+
+// amxScratch is one walk's pieces, sums and packed weight chunks.
+type amxScratch struct {
+	pieces []uint16
+	sums   amxSums
+	pack   [2 * ilvRows * amxPackCols]uint16
+}
+
+var amxScratches = make(bufPool[amxScratch], 8)
+
+// amxPackCols is how many columns of a row-major matrix's two groups are
+// packed into the interleaved layout per slab call.
+const amxPackCols = 256
+
+// amxChunkRows is how many activation rows a prompt's walk splits into
+// pieces at a time; every block of weight groups is read by all of them.
+const amxChunkRows = 64
+
+// gemmRangeAMX computes output columns [j0, j1) (j0 a multiple of 8) of
+// dst = x·wᵀ for a bf16 matrix, interleaved or row-major, on the AMX slab
+// tiles. Decode-sized products (up to amxSlabRows rows) stream the weights
+// once, two groups at a time over the whole reduction; larger ones go
+// amxChunkRows rows at a time over blocks of groups that stay in L2.
+func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
+	in, out := w.Cols, w.Rows
+	if in == 0 {
+		for i := range n {
+			clear(dst[i*out+j0 : i*out+j1])
+		}
+		return
+	}
+	s := amxScratches.get()
+	defer amxScratches.put(s)
+	g0, g1 := j0/ilvRows, (j1+ilvRows-1)/ilvRows
+	blockGroups := g1 - g0
+	if n > amxSlabRows {
+		blockGroups = max(2, gemmBlockBytes/(2*ilvRows*in)&^1)
+	}
+	for c0 := 0; c0 < n; c0 += amxChunkRows {
+		c1 := min(n, c0+amxChunkRows)
+		need := amxPieceWords(c1-c0, in)
+		if cap(s.pieces) < need {
+			s.pieces = make([]uint16, need)
+		}
+		for r0 := c0; r0 < c1; r0 += amxSlabRows {
+			m := min(amxSlabRows, c1-r0)
+			amxPieces(s.pieces[amxPieceWords(r0-c0, in):], x[r0*in:], in, m, in)
+		}
+		for b0 := g0; b0 < g1; b0 += blockGroups {
+			b1 := min(g1, b0+blockGroups)
+			for r0 := c0; r0 < c1; r0 += amxSlabRows {
+				m := min(amxSlabRows, c1-r0)
+				pieces := s.pieces[amxPieceWords(r0-c0, in):]
+				for g := b0; g < b1; g += 2 {
+					gb := min(g+1, b1-1) // an odd last group goes alone (twice)
+					amxGroups(s, w, pieces, m, g, gb)
+					for k, grp := range [2]int{g, gb} {
+						if k == 1 && gb == g {
+							break
+						}
+						rows := min(ilvRows, j1-grp*ilvRows)
+						for r := range m {
+							d := dst[(r0+r)*out+grp*ilvRows:][:rows]
+							for j := range d {
+								d[j] = s.sums.output(m, k, j, r)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// amxGroups leaves in s.sums the sums of slab rows (m of them, pieces) by
+// groups g and gb over the whole reduction: from the matrix itself when it
+// is interleaved, else packed into that layout amxPackCols columns at a
+// time, rows past the matrix's last and columns past its last as zeros.
+func amxGroups(s *amxScratch, w *Matrix, pieces []uint16, m, g, gb int) {
+	in := w.Cols
+	if w.interleaved {
+		amxSlab(m, &w.BF16[g*ilvRows*in], &w.BF16[gb*ilvRows*in], &pieces[0], in/32, &s.sums, false)
+		return
+	}
+	var chunk [ilvCols]uint16
+	for k0 := 0; k0 < in; k0 += amxPackCols {
+		kc := min(amxPackCols, in-k0)
+		for h, grp := range [2]int{g, gb} {
+			for j := range ilvRows {
+				jr := grp*ilvRows + j
+				for c := 0; c < kc; c += ilvCols {
+					clear(chunk[:])
+					if jr < w.Rows {
+						copy(chunk[:], w.BF16[jr*in+k0+c:jr*in+k0+min(kc, c+ilvCols)])
+					}
+					ilvPack(s.pack[h*ilvRows*amxPackCols+c*ilvRows+j*ilvCols:], chunk[:])
+				}
+			}
+		}
+		amxSlab(m, &s.pack[0], &s.pack[ilvRows*amxPackCols], &pieces[k0/32*96*m], amxChunks(kc), &s.sums, k0 > 0)
+	}
+}
