@@ -437,3 +437,70 @@ func BenchmarkFP8SubnormalCodes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAMXProducts compares the interleaved bf16 products of avx512
+// and avx512-amx on the same weights, the two implementations in turns
+// call by call, with the read probe between rounds: one and eight
+// activation rows streamed from memory (fresh weight copies, 256 MiB in
+// all) and in L2, and a 512-row prompt. It reports GB/s of weights (a
+// prompt's: its FLOPs per second as GFLOP/s), medians.
+func BenchmarkAMXProducts(b *testing.B) {
+	if enableAMX() != nil || activeLevel() != levelAVX512 {
+		b.Skip("needs AVX-512 and AMX tiles")
+	}
+	for _, sh := range []struct {
+		out, in, n int
+		inL2       bool
+	}{
+		{6144, 2048, 1, false}, {2048, 6144, 1, false},
+		{6144, 2048, 8, false}, {2048, 6144, 8, false}, {64, 4096, 8, true},
+		{6144, 2048, 512, true},
+	} {
+		ws := benchWeights(newRand(89), "bf16-ilv", sh.out, sh.in)
+		where := "streamed"
+		if sh.inL2 {
+			ws, where = ws[:1], "in-L2"
+		}
+		if sh.n > amxSlabRows {
+			where = "prompt"
+		}
+		b.Run(fmt.Sprintf("%dx%d/rows=%d/%s", sh.out, sh.in, sh.n, where), func(b *testing.B) {
+			x := randSlice(newRand(90), sh.n*sh.in, 1)
+			dst := make([]float32, sh.n*sh.out)
+			defer SetThreads(SetThreads(1))
+			prev := Impl()
+			defer SetImpl(prev)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			probe := make([]float32, 64<<20)
+			runtime.GC()
+			impls := []string{"avx512", "avx512-amx"}
+			var rate [3][]float64
+			work := float64(2 * sh.out * sh.in) // bytes of weights
+			if sh.n > amxSlabRows {
+				work = 2 * float64(sh.n*sh.out*sh.in) // FLOPs
+			}
+			i := 0
+			for b.Loop() {
+				t0 := time.Now()
+				StreamSum(probe)
+				rate[2] = append(rate[2], float64(4*len(probe))/time.Since(t0).Seconds()/1e9)
+				for k, name := range impls {
+					SetImpl(name)
+					i++
+					t0 := time.Now()
+					MatMulT(dst, x, sh.n, ws[i%len(ws)])
+					rate[k] = append(rate[k], work/time.Since(t0).Seconds()/1e9)
+				}
+			}
+			unit := "GB/s"
+			if sh.n > amxSlabRows {
+				unit = "GFLOP/s"
+			}
+			for k, name := range []string{"avx512-" + unit, "amx-" + unit, "read-GB/s"} {
+				slices.Sort(rate[k])
+				b.ReportMetric(rate[k][len(rate[k])/2], name)
+			}
+		})
+	}
+}
