@@ -473,6 +473,9 @@ func BenchmarkAMXProducts(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			probe := make([]float32, 64<<20)
+			for i := range probe {
+				probe[i] = 1 // its own pages, not the zero page
+			}
 			runtime.GC()
 			impls := []string{"avx512", "avx512-amx"}
 			var rate [3][]float64
