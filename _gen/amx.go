@@ -72,26 +72,35 @@ func tileRelease() { rawBytes(append(vex3(0, 0, 0, 0, 0), 0x49, 0xC0)...) }
 // layout's values i and i+16); the piece tile holds, for each of the
 // chunk's sixteen pairs, every piece's matching pair. TDPBF16PS adds each
 // pair's two products to its float32 sum in the order of the pairs, so every
-// piece's sum over a row depends on Cols alone. Two groups go through each
-// call, each with its own stream, both over the whole reduction; carry
-// loads the sums of an earlier call to continue them.
+// piece's sum over a row depends on Cols alone. A call takes pairs of
+// groups one after the other, each group with its own stream, both over the
+// whole reduction, so that the tiles are configured once for many pairs;
+// carry loads the sums of an earlier call to continue them.
 func amxIlvSlab(twoB bool) {
 	name := "amxIlvSlab1"
 	if twoB {
 		name = "amxIlvSlab2"
 	}
-	TEXT(name, NOSPLIT, "func(cfg *byte, w1, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)")
+	TEXT(name, NOSPLIT, "func(cfg *byte, w *uint16, gstride, pairs, pstride int, act *uint16, chunks int, c *float32, n int, carry int, pf int)")
 	Pragma("noescape")
-	Doc(name + " adds the piece sums of n activation rows (act, amxPieces' layout) by two interleaved bf16 groups (w1, w2; chunks of 32 columns each) to the tile sums at c (loaded first when carry is set, else zero), prefetching pf bytes ahead in both groups; cfg is the slab's tile configuration.")
+	Doc(name + " adds the piece sums of n activation rows (act, amxPieces' layout) by pairs of interleaved bf16 groups (the first at w, pstride bytes from pair to pair, a pair's second group gstride bytes after its first; chunks of 32 columns each) to the tile sums at c, 1,536 bytes a pair (loaded first when carry is set, else zero), prefetching pf bytes ahead in both groups; cfg is the slab's tile configuration.")
+	locals := AllocLocal(16)
+	wNext, cNext := locals, locals.Offset(8)
 	Load(Param("cfg"), RAX)
 	ldtilecfg(RAX)
+	Load(Param("w"), RAX)
+	MOVQ(RAX, wNext)
+	Load(Param("c"), RAX)
+	MOVQ(RAX, cNext)
 	// Strides (bytes): a C row holds 3n sums; a piece tile row 12n bytes in
 	// the one-tile form, 8n (hi, mid) and 4n (lo) in the two-tile form; a
 	// chunk of pieces is sixteen rows of 12n bytes.
-	Load(Param("n"), R13)
-	Load(Param("c"), R11)
-	MOVQ(R13, R10)
-	IMUL3Q(U32(12), R10, R10) // ldc = 12n
+	sums := func() {
+		Load(Param("n"), R13)
+		MOVQ(cNext, R11)
+		MOVQ(R13, R10)
+		IMUL3Q(U32(12), R10, R10) // ldc = 12n
+	}
 	// C tiles: group 1 at c (and c+8n for lo in the two-tile form), group 2
 	// eight rows further.
 	cBases := func() {
@@ -115,6 +124,11 @@ func amxIlvSlab(twoB bool) {
 			op(1, R12, R10)
 		}
 	}
+	Load(Param("pairs"), RAX)
+	TESTQ(RAX, RAX)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_pair")
+	sums()
 	Load(Param("carry"), RAX)
 	TESTQ(RAX, RAX)
 	JZ(LabelRef(name + "_zero"))
@@ -128,8 +142,10 @@ func amxIlvSlab(twoB bool) {
 		}
 	}
 	Label(name + "_start")
-	Load(Param("w1"), RSI)
-	Load(Param("w2"), RDX)
+	MOVQ(wNext, RSI)
+	MOVQ(RSI, RDX)
+	Load(Param("gstride"), RAX)
+	ADDQ(RAX, RDX)
 	Load(Param("act"), RBX)
 	Load(Param("chunks"), R8)
 	Load(Param("pf"), RAX)
@@ -137,7 +153,10 @@ func amxIlvSlab(twoB bool) {
 	LEAQ(Mem{Base: RDX, Index: RAX, Scale: 1}, R12)
 	MOVQ(U32(64), RDI)
 	// R9: the piece tile's row stride, RCX/RAX the lo tile and its stride,
-	// R10 a chunk of pieces.
+	// R13 a chunk of pieces.
+	Load(Param("n"), R13)
+	MOVQ(R13, R10)
+	IMUL3Q(U32(12), R10, R10)
 	if twoB {
 		LEAQ(Mem{Base: R13, Index: R13, Scale: 1}, RAX) // 2n
 		LEAQ(Mem{Base: RAX, Index: RAX, Scale: 1}, RAX) // 4n
@@ -181,12 +200,17 @@ func amxIlvSlab(twoB bool) {
 	DECQ(R8)
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_store")
-	Load(Param("n"), R13)
-	Load(Param("c"), R11)
-	MOVQ(R13, R10)
-	IMUL3Q(U32(12), R10, R10)
+	sums()
 	cBases()
 	cTiles(tileStore)
+	ADDQ(U32(1536), cNext)
+	Load(Param("pstride"), RAX)
+	ADDQ(RAX, wNext)
+	Load(Param("pairs"), RAX)
+	DECQ(RAX)
+	Store(RAX, Param("pairs"))
+	JNZ(LabelRef(name + "_pair"))
+	Label(name + "_done")
 	tileRelease()
 	VZEROUPPER() // no vector register is used; kept as every kernel ends
 	RET()

@@ -110,11 +110,16 @@ func (s *amxSums) output(n, g, j, r int) float32 {
 // amxScratch is one walk's pieces, sums and packed weight chunks.
 type amxScratch struct {
 	pieces []uint16
-	sums   amxSums
+	sums   [amxCallPairs]amxSums
 	pack   [2 * ilvRows * amxPackCols]uint16
 }
 
 var amxScratches = make(bufPool[amxScratch], 8)
+
+// amxCallPairs is the most pairs of groups one slab call takes: the tiles
+// are configured once per call, and the pairs' sums (1.5 KiB each) stay in
+// L1 until they are written out.
+const amxCallPairs = 16
 
 // amxPackCols is how many columns of a row-major matrix's two groups are
 // packed into the interleaved layout per slab call.
@@ -159,21 +164,30 @@ func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 			for r0 := c0; r0 < c1; r0 += amxSlabRows {
 				m := min(amxSlabRows, c1-r0)
 				pieces := s.pieces[amxPieceWords(r0-c0, in):]
-				for g := b0; g < b1; g += 2 {
-					gb := min(g+1, b1-1) // an odd last group goes alone (twice)
-					amxGroups(s, w, pieces, m, g, gb)
-					for k, grp := range [2]int{g, gb} {
-						if k == 1 && gb == g {
-							break
-						}
-						rows := min(ilvRows, j1-grp*ilvRows)
-						for r := range m {
-							d := dst[(r0+r)*out+grp*ilvRows:][:rows]
-							for j := range d {
-								d[j] = s.sums.output(m, k, j, r)
+				for g := b0; g < b1; {
+					// Up to amxCallPairs pairs of groups per call; an odd
+					// last group goes alone (as both of its pair).
+					pairs := min(amxCallPairs, (b1-g)/2)
+					if pairs == 0 || !w.interleaved {
+						pairs = 1 // a packed matrix goes a pair at a time
+					}
+					amxGroups(s, w, pieces, m, g, pairs, g+1 < b1)
+					for q := range pairs {
+						for k := range 2 {
+							grp := g + 2*q + k
+							if grp >= b1 {
+								break
+							}
+							rows := min(ilvRows, j1-grp*ilvRows)
+							for r := range m {
+								d := dst[(r0+r)*out+grp*ilvRows:][:rows]
+								for j := range d {
+									d[j] = s.sums[q].output(m, k, j, r)
+								}
 							}
 						}
 					}
+					g += 2 * pairs
 				}
 			}
 		}
@@ -181,14 +195,24 @@ func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 }
 
 // amxGroups leaves in s.sums the sums of slab rows (m of them, pieces) by
-// groups g and gb over the whole reduction: from the matrix itself when it
-// is interleaved, else packed into that layout amxPackCols columns at a
-// time, rows past the matrix's last and columns past its last as zeros.
-func amxGroups(s *amxScratch, w *Matrix, pieces []uint16, m, g, gb int) {
+// pairs pairs of groups from group g on (g alone, as both of its pair, when
+// !two) over the whole reduction: from the matrix itself when it is
+// interleaved, else (one pair) packed into that layout amxPackCols columns
+// at a time, rows past the matrix's last and columns past its last as
+// zeros.
+func amxGroups(s *amxScratch, w *Matrix, pieces []uint16, m, g, pairs int, two bool) {
 	in := w.Cols
 	if w.interleaved {
-		amxSlab(m, &w.BF16[g*ilvRows*in], &w.BF16[gb*ilvRows*in], &pieces[0], in/32, &s.sums, false)
+		gstride := 0
+		if two {
+			gstride = 2 * ilvRows * in
+		}
+		amxSlab(m, &w.BF16[g*ilvRows*in], gstride, pairs, 4*ilvRows*in, &pieces[0], in/32, &s.sums, false)
 		return
+	}
+	gb := g
+	if two {
+		gb = g + 1
 	}
 	var chunk [ilvCols]uint16
 	for k0 := 0; k0 < in; k0 += amxPackCols {
@@ -205,6 +229,6 @@ func amxGroups(s *amxScratch, w *Matrix, pieces []uint16, m, g, gb int) {
 				}
 			}
 		}
-		amxSlab(m, &s.pack[0], &s.pack[ilvRows*amxPackCols], &pieces[k0/32*96*m], amxChunks(kc), &s.sums, k0 > 0)
+		amxSlab(m, &s.pack[0], 2*ilvRows*amxPackCols, 1, 0, &pieces[k0/32*96*m], amxChunks(kc), &s.sums, k0 > 0)
 	}
 }

@@ -60,18 +60,23 @@ var amxConfigs = func() (c [amxSlabRows + 1][64]byte) {
 	return
 }()
 
-// amxSlab runs the slab tile for n rows: two groups' sums over chunks of 32
-// columns (w1 and w2 may be the same group), added to s's sums when carry.
-func amxSlab(n int, w1, w2, pieces *uint16, chunks int, s *amxSums, carry bool) {
+// amxSlab runs the slab tile for n rows over pairs pairs of groups: the
+// first group at w, a pair's second gstride bytes after its first (0: the
+// same group twice), pstride bytes from pair to pair; chunks of 32 columns;
+// pair q's sums in s[q], added to them when carry.
+func amxSlab(n int, w *uint16, gstride, pairs, pstride int, pieces *uint16, chunks int, s *[amxCallPairs]amxSums, carry bool) {
+	if pairs < 1 || pairs > amxCallPairs {
+		panic(fmt.Sprintf("kernels: amxSlab: %d pairs of groups, want 1 to %d", pairs, amxCallPairs))
+	}
 	c := 0
 	if carry {
 		c = 1
 	}
 	if n <= amxOneTileRows {
-		amxIlvSlab1(&amxConfigs[n][0], w1, w2, pieces, chunks, &s[0], n, c, amxPrefetch)
+		amxIlvSlab1(&amxConfigs[n][0], w, gstride, pairs, pstride, pieces, chunks, &s[0][0], n, c, amxPrefetch)
 		return
 	}
-	amxIlvSlab2(&amxConfigs[n][0], w1, w2, pieces, chunks, &s[0], n, c, amxPrefetch)
+	amxIlvSlab2(&amxConfigs[n][0], w, gstride, pairs, pstride, pieces, chunks, &s[0][0], n, c, amxPrefetch)
 }
 
 // amxPrefetch is how far ahead of its weight tiles a slab call prefetches

@@ -29,7 +29,7 @@ func useAMX(t *testing.T) {
 func TestAMXProducts(t *testing.T) {
 	useAMX(t)
 	defer SetThreads(SetThreads(1))
-	for _, sh := range []struct{ rows, cols int }{{8, 32}, {24, 96}, {40, 544}, {13, 100}, {5, 7}, {17, 300}} {
+	for _, sh := range []struct{ rows, cols int }{{8, 32}, {24, 96}, {40, 544}, {13, 100}, {5, 7}, {17, 300}, {328, 64}} {
 		r := newRand(uint64(300 + sh.rows))
 		w := &Matrix{Rows: sh.rows, Cols: sh.cols, BF16: make([]uint16, sh.rows*sh.cols)}
 		for i, v := range randSlice(r, sh.rows*sh.cols, 1) {

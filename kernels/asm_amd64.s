@@ -8066,20 +8066,29 @@ gemmPair8x2BF16IlvAVX512_store:
 	VZEROUPPER
 	RET
 
-// func amxIlvSlab1(cfg *byte, w1 *uint16, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)
+// func amxIlvSlab1(cfg *byte, w *uint16, gstride int, pairs int, pstride int, act *uint16, chunks int, c *float32, n int, carry int, pf int)
 // Requires: AVX, MMX+
-TEXT ·amxIlvSlab1(SB), NOSPLIT, $0-72
-	MOVQ   cfg+0(FP), AX
-	BYTE   $0xc4
-	BYTE   $0xe2
-	BYTE   $0x78
-	BYTE   $0x49
-	BYTE   $0x00
-	MOVQ   n+48(FP), R13
-	MOVQ   c+40(FP), R11
+TEXT ·amxIlvSlab1(SB), NOSPLIT, $16-88
+	MOVQ  cfg+0(FP), AX
+	BYTE  $0xc4
+	BYTE  $0xe2
+	BYTE  $0x78
+	BYTE  $0x49
+	BYTE  $0x00
+	MOVQ  w+8(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  c+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  pairs+24(FP), AX
+	TESTQ AX, AX
+	JZ    amxIlvSlab1_done
+
+amxIlvSlab1_pair:
+	MOVQ   n+64(FP), R13
+	MOVQ   8(SP), R11
 	MOVQ   R13, R10
 	IMUL3Q $0x0000000c, R10, R10
-	MOVQ   carry+56(FP), AX
+	MOVQ   carry+72(FP), AX
 	TESTQ  AX, AX
 	JZ     amxIlvSlab1_zero
 	MOVQ   R11, R12
@@ -8113,19 +8122,24 @@ amxIlvSlab1_zero:
 	BYTE $0xc8
 
 amxIlvSlab1_start:
-	MOVQ  w1+8(FP), SI
-	MOVQ  w2+16(FP), DX
-	MOVQ  act+24(FP), BX
-	MOVQ  chunks+32(FP), R8
-	MOVQ  pf+64(FP), AX
-	LEAQ  (SI)(AX*1), R11
-	LEAQ  (DX)(AX*1), R12
-	MOVQ  $0x00000040, DI
-	MOVQ  R10, R9
-	MOVQ  R10, R13
-	SHLQ  $0x04, R13
-	TESTQ R8, R8
-	JZ    amxIlvSlab1_store
+	MOVQ   (SP), SI
+	MOVQ   SI, DX
+	MOVQ   gstride+16(FP), AX
+	ADDQ   AX, DX
+	MOVQ   act+40(FP), BX
+	MOVQ   chunks+48(FP), R8
+	MOVQ   pf+80(FP), AX
+	LEAQ   (SI)(AX*1), R11
+	LEAQ   (DX)(AX*1), R12
+	MOVQ   $0x00000040, DI
+	MOVQ   n+64(FP), R13
+	MOVQ   R13, R10
+	IMUL3Q $0x0000000c, R10, R10
+	MOVQ   R10, R9
+	MOVQ   R10, R13
+	SHLQ   $0x04, R13
+	TESTQ  R8, R8
+	JZ     amxIlvSlab1_store
 
 amxIlvSlab1_loop:
 	PREFETCHT0 (R11)
@@ -8181,8 +8195,8 @@ amxIlvSlab1_loop:
 	JNZ        amxIlvSlab1_loop
 
 amxIlvSlab1_store:
-	MOVQ   n+48(FP), R13
-	MOVQ   c+40(FP), R11
+	MOVQ   n+64(FP), R13
+	MOVQ   8(SP), R11
 	MOVQ   R13, R10
 	IMUL3Q $0x0000000c, R10, R10
 	MOVQ   R11, R12
@@ -8201,28 +8215,46 @@ amxIlvSlab1_store:
 	BYTE   $0x4b
 	BYTE   $0x0c
 	BYTE   $0x14
-	BYTE   $0xc4
-	BYTE   $0xe2
-	BYTE   $0x78
-	BYTE   $0x49
-	BYTE   $0xc0
+	ADDQ   $0x00000600, 8(SP)
+	MOVQ   pstride+32(FP), AX
+	ADDQ   AX, (SP)
+	MOVQ   pairs+24(FP), AX
+	DECQ   AX
+	MOVQ   AX, pairs+24(FP)
+	JNZ    amxIlvSlab1_pair
+
+amxIlvSlab1_done:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
 	VZEROUPPER
 	RET
 
-// func amxIlvSlab2(cfg *byte, w1 *uint16, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)
+// func amxIlvSlab2(cfg *byte, w *uint16, gstride int, pairs int, pstride int, act *uint16, chunks int, c *float32, n int, carry int, pf int)
 // Requires: AVX, MMX+
-TEXT ·amxIlvSlab2(SB), NOSPLIT, $0-72
-	MOVQ   cfg+0(FP), AX
-	BYTE   $0xc4
-	BYTE   $0xe2
-	BYTE   $0x78
-	BYTE   $0x49
-	BYTE   $0x00
-	MOVQ   n+48(FP), R13
-	MOVQ   c+40(FP), R11
+TEXT ·amxIlvSlab2(SB), NOSPLIT, $16-88
+	MOVQ  cfg+0(FP), AX
+	BYTE  $0xc4
+	BYTE  $0xe2
+	BYTE  $0x78
+	BYTE  $0x49
+	BYTE  $0x00
+	MOVQ  w+8(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  c+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  pairs+24(FP), AX
+	TESTQ AX, AX
+	JZ    amxIlvSlab2_done
+
+amxIlvSlab2_pair:
+	MOVQ   n+64(FP), R13
+	MOVQ   8(SP), R11
 	MOVQ   R13, R10
 	IMUL3Q $0x0000000c, R10, R10
-	MOVQ   carry+56(FP), AX
+	MOVQ   carry+72(FP), AX
 	TESTQ  AX, AX
 	JZ     amxIlvSlab2_zero
 	MOVQ   R11, R12
@@ -8280,24 +8312,29 @@ amxIlvSlab2_zero:
 	BYTE $0xd8
 
 amxIlvSlab2_start:
-	MOVQ  w1+8(FP), SI
-	MOVQ  w2+16(FP), DX
-	MOVQ  act+24(FP), BX
-	MOVQ  chunks+32(FP), R8
-	MOVQ  pf+64(FP), AX
-	LEAQ  (SI)(AX*1), R11
-	LEAQ  (DX)(AX*1), R12
-	MOVQ  $0x00000040, DI
-	LEAQ  (R13)(R13*1), AX
-	LEAQ  (AX)(AX*1), AX
-	LEAQ  (AX)(AX*1), R9
-	MOVQ  R9, CX
-	SHLQ  $0x04, CX
-	ADDQ  BX, CX
-	MOVQ  R10, R13
-	SHLQ  $0x04, R13
-	TESTQ R8, R8
-	JZ    amxIlvSlab2_store
+	MOVQ   (SP), SI
+	MOVQ   SI, DX
+	MOVQ   gstride+16(FP), AX
+	ADDQ   AX, DX
+	MOVQ   act+40(FP), BX
+	MOVQ   chunks+48(FP), R8
+	MOVQ   pf+80(FP), AX
+	LEAQ   (SI)(AX*1), R11
+	LEAQ   (DX)(AX*1), R12
+	MOVQ   $0x00000040, DI
+	MOVQ   n+64(FP), R13
+	MOVQ   R13, R10
+	IMUL3Q $0x0000000c, R10, R10
+	LEAQ   (R13)(R13*1), AX
+	LEAQ   (AX)(AX*1), AX
+	LEAQ   (AX)(AX*1), R9
+	MOVQ   R9, CX
+	SHLQ   $0x04, CX
+	ADDQ   BX, CX
+	MOVQ   R10, R13
+	SHLQ   $0x04, R13
+	TESTQ  R8, R8
+	JZ     amxIlvSlab2_store
 
 amxIlvSlab2_loop:
 	PREFETCHT0 (R11)
@@ -8370,8 +8407,8 @@ amxIlvSlab2_loop:
 	JNZ        amxIlvSlab2_loop
 
 amxIlvSlab2_store:
-	MOVQ   n+48(FP), R13
-	MOVQ   c+40(FP), R11
+	MOVQ   n+64(FP), R13
+	MOVQ   8(SP), R11
 	MOVQ   R13, R10
 	IMUL3Q $0x0000000c, R10, R10
 	MOVQ   R11, R12
@@ -8404,11 +8441,20 @@ amxIlvSlab2_store:
 	BYTE   $0x4b
 	BYTE   $0x1c
 	BYTE   $0x12
-	BYTE   $0xc4
-	BYTE   $0xe2
-	BYTE   $0x78
-	BYTE   $0x49
-	BYTE   $0xc0
+	ADDQ   $0x00000600, 8(SP)
+	MOVQ   pstride+32(FP), AX
+	ADDQ   AX, (SP)
+	MOVQ   pairs+24(FP), AX
+	DECQ   AX
+	MOVQ   AX, pairs+24(FP)
+	JNZ    amxIlvSlab2_pair
+
+amxIlvSlab2_done:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
 	VZEROUPPER
 	RET
 

@@ -257,15 +257,15 @@ func gemmGroup3x8BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *floa
 //go:noescape
 func gemmPair8x2BF16IlvAVX512(x *float32, ldx int, w *uint16, kn int, dst *float32, ldd int, add int, pfd int, pfl int)
 
-// amxIlvSlab1 adds the piece sums of n activation rows (act, amxPieces' layout) by two interleaved bf16 groups (w1, w2; chunks of 32 columns each) to the tile sums at c (loaded first when carry is set, else zero), prefetching pf bytes ahead in both groups; cfg is the slab's tile configuration.
+// amxIlvSlab1 adds the piece sums of n activation rows (act, amxPieces' layout) by pairs of interleaved bf16 groups (the first at w, pstride bytes from pair to pair, a pair's second group gstride bytes after its first; chunks of 32 columns each) to the tile sums at c, 1,536 bytes a pair (loaded first when carry is set, else zero), prefetching pf bytes ahead in both groups; cfg is the slab's tile configuration.
 //
 //go:noescape
-func amxIlvSlab1(cfg *byte, w1 *uint16, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)
+func amxIlvSlab1(cfg *byte, w *uint16, gstride int, pairs int, pstride int, act *uint16, chunks int, c *float32, n int, carry int, pf int)
 
-// amxIlvSlab2 adds the piece sums of n activation rows (act, amxPieces' layout) by two interleaved bf16 groups (w1, w2; chunks of 32 columns each) to the tile sums at c (loaded first when carry is set, else zero), prefetching pf bytes ahead in both groups; cfg is the slab's tile configuration.
+// amxIlvSlab2 adds the piece sums of n activation rows (act, amxPieces' layout) by pairs of interleaved bf16 groups (the first at w, pstride bytes from pair to pair, a pair's second group gstride bytes after its first; chunks of 32 columns each) to the tile sums at c, 1,536 bytes a pair (loaded first when carry is set, else zero), prefetching pf bytes ahead in both groups; cfg is the slab's tile configuration.
 //
 //go:noescape
-func amxIlvSlab2(cfg *byte, w1 *uint16, w2 *uint16, act *uint16, chunks int, c *float32, n int, carry int, pf int)
+func amxIlvSlab2(cfg *byte, w *uint16, gstride int, pairs int, pstride int, act *uint16, chunks int, c *float32, n int, carry int, pf int)
 
 // amxPiecesRowAVX512 splits chunks of 32 values of x into bf16 pieces and writes each piece's pair (i, i+16) at hi, mid or lo + i·row (lo + i·loRow) bytes, chunk bytes further per chunk.
 //
