@@ -11,8 +11,8 @@ import (
 // at start-up: "ref" forces the pure-Go reference, "avx2" or "avx512" ask for
 // that instruction set (refused at start-up when the CPU lacks it), and
 // "auto" or unset picks the widest the CPU supports. "avx512-amx" is
-// avx512 with the products of interleaved bf16 weights on AMX tiles
-// (amx.go); auto never picks it.
+// avx512 with every bf16 weight product on AMX tiles (amx.go); auto never
+// picks it.
 const ImplEnv = "CPMLA_KERNELS"
 
 // level is an implementation: the pure-Go reference or an assembly level.
@@ -30,20 +30,20 @@ var levelNames = [...]string{levelRef: "ref", levelAVX2: "avx2", levelAVX512: "a
 func (l level) String() string { return levelNames[l] }
 
 // active is the implementation every dispatching kernel uses: its level in
-// the low byte, and amxBit when the interleaved bf16 products run on AMX
-// tiles (only with levelAVX512). One word, so that SetImpl switches both at
+// the low byte, and amxBit when the bf16 products run on AMX tiles (only
+// with levelAVX512). One word, so that SetImpl switches both at
 // once.
 var active atomic.Int32
 
 const amxBit = 1 << 8
 
-func activeLevel() level { return level(active.Load() &^ amxBit) }
+func activeLevel() level { return choiceOf(active.Load()).l }
 
-// amxActive reports whether interleaved bf16 products run on AMX tiles.
-func amxActive() bool { return active.Load()&amxBit != 0 }
+// amxActive reports whether the bf16 products run on AMX tiles.
+func amxActive() bool { return choiceOf(active.Load()).amx }
 
 // choice is an implementation: a level, and for levelAVX512 whether the
-// interleaved bf16 products run on AMX tiles.
+// bf16 products run on AMX tiles.
 type choice struct {
 	l   level
 	amx bool
@@ -55,6 +55,9 @@ func (c choice) word() int32 {
 	}
 	return int32(c.l)
 }
+
+// choiceOf is the choice a word of active holds.
+func choiceOf(w int32) choice { return choice{l: level(w &^ amxBit), amx: w&amxBit != 0} }
 
 func (c choice) String() string {
 	if c.amx {
@@ -111,7 +114,7 @@ func resolveImpl(name string) (choice, error) {
 
 // Impl reports the implementation the dispatching kernels use: "ref",
 // "avx2", "avx512" or "avx512-amx".
-func Impl() string { return choice{l: activeLevel(), amx: amxActive()}.String() }
+func Impl() string { return choiceOf(active.Load()).String() }
 
 // Accelerated reports whether an assembly implementation is active.
 func Accelerated() bool { return activeLevel() != levelRef }
@@ -126,6 +129,5 @@ func SetImpl(name string) (previous string, err error) {
 	if err != nil {
 		return Impl(), fmt.Errorf("kernels: SetImpl: %w", err)
 	}
-	prev := active.Swap(c.word())
-	return choice{l: level(prev &^ amxBit), amx: prev&amxBit != 0}.String(), nil
+	return choiceOf(active.Swap(c.word())).String(), nil
 }
