@@ -2,7 +2,7 @@ package kernels
 
 import "math"
 
-// AMX products of interleaved bf16 weights (the avx512-amx implementation).
+// AMX products of bf16 weights (the avx512-amx implementation).
 //
 // A float32 activation x is split exactly into three bf16 pieces: hi is x
 // with its low sixteen bits cleared, mid the same of x − hi, and lo the
@@ -13,10 +13,9 @@ import "math"
 // over the whole row. How the tile adds a chunk's products is the
 // hardware's own and not modelled here, but it depends only on the chunk's
 // values in their positions, never on the other rows and columns of the
-// tiles: so an
-// output has the same bits for a row alone, in any batch, on any number of
-// threads and in either layout (TestAMXProducts), and agrees with the
-// float64 oracle as closely as a float32 dot product does. The tiles treat
+// tiles: so an output has the same bits for a row alone, in any batch, on
+// any number of threads and in either layout (TestAMXProducts), and agrees
+// with the float64 oracle as closely as a float32 dot product does. The tiles treat
 // bf16 inputs below the normal range (about 1.2e-38) as zero and flush
 // sums that small to zero; an infinite or NaN activation is its hi piece
 // alone, so that it stays infinite or NaN.
@@ -80,8 +79,7 @@ func amxPieces(dst []uint16, x []float32, ldx, n, in int) {
 		for r := range n {
 			xr := x[r*ldx+32*c : r*ldx+min(in, 32*c+32)]
 			if len(xr) < 32 {
-				xr = pad[:copy(pad[:], xr)]
-				clear(pad[len(xr):])
+				clear(pad[copy(pad[:], xr):])
 				xr = pad[:]
 			}
 			for i := range 16 {
@@ -96,11 +94,12 @@ func amxPieces(dst []uint16, x []float32, ldx, n, in int) {
 	}
 }
 
-// amxSums is where a slab call leaves its sums: for each of its two groups,
-// eight weight rows of 3·n sums (hi, mid and lo of each activation row).
+// amxSums is where a slab call leaves one pair's sums: for each of its two
+// groups, eight weight rows of 3·n sums (hi, mid and lo of each activation
+// row).
 type amxSums [2 * ilvRows * 3 * amxSlabRows]float32
 
-// addPieces writes output (activation row r, weight row j) of the slab's
+// output is the output (activation row r, weight row j) of the pair's
 // group g: (S_hi + S_mid) + S_lo.
 func (s *amxSums) output(n, g, j, r int) float32 {
 	o := s[(g*ilvRows+j)*3*n:]
@@ -132,7 +131,7 @@ const amxChunkRows = 64
 // gemmRangeAMX computes output columns [j0, j1) (j0 a multiple of 8) of
 // dst = x·wᵀ for a bf16 matrix, interleaved or row-major, on the AMX slab
 // tiles. Decode-sized products (up to amxSlabRows rows) stream the weights
-// once, two groups at a time over the whole reduction; larger ones go
+// once, pairs of groups at a time over the whole reduction; larger ones go
 // amxChunkRows rows at a time over blocks of groups that stay in L2.
 func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 	in, out := w.Cols, w.Rows
