@@ -8068,7 +8068,7 @@ gemmPair8x2BF16IlvAVX512_store:
 
 // func amxIlvSlab1(cfg *byte, w *uint16, gstride int, pairs int, pstride int, act *uint16, chunks int, c *float32, n int, carry int, pf int)
 // Requires: AVX, MMX+
-TEXT ·amxIlvSlab1(SB), NOSPLIT, $16-88
+TEXT ·amxIlvSlab1(SB), NOSPLIT, $24-88
 	MOVQ  cfg+0(FP), AX
 	BYTE  $0xc4
 	BYTE  $0xe2
@@ -8080,17 +8080,18 @@ TEXT ·amxIlvSlab1(SB), NOSPLIT, $16-88
 	MOVQ  c+56(FP), AX
 	MOVQ  AX, 8(SP)
 	MOVQ  pairs+24(FP), AX
+	MOVQ  AX, 16(SP)
 	TESTQ AX, AX
 	JZ    amxIlvSlab1_done
 
 amxIlvSlab1_pair:
+	MOVQ   carry+72(FP), AX
+	TESTQ  AX, AX
+	JZ     amxIlvSlab1_zero
 	MOVQ   n+64(FP), R13
 	MOVQ   8(SP), R11
 	MOVQ   R13, R10
 	IMUL3Q $0x0000000c, R10, R10
-	MOVQ   carry+72(FP), AX
-	TESTQ  AX, AX
-	JZ     amxIlvSlab1_zero
 	MOVQ   R11, R12
 	LEAQ   (R10)(R10*1), CX
 	LEAQ   (CX)(CX*1), CX
@@ -8218,9 +8219,7 @@ amxIlvSlab1_store:
 	ADDQ   $0x00000600, 8(SP)
 	MOVQ   pstride+32(FP), AX
 	ADDQ   AX, (SP)
-	MOVQ   pairs+24(FP), AX
-	DECQ   AX
-	MOVQ   AX, pairs+24(FP)
+	DECQ   16(SP)
 	JNZ    amxIlvSlab1_pair
 
 amxIlvSlab1_done:
@@ -8234,7 +8233,7 @@ amxIlvSlab1_done:
 
 // func amxIlvSlab2(cfg *byte, w *uint16, gstride int, pairs int, pstride int, act *uint16, chunks int, c *float32, n int, carry int, pf int)
 // Requires: AVX, MMX+
-TEXT ·amxIlvSlab2(SB), NOSPLIT, $16-88
+TEXT ·amxIlvSlab2(SB), NOSPLIT, $24-88
 	MOVQ  cfg+0(FP), AX
 	BYTE  $0xc4
 	BYTE  $0xe2
@@ -8246,17 +8245,18 @@ TEXT ·amxIlvSlab2(SB), NOSPLIT, $16-88
 	MOVQ  c+56(FP), AX
 	MOVQ  AX, 8(SP)
 	MOVQ  pairs+24(FP), AX
+	MOVQ  AX, 16(SP)
 	TESTQ AX, AX
 	JZ    amxIlvSlab2_done
 
 amxIlvSlab2_pair:
+	MOVQ   carry+72(FP), AX
+	TESTQ  AX, AX
+	JZ     amxIlvSlab2_zero
 	MOVQ   n+64(FP), R13
 	MOVQ   8(SP), R11
 	MOVQ   R13, R10
 	IMUL3Q $0x0000000c, R10, R10
-	MOVQ   carry+72(FP), AX
-	TESTQ  AX, AX
-	JZ     amxIlvSlab2_zero
 	MOVQ   R11, R12
 	LEAQ   (R10)(R10*1), CX
 	LEAQ   (CX)(CX*1), CX
@@ -8444,9 +8444,7 @@ amxIlvSlab2_store:
 	ADDQ   $0x00000600, 8(SP)
 	MOVQ   pstride+32(FP), AX
 	ADDQ   AX, (SP)
-	MOVQ   pairs+24(FP), AX
-	DECQ   AX
-	MOVQ   AX, pairs+24(FP)
+	DECQ   16(SP)
 	JNZ    amxIlvSlab2_pair
 
 amxIlvSlab2_done:
