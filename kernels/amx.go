@@ -106,10 +106,13 @@ func (s *amxSums) output(n, g, j, r int) float32 {
 	return (o[r] + o[n+r]) + o[2*n+r]
 }
 
-// amxScratch is one walk's pieces, sums and packed weight chunks.
+// amxScratch is one walk's pieces, sums and packed weight chunks. A
+// prompt's slabs keep their sums in block across the reduction blocks of a
+// block of groups.
 type amxScratch struct {
 	pieces []uint16
 	sums   [amxCallPairs]amxSums
+	block  [amxChunkRows / amxSlabRows][amxCallPairs]amxSums
 	pack   [2 * ilvRows * amxPackCols]uint16
 }
 
@@ -128,11 +131,21 @@ const amxPackCols = 256
 // pieces at a time; every block of weight groups is read by all of them.
 const amxChunkRows = 64
 
+// amxBlockCols is how many columns of a prompt's block of groups its slabs
+// take before the next slab's turn: 64 rows' pieces of them (384 KiB) and
+// 32 groups of them (512 KiB) stay in L2 while every slab reads them.
+const amxBlockCols = 1024
+
 // gemmRangeAMX computes output columns [j0, j1) (j0 a multiple of 8) of
 // dst = x·wᵀ for a bf16 matrix, interleaved or row-major, on the AMX slab
 // tiles. Decode-sized products (up to amxSlabRows rows) stream the weights
-// once, pairs of groups at a time over the whole reduction; larger ones go
-// amxChunkRows rows at a time over blocks of groups that stay in L2.
+// once, pairs of groups at a time over the whole reduction. Larger ones go
+// amxChunkRows rows at a time over blocks of up to 2·amxCallPairs groups,
+// and each block amxBlockCols columns at a time: every slab of the chunk
+// takes those columns of the whole block before the next columns, its sums
+// carried from block to block of columns. A slab's sums are its tiles' own,
+// continued where they stopped, so the outputs have the bits of one pass
+// over the whole reduction.
 func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 	in, out := w.Cols, w.Rows
 	if in == 0 {
@@ -144,10 +157,19 @@ func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 	s := amxScratches.get()
 	defer amxScratches.put(s)
 	g0, g1 := j0/ilvRows, (j1+ilvRows-1)/ilvRows
-	blockGroups := g1 - g0
-	if n > amxSlabRows {
-		blockGroups = max(2, gemmBlockBytes/(2*ilvRows*in)&^1)
+	if n <= amxSlabRows {
+		pieces := amxSlabPieces(s, x, n, in)
+		for g := g0; g < g1; {
+			// Up to amxCallPairs pairs of groups per call; an odd last
+			// group goes alone (as both of its pair).
+			pairs := amxPairs(w, g, g1)
+			amxGroups(s, s.sums[:], w, pieces, n, g, pairs, g+1 < g1, 0, in)
+			amxOutputs(dst, s.sums[:], n, out, g, pairs, g1, j1)
+			g += 2 * pairs
+		}
+		return
 	}
+	blockGroups := 2 * amxCallPairs
 	for c0 := 0; c0 < n; c0 += amxChunkRows {
 		c1 := min(n, c0+amxChunkRows)
 		need := amxPieceWords(c1-c0, in)
@@ -160,53 +182,85 @@ func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 		}
 		for b0 := g0; b0 < g1; b0 += blockGroups {
 			b1 := min(g1, b0+blockGroups)
+			for k0 := 0; k0 < in; k0 += amxBlockCols {
+				k1 := min(in, k0+amxBlockCols)
+				for r0 := c0; r0 < c1; r0 += amxSlabRows {
+					m := min(amxSlabRows, c1-r0)
+					pieces := s.pieces[amxPieceWords(r0-c0, in):]
+					sums := s.block[(r0-c0)/amxSlabRows][:]
+					for g := b0; g < b1; {
+						pairs := amxPairs(w, g, b1)
+						amxGroups(s, sums[(g-b0)/2:], w, pieces, m, g, pairs, g+1 < b1, k0, k1)
+						g += 2 * pairs
+					}
+				}
+			}
 			for r0 := c0; r0 < c1; r0 += amxSlabRows {
 				m := min(amxSlabRows, c1-r0)
-				pieces := s.pieces[amxPieceWords(r0-c0, in):]
-				for g := b0; g < b1; {
-					// Up to amxCallPairs pairs of groups per call; an odd
-					// last group goes alone (as both of its pair).
-					pairs := min(amxCallPairs, (b1-g)/2)
-					if pairs == 0 || !w.interleaved {
-						pairs = 1 // a packed matrix goes a pair at a time
-					}
-					amxGroups(s, w, pieces, m, g, pairs, g+1 < b1)
-					for q := range pairs {
-						for k := range 2 {
-							grp := g + 2*q + k
-							if grp >= b1 {
-								break
-							}
-							rows := min(ilvRows, j1-grp*ilvRows)
-							for r := range m {
-								d := dst[(r0+r)*out+grp*ilvRows:][:rows]
-								for j := range d {
-									d[j] = s.sums[q].output(m, k, j, r)
-								}
-							}
-						}
-					}
-					g += 2 * pairs
+				amxOutputs(dst[r0*out:], s.block[(r0-c0)/amxSlabRows][:], m, out, b0, (b1-b0+1)/2, b1, j1)
+			}
+		}
+	}
+}
+
+// amxSlabPieces writes a decode slab's pieces (n ≤ amxSlabRows rows of in
+// values) into s and returns them.
+func amxSlabPieces(s *amxScratch, x []float32, n, in int) []uint16 {
+	need := amxPieceWords(n, in)
+	if cap(s.pieces) < need {
+		s.pieces = make([]uint16, need)
+	}
+	amxPieces(s.pieces, x, in, n, in)
+	return s.pieces
+}
+
+// amxPairs is how many pairs of groups from g on (up to g1) one slab call
+// takes: up to amxCallPairs of an interleaved matrix, one of a packed one,
+// and an odd last group alone.
+func amxPairs(w *Matrix, g, g1 int) int {
+	pairs := min(amxCallPairs, (g1-g)/2)
+	if pairs == 0 || !w.interleaved {
+		pairs = 1
+	}
+	return pairs
+}
+
+// amxOutputs writes the outputs of m slab rows (rows of dst, out values
+// apart) from the sums of pairs pairs of groups from group g on, groups
+// below g1 and columns below j1.
+func amxOutputs(dst []float32, sums []amxSums, m, out, g, pairs, g1, j1 int) {
+	for q := range pairs {
+		for k := range 2 {
+			grp := g + 2*q + k
+			if grp >= g1 {
+				break
+			}
+			rows := min(ilvRows, j1-grp*ilvRows)
+			for r := range m {
+				d := dst[r*out+grp*ilvRows:][:rows]
+				for j := range d {
+					d[j] = sums[q].output(m, k, j, r)
 				}
 			}
 		}
 	}
 }
 
-// amxGroups leaves in s.sums the sums of slab rows (m of them, pieces) by
+// amxGroups leaves in sums the sums of slab rows (m of them, pieces) by
 // pairs pairs of groups from group g on (g alone, as both of its pair, when
-// !two) over the whole reduction: from the matrix itself when it is
-// interleaved, else (one pair) packed into that layout amxPackCols columns
-// at a time, rows past the matrix's last and columns past its last as
-// zeros.
-func amxGroups(s *amxScratch, w *Matrix, pieces []uint16, m, g, pairs int, two bool) {
+// !two) over columns [k0, k1) (k0 a multiple of amxPackCols), carried on
+// from the sums already there when k0 > 0: from the matrix itself when it
+// is interleaved, else (one pair) packed into that layout amxPackCols
+// columns at a time, rows past the matrix's last and columns past its last
+// as zeros.
+func amxGroups(s *amxScratch, sums []amxSums, w *Matrix, pieces []uint16, m, g, pairs int, two bool, k0, k1 int) {
 	in := w.Cols
 	if w.interleaved {
 		gstride := 0
 		if two {
 			gstride = 2 * ilvRows * in
 		}
-		amxSlab(m, &w.BF16[g*ilvRows*in], gstride, pairs, 4*ilvRows*in, &pieces[0], in/32, &s.sums, false)
+		amxSlab(m, &w.BF16[g*ilvRows*in+k0*ilvRows], gstride, pairs, 4*ilvRows*in, &pieces[k0/32*96*m], amxChunks(k1-k0), sums, k0 > 0)
 		return
 	}
 	gb := g
@@ -214,20 +268,20 @@ func amxGroups(s *amxScratch, w *Matrix, pieces []uint16, m, g, pairs int, two b
 		gb = g + 1
 	}
 	var chunk [ilvCols]uint16
-	for k0 := 0; k0 < in; k0 += amxPackCols {
-		kc := min(amxPackCols, in-k0)
+	for c0 := k0; c0 < k1; c0 += amxPackCols {
+		kc := min(amxPackCols, k1-c0)
 		for h, grp := range [2]int{g, gb} {
 			for j := range ilvRows {
 				jr := grp*ilvRows + j
 				for c := 0; c < kc; c += ilvCols {
 					clear(chunk[:])
 					if jr < w.Rows {
-						copy(chunk[:], w.BF16[jr*in+k0+c:jr*in+k0+min(kc, c+ilvCols)])
+						copy(chunk[:], w.BF16[jr*in+c0+c:jr*in+c0+min(kc, c+ilvCols)])
 					}
 					ilvPack(s.pack[h*ilvRows*amxPackCols+c*ilvRows+j*ilvCols:], chunk[:])
 				}
 			}
 		}
-		amxSlab(m, &s.pack[0], 2*ilvRows*amxPackCols, 1, 0, &pieces[k0/32*96*m], amxChunks(kc), &s.sums, k0 > 0)
+		amxSlab(m, &s.pack[0], 2*ilvRows*amxPackCols, 1, 0, &pieces[c0/32*96*m], amxChunks(kc), sums, c0 > 0)
 	}
 }

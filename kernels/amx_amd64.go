@@ -64,9 +64,9 @@ var amxConfigs = func() (c [amxSlabRows + 1][64]byte) {
 // first group at w, a pair's second gstride bytes after its first (0: the
 // same group twice), pstride bytes from pair to pair; chunks of 32 columns;
 // pair q's sums in s[q], added to them when carry.
-func amxSlab(n int, w *uint16, gstride, pairs, pstride int, pieces *uint16, chunks int, s *[amxCallPairs]amxSums, carry bool) {
-	if pairs < 1 || pairs > amxCallPairs {
-		panic(fmt.Sprintf("kernels: amxSlab: %d pairs of groups, want 1 to %d", pairs, amxCallPairs))
+func amxSlab(n int, w *uint16, gstride, pairs, pstride int, pieces *uint16, chunks int, s []amxSums, carry bool) {
+	if pairs < 1 || pairs > amxCallPairs || pairs > len(s) {
+		panic(fmt.Sprintf("kernels: amxSlab: %d pairs of groups for %d pairs of sums, want 1 to %d", pairs, len(s), amxCallPairs))
 	}
 	c := 0
 	if carry {

@@ -24,12 +24,13 @@ func useAMX(t *testing.T) {
 
 // TestAMXProducts: AMX products of interleaved and row-major matrices
 // (odd shapes padded), for every slab size and prompts of several slabs and
-// chunks, agree with the float64 oracle, and have the same bits row by row
+// chunks, blocks of groups and blocks of columns, agree with the float64
+// oracle, and have the same bits row by row
 // (MatVecT), on two threads and in either layout.
 func TestAMXProducts(t *testing.T) {
 	useAMX(t)
 	defer SetThreads(SetThreads(1))
-	for _, sh := range []struct{ rows, cols int }{{8, 32}, {24, 96}, {40, 544}, {13, 100}, {5, 7}, {17, 300}, {328, 64}} {
+	for _, sh := range []struct{ rows, cols int }{{8, 32}, {24, 96}, {40, 544}, {13, 100}, {5, 7}, {17, 300}, {328, 64}, {264, 2112}, {20, 2500}} {
 		r := newRand(uint64(300 + sh.rows))
 		w := &Matrix{Rows: sh.rows, Cols: sh.cols, BF16: make([]uint16, sh.rows*sh.cols)}
 		for i, v := range randSlice(r, sh.rows*sh.cols, 1) {

@@ -192,7 +192,7 @@ func topkKeepFast(*[topkCandMax]uint32, []float32, float32) (int, int) { return 
 
 func enableAMX() error { return errors.New("AMX tiles need amd64") }
 
-func amxSlab(int, *uint16, int, int, int, *uint16, int, *[amxCallPairs]amxSums, bool) {
+func amxSlab(int, *uint16, int, int, int, *uint16, int, []amxSums, bool) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

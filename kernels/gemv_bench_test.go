@@ -442,7 +442,8 @@ func BenchmarkFP8SubnormalCodes(b *testing.B) {
 // and avx512-amx on the same weights, the two implementations in turns
 // call by call, with the read probe between rounds: one and eight
 // activation rows streamed from memory (fresh weight copies, 256 MiB in
-// all) and in L2, and a 512-row prompt. It reports GB/s of weights (a
+// all) and in L2, and prompts: 512 rows by 2,048 and 6,144 columns and 128
+// rows by 16,384 (GLM-5's widest reduction). It reports GB/s of weights (a
 // prompt's: its FLOPs per second as GFLOP/s), medians.
 func BenchmarkAMXProducts(b *testing.B) {
 	if enableAMX() != nil || activeLevel() != levelAVX512 {
@@ -454,7 +455,7 @@ func BenchmarkAMXProducts(b *testing.B) {
 	}{
 		{6144, 2048, 1, false}, {2048, 6144, 1, false},
 		{6144, 2048, 8, false}, {2048, 6144, 8, false}, {64, 4096, 8, true},
-		{6144, 2048, 512, true},
+		{6144, 2048, 512, true}, {2048, 6144, 512, true}, {6144, 16384, 128, true},
 	} {
 		ws := benchWeights(newRand(89), "bf16-ilv", sh.out, sh.in)
 		where := "streamed"
