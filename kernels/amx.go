@@ -128,12 +128,14 @@ const amxCallPairs = 16
 const amxPackCols = 256
 
 // amxChunkRows is how many activation rows a prompt's walk splits into
-// pieces at a time; every block of weight groups is read by all of them.
-const amxChunkRows = 64
+// pieces at a time; every block of weight groups is read by all of them,
+// so the weights stream from memory once per chunk.
+const amxChunkRows = 128
 
 // amxBlockCols is how many columns of a prompt's block of groups its slabs
-// take before the next slab's turn: 64 rows' pieces of them (384 KiB) and
-// 32 groups of them (512 KiB) stay in L2 while every slab reads them.
+// take before the next slab's turn: 128 rows' pieces of them (768 KiB), 32
+// groups of them (512 KiB) and the sixteen slabs' sums (384 KiB) stay in L2
+// while every slab reads them.
 const amxBlockCols = 1024
 
 // gemmRangeAMX computes output columns [j0, j1) (j0 a multiple of 8) of

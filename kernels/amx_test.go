@@ -38,7 +38,7 @@ func TestAMXProducts(t *testing.T) {
 		}
 		ilv := *w
 		interleaved := ilv.InterleaveBF16()
-		for _, n := range []int{1, 2, 5, 6, 8, 9, 16, 70} {
+		for _, n := range []int{1, 2, 5, 6, 8, 9, 16, 70, 140} {
 			name := fmt.Sprintf("[%d, %d] n=%d", sh.rows, sh.cols, n)
 			x := randSlice(r, n*sh.cols, 1)
 			SetThreads(1)
