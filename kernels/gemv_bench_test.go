@@ -443,8 +443,9 @@ func BenchmarkFP8SubnormalCodes(b *testing.B) {
 // call by call, with the read probe between rounds: one and eight
 // activation rows streamed from memory (fresh weight copies, 256 MiB in
 // all) and in L2, and prompts: 512 rows by 2,048 and 6,144 columns and 128
-// rows by 16,384 (GLM-5's widest reduction). It reports GB/s of weights (a
-// prompt's: its FLOPs per second as GFLOP/s), medians.
+// rows by 16,384 (GLM-5's widest reduction), one thread each, and the
+// 2048×6144 prompt on two threads. It reports GB/s of weights (a prompt's:
+// its FLOPs per second as GFLOP/s), medians.
 func BenchmarkAMXProducts(b *testing.B) {
 	if enableAMX() != nil || activeLevel() != levelAVX512 {
 		b.Skip("needs AVX-512 and AMX tiles")
@@ -452,10 +453,12 @@ func BenchmarkAMXProducts(b *testing.B) {
 	for _, sh := range []struct {
 		out, in, n int
 		inL2       bool
+		threads    int
 	}{
-		{6144, 2048, 1, false}, {2048, 6144, 1, false},
-		{6144, 2048, 8, false}, {2048, 6144, 8, false}, {64, 4096, 8, true},
-		{6144, 2048, 512, true}, {2048, 6144, 512, true}, {6144, 16384, 128, true},
+		{6144, 2048, 1, false, 1}, {2048, 6144, 1, false, 1},
+		{6144, 2048, 8, false, 1}, {2048, 6144, 8, false, 1}, {64, 4096, 8, true, 1},
+		{6144, 2048, 512, true, 1}, {2048, 6144, 512, true, 1}, {6144, 16384, 128, true, 1},
+		{2048, 6144, 512, true, 2},
 	} {
 		ws := benchWeights(newRand(89), "bf16-ilv", sh.out, sh.in)
 		where := "streamed"
@@ -465,10 +468,10 @@ func BenchmarkAMXProducts(b *testing.B) {
 		if sh.n > amxSlabRows {
 			where = "prompt"
 		}
-		b.Run(fmt.Sprintf("%dx%d/rows=%d/%s", sh.out, sh.in, sh.n, where), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%dx%d/rows=%d/%s/threads=%d", sh.out, sh.in, sh.n, where, sh.threads), func(b *testing.B) {
 			x := randSlice(newRand(90), sh.n*sh.in, 1)
 			dst := make([]float32, sh.n*sh.out)
-			defer SetThreads(SetThreads(1))
+			defer SetThreads(SetThreads(sh.threads))
 			prev := Impl()
 			defer SetImpl(prev)
 			runtime.LockOSThread()
