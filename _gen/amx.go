@@ -307,3 +307,238 @@ func amxIotaData() {
 		DATA(4*i, U32(uint32(i)))
 	}
 }
+
+// amxScoreTiles writes amxScoreTilesAMX: the lightning indexer's weighted
+// ReLU scores of whole tiles of 32 float32 keys whose values are exact in
+// bf16 (fp8 keys times power-of-two scales), on AMX tiles.
+//
+// A key value is its own bf16 (its high half; a NaN made quiet), and each
+// query value is split exactly into three bf16 pieces (amxPiecesRow's), so
+// a head's dot product is the sum of three exact products per value, chunk
+// by chunk in the order key·hi, key·mid, key·lo of the query. A word pair
+// holds the values i and i+16 of a 32-value chunk. The tiles are blocked
+// two by two: tiles 0–3 hold the sums of keys 0–15 and 16–31 against heads
+// 0–15 and 16–31 of a 32-head group, tiles 4 and 5 the two halves of the
+// keys for a chunk (sixteen rows of 64 bytes, chunks·64 bytes apart),
+// tiles 6 and 7 a piece of the query for the chunk and the two halves of
+// the heads (qB: for each group and chunk, the three pieces of heads 0–15,
+// then of heads 16–31, 1 KiB each). Each product goes to another sum tile
+// than the one before it, so the tile unit keeps four sums in flight. A
+// key's sums depend on that key and the query alone.
+//
+// The keys of the next tile are converted into the other half of kp during
+// the current tile's last group, eight keys after each chunk's products,
+// so that the tile unit and the vector unit work at once, and the keys of
+// the tile after it are prefetched meanwhile. A group's sums leave through
+// cs (four tiles of 1 KiB, then the keys' running sums, 64 bytes each):
+// max(dot, 0)·w lane by lane for heads 0–15 and then 16–31; after the last
+// group each key's sixteen lanes are reduced into out. Only physical
+// registers are used: the tile instructions' bytes name them.
+func amxScoreTiles() {
+	name := "amxScoreTilesAMX"
+	TEXT(name, NOSPLIT, "func(cfg *byte, qB *uint16, groups int, chunks int, w *float32, keys *[]float32, tiles int, kp *uint16, cs *float32, out *float32)")
+	Pragma("noescape")
+	Doc(name + " computes the weighted ReLU scores of a prepared query (qB: groups of 32 heads, chunks of 32 values; head weights w) against tiles tiles of 32 keys exact in bf16 (their slice headers at keys) into out, on AMX tiles; kp is space for two tiles of bf16 keys, cs for four sum tiles and 32 running sums.")
+	const keys, keysPerChunk = 32, 8
+	locals := AllocLocal(72)
+	slot := func(i int) Mem { return locals.Offset(8 * i) }
+	groupsLeft, chunksLeft, wNext := slot(0), slot(1), slot(2)
+	convHdr, convDst, convLeft, convStep := slot(3), slot(4), slot(5), slot(6)
+	savedRSI, savedRDI := slot(7), slot(8)
+	Load(Param("cfg"), RAX)
+	ldtilecfg(RAX)
+	// Z24: the high halves' mask; Z25: a NaN's quiet bit; Z27: zero.
+	MOVL(U32(0xffff0000), EAX)
+	VPBROADCASTD(EAX, Z24)
+	MOVL(U32(0x00400000), EAX)
+	VPBROADCASTD(EAX, Z25)
+	VPXORD(Z27, Z27, Z27)
+	// R11: a key's row (chunks·64 bytes); RAX: sixteen keys' rows, from
+	// the first half of a tile's keys to the second.
+	Load(Param("chunks"), R11)
+	SHLQ(U8(6), R11)
+	MOVQ(R11, RAX)
+	SHLQ(U8(4), RAX)
+	Load(Param("keys"), RBX)
+	Load(Param("tiles"), R8)
+	Load(Param("out"), R9)
+	Load(Param("kp"), R12)
+	LEAQ(Mem{Base: R12, Index: RAX, Scale: 2}, R13) // the other half of kp
+	TESTQ(R8, R8)
+	JZ(LabelRef(name + "_done"))
+	// convertKeys converts up to convStep keys of the conversion under way
+	// (convLeft keys from the header at convHdr to convDst) and saves where
+	// it stopped; the keys of the tile after them are prefetched when more
+	// than ahead tiles remain (R8, from the current one). It uses RSI,
+	// RDI, RDX, RCX and R10.
+	convertKeys := func(tag string, ahead int) {
+		MOVQ(convHdr, RSI)
+		MOVQ(convDst, R10)
+		Label(name + tag + "_key")
+		MOVQ(Mem{Base: RSI}, RDX)
+		MOVQ(RDX, RDI)
+		CMPQ(R8, U8(ahead))
+		JLE(LabelRef(name + tag + "_nopf"))
+		MOVQ(Mem{Base: RSI, Disp: 24 * keys}, RDI)
+		Label(name + tag + "_nopf")
+		Load(Param("chunks"), RCX)
+		Label(name + tag + "_chunk")
+		VMOVUPS(Mem{Base: RDX}, Z16)
+		VMOVUPS(Mem{Base: RDX, Disp: 64}, Z17)
+		PREFETCHT0(Mem{Base: RDI})
+		PREFETCHT0(Mem{Base: RDI, Disp: 64})
+		for h, k := range []OpmaskPhysical{K1, K2} {
+			v := zmm[16+h]
+			VCMPPS(U8(3), v, v, k) // unordered: NaN
+			VPORD(Z25, v, k, v)
+		}
+		// The second value of a pair fills a word's high half: its low
+		// bits must not reach the first's.
+		VPANDD(Z17, Z24, Z17)
+		VPSRLD(U8(16), Z16, Z16)
+		VPORD(Z17, Z16, Z16)
+		VMOVDQU32(Z16, Mem{Base: R10})
+		ADDQ(U32(128), RDX)
+		ADDQ(U32(128), RDI)
+		ADDQ(U8(64), R10)
+		DECQ(RCX)
+		JNZ(LabelRef(name + tag + "_chunk"))
+		ADDQ(U8(24), RSI)
+		DECQ(convLeft)
+		JZ(LabelRef(name + tag + "_stop"))
+		DECQ(convStep)
+		JNZ(LabelRef(name + tag + "_key"))
+		Label(name + tag + "_stop")
+		MOVQ(RSI, convHdr)
+		MOVQ(R10, convDst)
+	}
+	// startConversion sets up the conversion of the 32 keys at RSI into
+	// R13's half of kp.
+	startConversion := func() {
+		MOVQ(RSI, convHdr)
+		MOVQ(R13, convDst)
+		MOVQ(U32(keys), RCX)
+		MOVQ(RCX, convLeft)
+	}
+	MOVQ(RBX, RSI)
+	startConversion()
+	MOVQ(U32(keys), RCX)
+	MOVQ(RCX, convStep)
+	convertKeys("_first", 1)
+	XCHGQ(R12, R13) // R12: the current tile's keys
+	Label(name + "_tile")
+	Load(Param("cs"), RDX)
+	for r := range keys {
+		VMOVUPS(Z27, Mem{Base: RDX, Disp: 4096 + 64*r})
+	}
+	Load(Param("qB"), RSI)
+	Load(Param("w"), RDI)
+	MOVQ(RDI, wNext)
+	Load(Param("groups"), RCX)
+	MOVQ(RCX, groupsLeft)
+	Label(name + "_group")
+	for t := range 4 {
+		tileZero(t)
+	}
+	// The last group of a tile with one after it converts that tile's
+	// keys as it goes.
+	MOVQ(U32(0), convLeft)
+	CMPQ(groupsLeft, U8(1))
+	JNE(LabelRef(name + "_noconv"))
+	CMPQ(R8, U8(1))
+	JLE(LabelRef(name + "_noconv"))
+	MOVQ(RSI, savedRSI)
+	LEAQ(Mem{Base: RBX, Disp: 24 * keys}, RSI)
+	startConversion()
+	MOVQ(savedRSI, RSI)
+	Label(name + "_noconv")
+	MOVQ(R12, RDI)
+	Load(Param("chunks"), RCX)
+	MOVQ(RCX, chunksLeft)
+	MOVQ(U32(64), R10)
+	Label(name + "_chunk")
+	tileLoad(4, RDI, R11)
+	LEAQ(Mem{Base: RDI, Index: RAX, Scale: 1}, RCX)
+	tileLoad(5, RCX, R11)
+	for p := range 3 { // the query's hi, mid and lo
+		for g := range 2 {
+			LEAQ(Mem{Base: RSI, Disp: 1024 * (3*g + p)}, RCX)
+			tileLoad(6+g, RCX, R10)
+		}
+		for kt := range 2 {
+			for g := range 2 {
+				tdpbf16ps(2*kt+g, 4+kt, 6+g)
+			}
+		}
+	}
+	ADDQ(U8(64), RDI)
+	ADDQ(U32(6*1024), RSI)
+	// Eight of the next tile's keys while the tile unit works.
+	CMPQ(convLeft, U8(0))
+	JE(LabelRef(name + "_chunkdone"))
+	MOVQ(RSI, savedRSI)
+	MOVQ(RDI, savedRDI)
+	MOVQ(U32(keysPerChunk), RCX)
+	MOVQ(RCX, convStep)
+	convertKeys("_during", 2)
+	MOVQ(savedRSI, RSI)
+	MOVQ(savedRDI, RDI)
+	MOVQ(U32(64), R10)
+	Label(name + "_chunkdone")
+	DECQ(chunksLeft)
+	JNZ(LabelRef(name + "_chunk"))
+	// The keys a short reduction left unconverted.
+	CMPQ(convLeft, U8(0))
+	JE(LabelRef(name + "_sums"))
+	MOVQ(U32(keys), RCX)
+	MOVQ(RCX, convStep)
+	convertKeys("_rest", 2)
+	Label(name + "_sums")
+	DECQ(groupsLeft)
+	MOVQ(U32(64), R10)
+	Load(Param("cs"), RDX)
+	for t := range 4 {
+		LEAQ(Mem{Base: RDX, Disp: 1024 * t}, RCX)
+		tileStore(t, RCX, R10)
+	}
+	MOVQ(wNext, RDI)
+	VMOVUPS(Mem{Base: RDI}, Z28)
+	VMOVUPS(Mem{Base: RDI, Disp: 64}, Z29)
+	ADDQ(U32(128), RDI)
+	MOVQ(RDI, wNext)
+	for r := range keys {
+		kt, i := r/16, r%16
+		run := zmm[r%16]
+		VMOVUPS(Mem{Base: RDX, Disp: 4096 + 64*r}, run)
+		for g, t := range []VecPhysical{Z30, Z31} {
+			VMOVUPS(Mem{Base: RDX, Disp: 1024*(2*kt+g) + 64*i}, t)
+			VMAXPS(Z27, t, t) // max(dot, 0); a NaN dot gives 0
+			VMULPS([]VecPhysical{Z28, Z29}[g], t, t)
+			VADDPS(t, run, run)
+		}
+		VMOVUPS(run, Mem{Base: RDX, Disp: 4096 + 64*r})
+	}
+	CMPQ(groupsLeft, U8(0))
+	JNE(LabelRef(name + "_group")) // RSI still walks qB
+	for r := range keys {
+		VMOVUPS(Mem{Base: RDX, Disp: 4096 + 64*r}, Z0)
+		VEXTRACTF64X4(U8(1), Z0, Y1)
+		VADDPS(Y1, Y0, Y0)
+		VEXTRACTF128(U8(1), Y0, X1)
+		VADDPS(X1, X0, X0)
+		VPERMILPS(U8(0x4e), X0, X1)
+		VADDPS(X1, X0, X0)
+		VPERMILPS(U8(0xb1), X0, X1)
+		VADDPS(X1, X0, X0)
+		VMOVSS(X0, Mem{Base: R9, Disp: 4 * r})
+	}
+	ADDQ(U32(4*keys), R9)
+	ADDQ(U32(24*keys), RBX)
+	XCHGQ(R12, R13)
+	DECQ(R8)
+	JNZ(LabelRef(name + "_tile"))
+	Label(name + "_done")
+	tileRelease()
+	VZEROUPPER()
+	RET()
+}

@@ -59,6 +59,7 @@ func main() {
 	amxIlvSlab(true)
 	amxIotaData()
 	amxPiecesRow()
+	amxScoreTiles()
 	for m := 1; m <= eightRowMaxRows; m++ {
 		gemmTile8F32512(m)
 	}

@@ -92,3 +92,20 @@ func amxPiecesRow(x []float32, hi, mid, lo []uint16, row, loRow, chunk int) {
 	}
 	amxPiecesRowAVX512(&x[0], len(x)/32, &hi[0], &mid[0], &lo[0], row, loRow, chunk)
 }
+
+// amxScoreConfig is the tile configuration of the indexer's score tiles
+// (palette 1): all eight tiles sixteen rows of 64 bytes.
+var amxScoreConfig = func() (c [64]byte) {
+	c[0] = 1
+	for t := range 8 {
+		c[16+2*t], c[48+t] = 64, 16
+	}
+	return
+}()
+
+// amxScoreTiles runs amxScoreTilesAMX: tiles whole tiles of 32 keys exact
+// in bf16 (their headers from keys on) against a prepared query's pieces
+// qB.
+func amxScoreTiles(qB *uint16, groups, chunks int, w *float32, keys *[]float32, tiles int, kp *uint16, cs *float32, out *float32) {
+	amxScoreTilesAMX(&amxScoreConfig[0], qB, groups, chunks, w, keys, tiles, kp, cs, out)
+}

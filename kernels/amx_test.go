@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // useAMX switches to avx512-amx for the test, or skips it where this
@@ -156,5 +157,93 @@ func TestAMXPiecesAssembly(t *testing.T) {
 				t.Fatalf("in=%d n=%d (-Go +assembly):\n%s", in, n, d)
 			}
 		}
+	}
+}
+
+// exactGatherer gathers keys in place and vouches that they are exact in
+// bf16 (BF16KeyGatherer).
+type exactGatherer struct{ keys [][]float32 }
+
+func (g *exactGatherer) GatherKeys(dst [][]float32, _ []float32, j0, j1 int) {
+	copy(dst, g.keys[j0:j1])
+}
+
+func (g *exactGatherer) KeysExactInBF16() bool { return true }
+
+// TestScoreGatheredKeysExactBF16: keys exact in bf16 (and NaN values), which
+// avx512-amx scores on AMX tiles, agree with the float64 formula under every
+// implementation; a key's score has the same bits alone, in any gather
+// space, on several threads and for every query of a block; the other
+// implementations give ScoreKeys's bits.
+func TestScoreGatheredKeysExactBF16(t *testing.T) {
+	for _, tc := range []struct{ heads, dim, n int }{{32, 128, 301}, {64, 64, 70}, {20, 256, 40}, {32, 96, 33}} {
+		r := newRand(uint64(330 + tc.dim))
+		keys := make([][]float32, tc.n)
+		for j := range keys {
+			keys[j] = randSlice(r, tc.dim, 1)
+			for c, v := range keys[j] {
+				keys[j][c] = math.Float32frombits(math.Float32bits(v) &^ 0xffff)
+			}
+		}
+		keys[3][5] = float32(math.NaN()) // a NaN value: that head's dot products are NaN, which ReLU drops
+		const nq = 3
+		q := randSlice(r, nq*tc.heads*tc.dim, 1)
+		w := randSlice(r, nq*tc.heads, 1)
+		ends := []int32{int32(tc.n), 17, int32(tc.n - 1)}
+		want := make([]float64, nq*tc.n)
+		for i := range nq {
+			for j := range int(ends[i]) {
+				for h := range tc.heads {
+					var d float64
+					for c := range tc.dim {
+						d += float64(q[(i*tc.heads+h)*tc.dim+c]) * float64(keys[j][c])
+					}
+					if d > 0 {
+						want[i*tc.n+j] += float64(w[i*tc.heads+h]) * d
+					}
+				}
+			}
+		}
+		name := fmt.Sprintf("heads=%d dim=%d keys=%d", tc.heads, tc.dim, tc.n)
+		forEachImpl(t, func(t *testing.T) {
+			defer SetThreads(SetThreads(1))
+			qs := make([]ScoreQuery, nq)
+			byKeys := make([]float32, nq*tc.n)
+			for i := range qs {
+				qs[i].Prepare(q[i*tc.heads*tc.dim:(i+1)*tc.heads*tc.dim], w[i*tc.heads:(i+1)*tc.heads], tc.heads)
+				ScoreKeys(byKeys[i*tc.n:i*tc.n+int(ends[i])], &qs[i], keys[:ends[i]])
+			}
+			if Impl() == "avx512-amx" && !qs[0].amxScores() {
+				t.Fatalf("%s: the query is not scored on the tiles", name)
+			}
+			got := make([]float32, nq*tc.n)
+			ScoreGatheredKeys(got, tc.n, qs, ends, &exactGatherer{keys}, make([][]float32, 64), make([]float32, 64*tc.dim))
+			if d := cmp.Diff(want, to64(got), cmpopts.EquateApprox(1e-5, 1e-5)); d != "" {
+				t.Errorf("%s (-float64 +gathered):\n%s", name, d)
+			}
+			if Impl() != "avx512-amx" {
+				if d := cmp.Diff(bitsOf(byKeys), bitsOf(got)); d != "" {
+					t.Errorf("%s: not ScoreKeys's bits (-ScoreKeys +gathered):\n%s", name, d)
+				}
+			}
+			for _, threads := range []int{1, 3} {
+				for _, space := range []int{5, 40, 1024} {
+					SetThreads(threads)
+					other := make([]float32, nq*tc.n)
+					ScoreGatheredKeys(other, tc.n, qs, ends, &exactGatherer{keys}, make([][]float32, space), make([]float32, space*tc.dim))
+					SetThreads(1)
+					if d := cmp.Diff(bitsOf(got), bitsOf(other)); d != "" {
+						t.Errorf("%s: %d threads, %d keys of space differ (-1 thread, 64 +other):\n%s", name, threads, space, d)
+					}
+				}
+			}
+			for j := range tc.n {
+				one := make([]float32, 1)
+				ScoreGatheredKeys(one, 1, qs[:1], []int32{1}, &exactGatherer{keys[j : j+1]}, make([][]float32, 8), make([]float32, 8*tc.dim))
+				if math.Float32bits(one[0]) != math.Float32bits(got[j]) {
+					t.Fatalf("%s key %d: alone %v, with the others %v", name, j, one[0], got[j])
+				}
+			}
+		})
 	}
 }

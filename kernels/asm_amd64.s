@@ -8550,6 +8550,1070 @@ amxPiecesRowAVX512_done:
 	VZEROUPPER
 	RET
 
+// func amxScoreTilesAMX(cfg *byte, qB *uint16, groups int, chunks int, w *float32, keys *[]float32, tiles int, kp *uint16, cs *float32, out *float32)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·amxScoreTilesAMX(SB), NOSPLIT, $72-80
+	MOVQ         cfg+0(FP), AX
+	BYTE         $0xc4
+	BYTE         $0xe2
+	BYTE         $0x78
+	BYTE         $0x49
+	BYTE         $0x00
+	MOVL         $0xffff0000, AX
+	VPBROADCASTD AX, Z24
+	MOVL         $0x00400000, AX
+	VPBROADCASTD AX, Z25
+	VPXORD       Z27, Z27, Z27
+	MOVQ         chunks+24(FP), R11
+	SHLQ         $0x06, R11
+	MOVQ         R11, AX
+	SHLQ         $0x04, AX
+	MOVQ         keys+40(FP), BX
+	MOVQ         tiles+48(FP), R8
+	MOVQ         out+72(FP), R9
+	MOVQ         kp+56(FP), R12
+	LEAQ         (R12)(AX*2), R13
+	TESTQ        R8, R8
+	JZ           amxScoreTilesAMX_done
+	MOVQ         BX, SI
+	MOVQ         SI, 24(SP)
+	MOVQ         R13, 32(SP)
+	MOVQ         $0x00000020, CX
+	MOVQ         CX, 40(SP)
+	MOVQ         $0x00000020, CX
+	MOVQ         CX, 48(SP)
+	MOVQ         24(SP), SI
+	MOVQ         32(SP), R10
+
+amxScoreTilesAMX_first_key:
+	MOVQ (SI), DX
+	MOVQ DX, DI
+	CMPQ R8, $0x01
+	JLE  amxScoreTilesAMX_first_nopf
+	MOVQ 768(SI), DI
+
+amxScoreTilesAMX_first_nopf:
+	MOVQ chunks+24(FP), CX
+
+amxScoreTilesAMX_first_chunk:
+	VMOVUPS    (DX), Z16
+	VMOVUPS    64(DX), Z17
+	PREFETCHT0 (DI)
+	PREFETCHT0 64(DI)
+	VCMPPS     $0x03, Z16, Z16, K1
+	VPORD      Z25, Z16, K1, Z16
+	VCMPPS     $0x03, Z17, Z17, K2
+	VPORD      Z25, Z17, K2, Z17
+	VPANDD     Z17, Z24, Z17
+	VPSRLD     $0x10, Z16, Z16
+	VPORD      Z17, Z16, Z16
+	VMOVDQU32  Z16, (R10)
+	ADDQ       $0x00000080, DX
+	ADDQ       $0x00000080, DI
+	ADDQ       $0x40, R10
+	DECQ       CX
+	JNZ        amxScoreTilesAMX_first_chunk
+	ADDQ       $0x18, SI
+	DECQ       40(SP)
+	JZ         amxScoreTilesAMX_first_stop
+	DECQ       48(SP)
+	JNZ        amxScoreTilesAMX_first_key
+
+amxScoreTilesAMX_first_stop:
+	MOVQ  SI, 24(SP)
+	MOVQ  R10, 32(SP)
+	XCHGQ R12, R13
+
+amxScoreTilesAMX_tile:
+	MOVQ    cs+64(FP), DX
+	VMOVUPS Z27, 4096(DX)
+	VMOVUPS Z27, 4160(DX)
+	VMOVUPS Z27, 4224(DX)
+	VMOVUPS Z27, 4288(DX)
+	VMOVUPS Z27, 4352(DX)
+	VMOVUPS Z27, 4416(DX)
+	VMOVUPS Z27, 4480(DX)
+	VMOVUPS Z27, 4544(DX)
+	VMOVUPS Z27, 4608(DX)
+	VMOVUPS Z27, 4672(DX)
+	VMOVUPS Z27, 4736(DX)
+	VMOVUPS Z27, 4800(DX)
+	VMOVUPS Z27, 4864(DX)
+	VMOVUPS Z27, 4928(DX)
+	VMOVUPS Z27, 4992(DX)
+	VMOVUPS Z27, 5056(DX)
+	VMOVUPS Z27, 5120(DX)
+	VMOVUPS Z27, 5184(DX)
+	VMOVUPS Z27, 5248(DX)
+	VMOVUPS Z27, 5312(DX)
+	VMOVUPS Z27, 5376(DX)
+	VMOVUPS Z27, 5440(DX)
+	VMOVUPS Z27, 5504(DX)
+	VMOVUPS Z27, 5568(DX)
+	VMOVUPS Z27, 5632(DX)
+	VMOVUPS Z27, 5696(DX)
+	VMOVUPS Z27, 5760(DX)
+	VMOVUPS Z27, 5824(DX)
+	VMOVUPS Z27, 5888(DX)
+	VMOVUPS Z27, 5952(DX)
+	VMOVUPS Z27, 6016(DX)
+	VMOVUPS Z27, 6080(DX)
+	MOVQ    qB+8(FP), SI
+	MOVQ    w+32(FP), DI
+	MOVQ    DI, 16(SP)
+	MOVQ    groups+16(FP), CX
+	MOVQ    CX, (SP)
+
+amxScoreTilesAMX_group:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+	MOVQ $0x00000000, 40(SP)
+	CMPQ (SP), $0x01
+	JNE  amxScoreTilesAMX_noconv
+	CMPQ R8, $0x01
+	JLE  amxScoreTilesAMX_noconv
+	MOVQ SI, 56(SP)
+	LEAQ 768(BX), SI
+	MOVQ SI, 24(SP)
+	MOVQ R13, 32(SP)
+	MOVQ $0x00000020, CX
+	MOVQ CX, 40(SP)
+	MOVQ 56(SP), SI
+
+amxScoreTilesAMX_noconv:
+	MOVQ R12, DI
+	MOVQ chunks+24(FP), CX
+	MOVQ CX, 8(SP)
+	MOVQ $0x00000040, R10
+
+amxScoreTilesAMX_chunk:
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x1f
+	LEAQ (DI)(AX*1), CX
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x2c
+	BYTE $0x19
+	LEAQ (SI), CX
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x11
+	LEAQ 3072(SI), CX
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x11
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	LEAQ 1024(SI), CX
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x11
+	LEAQ 4096(SI), CX
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x11
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	LEAQ 2048(SI), CX
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x11
+	LEAQ 5120(SI), CX
+	BYTE $0xc4
+	BYTE $0xa2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x3c
+	BYTE $0x11
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	ADDQ $0x40, DI
+	ADDQ $0x00001800, SI
+	CMPQ 40(SP), $0x00
+	JE   amxScoreTilesAMX_chunkdone
+	MOVQ SI, 56(SP)
+	MOVQ DI, 64(SP)
+	MOVQ $0x00000008, CX
+	MOVQ CX, 48(SP)
+	MOVQ 24(SP), SI
+	MOVQ 32(SP), R10
+
+amxScoreTilesAMX_during_key:
+	MOVQ (SI), DX
+	MOVQ DX, DI
+	CMPQ R8, $0x02
+	JLE  amxScoreTilesAMX_during_nopf
+	MOVQ 768(SI), DI
+
+amxScoreTilesAMX_during_nopf:
+	MOVQ chunks+24(FP), CX
+
+amxScoreTilesAMX_during_chunk:
+	VMOVUPS    (DX), Z16
+	VMOVUPS    64(DX), Z17
+	PREFETCHT0 (DI)
+	PREFETCHT0 64(DI)
+	VCMPPS     $0x03, Z16, Z16, K1
+	VPORD      Z25, Z16, K1, Z16
+	VCMPPS     $0x03, Z17, Z17, K2
+	VPORD      Z25, Z17, K2, Z17
+	VPANDD     Z17, Z24, Z17
+	VPSRLD     $0x10, Z16, Z16
+	VPORD      Z17, Z16, Z16
+	VMOVDQU32  Z16, (R10)
+	ADDQ       $0x00000080, DX
+	ADDQ       $0x00000080, DI
+	ADDQ       $0x40, R10
+	DECQ       CX
+	JNZ        amxScoreTilesAMX_during_chunk
+	ADDQ       $0x18, SI
+	DECQ       40(SP)
+	JZ         amxScoreTilesAMX_during_stop
+	DECQ       48(SP)
+	JNZ        amxScoreTilesAMX_during_key
+
+amxScoreTilesAMX_during_stop:
+	MOVQ SI, 24(SP)
+	MOVQ R10, 32(SP)
+	MOVQ 56(SP), SI
+	MOVQ 64(SP), DI
+	MOVQ $0x00000040, R10
+
+amxScoreTilesAMX_chunkdone:
+	DECQ 8(SP)
+	JNZ  amxScoreTilesAMX_chunk
+	CMPQ 40(SP), $0x00
+	JE   amxScoreTilesAMX_sums
+	MOVQ $0x00000020, CX
+	MOVQ CX, 48(SP)
+	MOVQ 24(SP), SI
+	MOVQ 32(SP), R10
+
+amxScoreTilesAMX_rest_key:
+	MOVQ (SI), DX
+	MOVQ DX, DI
+	CMPQ R8, $0x02
+	JLE  amxScoreTilesAMX_rest_nopf
+	MOVQ 768(SI), DI
+
+amxScoreTilesAMX_rest_nopf:
+	MOVQ chunks+24(FP), CX
+
+amxScoreTilesAMX_rest_chunk:
+	VMOVUPS    (DX), Z16
+	VMOVUPS    64(DX), Z17
+	PREFETCHT0 (DI)
+	PREFETCHT0 64(DI)
+	VCMPPS     $0x03, Z16, Z16, K1
+	VPORD      Z25, Z16, K1, Z16
+	VCMPPS     $0x03, Z17, Z17, K2
+	VPORD      Z25, Z17, K2, Z17
+	VPANDD     Z17, Z24, Z17
+	VPSRLD     $0x10, Z16, Z16
+	VPORD      Z17, Z16, Z16
+	VMOVDQU32  Z16, (R10)
+	ADDQ       $0x00000080, DX
+	ADDQ       $0x00000080, DI
+	ADDQ       $0x40, R10
+	DECQ       CX
+	JNZ        amxScoreTilesAMX_rest_chunk
+	ADDQ       $0x18, SI
+	DECQ       40(SP)
+	JZ         amxScoreTilesAMX_rest_stop
+	DECQ       48(SP)
+	JNZ        amxScoreTilesAMX_rest_key
+
+amxScoreTilesAMX_rest_stop:
+	MOVQ SI, 24(SP)
+	MOVQ R10, 32(SP)
+
+amxScoreTilesAMX_sums:
+	DECQ          (SP)
+	MOVQ          $0x00000040, R10
+	MOVQ          cs+64(FP), DX
+	LEAQ          (DX), CX
+	BYTE          $0xc4
+	BYTE          $0xa2
+	BYTE          $0x7a
+	BYTE          $0x4b
+	BYTE          $0x04
+	BYTE          $0x11
+	LEAQ          1024(DX), CX
+	BYTE          $0xc4
+	BYTE          $0xa2
+	BYTE          $0x7a
+	BYTE          $0x4b
+	BYTE          $0x0c
+	BYTE          $0x11
+	LEAQ          2048(DX), CX
+	BYTE          $0xc4
+	BYTE          $0xa2
+	BYTE          $0x7a
+	BYTE          $0x4b
+	BYTE          $0x14
+	BYTE          $0x11
+	LEAQ          3072(DX), CX
+	BYTE          $0xc4
+	BYTE          $0xa2
+	BYTE          $0x7a
+	BYTE          $0x4b
+	BYTE          $0x1c
+	BYTE          $0x11
+	MOVQ          16(SP), DI
+	VMOVUPS       (DI), Z28
+	VMOVUPS       64(DI), Z29
+	ADDQ          $0x00000080, DI
+	MOVQ          DI, 16(SP)
+	VMOVUPS       4096(DX), Z0
+	VMOVUPS       (DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z0, Z0
+	VMOVUPS       1024(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z0, Z0
+	VMOVUPS       Z0, 4096(DX)
+	VMOVUPS       4160(DX), Z1
+	VMOVUPS       64(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z1, Z1
+	VMOVUPS       1088(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z1, Z1
+	VMOVUPS       Z1, 4160(DX)
+	VMOVUPS       4224(DX), Z2
+	VMOVUPS       128(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z2, Z2
+	VMOVUPS       1152(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z2, Z2
+	VMOVUPS       Z2, 4224(DX)
+	VMOVUPS       4288(DX), Z3
+	VMOVUPS       192(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z3, Z3
+	VMOVUPS       1216(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z3, Z3
+	VMOVUPS       Z3, 4288(DX)
+	VMOVUPS       4352(DX), Z4
+	VMOVUPS       256(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z4, Z4
+	VMOVUPS       1280(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z4, Z4
+	VMOVUPS       Z4, 4352(DX)
+	VMOVUPS       4416(DX), Z5
+	VMOVUPS       320(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z5, Z5
+	VMOVUPS       1344(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z5, Z5
+	VMOVUPS       Z5, 4416(DX)
+	VMOVUPS       4480(DX), Z6
+	VMOVUPS       384(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z6, Z6
+	VMOVUPS       1408(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z6, Z6
+	VMOVUPS       Z6, 4480(DX)
+	VMOVUPS       4544(DX), Z7
+	VMOVUPS       448(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z7, Z7
+	VMOVUPS       1472(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z7, Z7
+	VMOVUPS       Z7, 4544(DX)
+	VMOVUPS       4608(DX), Z8
+	VMOVUPS       512(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z8, Z8
+	VMOVUPS       1536(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z8, Z8
+	VMOVUPS       Z8, 4608(DX)
+	VMOVUPS       4672(DX), Z9
+	VMOVUPS       576(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z9, Z9
+	VMOVUPS       1600(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z9, Z9
+	VMOVUPS       Z9, 4672(DX)
+	VMOVUPS       4736(DX), Z10
+	VMOVUPS       640(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z10, Z10
+	VMOVUPS       1664(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z10, Z10
+	VMOVUPS       Z10, 4736(DX)
+	VMOVUPS       4800(DX), Z11
+	VMOVUPS       704(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z11, Z11
+	VMOVUPS       1728(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z11, Z11
+	VMOVUPS       Z11, 4800(DX)
+	VMOVUPS       4864(DX), Z12
+	VMOVUPS       768(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z12, Z12
+	VMOVUPS       1792(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z12, Z12
+	VMOVUPS       Z12, 4864(DX)
+	VMOVUPS       4928(DX), Z13
+	VMOVUPS       832(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z13, Z13
+	VMOVUPS       1856(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z13, Z13
+	VMOVUPS       Z13, 4928(DX)
+	VMOVUPS       4992(DX), Z14
+	VMOVUPS       896(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z14, Z14
+	VMOVUPS       1920(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z14, Z14
+	VMOVUPS       Z14, 4992(DX)
+	VMOVUPS       5056(DX), Z15
+	VMOVUPS       960(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z15, Z15
+	VMOVUPS       1984(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z15, Z15
+	VMOVUPS       Z15, 5056(DX)
+	VMOVUPS       5120(DX), Z0
+	VMOVUPS       2048(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z0, Z0
+	VMOVUPS       3072(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z0, Z0
+	VMOVUPS       Z0, 5120(DX)
+	VMOVUPS       5184(DX), Z1
+	VMOVUPS       2112(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z1, Z1
+	VMOVUPS       3136(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z1, Z1
+	VMOVUPS       Z1, 5184(DX)
+	VMOVUPS       5248(DX), Z2
+	VMOVUPS       2176(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z2, Z2
+	VMOVUPS       3200(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z2, Z2
+	VMOVUPS       Z2, 5248(DX)
+	VMOVUPS       5312(DX), Z3
+	VMOVUPS       2240(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z3, Z3
+	VMOVUPS       3264(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z3, Z3
+	VMOVUPS       Z3, 5312(DX)
+	VMOVUPS       5376(DX), Z4
+	VMOVUPS       2304(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z4, Z4
+	VMOVUPS       3328(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z4, Z4
+	VMOVUPS       Z4, 5376(DX)
+	VMOVUPS       5440(DX), Z5
+	VMOVUPS       2368(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z5, Z5
+	VMOVUPS       3392(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z5, Z5
+	VMOVUPS       Z5, 5440(DX)
+	VMOVUPS       5504(DX), Z6
+	VMOVUPS       2432(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z6, Z6
+	VMOVUPS       3456(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z6, Z6
+	VMOVUPS       Z6, 5504(DX)
+	VMOVUPS       5568(DX), Z7
+	VMOVUPS       2496(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z7, Z7
+	VMOVUPS       3520(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z7, Z7
+	VMOVUPS       Z7, 5568(DX)
+	VMOVUPS       5632(DX), Z8
+	VMOVUPS       2560(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z8, Z8
+	VMOVUPS       3584(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z8, Z8
+	VMOVUPS       Z8, 5632(DX)
+	VMOVUPS       5696(DX), Z9
+	VMOVUPS       2624(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z9, Z9
+	VMOVUPS       3648(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z9, Z9
+	VMOVUPS       Z9, 5696(DX)
+	VMOVUPS       5760(DX), Z10
+	VMOVUPS       2688(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z10, Z10
+	VMOVUPS       3712(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z10, Z10
+	VMOVUPS       Z10, 5760(DX)
+	VMOVUPS       5824(DX), Z11
+	VMOVUPS       2752(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z11, Z11
+	VMOVUPS       3776(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z11, Z11
+	VMOVUPS       Z11, 5824(DX)
+	VMOVUPS       5888(DX), Z12
+	VMOVUPS       2816(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z12, Z12
+	VMOVUPS       3840(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z12, Z12
+	VMOVUPS       Z12, 5888(DX)
+	VMOVUPS       5952(DX), Z13
+	VMOVUPS       2880(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z13, Z13
+	VMOVUPS       3904(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z13, Z13
+	VMOVUPS       Z13, 5952(DX)
+	VMOVUPS       6016(DX), Z14
+	VMOVUPS       2944(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z14, Z14
+	VMOVUPS       3968(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z14, Z14
+	VMOVUPS       Z14, 6016(DX)
+	VMOVUPS       6080(DX), Z15
+	VMOVUPS       3008(DX), Z30
+	VMAXPS        Z27, Z30, Z30
+	VMULPS        Z28, Z30, Z30
+	VADDPS        Z30, Z15, Z15
+	VMOVUPS       4032(DX), Z31
+	VMAXPS        Z27, Z31, Z31
+	VMULPS        Z29, Z31, Z31
+	VADDPS        Z31, Z15, Z15
+	VMOVUPS       Z15, 6080(DX)
+	CMPQ          (SP), $0x00
+	JNE           amxScoreTilesAMX_group
+	VMOVUPS       4096(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, (R9)
+	VMOVUPS       4160(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 4(R9)
+	VMOVUPS       4224(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 8(R9)
+	VMOVUPS       4288(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 12(R9)
+	VMOVUPS       4352(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 16(R9)
+	VMOVUPS       4416(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 20(R9)
+	VMOVUPS       4480(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 24(R9)
+	VMOVUPS       4544(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 28(R9)
+	VMOVUPS       4608(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 32(R9)
+	VMOVUPS       4672(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 36(R9)
+	VMOVUPS       4736(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 40(R9)
+	VMOVUPS       4800(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 44(R9)
+	VMOVUPS       4864(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 48(R9)
+	VMOVUPS       4928(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 52(R9)
+	VMOVUPS       4992(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 56(R9)
+	VMOVUPS       5056(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 60(R9)
+	VMOVUPS       5120(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 64(R9)
+	VMOVUPS       5184(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 68(R9)
+	VMOVUPS       5248(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 72(R9)
+	VMOVUPS       5312(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 76(R9)
+	VMOVUPS       5376(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 80(R9)
+	VMOVUPS       5440(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 84(R9)
+	VMOVUPS       5504(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 88(R9)
+	VMOVUPS       5568(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 92(R9)
+	VMOVUPS       5632(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 96(R9)
+	VMOVUPS       5696(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 100(R9)
+	VMOVUPS       5760(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 104(R9)
+	VMOVUPS       5824(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 108(R9)
+	VMOVUPS       5888(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 112(R9)
+	VMOVUPS       5952(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 116(R9)
+	VMOVUPS       6016(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 120(R9)
+	VMOVUPS       6080(DX), Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, 124(R9)
+	ADDQ          $0x00000080, R9
+	ADDQ          $0x00000300, BX
+	XCHGQ         R12, R13
+	DECQ          R8
+	JNZ           amxScoreTilesAMX_tile
+
+amxScoreTilesAMX_done:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	VZEROUPPER
+	RET
+
 // func gemmTile1x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·gemmTile1x8F32AVX512(SB), NOSPLIT, $0-64

@@ -272,6 +272,11 @@ func amxIlvSlab2(cfg *byte, w *uint16, gstride int, pairs int, pstride int, act 
 //go:noescape
 func amxPiecesRowAVX512(x *float32, chunks int, hi *uint16, mid *uint16, lo *uint16, row int, loRow int, chunk int)
 
+// amxScoreTilesAMX computes the weighted ReLU scores of a prepared query (qB: groups of 32 heads, chunks of 32 values; head weights w) against tiles tiles of 32 keys exact in bf16 (their slice headers at keys) into out, on AMX tiles; kp is space for two tiles of bf16 keys, cs for four sum tiles and 32 running sums.
+//
+//go:noescape
+func amxScoreTilesAMX(cfg *byte, qB *uint16, groups int, chunks int, w *float32, keys *[]float32, tiles int, kp *uint16, cs *float32, out *float32)
+
 // gemmTile1x8F32AVX512 computes 1 activation rows' dot products with 8 f32 weight rows over kn (a multiple of 16) elements and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
 //
 //go:noescape

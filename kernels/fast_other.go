@@ -199,3 +199,7 @@ func amxSlab(int, *uint16, int, int, int, *uint16, int, []amxSums, bool) {
 func amxPiecesRow([]float32, []uint16, []uint16, []uint16, int, int, int) {
 	panic("kernels: no assembly tiles on this architecture")
 }
+
+func amxScoreTiles(*uint16, int, int, *float32, *[]float32, int, *uint16, *float32, *float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}

@@ -68,15 +68,24 @@ var scoreQueries = make(chan *ScoreQuery, 64)
 type ScoreQuery struct {
 	q, w       []float32
 	heads, dim int
-	l          level
+	c          choice
 	qT, wP     []float32
+	// qB is the query's bf16 pieces in the AMX tiles' layout, when the
+	// keys are scored on AMX tiles (amxScores).
+	qB []uint16
 }
 
 // ScoreQueryBytes is the most memory a ScoreQuery holds for heads heads of
-// dim values, for start-up memory budgets.
+// dim values, for start-up memory budgets: the transposed query and the
+// padded weights, and where the keys can be scored on AMX tiles the query's
+// pieces.
 func ScoreQueryBytes(heads, dim int) int64 {
 	hp := int64(paddedHeads(heads))
-	return 4 * (hp*int64(dim) + hp)
+	n := 4 * (hp*int64(dim) + hp)
+	if amxScoresFit(dim) {
+		n += 2 * int64(amxScoreQueryWords(heads, dim))
+	}
+	return n
 }
 
 // paddedHeads is heads rounded up to the 32 heads of a score tile.
@@ -92,6 +101,9 @@ func (sq *ScoreQuery) Reserve(heads, dim int) {
 	if cap(sq.wP) < hp {
 		sq.wP = make([]float32, 0, hp)
 	}
+	if amxActive() && amxScoresFit(dim) && cap(sq.qB) < amxScoreQueryWords(heads, dim) {
+		sq.qB = make([]uint16, 0, amxScoreQueryWords(heads, dim))
+	}
 }
 
 // Prepare makes sq the query q ([heads, dim]) with head weights w; q and w
@@ -102,8 +114,8 @@ func (sq *ScoreQuery) Prepare(q, w []float32, heads int) {
 		panic(fmt.Sprintf("kernels: ScoreQuery.Prepare: heads=%d needs len(q) a multiple of heads and len(w)=heads; got len(q)=%d, len(w)=%d",
 			heads, len(q), len(w)))
 	}
-	sq.q, sq.w, sq.heads, sq.dim, sq.l = q, w, heads, len(q)/heads, activeLevel()
-	if !fastScores(sq.l, sq.dim) {
+	sq.q, sq.w, sq.heads, sq.dim, sq.c = q, w, heads, len(q)/heads, choiceOf(active.Load())
+	if !fastScores(sq.c.l, sq.dim) {
 		return
 	}
 	sq.Reserve(heads, sq.dim)
@@ -117,11 +129,16 @@ func (sq *ScoreQuery) Prepare(q, w []float32, heads int) {
 			sq.qT[d*hp+h] = v
 		}
 	}
+	if sq.amxScores() {
+		sq.prepareAMX()
+	}
 }
 
 // Bytes is the memory sq's buffers hold (at most ScoreQueryBytes of the
 // largest query reserved).
-func (sq *ScoreQuery) Bytes() int64 { return 4 * int64(cap(sq.qT)+cap(sq.wP)) }
+func (sq *ScoreQuery) Bytes() int64 {
+	return 4*int64(cap(sq.qT)+cap(sq.wP)) + 2*int64(cap(sq.qB))
+}
 
 // Release drops sq's references to the q and w of the last Prepare, keeping
 // its buffers.
@@ -134,8 +151,8 @@ func ScoreKeys(dst []float32, sq *ScoreQuery, keys [][]float32) {
 	if len(dst) != len(keys) {
 		panic(fmt.Sprintf("kernels: ScoreKeys: len(dst)=%d for %d keys", len(dst), len(keys)))
 	}
-	if l := activeLevel(); l != sq.l {
-		panic(fmt.Sprintf("kernels: ScoreKeys: query prepared for %s, %s is active", sq.l, l))
+	if c := choiceOf(active.Load()); c != sq.c {
+		panic(fmt.Sprintf("kernels: ScoreKeys: query prepared for %s, %s is active", sq.c, c))
 	}
 	for j, k := range keys {
 		if len(k) < sq.dim {
@@ -143,7 +160,7 @@ func ScoreKeys(dst []float32, sq *ScoreQuery, keys [][]float32) {
 		}
 	}
 	n := len(keys)
-	if !fastScores(sq.l, sq.dim) {
+	if !fastScores(sq.c.l, sq.dim) {
 		WeightedReLUScores(dst, sq.q, sq.w, sq.heads, keys)
 		return
 	}
@@ -174,6 +191,16 @@ type KeyGatherer interface {
 	GatherKeys(dst [][]float32, scratch []float32, j0, j1 int)
 }
 
+// BF16KeyGatherer is a KeyGatherer that can vouch that every key it gathers
+// is exact in bf16: each value finite with its low sixteen bits zero, or a
+// NaN (fp8 codes times power-of-two scales are). Under avx512-amx
+// ScoreGatheredKeys scores such keys on AMX tiles, which read only a
+// value's high half.
+type BF16KeyGatherer interface {
+	KeyGatherer
+	KeysExactInBF16() bool
+}
+
 // ScoreGatheredKeys is ScoreKeys for every query of qs (prepared for the
 // same heads and dim) over keys that g gathers: query i's scores of keys
 // j < ends[i] go to dst[i·stride + j]. The keys are split across the threads
@@ -182,7 +209,10 @@ type KeyGatherer interface {
 // between them, at least one key per thread) and scores each chunk against
 // every query before it gathers the next, so a key is read once for all the
 // queries and the gathering is parallel too. Results have the bits of
-// ScoreKeys. It panics on inconsistent sizes.
+// ScoreKeys, except for keys a BF16KeyGatherer vouches for under
+// avx512-amx, which are scored on AMX tiles (see amx_scores.go): their
+// scores depend, as ScoreKeys's do, only on the query and the key. It
+// panics on inconsistent sizes.
 func ScoreGatheredKeys(dst []float32, stride int, qs []ScoreQuery, ends []int32, g KeyGatherer, keys [][]float32, scratch []float32) {
 	if len(qs) == 0 {
 		return
@@ -211,6 +241,10 @@ func ScoreGatheredKeys(dst []float32, stride int, qs []ScoreQuery, ends []int32,
 		t = new(gatherTask)
 	}
 	t.dst, t.stride, t.qs, t.ends, t.g, t.keys, t.scratch, t.n = dst, stride, qs, ends, g, keys, scratch, n
+	t.exact = false
+	if bg, ok := g.(BF16KeyGatherer); ok {
+		t.exact = bg.KeysExactInBF16()
+	}
 	flops := 2 * float64(n) * float64(len(qs)*qs[0].heads*dim)
 	runParts(t, min(len(keys), planParts((n+7)/8, flops)), &t.join)
 	t.dst, t.qs, t.ends, t.g, t.keys, t.scratch = nil, nil, nil, nil, nil, nil
@@ -230,6 +264,7 @@ type gatherTask struct {
 	g         KeyGatherer
 	keys      [][]float32
 	scratch   []float32
+	exact     bool // the keys are exact in bf16 (BF16KeyGatherer)
 	join      joiner
 }
 
@@ -237,7 +272,11 @@ var gatherTasks = make(chan *gatherTask, 16)
 
 func (t *gatherTask) runPart(p, parts int) {
 	dim := t.qs[0].dim
-	lo, hi := partRange(t.n, 8, p, parts)
+	align := 8
+	if t.exact {
+		align = amxScoreTileKeys
+	}
+	lo, hi := partRange(t.n, align, p, parts)
 	c0, c1 := partRange(len(t.keys), 1, p, parts)
 	keys, scratch := t.keys[c0:c1], t.scratch[c0*dim:c1*dim]
 	chunk := len(keys)
@@ -249,18 +288,21 @@ func (t *gatherTask) runPart(p, parts int) {
 			if e <= j0 {
 				continue
 			}
-			scoreRange(t.dst[i*t.stride+j0:i*t.stride+e], &t.qs[i], keys[:e-j0])
+			scoreRange(t.dst[i*t.stride+j0:i*t.stride+e], &t.qs[i], keys[:e-j0], t.exact)
 		}
 	}
 	clear(keys)
 }
 
 // scoreRange scores keys on the calling thread (a part of a parallel call).
-func scoreRange(dst []float32, sq *ScoreQuery, keys [][]float32) {
+// Keys exact in bf16 are scored on AMX tiles under avx512-amx.
+func scoreRange(dst []float32, sq *ScoreQuery, keys [][]float32, exact bool) {
 	switch {
-	case sq.l == levelAVX512:
+	case exact && sq.amxScores():
+		scoreKeysAMX(dst, sq, keys)
+	case sq.c.l == levelAVX512:
 		scoreKeysT(dst, sq, keys)
-	case fastScores(sq.l, sq.dim):
+	case fastScores(sq.c.l, sq.dim):
 		scoreKeysT6(dst, sq, keys)
 	default:
 		scoreKeysRef(dst, sq.q, sq.w, sq.heads, sq.dim, keys)
@@ -293,7 +335,7 @@ var scoreTasks = make(chan *scoreTask, 64)
 
 func (t *scoreTask) runPart(p, parts int) {
 	sq := t.sq
-	if sq.l == levelAVX512 {
+	if sq.c.l == levelAVX512 {
 		j0, j1 := partRange(len(t.keys), 8, p, parts)
 		scoreKeysT(t.dst[j0:j1], sq, t.keys[j0:j1])
 		return

@@ -161,3 +161,51 @@ func checkRangeDecode(t *testing.T, what string, got []float32, width int, slots
 		}
 	}
 }
+
+// An fp8 cache's keys are exact in bf16, as KeysExactInBF16 vouches: every
+// value Key and DecodeKeys give is a NaN or finite with its low sixteen bits
+// zero, at scales from the smallest to the largest and with infinite, NaN
+// and zero values among the written keys; an f32 cache does not vouch.
+func TestFP8KeysExactInBF16(t *testing.T) {
+	const dim = numfmt.IndexerKeyDim
+	c, err := NewCache(1, 1, 8, KVBF16, IdxFP8, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := c.Layer(0)
+	if !lc.KeysExactInBF16() {
+		t.Fatal("an fp8 cache does not vouch for its keys")
+	}
+	r := rand.New(rand.NewPCG(37, 6))
+	key := make([]float32, dim)
+	for s, mag := range []float64{1e-30, 1e-4, 1, 3e5, 1e30, math.MaxFloat32, 1, 1} {
+		for i := range key {
+			key[i] = float32(r.NormFloat64() * mag)
+		}
+		switch s {
+		case 6:
+			key[0], key[1], key[2] = float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())
+		case 7:
+			clear(key)
+		}
+		lc.WriteKey(int32(s), key)
+	}
+	slots := []int32{0, 1, 2, 3, 4, 5, 6, 7}
+	got := make([]float32, len(slots)*dim)
+	lc.DecodeKeys(got, slots, 0, len(slots))
+	for s := range slots {
+		got = append(got, lc.Key(int32(s), make([]float32, dim))...)
+	}
+	for i, v := range got {
+		if b := math.Float32bits(v); !math.IsNaN(float64(v)) && (math.IsInf(float64(v), 0) || b&0xffff != 0) {
+			t.Fatalf("key %d value %d is %v (bits %#08x): not a finite bf16 or a NaN", i/dim%len(slots), i%dim, v, b)
+		}
+	}
+	f32, err := NewCache(1, 1, 8, KVBF16, IdxF32, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f32.Layer(0).KeysExactInBF16() {
+		t.Error("an f32 cache vouches for its keys")
+	}
+}

@@ -220,6 +220,13 @@ type DecodingKeySource interface {
 	DecodeKeys(dst []float32, slots []int32, j0, j1 int)
 }
 
+// BF16Keys is a KeySource that can vouch that every key it gives is exact
+// in bf16 (fp8 indexer keys: e4m3 codes times power-of-two scales), which
+// the AMX tiles then score without splitting the keys (kernels.BF16KeyGatherer).
+type BF16Keys interface {
+	KeysExactInBF16() bool
+}
+
 // keyGatherer is the kernels.KeyGatherer of one IndexerScores call: key j is
 // the key at slots[j].
 type keyGatherer struct {
@@ -227,6 +234,13 @@ type keyGatherer struct {
 	dec   DecodingKeySource // keys, when they are decoded
 	slots []int32
 	dim   int
+}
+
+// KeysExactInBF16 reports whether the source vouches that its keys are
+// exact in bf16 (kernels.BF16KeyGatherer).
+func (g *keyGatherer) KeysExactInBF16() bool {
+	b, ok := g.keys.(BF16Keys)
+	return ok && b.KeysExactInBF16()
 }
 
 // GatherKeys points dst at the keys of slots[j0:j1], decoding them into
