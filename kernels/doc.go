@@ -24,7 +24,9 @@
 // at start-up. avx512-amx is avx512 with every bf16 product on AMX tiles
 // (amx.go: each activation split exactly into three bf16 pieces, so a bf16
 // product there has the tiles' own bits rather than the widened f32
-// matrix's, and is as batch- and thread-invariant as every other). The
+// matrix's, and is as batch- and thread-invariant as every other), and with
+// the keys a BF16KeyGatherer vouches for exact in bf16 (fp8 indexer keys)
+// scored on the tiles too (amx_scores.go). The
 // fast kernels fuse multiply and add, so their bits differ from the
 // reference, but each output element is still computed in an order fixed by
 // the shapes alone: a row's (or head's) result is the same alone, in any
