@@ -76,13 +76,13 @@ type ScoreQuery struct {
 }
 
 // ScoreQueryBytes is the most memory a ScoreQuery holds for heads heads of
-// dim values, for start-up memory budgets: the transposed query and the
-// padded weights, and where the keys can be scored on AMX tiles the query's
-// pieces.
+// dim values under the active implementation, for start-up memory budgets:
+// the transposed query and the padded weights, and under avx512-amx the
+// query's pieces.
 func ScoreQueryBytes(heads, dim int) int64 {
 	hp := int64(paddedHeads(heads))
 	n := 4 * (hp*int64(dim) + hp)
-	if amxScoresFit(dim) {
+	if amxActive() && amxScoresFit(dim) {
 		n += 2 * int64(amxScoreQueryWords(heads, dim))
 	}
 	return n
