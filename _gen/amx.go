@@ -522,14 +522,7 @@ func amxScoreTiles() {
 	JNE(LabelRef(name + "_group")) // RSI still walks qB
 	for r := range keys {
 		VMOVUPS(Mem{Base: RDX, Disp: 4096 + 64*r}, Z0)
-		VEXTRACTF64X4(U8(1), Z0, Y1)
-		VADDPS(Y1, Y0, Y0)
-		VEXTRACTF128(U8(1), Y0, X1)
-		VADDPS(X1, X0, X0)
-		VPERMILPS(U8(0x4e), X0, X1)
-		VADDPS(X1, X0, X0)
-		VPERMILPS(U8(0xb1), X0, X1)
-		VADDPS(X1, X0, X0)
+		hsum512() // the AVX-512 score tiles' tree
 		VMOVSS(X0, Mem{Base: R9, Disp: 4 * r})
 	}
 	ADDQ(U32(4*keys), R9)
