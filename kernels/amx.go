@@ -174,10 +174,7 @@ func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 	blockGroups := 2 * amxCallPairs
 	for c0 := 0; c0 < n; c0 += amxChunkRows {
 		c1 := min(n, c0+amxChunkRows)
-		need := amxPieceWords(c1-c0, in)
-		if cap(s.pieces) < need {
-			s.pieces = make([]uint16, need)
-		}
+		s.growPieces(c1-c0, in)
 		for r0 := c0; r0 < c1; r0 += amxSlabRows {
 			m := min(amxSlabRows, c1-r0)
 			amxPieces(s.pieces[amxPieceWords(r0-c0, in):], x[r0*in:], in, m, in)
@@ -205,13 +202,17 @@ func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 	}
 }
 
+// growPieces makes s.pieces hold the pieces of n rows of in values.
+func (s *amxScratch) growPieces(n, in int) {
+	if need := amxPieceWords(n, in); cap(s.pieces) < need {
+		s.pieces = make([]uint16, need)
+	}
+}
+
 // amxSlabPieces writes a decode slab's pieces (n ≤ amxSlabRows rows of in
 // values) into s and returns them.
 func amxSlabPieces(s *amxScratch, x []float32, n, in int) []uint16 {
-	need := amxPieceWords(n, in)
-	if cap(s.pieces) < need {
-		s.pieces = make([]uint16, need)
-	}
+	s.growPieces(n, in)
 	amxPieces(s.pieces, x, in, n, in)
 	return s.pieces
 }

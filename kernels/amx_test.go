@@ -192,17 +192,7 @@ func TestScoreGatheredKeysExactBF16(t *testing.T) {
 		ends := []int32{int32(tc.n), 17, int32(tc.n - 1)}
 		want := make([]float64, nq*tc.n)
 		for i := range nq {
-			for j := range int(ends[i]) {
-				for h := range tc.heads {
-					var d float64
-					for c := range tc.dim {
-						d += float64(q[(i*tc.heads+h)*tc.dim+c]) * float64(keys[j][c])
-					}
-					if d > 0 {
-						want[i*tc.n+j] += float64(w[i*tc.heads+h]) * d
-					}
-				}
-			}
+			copy(want[i*tc.n:], reluScores64(q[i*tc.heads*tc.dim:(i+1)*tc.heads*tc.dim], w[i*tc.heads:(i+1)*tc.heads], tc.heads, keys[:ends[i]]))
 		}
 		name := fmt.Sprintf("heads=%d dim=%d keys=%d", tc.heads, tc.dim, tc.n)
 		forEachImpl(t, func(t *testing.T) {

@@ -328,17 +328,10 @@ func TestWeightedReLUScores(t *testing.T) {
 			q := randSlice(r, tc.heads*tc.dim, 1)
 			w := randSlice(r, tc.heads, 1)
 			keys := make([][]float32, tc.nkeys)
-			want := make([]float64, tc.nkeys)
 			for j := range keys {
 				keys[j] = randSlice(r, tc.dim, 1)
-				for h := range tc.heads {
-					var d float64
-					for c := range tc.dim {
-						d += float64(q[h*tc.dim+c]) * float64(keys[j][c])
-					}
-					want[j] += float64(w[h]) * max(d, 0)
-				}
 			}
+			want := reluScores64(q, w, tc.heads, keys)
 			got := make([]float32, tc.nkeys)
 			WeightedReLUScores(got, q, w, tc.heads, keys)
 			name := fmt.Sprintf("heads=%d dim=%d keys=%d", tc.heads, tc.dim, tc.nkeys)

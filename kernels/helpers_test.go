@@ -47,3 +47,23 @@ func to64(x []float32) []float64 {
 	}
 	return y
 }
+
+// reluScores64 is WeightedReLUScores's formula in float64: for each key,
+// Σ_h w[h]·max(0, q_h·k) with q [heads, dim]; a head whose dot product is
+// NaN adds nothing, as the kernels' ReLU drops it.
+func reluScores64(q, w []float32, heads int, keys [][]float32) []float64 {
+	dim := len(q) / heads
+	out := make([]float64, len(keys))
+	for j, k := range keys {
+		for h := range heads {
+			var d float64
+			for c := range dim {
+				d += float64(q[h*dim+c]) * float64(k[c])
+			}
+			if d > 0 {
+				out[j] += float64(w[h]) * d
+			}
+		}
+	}
+	return out
+}

@@ -214,13 +214,16 @@ func (lc *LayerCache) DecodeRows(dst []float32, slots []int32, j0, j1 int) {
 
 // DecodesKeys reports whether Key decodes keys (fp8) rather than returning
 // views (f32), for mla.DecodingKeySource.
-func (lc *LayerCache) DecodesKeys() bool { return lc.idx == IdxFP8 && lc.indexDim > 0 }
+func (lc *LayerCache) DecodesKeys() bool { return lc.fp8Keys() }
+
+// fp8Keys reports whether this cache keeps fp8 indexer keys.
+func (lc *LayerCache) fp8Keys() bool { return lc.idx == IdxFP8 && lc.indexDim > 0 }
 
 // KeysExactInBF16 reports whether every key Key and DecodeKeys give is
 // exact in bf16 (mla.BF16Keys): fp8 keys are, e4m3 codes (four significant
 // bits, no infinity) times a power-of-two scale of 2^-22 to 2^120, with
 // codes of 256 and more never stored at the largest scale.
-func (lc *LayerCache) KeysExactInBF16() bool { return lc.idx == IdxFP8 && lc.indexDim > 0 }
+func (lc *LayerCache) KeysExactInBF16() bool { return lc.fp8Keys() }
 
 // DecodeKeys decodes the fp8 indexer keys of slots[j0:j1] into dst (key
 // j0+i at dst[i·128:]), the values Key gives, in one kernel call that
