@@ -60,6 +60,7 @@ func main() {
 	amxIotaData()
 	amxPiecesRow()
 	amxScoreTiles()
+	cpuVendor()
 	for m := 1; m <= eightRowMaxRows; m++ {
 		gemmTile8F32512(m)
 	}
@@ -4430,5 +4431,21 @@ func widenIlvGroup() {
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_done")
 	VZEROUPPER()
+	RET()
+}
+
+// cpuVendor emits cpuVendorID: CPUID leaf 0's vendor string registers, so
+// that the kernels can pick between walks whose speed differs by core
+// design (the bits never depend on it). It touches no vector register and
+// runs on any amd64 CPU, so it alone has no VZEROUPPER.
+func cpuVendor() {
+	TEXT("cpuVendorID", NOSPLIT, "func() (ebx, edx, ecx uint32)")
+	Doc("cpuVendorID returns CPUID leaf 0's EBX, EDX and ECX: the vendor string's three four-byte parts in order.")
+	XORL(EAX, EAX)
+	XORL(ECX, ECX)
+	CPUID()
+	Store(EBX, ReturnIndex(0))
+	Store(EDX, ReturnIndex(1))
+	Store(ECX, ReturnIndex(2))
 	RET()
 }

@@ -9550,6 +9550,17 @@ amxScoreTilesAMX_done:
 	VZEROUPPER
 	RET
 
+// func cpuVendorID() (ebx uint32, edx uint32, ecx uint32)
+// Requires: CPUID
+TEXT ·cpuVendorID(SB), NOSPLIT, $0-12
+	XORL AX, AX
+	XORL CX, CX
+	CPUID
+	MOVL BX, ebx+0(FP)
+	MOVL DX, edx+4(FP)
+	MOVL CX, ecx+8(FP)
+	RET
+
 // func gemmTile1x8F32AVX512(x *float32, ldx int, w *float32, ldw int, kn int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·gemmTile1x8F32AVX512(SB), NOSPLIT, $0-64

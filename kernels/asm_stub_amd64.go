@@ -277,6 +277,9 @@ func amxPiecesRowAVX512(x *float32, chunks int, hi *uint16, mid *uint16, lo *uin
 //go:noescape
 func amxScoreTilesAMX(cfg *byte, qB *uint16, groups int, chunks int, w *float32, keys *[]float32, tiles int, kp *uint16, cs *float32, out *float32)
 
+// cpuVendorID returns CPUID leaf 0's EBX, EDX and ECX: the vendor string's three four-byte parts in order.
+func cpuVendorID() (ebx uint32, edx uint32, ecx uint32)
+
 // gemmTile1x8F32AVX512 computes 1 activation rows' dot products with 8 f32 weight rows over kn (a multiple of 16) elements and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
 //
 //go:noescape

@@ -820,3 +820,17 @@ func expShifted(dst []float64, x []float32, shift, scale float64) int {
 	}
 	return expShiftedAVX512(&dst[0], &x[0], len(x), shift, scale)
 }
+
+// cpuVendor is the CPU's vendor string ("GenuineIntel", "AuthenticAMD", …),
+// for the choices between walks of equal bits whose speed differs by core
+// design.
+var cpuVendor = func() string {
+	b, d, c := cpuVendorID()
+	var s [12]byte
+	for i, r := range []uint32{b, d, c} {
+		for j := range 4 {
+			s[4*i+j] = byte(r >> (8 * j))
+		}
+	}
+	return string(s[:])
+}()

@@ -203,3 +203,6 @@ func amxPiecesRow([]float32, []uint16, []uint16, []uint16, int, int, int) {
 func amxScoreTiles(*uint16, int, int, *float32, *[]float32, int, *uint16, *float32, *float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
+
+// cpuVendor is empty off amd64: no walk chooses by it there.
+var cpuVendor = ""

@@ -422,9 +422,22 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 
 // pairIlvRows is the decode batch (activation rows) whose interleaved bf16
 // products go through pairsIlv rather than the group tiles' passes: eight,
-// the rows the pair tile holds. A variable so that a benchmark can send
-// eight rows through the passes instead (any other value).
-var pairIlvRows = 8
+// the rows the pair tile holds, on Intel cores, and none elsewhere. The
+// two walks give the same bits. On an Intel core the widening of the
+// weights takes the ports its FMAs need, so widening each line once for
+// all eight rows pays; a Zen 5 core widens on other pipes, and there the
+// pairs streamed 11–13 % slower than the passes (level in L2:
+// docs/performance.md, "Eight decode rows: the walk by the core, on a
+// Zen 5 host"). A variable so that a benchmark can time either walk.
+var pairIlvRows = pairWalkRows(cpuVendor)
+
+// pairWalkRows is pairIlvRows on a CPU of the vendor string vendor.
+func pairWalkRows(vendor string) int {
+	if vendor == "GenuineIntel" {
+		return 8
+	}
+	return 0
+}
 
 // pairsIlv computes group jt's reduction block at k0 (kc values) of an
 // interleaved bf16 product for pairIlvRows activation rows, a pair of

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -110,9 +111,19 @@ func TestInterleavedProducts(t *testing.T) {
 					want := make([]float32, n*sh.rows)
 					got := make([]float32, n*sh.rows)
 					MatMulT(want, x, n, rm)
-					MatMulT(got, x, n, ilv)
-					if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
-						t.Fatalf("[%d, %d], n=%d, %d threads: interleaved product differs from row-major (-want +got):\n%s", sh.rows, sh.cols, n, threads, d)
+					// Eight rows take either walk by the CPU's vendor
+					// (pairIlvRows): both, whatever this CPU is.
+					walks := []int{pairIlvRows}
+					if n == 8 {
+						walks = []int{pairWalkRows("GenuineIntel"), pairWalkRows("AuthenticAMD")}
+					}
+					for _, rows := range walks {
+						setPairIlvRows(t, rows)
+						clear(got)
+						MatMulT(got, x, n, ilv)
+						if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
+							t.Fatalf("[%d, %d], n=%d, %d threads, pair walk rows %d: interleaved product differs from row-major (-want +got):\n%s", sh.rows, sh.cols, n, threads, rows, d)
+						}
 					}
 					if n == 1 {
 						MatVecT(got, x, ilv)
@@ -123,6 +134,29 @@ func TestInterleavedProducts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// setPairIlvRows sends products of rows activation rows through the pair
+// walk until the test ends.
+func setPairIlvRows(t *testing.T, rows int) {
+	old := pairIlvRows
+	pairIlvRows = rows
+	t.Cleanup(func() { pairIlvRows = old })
+}
+
+// TestPairWalkByVendor: the pair walk of eight decode rows is Intel's
+// alone, and the vendor string reads as CPUID gives it.
+func TestPairWalkByVendor(t *testing.T) {
+	for vendor, want := range map[string]int{"GenuineIntel": 8, "AuthenticAMD": 0, "HygonGenuine": 0, "": 0} {
+		if got := pairWalkRows(vendor); got != want {
+			t.Errorf("pairWalkRows(%q) = %d, want %d", vendor, got, want)
+		}
+	}
+	if runtime.GOARCH == "amd64" {
+		if len(cpuVendor) != 12 || strings.ContainsFunc(cpuVendor, func(r rune) bool { return r < ' ' || r > '~' }) {
+			t.Errorf("cpuVendor = %q, want twelve printable characters", cpuVendor)
+		}
 	}
 }
 
