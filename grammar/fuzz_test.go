@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,11 +129,13 @@ func FuzzCompileRegex(f *testing.F) {
 		}
 		out := walkToy(t, g, v, end, uint64(len(re)))
 		// Go's RE2 reads the common syntax the same way; where it cannot
-		// compile the pattern, or reads counts with leading zeros as
-		// literal text (ECMA-262 and Python read {0003} as {3}), there is
-		// nothing to compare.
+		// compile the pattern, reads counts with leading zeros as literal
+		// text (ECMA-262 and Python read {0003} as {3}), or reads a class
+		// opening with ']' as holding it (ECMA-262, which the compiler
+		// follows, reads [] as matching nothing and [^] as anything), there
+		// is nothing to compare.
 		goRE, err := regexp.Compile(`^(?:` + re + `)$`)
-		if err != nil || bytes.ContainsAny([]byte(re), "^$") || leadingZeroCount.MatchString(re) {
+		if err != nil || bytes.ContainsAny([]byte(re), "^$") || leadingZeroCount.MatchString(re) || strings.Contains(re, "[]") {
 			return
 		}
 		if !goRE.Match(out) {
