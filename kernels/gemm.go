@@ -426,7 +426,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 // two walks give the same bits. On an Intel core the widening of the
 // weights takes the ports its FMAs need, so widening each line once for
 // all eight rows pays; a Zen 5 core widens on other pipes, and there the
-// pairs streamed 11–13 % slower than the passes (level in L2:
+// pairs streamed 11–14 % slower than the passes (level in L2:
 // docs/performance.md, "Eight decode rows: the walk by the core, on a
 // Zen 5 host"). A variable so that a benchmark can time either walk.
 var pairIlvRows = pairWalkRows(cpuVendor)

@@ -101,6 +101,8 @@ func TestInterleavedLayout(t *testing.T) {
 func TestInterleavedProducts(t *testing.T) {
 	shapes := []struct{ rows, cols int }{{8, 32}, {24, 64}, {64, 1056}, {136, 2080}, {16, 3072}}
 	ns := []int{1, 2, 3, 5, 8, 13, 16, 17, 40, 65, 130}
+	byVendor := pairIlvRows
+	defer func() { pairIlvRows = byVendor }()
 	for si, sh := range shapes {
 		rm, ilv := ilvMatrices(t, uint64(100+si), sh.rows, sh.cols)
 		forEachImpl(t, func(t *testing.T) {
@@ -113,12 +115,12 @@ func TestInterleavedProducts(t *testing.T) {
 					MatMulT(want, x, n, rm)
 					// Eight rows take either walk by the CPU's vendor
 					// (pairIlvRows): both, whatever this CPU is.
-					walks := []int{pairIlvRows}
+					walks := []int{byVendor}
 					if n == 8 {
 						walks = []int{pairWalkRows("GenuineIntel"), pairWalkRows("AuthenticAMD")}
 					}
 					for _, rows := range walks {
-						setPairIlvRows(t, rows)
+						pairIlvRows = rows
 						clear(got)
 						MatMulT(got, x, n, ilv)
 						if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
@@ -135,14 +137,6 @@ func TestInterleavedProducts(t *testing.T) {
 			}
 		})
 	}
-}
-
-// setPairIlvRows sends products of rows activation rows through the pair
-// walk until the test ends.
-func setPairIlvRows(t *testing.T, rows int) {
-	old := pairIlvRows
-	pairIlvRows = rows
-	t.Cleanup(func() { pairIlvRows = old })
 }
 
 // TestPairWalkByVendor: the pair walk of eight decode rows is Intel's
