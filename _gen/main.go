@@ -3268,12 +3268,19 @@ func eightRows(w0, ldw Register) (row func(j, disp int) Mem, bases []Register) {
 func prefetchEightRows(bases []Register, pfd, ldw, tmp Register) {
 	for i, b := range bases {
 		LEAQ(Mem{Base: b, Index: pfd, Scale: 1}, tmp)
-		for _, f := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}}[i%3] {
-			if f == 0 {
-				PREFETCHT1(Mem{Base: tmp})
-			} else {
-				PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: f})
-			}
+		prefetchFromBase(i, tmp, ldw)
+	}
+}
+
+// prefetchFromBase prefetches into L2 the rows of eightRows' base i (of a
+// group of three) that the base reaches, each at p (the base moved by the
+// prefetch offset).
+func prefetchFromBase(i int, p, ldw Register) {
+	for _, f := range [][]uint8{{0, 1, 2, 4}, {0, 2, 4}, {0}}[i%3] {
+		if f == 0 {
+			PREFETCHT1(Mem{Base: p})
+		} else {
+			PREFETCHT1(Mem{Base: p, Index: ldw, Scale: f})
 		}
 	}
 }
@@ -4053,7 +4060,9 @@ func fp8Tile3W512(m int) {
 
 // fp8GEMVPair512 emits dotTile1x16FP8AVX512: one activation row's dot
 // products with two groups of eight fp8 weight rows (a and b, rows
-// wa + j·ldw and wb + j·ldw) whose codes hold no NaN code and whose eight
+// wa + j·ldw and wb + j·ldw, with the activations at xa and at xb: the
+// same columns, or b's a reduction block behind a's so that the two
+// groups' lines do not share cache sets) whose codes hold no NaN code and whose eight
 // rows share one scale per block (block b of group g uses *sc[g] + b, the
 // first block holding first steps of sixteen codes and every later one
 // eight), over kn (a multiple of 16) elements. Per 16 columns it decodes
@@ -4063,23 +4072,24 @@ func fp8Tile3W512(m int) {
 // lanes as dotTile1x8FP8AVX512's does and is reduced by the same tree, so
 // each output has that tile's bits. Group a's sums go to out[0:8], group
 // b's to out[8:16]. Accumulators Z0–Z15, the scales Z16–Z17, decoded codes
-// Z18–Z21, the activation vector Z22, the mask Z23.
+// Z18–Z21, the activation vectors Z22 (a) and Z24 (b), the mask Z23.
 func fp8GEMVPair512() {
 	name := "dotTile1x16FP8AVX512"
-	TEXT(name, NOSPLIT, "func(x *float32, wa *uint8, wb *uint8, ldw int, kn int, sc *[2]*float32, first int, pfd int, out *[16]float32)")
+	TEXT(name, NOSPLIT, "func(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, sc *[2]*float32, first int, pfa int, pfb int, out *[16]float32)")
 	Pragma("noescape")
-	Doc(name + " computes one activation row's dot products with two groups of 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g], over kn (a multiple of 16) elements, and stores group a's sums in out[0:8] and group b's in out[8:16].")
+	Doc(name + " computes the dot products of the activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g], over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].")
 	acc := func(j int) VecPhysical { return zmm[j] }
 	sva, svb := Z16, Z17
 	tv := func(j int) VecPhysical { return zmm[18+j%4] }
-	xv, mask := Z22, Z23
-	x := Load(Param("x"), GP64())
+	xv, xvb, mask := Z22, Z24, Z23
+	x := Load(Param("xa"), GP64())
+	xb := Load(Param("xb"), GP64())
 	ldw := Load(Param("ldw"), GP64())
 	// Each group's rows through three bases (eightRows).
 	rowA, basesA := eightRows(Load(Param("wa"), GP64()), ldw)
 	rowB, basesB := eightRows(Load(Param("wb"), GP64()), ldw)
 	bases := append(basesA, basesB...)
-	pfd := Load(Param("pfd"), GP64()) // the caller's prefetch offset (kernels.fp8TilePrefetch)
+	pfd := Load(Param("pfa"), GP64()) // the caller's prefetch offsets (kernels.fp8TilePrefetch)
 	sc := Load(Param("sc"), GP64())
 	for j := range 16 {
 		VPXORD(acc(j), acc(j), acc(j))
@@ -4106,21 +4116,30 @@ func fp8GEMVPair512() {
 	SUBQ(cnt, steps)
 	Label(name + "_step")
 	VMOVUPS(Mem{Base: x}, xv)
+	VMOVUPS(Mem{Base: xb}, xvb)
 	for j := range 8 {
 		decodeE4M3Vec(rowA(j, 0), tv(2*j), mask, sva, true)
 		VFMADD231PS(tv(2*j), xv, acc(j))
 		decodeE4M3Vec(rowB(j, 0), tv(2*j+1), mask, svb, true)
-		VFMADD231PS(tv(2*j+1), xv, acc(8+j))
+		VFMADD231PS(tv(2*j+1), xvb, acc(8+j))
 	}
 	ADDQ(U8(64), x)
+	ADDQ(U8(64), xb)
 	for _, b := range bases {
 		ADDQ(U8(16), b)
 	}
-	// Every fourth step (64 bytes of each row): each row's line pfd bytes
-	// past the one just read, from the six bases moved by pfd.
+	// Every fourth step (64 bytes of each row): each row's line pfa (group
+	// a) or pfb (group b) bytes past the one just read, from the six bases
+	// moved by their offset; pfb is read from the arguments, for want of a
+	// register.
 	TESTQ(U32(3), cnt)
 	JNZ(LabelRef(name + "_next"))
-	prefetchEightRows(bases, pfd, ldw, tmp)
+	prefetchEightRows(basesA, pfd, ldw, tmp)
+	for i, b := range basesB {
+		Load(Param("pfb"), tmp)
+		LEAQ(Mem{Base: b, Index: tmp, Scale: 1}, tmp)
+		prefetchFromBase(i, tmp, ldw)
+	}
 	Label(name + "_next")
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))

@@ -337,10 +337,12 @@ func dotTileFP8Rows8(m int, x *float32, ldx int, w *uint8, ldw, kn int, sc *floa
 }
 
 // dotTile1x16FP8 is dotTile1x8FP8Finite for two groups of eight weight
-// rows at wa and wb, each group's rows sharing the block scales at *sc[g]:
-// group a's sums in out[0:8], group b's in out[8:16].
-func dotTile1x16FP8(x *float32, wa, wb *uint8, ldw, kn int, sc *[2]*float32, first, pfd int, out *[16]float32) {
-	dotTile1x16FP8AVX512(x, wa, wb, ldw, kn, sc, first, pfd, out)
+// rows, those at wa with the activations at xa and those at wb with the
+// activations at xb, each group's rows sharing the block scales at *sc[g]
+// and prefetched pfa (group a) or pfb (group b) bytes ahead: group a's sums
+// in out[0:8], group b's in out[8:16].
+func dotTile1x16FP8(xa, xb *float32, wa, wb *uint8, ldw, kn int, sc *[2]*float32, first, pfa, pfb int, out *[16]float32) {
+	dotTile1x16FP8AVX512(xa, xb, wa, wb, ldw, kn, sc, first, pfa, pfb, out)
 }
 
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,

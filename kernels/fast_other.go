@@ -88,7 +88,7 @@ func dotTile1x4FP8(*float32, *uint8, int, int, *[4]*float32, int, int, *[4]float
 	panic("kernels: no assembly tiles on this architecture")
 }
 
-func dotTile1x16FP8(*float32, *uint8, *uint8, int, int, *[2]*float32, int, int, *[16]float32) {
+func dotTile1x16FP8(*float32, *float32, *uint8, *uint8, int, int, *[2]*float32, int, int, int, *[16]float32) {
 	panic("kernels: no assembly tiles on this architecture")
 }
 

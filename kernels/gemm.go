@@ -1089,6 +1089,13 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 	in := w.Cols
 	groups := (j1 - j0) / 8
 	pairs, half, mid := pairedGroups(groups)
+	if lagAliasedPairs && in%fp8AliasBytes == 0 && pairsOneScale(w, j0, pairs, half) {
+		gemvPairsFP8Lagged(dst, x, w, buf, j0, pairs, half)
+		if mid >= 0 {
+			gemvRowsFP8(dst, x, w, levelAVX512, buf, j0+mid*8, 8)
+		}
+		return j0 + groups*8
+	}
 	var out [16]float32
 	for g := range pairs {
 		ja, jb := j0+g*8, j0+(g+half)*8
@@ -1102,7 +1109,8 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 			var sc [2]*float32
 			first := fp8TileScales(w, sc[:1], ja, k0, 16)
 			fp8TileScales(w, sc[1:], jb, k0, 16)
-			dotTile1x16FP8(&x[k0], &w.FP8[ja*in+k0], &w.FP8[jb*in+k0], in, min(gemmKC, in-k0), &sc, first, fp8TilePrefetch(w, ja, 8, k0, fp8GEMVPrefetch), &out)
+			dotTile1x16FP8(&x[k0], &x[k0], &w.FP8[ja*in+k0], &w.FP8[jb*in+k0], in, min(gemmKC, in-k0), &sc, first,
+				fp8TilePrefetch(w, ja, 8, k0, fp8GEMVPrefetch), fp8TilePrefetch(w, jb, 8, k0, fp8GEMVPrefetch), &out)
 			addBlock(da, out[:8], k0 == 0)
 			addBlock(db, out[8:], k0 == 0)
 		}
@@ -1111,6 +1119,70 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 		gemvRowsFP8(dst, x, w, levelAVX512, buf, j0+mid*8, 8)
 	}
 	return j0 + groups*8
+}
+
+// fp8AliasBytes is the stride at which an L1 data cache of 64 sets of
+// 64-byte lines (48 KiB of 12 ways on Zen 5 and recent Intel cores, 32 KiB
+// of 8 on older ones) maps lines to the same set. When an fp8 matrix's rows
+// are a multiple of it long, the sixteen rows a pair of groups reads at one
+// column all fall in one set, more than it has ways, and each line is
+// evicted before its four steps are done with it.
+const fp8AliasBytes = 4096
+
+// lagAliasedPairs is whether gemvPairsFP8 walks the pairs of a matrix
+// whose columns are a multiple of fp8AliasBytes through
+// gemvPairsFP8Lagged; BenchmarkFP8AliasedRows clears it to time the walk
+// in step.
+var lagAliasedPairs = true
+
+// pairsOneScale reports whether both groups of every pair gemvPairsFP8
+// walks from j0 lie in one block of 128 rows.
+func pairsOneScale(w *Matrix, j0, pairs, half int) bool {
+	for g := range pairs {
+		if !w.oneScaleRow(j0+g*8, 8) || !w.oneScaleRow(j0+(g+half)*8, 8) {
+			return false
+		}
+	}
+	return true
+}
+
+// gemvPairsFP8Lagged is gemvPairsFP8's walk for a matrix whose columns are
+// a multiple of fp8AliasBytes (so also of gemmKC) and whose paired groups
+// all take one scale: the b groups run one reduction block behind the a
+// groups, so that at any column the two groups' lines fall in sets gemmKC
+// bytes apart. Both streams walk their groups' blocks in order (each
+// output's blocks are still added first to last), call i computing block i
+// of the a stream with block i−1 of the b stream; the first and the last
+// call have one group and go through gemvTileFP8, whose bits the pair tile
+// has. In L2, rows of 4,096 and 16,384 codes read so are as fast as rows of
+// 3,968 and 16,256 read in step (docs/performance.md, "fp8 rows a multiple
+// of 4 KiB long").
+func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, pairs, half int) {
+	in := w.Cols
+	nb := in / gemmKC
+	var out [16]float32
+	for i := range pairs*nb + 1 {
+		a, b := i < pairs*nb, i > 0
+		ja, ka := j0+(i/nb)*8, (i%nb)*gemmKC
+		jb, kb := 0, 0
+		if b {
+			jb, kb = j0+((i-1)/nb+half)*8, ((i-1)%nb)*gemmKC
+		}
+		switch {
+		case a && b:
+			var sc [2]*float32
+			first := fp8TileScales(w, sc[:1], ja, ka, 16)
+			fp8TileScales(w, sc[1:], jb, kb, 16)
+			dotTile1x16FP8(&x[ka], &x[kb], &w.FP8[ja*in+ka], &w.FP8[jb*in+kb], in, gemmKC, &sc, first,
+				fp8TilePrefetch(w, ja, 8, ka, fp8GEMVPrefetch), fp8TilePrefetch(w, jb, 8, kb, fp8GEMVPrefetch), &out)
+			addBlock(dst[ja:ja+8:ja+8], out[:8], ka == 0)
+			addBlock(dst[jb:jb+8:jb+8], out[8:], kb == 0)
+		case a:
+			gemvTileFP8(dst, x, w, levelAVX512, buf, ja, 8, ka)
+		default:
+			gemvTileFP8(dst, x, w, levelAVX512, buf, jb, 8, kb)
+		}
+	}
 }
 
 // gemvRowsFP8 is the one-row product of weight rows [jt, jt+rows) of an FP8

@@ -438,6 +438,44 @@ func BenchmarkFP8SubnormalCodes(b *testing.B) {
 	}
 }
 
+// BenchmarkFP8AliasedRows times the one-row fp8 product of matrices whose
+// rows are a multiple of fp8AliasBytes long through gemvPairsFP8's two
+// walks, the b groups a reduction block behind the a groups (walk=lagged)
+// and both at the same columns (walk=in-step), in turns for five rounds: in
+// L2 (128 rows of 4,096 codes and 32 of 16,384, and for comparison rows of
+// 3,968 and 16,256, which do not alias and take the walk in step under
+// both names) and streamed from memory
+// (GLM-5's o_proj, 6144×16384, and the 350M preset's 2048×4096). On
+// AVX-512 only, where the pair walk runs. GB/s counts the code bytes per
+// call.
+func BenchmarkFP8AliasedRows(b *testing.B) {
+	if activeLevel() != levelAVX512 {
+		b.Skip("the pair walk runs on AVX-512 only")
+	}
+	shapes := []struct {
+		name    string
+		out, in int
+	}{{"in-L2", 128, 4096}, {"in-L2", 32, 16384}, {"in-L2", 128, 3968}, {"in-L2", 32, 16256}, {"o_proj", 6144, 16384}, {"dense-o_proj", 2048, 4096}}
+	for _, sh := range shapes {
+		ws := benchWeights(newRand(87), "fp8", sh.out, sh.in)
+		if sh.name == "in-L2" {
+			ws = ws[:1]
+		}
+		x := randSlice(newRand(88), sh.in, 1)
+		dst := make([]float32, sh.out)
+		for r := range 5 {
+			for _, walk := range []string{"lagged", "in-step"} {
+				b.Run(fmt.Sprintf("%s/%dx%d/round=%d/walk=%s", sh.name, sh.out, sh.in, r, walk), func(b *testing.B) {
+					defer func(lag bool) { lagAliasedPairs = lag }(lagAliasedPairs)
+					lagAliasedPairs = walk == "lagged"
+					loopProducts(b, dst, x, 1, ws)
+					b.ReportMetric(float64(sh.out*sh.in)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkAMXProducts compares the interleaved bf16 products of avx512
 // and avx512-amx on the same weights, the two implementations in turns
 // call by call, with the read probe between rounds: one and eight
