@@ -1084,7 +1084,8 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 // output has the bits of gemvTileFP8's. It returns the first row after the
 // whole groups. One region at a time left GLM-5's one-row products up to
 // 1.3× slower on a Zen 5 core (docs/performance.md, "fp8 products of one
-// to three rows read more streams").
+// to three rows read more streams"). Rows a multiple of fp8AliasBytes long
+// go through gemvPairsFP8Lagged, which walks the b groups a block behind.
 func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1 int) int {
 	in := w.Cols
 	groups := (j1 - j0) / 8
