@@ -1092,34 +1092,39 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 	pairs, half, mid := pairedGroups(groups)
 	if lagAliasedPairs && in%fp8AliasBytes == 0 && pairsOneScale(w, j0, pairs, half) {
 		gemvPairsFP8Lagged(dst, x, w, buf, j0, pairs, half)
-		if mid >= 0 {
-			gemvRowsFP8(dst, x, w, levelAVX512, buf, j0+mid*8, 8)
-		}
-		return j0 + groups*8
-	}
-	var out [16]float32
-	for g := range pairs {
-		ja, jb := j0+g*8, j0+(g+half)*8
-		if !w.oneScaleRow(ja, 8) || !w.oneScaleRow(jb, 8) {
-			gemvRowsFP8(dst, x, w, levelAVX512, buf, ja, 8)
-			gemvRowsFP8(dst, x, w, levelAVX512, buf, jb, 8)
-			continue
-		}
-		da, db := dst[ja:ja+8:ja+8], dst[jb:jb+8:jb+8]
-		for k0 := 0; k0 < in; k0 += gemmKC {
-			var sc [2]*float32
-			first := fp8TileScales(w, sc[:1], ja, k0, 16)
-			fp8TileScales(w, sc[1:], jb, k0, 16)
-			dotTile1x16FP8(&x[k0], &x[k0], &w.FP8[ja*in+k0], &w.FP8[jb*in+k0], in, min(gemmKC, in-k0), &sc, first,
-				fp8TilePrefetch(w, ja, 8, k0, fp8GEMVPrefetch), fp8TilePrefetch(w, jb, 8, k0, fp8GEMVPrefetch), &out)
-			addBlock(da, out[:8], k0 == 0)
-			addBlock(db, out[8:], k0 == 0)
+	} else {
+		for g := range pairs {
+			ja, jb := j0+g*8, j0+(g+half)*8
+			if !w.oneScaleRow(ja, 8) || !w.oneScaleRow(jb, 8) {
+				gemvRowsFP8(dst, x, w, levelAVX512, buf, ja, 8)
+				gemvRowsFP8(dst, x, w, levelAVX512, buf, jb, 8)
+				continue
+			}
+			for k0 := 0; k0 < in; k0 += gemmKC {
+				pairBlockFP8(dst, x, w, ja, k0, jb, k0, min(gemmKC, in-k0))
+			}
 		}
 	}
 	if mid >= 0 {
 		gemvRowsFP8(dst, x, w, levelAVX512, buf, j0+mid*8, 8)
 	}
 	return j0 + groups*8
+}
+
+// pairBlockFP8 is one call of the pair tile: the block of kn columns at ka
+// of the eight rows at ja and the block at kb of the eight rows at jb (both
+// groups in one block of 128 rows), each block's sums stored into dst (the
+// first block of its rows) or added to it.
+func pairBlockFP8(dst, x []float32, w *Matrix, ja, ka, jb, kb, kn int) {
+	in := w.Cols
+	var sc [2]*float32
+	var out [16]float32
+	first := fp8TileScales(w, sc[:1], ja, ka, 16)
+	fp8TileScales(w, sc[1:], jb, kb, 16)
+	dotTile1x16FP8(&x[ka], &x[kb], &w.FP8[ja*in+ka], &w.FP8[jb*in+kb], in, kn, &sc, first,
+		fp8TilePrefetch(w, ja, 8, ka, fp8GEMVPrefetch), fp8TilePrefetch(w, jb, 8, kb, fp8GEMVPrefetch), &out)
+	addBlock(dst[ja:ja+8:ja+8], out[:8], ka == 0)
+	addBlock(dst[jb:jb+8:jb+8], out[8:], kb == 0)
 }
 
 // fp8AliasBytes is the stride at which an L1 data cache of 64 sets of
@@ -1159,9 +1164,7 @@ func pairsOneScale(w *Matrix, j0, pairs, half int) bool {
 // 3,968 and 16,256 read in step (docs/performance.md, "fp8 rows a multiple
 // of 4 KiB long").
 func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, pairs, half int) {
-	in := w.Cols
-	nb := in / gemmKC
-	var out [16]float32
+	nb := w.Cols / gemmKC
 	for i := range pairs*nb + 1 {
 		a, b := i < pairs*nb, i > 0
 		ja, ka := j0+(i/nb)*8, (i%nb)*gemmKC
@@ -1171,13 +1174,7 @@ func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, 
 		}
 		switch {
 		case a && b:
-			var sc [2]*float32
-			first := fp8TileScales(w, sc[:1], ja, ka, 16)
-			fp8TileScales(w, sc[1:], jb, kb, 16)
-			dotTile1x16FP8(&x[ka], &x[kb], &w.FP8[ja*in+ka], &w.FP8[jb*in+kb], in, gemmKC, &sc, first,
-				fp8TilePrefetch(w, ja, 8, ka, fp8GEMVPrefetch), fp8TilePrefetch(w, jb, 8, kb, fp8GEMVPrefetch), &out)
-			addBlock(dst[ja:ja+8:ja+8], out[:8], ka == 0)
-			addBlock(dst[jb:jb+8:jb+8], out[8:], kb == 0)
+			pairBlockFP8(dst, x, w, ja, ka, jb, kb, gemmKC)
 		case a:
 			gemvTileFP8(dst, x, w, levelAVX512, buf, ja, 8, ka)
 		default:
