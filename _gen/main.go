@@ -301,7 +301,7 @@ func dotTile512(m int, bf16 bool) {
 //
 // The AVX-512 tiles prefetch weights into L2 (PREFETCHT1), not L1: on the
 // Zen 4 host PREFETCHT0 made the row-major GEMV 20–33 % slower, the few-row
-// strips 11–40 % and the fp8 GEMV 3–20 % (docs/performance.md, "Weights
+// strips 11–40 % and the fp8 GEMV 3–20 % (docs/performance-log.md, "Weights
 // prefetched into L2"). The AVX2 tiles keep PREFETCHT0, measured on their own
 // host.
 const gemvPrefetch = 1024
@@ -470,7 +470,7 @@ func gemvIlv(groups int) {
 // by a word mask (K1), and fused into every row. Widening each half straight
 // from memory, two loads of the line, streamed 13–18 % slower at eight rows
 // on a Zen 5 core: a streamed tile pays for every load it issues beside the
-// FMAs, though in cache the two run alike (docs/performance.md, "What a
+// FMAs, though in cache the two run alike (docs/performance-log.md, "What a
 // streamed eight-row product loses"). Each output
 // has dotTile1x8BF16IlvAVX512's accumulator (values k…k+15 of a chunk, then
 // k+16…k+31) and reduce4x512's sums (reduce4x512Any, the same additions), so
@@ -2422,7 +2422,7 @@ func siluMul512() {
 // before it. A burst of a tile's lines (64 for eight f32 keys of 128
 // values) is likely more than a core keeps in flight; spread out, the
 // tile's from-memory rate came close to its in-cache rate
-// (docs/performance.md, "The indexer's keys prefetched a line at a time").
+// (docs/performance-log.md, "The indexer's keys prefetched a line at a time").
 func prefetchNextKeys(name string, next, off Register, keys int) {
 	np := GP64()
 	TESTQ(U32(63), off)
@@ -2941,7 +2941,7 @@ func e4m3Consts() {
 // on a normal float32. The float32 route of the tiles (the bits shifted into
 // a float32, times 2^120) makes a subnormal code a float32 denormal, and an
 // Intel core takes a microcode assist of about a hundred cycles for each
-// vector holding one (docs/performance.md, "fp8 records with subnormal
+// vector holding one (docs/performance-log.md, "fp8 records with subnormal
 // codes"); a widened float16 subnormal costs nothing extra.
 func e4m3Step(src, dst Register) {
 	e4m3Half(src)
@@ -4346,7 +4346,7 @@ func regIndex(z VecPhysical) int {
 // (m+i)·ldo), which a caller walking the rows in passes writes next: a
 // prompt's outputs are too many for L2, and waiting for them at the end of
 // every call cost its products 0–11 % on an Intel Xeon core (medians of
-// fifteen alternations in one process; docs/performance.md, "Prompt
+// fifteen alternations in one process; docs/performance-log.md, "Prompt
 // products through groups of eight weight rows, on the Intel host").
 func gemmTile8F32512(m int) {
 	name := fmt.Sprintf("gemmTile%dx8F32AVX512", m)

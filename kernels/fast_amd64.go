@@ -544,7 +544,7 @@ func fmaPeak(rounds int) float64 {
 // fp8ProbeCodes are the codes the fp8 probes decode: 17·i, with each
 // subnormal code (exponent bits zero, mantissa bits not) given the smallest
 // normal exponent instead. A subnormal code decodes through a denormal
-// float32, and on some cores (the Intel Xeon of docs/performance.md, "An
+// float32, and on some cores (the Intel Xeon of docs/performance-log.md, "An
 // Intel host") a multiply with a denormal operand takes a microcode assist
 // of about 130 cycles: with three of their four vectors of codes holding
 // one, the probes measured the assists and ran 40 times slower. Quantized

@@ -202,7 +202,7 @@ const (
 // carrying its accumulators from one call to the next. On a Zen 5 core
 // (48 KiB of L1) splitting sixteen rows' blocks in two made their products
 // 10–16 % faster (medians of five rounds), and splitting eight rows' 4–18 %
-// slower (docs/performance.md, "Sixteen rows' blocks in halves").
+// slower (docs/performance-log.md, "Sixteen rows' blocks in halves").
 var groupL1Bytes = 48 << 10
 
 // groupSubCols is how many values of a reduction block one call of the group
@@ -319,7 +319,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// Two streams: group g of the range with group g+half, each
 		// reduction block of both in one call. A single stream front to
 		// back left the one-row product 5–23 % slower on a Zen 5 core
-		// (docs/performance.md, "Two streams for a one-row product").
+		// (docs/performance-log.md, "Two streams for a one-row product").
 		pairs, half, mid := pairedGroups((j1 - j0) / ilvRows)
 		var pair [16]float32
 		for g := range pairs {
@@ -357,7 +357,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 		// accumulators carried across them, so its bits stay the same.
 		// Reading each half of a group as every other 256 bytes, as the
 		// four-row strips do, streamed 20–40 % slower on a Zen 5 core
-		// (docs/performance.md, "Back on a Zen 5 host: whole groups of
+		// (docs/performance-log.md, "Back on a Zen 5 host: whole groups of
 		// interleaved rows").
 		passes := (n + groupIlvMaxRows - 1) / groupIlvMaxRows
 		pfl := (ilvRows + passes - 1) / passes
@@ -427,7 +427,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 // weights takes the ports its FMAs need, so widening each line once for
 // all eight rows pays; a Zen 5 core widens on other pipes, and there the
 // pairs streamed 11–14 % slower than the passes (level in L2:
-// docs/performance.md, "Eight decode rows: the walk by the core, on a
+// docs/performance-log.md, "Eight decode rows: the walk by the core, on a
 // Zen 5 host"). A variable so that a benchmark can time either walk.
 var pairIlvRows = pairWalkRows(cpuVendor)
 
@@ -448,7 +448,7 @@ func pairWalkRows(vendor string) int {
 // three times, on the ports an Intel core's FMAs need: on an Intel Xeon
 // core eight rows' products computed 14–16 % faster so in L2 and streamed
 // 2–4 % faster from memory, and batch-8 bf16 decode steps ran 6–15 %
-// faster in six of eight cases (docs/performance.md, "Eight decode rows a
+// faster in six of eight cases (docs/performance-log.md, "Eight decode rows a
 // pair of weight rows at a time, on the Intel host"). The eight rows' block
 // (32 KiB of f32) stays in L1 while the four pairs go by; the bits are the
 // group tiles'.
@@ -480,7 +480,7 @@ var promptGroupsMinRows = fp8DecodedMaxRows + 1
 // other walk; (nj, nk) is the tile the walk computes next, (j1, 0) after
 // the last. The one-group-at-a-time walk is one stream; two regions read
 // in turns made two- and three-row products of interleaved bf16 weights
-// 5–7 % faster on q_a's shape on a Zen 5 core (docs/performance.md, "Two
+// 5–7 % faster on q_a's shape on a Zen 5 core (docs/performance-log.md, "Two
 // streams for a one-row product").
 func pairedWalk(in, j0, j1, step int, tile func(jt, k0, nj, nk int)) {
 	pairs, half, mid := pairedGroups((j1 - j0) / step)
@@ -743,7 +743,7 @@ func gemmFP8Decoded(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 // weight rows go by. On a Zen 5 core the eight-row tile over 512 rows and
 // f32 weights of [6144, 2048] ran at 73.7–77.0 % of the FMA peak with
 // chunks of 64 rows, 82.8–84.1 % with 128 and 78.8–79.6 % with 256
-// (docs/performance.md, "fp8 prompts through groups of eight weight rows");
+// (docs/performance-log.md, "fp8 prompts through groups of eight weight rows");
 // on an Intel Xeon core (2 MiB of L2) 64 and 128 rows ran alike and 256
 // slower.
 const groupChunkRows = 128
@@ -781,7 +781,7 @@ var chunkBufs = make(bufPool[chunkBuf], 64)
 // competed for 128 KiB of the cache. On an Intel Xeon core that product
 // ([6144, 16384], 512 rows, in glm5-shape's prompt) ran at 50–55 % of its
 // FMA time uncopied and 70 % copied; a chunk costs one pass over its rows
-// for every 768 groups that read it (docs/performance.md, "A prompt's
+// for every 768 groups that read it (docs/performance-log.md, "A prompt's
 // activation rows copied a chunk at a time, on the Intel host").
 func promptGroups(dst, x []float32, n, in, out, j0, end int, fill func(jt, k0, nb, nk int) f32Rows) {
 	xc := chunkBufs.get()
@@ -842,7 +842,7 @@ func gemmFP8Groups(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloat
 // core). The widened values are the bf16 values, so the bits are those of
 // the strips. On an Intel Xeon core the products of 512 rows with
 // glm5-dense-350m's MLP shapes ran at 0.77–0.80 of the FMA peak so, against
-// 0.70–0.73 through the strips (docs/performance.md, "Prompt products
+// 0.70–0.73 through the strips (docs/performance-log.md, "Prompt products
 // through groups of eight weight rows, on the Intel host").
 func gemmIlvGroups(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j0, j1 int) {
 	in := w.Cols
@@ -935,7 +935,7 @@ func gemvTileFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32
 // tile on AVX-512 prefetches each of its eight weight rows. On a Zen 4 core
 // (AVX-512 at half width), 1,024 bytes (the bf16 tile's distance) left the
 // fp8 tile at 35–65 % of its in-cache rate when streaming from memory, and
-// whole fp8 decode steps ran 8–40 % faster at 2,048 (docs/performance.md,
+// whole fp8 decode steps ran 8–40 % faster at 2,048 (docs/performance-log.md,
 // "fp8 prefetch distance").
 const fp8GEMVPrefetch = 2048
 
@@ -957,7 +957,7 @@ const panelOut = 1024
 // activation rows (GLM-5's o_proj at batch 8: 8 × 16,384 floats, 512 KiB)
 // were evicted by the weights between one tile's blocks and read again
 // from L3 by every tile; a panel of panelOut rows reads each block of them
-// once per panel from L1 or L2 instead (docs/performance.md, "Activations
+// once per panel from L1 or L2 instead (docs/performance-log.md, "Activations
 // that stay in L2"). Each output still sums its blocks in order, so no bit
 // changes.
 func productPanel(n, in, step int) int { return productPanelAbove(panelXBytes, n, in, step) }
@@ -977,7 +977,7 @@ func productPanelAbove(xBytes, n, in, step int) int {
 // them there; a panel walk (its outputs, n·panelOut values, in L2 too)
 // measured 3 % slower on one thread and up to 20 % on two at 43–64 rows
 // of 2,048 columns, where past it (the same rows of 6,144 and 16,384
-// columns) it is 1.2–1.4× faster (docs/performance.md, "An expert's
+// columns) it is 1.2–1.4× faster (docs/performance-log.md, "An expert's
 // activation rows in L2").
 var decodedPanelXBytes = 512 << 10
 
@@ -987,7 +987,7 @@ var decodedPanelXBytes = 512 << 10
 // activation rows in L1 across its groups, where the per-tile walk reads
 // each of them from L2 once per group. Over 2,048 columns (under
 // panelXBytes up to sixteen rows) the panels streamed 3–8 % faster at eight
-// rows and 17–35 % at sixteen, and 6–11 % slower at six (docs/performance.md,
+// rows and 17–35 % at sixteen, and 6–11 % slower at six (docs/performance-log.md,
 // "A quiet morning"), where the per-tile walk's one stream front to back
 // keeps the lead.
 var groupPanelMinRows = 7
@@ -1083,7 +1083,7 @@ func fewTileFP8(dst, x []float32, n int, w *Matrix, buf *[panelFloats]float32, j
 // (the tile takes one scale per group), go through gemvTileFP8. Every
 // output has the bits of gemvTileFP8's. It returns the first row after the
 // whole groups. One region at a time left GLM-5's one-row products up to
-// 1.3× slower on a Zen 5 core (docs/performance.md, "fp8 products of one
+// 1.3× slower on a Zen 5 core (docs/performance-log.md, "fp8 products of one
 // to three rows read more streams"). Rows a multiple of fp8AliasBytes long
 // go through gemvPairsFP8Lagged, which walks the b groups a block behind.
 func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1 int) int {
@@ -1161,7 +1161,7 @@ func pairsOneScale(w *Matrix, j0, pairs, half int) bool {
 // of the a stream with block i−1 of the b stream; the first and the last
 // call have one group and go through gemvTileFP8, whose bits the pair tile
 // has. In L2, rows of 4,096 and 16,384 codes read so are as fast as rows of
-// 3,968 and 16,256 read in step (docs/performance.md, "fp8 rows a multiple
+// 3,968 and 16,256 read in step (docs/performance-log.md, "fp8 rows a multiple
 // of 4 KiB long").
 func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, pairs, half int) {
 	nb := w.Cols / gemmKC
@@ -1218,7 +1218,7 @@ const eightRowMaxRows = 3
 // on AVX-512: the codes of all eight rows are decoded in registers once
 // for all n rows, eight streams at once, where the four-row tile reads
 // four; on a Zen 5 core two and three rows of q_a's shape streamed 1.2–1.4×
-// faster so (docs/performance.md, "fp8 products of one to three rows read
+// faster so (docs/performance-log.md, "fp8 products of one to three rows read
 // more streams"). The tile takes one scale per block for all eight rows,
 // so a group whose rows straddle two blocks of 128 rows goes through two
 // four-row tiles. Each output keeps gemmTile's per-element arithmetic on
@@ -1489,7 +1489,7 @@ func gemvTile8(dst, x []float32, w *Matrix, p *f32Rows, l level, jt, k0 int) {
 	} else {
 		// bf16 rows keep the tile's plain distance: following a row's end
 		// into the next tile, as the fp8 tiles do, measured no faster
-		// for them (docs/performance.md, "Prefetching past a row's end").
+		// for them (docs/performance-log.md, "Prefetching past a row's end").
 		dotTile1x8BF16(l, &x[k0], &w.BF16[jt*in+k0], in, kv, &tile)
 	}
 	xi := x[k0+kv : k1]

@@ -46,7 +46,7 @@ type Matrix struct {
 //
 // A one-row product of a row-major matrix reads eight rows at once, eight
 // short streams the hardware prefetchers follow less well than one (see
-// docs/performance.md, "Interleaved bf16 rows"); the interleaved one-row
+// docs/performance-log.md, "Interleaved bf16 rows"); the interleaved one-row
 // product reads two long ones, the first half of its groups beside the
 // second. The pairing lets a tile
 // widen sixteen values to float32 with one shift or one mask of the words

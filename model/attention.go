@@ -135,7 +135,7 @@ func (t *transposer) rows(lo, n int) kernels.Matrix {
 		m.Scales = &kernels.BlockScales{S: t.scalesT[col/B:], Stride: t.nbr, RowOff: s.ColOff, ColOff: col % B}
 		// Checked once here, so that every product need not check the
 		// codes again: an unchecked matrix takes slower tiles (1.4–1.8×
-		// on the absorbed W_UKᵀ products; docs/performance.md, "The
+		// on the absorbed W_UKᵀ products; docs/performance-log.md, "The
 		// absorbed products' codes checked once").
 		m.CheckFP8Codes()
 	}
