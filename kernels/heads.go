@@ -149,10 +149,91 @@ func (t *headsTask) runPart(p, parts int) {
 		}
 		return
 	}
+	if headsPairsFP8(t.dst, t.hd, t.x, t.hx, t.ws, t.l, h0, h1) {
+		return
+	}
 	for h := h0; h < h1; h++ {
 		w := &t.ws[h]
 		if w.Rows > 0 {
 			gemmRange(t.dst[h*t.hd:h*t.hd+w.Rows], t.x[h*t.hx:h*t.hx+w.Cols], 1, w, t.l, 0, w.Rows)
 		}
 	}
+}
+
+// headsPairsFP8 computes the one-row products of heads [h0, h1) as one
+// walk over all their groups of eight weight rows, as gemvPairsFP8 walks
+// one matrix: global group g (head h0 + g/per, per groups a head) with
+// group g+half, each with its own head's activations, through the pair
+// tile, and the middle group of an odd count through the one-group tiles.
+// Each group's sums are those of the tiles gemvPairsFP8 runs on the head
+// alone (a group's bits depend only on its rows and its activations, never
+// on the group it is paired with), so only the order of the reads changes:
+// two long streams over the heads instead of two short ones per head,
+// which ran the absorbed W_UKᵀ and W_UV products of 64 heads 15–25 %
+// faster on a Zen 5 core (docs/performance-log.md, "The absorbed per-head
+// products as one walk"). It reports false, having done nothing, unless the
+// heads are two or more fp8 matrices of one shape whose codes were checked,
+// whose every group takes one scale per block of columns, and which the
+// one-row tiles decode in registers on level l.
+func headsPairsFP8(dst []float32, hd int, x []float32, hx int, ws []Matrix, l level, h0, h1 int) bool {
+	if h1-h0 < 2 {
+		return false
+	}
+	rows, cols := ws[h0].Rows, ws[h0].Cols
+	if rows == 0 || rows%8 != 0 || cols == 0 {
+		return false
+	}
+	for h := h0; h < h1; h++ {
+		w := &ws[h]
+		if w.FP8 == nil || w.Rows != rows || w.Cols != cols || !oneScaleTiles(w, l) || !fp8InRegister(w, l, 0, rows) {
+			return false
+		}
+		for j := 0; j < rows; j += 8 {
+			if !w.oneScaleRow(j, 8) {
+				return false
+			}
+		}
+	}
+	per := rows / 8
+	pairs, half, mid := pairedGroups((h1 - h0) * per)
+	group := func(g int) (w *Matrix, d, xh []float32, j int) {
+		h := h0 + g/per
+		return &ws[h], dst[h*hd : h*hd+rows : h*hd+rows], x[h*hx : h*hx+cols : h*hx+cols], (g % per) * 8
+	}
+	buf := panelBufs.get()
+	defer panelBufs.put(buf)
+	for g := range pairs {
+		wa, da, xa, ja := group(g)
+		wb, db, xb, jb := group(g + half)
+		if wa.Scales.ColOff%FP8Block != wb.Scales.ColOff%FP8Block {
+			// The pair tile crosses both groups' blocks of columns at
+			// the same value; these two do not share their boundaries.
+			gemvRowsFP8(da, xa, wa, l, buf, ja, 8)
+			gemvRowsFP8(db, xb, wb, l, buf, jb, 8)
+			continue
+		}
+		for k0 := 0; k0 < cols; k0 += gemmKC {
+			headsPairBlockFP8(da, xa, wa, ja, db, xb, wb, jb, k0, min(gemmKC, cols-k0))
+		}
+	}
+	if mid >= 0 {
+		w, d, xh, j := group(mid)
+		gemvRowsFP8(d, xh, w, l, buf, j, 8)
+	}
+	return true
+}
+
+// headsPairBlockFP8 is pairBlockFP8 for two groups of two heads of one
+// shape: the block of kn columns at k0 of the eight rows at ja of wa, by
+// xa, into da, and of the eight rows at jb of wb, by xb, into db.
+func headsPairBlockFP8(da, xa []float32, wa *Matrix, ja int, db, xb []float32, wb *Matrix, jb, k0, kn int) {
+	in := wa.Cols
+	var sc [2]*float32
+	var out [16]float32
+	first := fp8TileScales(wa, sc[:1], ja, k0, 16)
+	fp8TileScales(wb, sc[1:], jb, k0, 16)
+	dotTile1x16FP8(&xa[k0], &xb[k0], &wa.FP8[ja*in+k0], &wb.FP8[jb*in+k0], in, kn, &sc, first,
+		fp8TilePrefetch(wa, ja, 8, k0, fp8GEMVPrefetch), fp8TilePrefetch(wb, jb, 8, k0, fp8GEMVPrefetch), &out)
+	addBlock(da[ja:ja+8:ja+8], out[:8], k0 == 0)
+	addBlock(db[jb:jb+8:jb+8], out[8:], k0 == 0)
 }
