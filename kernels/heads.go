@@ -169,8 +169,9 @@ func (t *headsTask) runPart(p, parts int) {
 // alone (a group's bits depend only on its rows and its activations, never
 // on the group it is paired with), so only the order of the reads changes:
 // two long streams over the heads instead of two short ones per head,
-// which ran the absorbed W_UKᵀ and W_UV products of 64 heads 15–25 %
-// faster on a Zen 5 core (docs/performance-log.md, "The absorbed per-head
+// which ran the absorbed W_UKᵀ and W_UV products of 64 heads, streamed,
+// 14 and 47 % faster by the medians on a Zen 5 core, the heads one after
+// another in memory (docs/performance-log.md, "The absorbed per-head
 // products as one walk"). It reports false, having done nothing, unless the
 // heads are two or more fp8 matrices of one shape whose codes were checked,
 // whose every group takes one scale per block of columns, and which the
