@@ -1101,7 +1101,7 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 				continue
 			}
 			for k0 := 0; k0 < in; k0 += gemmKC {
-				pairBlockFP8(dst, x, w, ja, k0, jb, k0, min(gemmKC, in-k0))
+				pairBlockFP8(pairGroup{dst, x, w, ja}, pairGroup{dst, x, w, jb}, k0, k0, min(gemmKC, in-k0))
 			}
 		}
 	}
@@ -1111,20 +1111,31 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 	return j0 + groups*8
 }
 
+// pairGroup is one of the two groups of a call of the pair tile: the eight
+// weight rows at j of w (in one block of 128 rows), by the activation row
+// x, their sums at d[j:j+8].
+type pairGroup struct {
+	d, x []float32
+	w    *Matrix
+	j    int
+}
+
 // pairBlockFP8 is one call of the pair tile: the block of kn columns at ka
-// of the eight rows at ja and the block at kb of the eight rows at jb (both
-// groups in one block of 128 rows), each block's sums stored into dst (the
-// first block of its rows) or added to it.
-func pairBlockFP8(dst, x []float32, w *Matrix, ja, ka, jb, kb, kn int) {
-	in := w.Cols
+// of group a and the block at kb of group b, each block's sums stored into
+// its group's d (the first block of its rows) or added to it. The two
+// groups may be of one matrix or of two of the same number of columns
+// whose blocks of columns start at the same offset (the tile crosses both
+// groups' block boundaries at the same value).
+func pairBlockFP8(a, b pairGroup, ka, kb, kn int) {
+	in := a.w.Cols
 	var sc [2]*float32
 	var out [16]float32
-	first := fp8TileScales(w, sc[:1], ja, ka, 16)
-	fp8TileScales(w, sc[1:], jb, kb, 16)
-	dotTile1x16FP8(&x[ka], &x[kb], &w.FP8[ja*in+ka], &w.FP8[jb*in+kb], in, kn, &sc, first,
-		fp8TilePrefetch(w, ja, 8, ka, fp8GEMVPrefetch), fp8TilePrefetch(w, jb, 8, kb, fp8GEMVPrefetch), &out)
-	addBlock(dst[ja:ja+8:ja+8], out[:8], ka == 0)
-	addBlock(dst[jb:jb+8:jb+8], out[8:], kb == 0)
+	first := fp8TileScales(a.w, sc[:1], a.j, ka, 16)
+	fp8TileScales(b.w, sc[1:], b.j, kb, 16)
+	dotTile1x16FP8(&a.x[ka], &b.x[kb], &a.w.FP8[a.j*in+ka], &b.w.FP8[b.j*in+kb], in, kn, &sc, first,
+		fp8TilePrefetch(a.w, a.j, 8, ka, fp8GEMVPrefetch), fp8TilePrefetch(b.w, b.j, 8, kb, fp8GEMVPrefetch), &out)
+	addBlock(a.d[a.j:a.j+8:a.j+8], out[:8], ka == 0)
+	addBlock(b.d[b.j:b.j+8:b.j+8], out[8:], kb == 0)
 }
 
 // fp8AliasBytes is the stride at which an L1 data cache of 64 sets of
@@ -1174,7 +1185,7 @@ func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, 
 		}
 		switch {
 		case a && b:
-			pairBlockFP8(dst, x, w, ja, ka, jb, kb, gemmKC)
+			pairBlockFP8(pairGroup{dst, x, w, ja}, pairGroup{dst, x, w, jb}, ka, kb, gemmKC)
 		case a:
 			gemvTileFP8(dst, x, w, levelAVX512, buf, ja, 8, ka)
 		default:

@@ -197,44 +197,28 @@ func headsPairsFP8(dst []float32, hd int, x []float32, hx int, ws []Matrix, l le
 	}
 	per := rows / 8
 	pairs, half, mid := pairedGroups((h1 - h0) * per)
-	group := func(g int) (w *Matrix, d, xh []float32, j int) {
+	group := func(g int) pairGroup {
 		h := h0 + g/per
-		return &ws[h], dst[h*hd : h*hd+rows : h*hd+rows], x[h*hx : h*hx+cols : h*hx+cols], (g % per) * 8
+		return pairGroup{d: dst[h*hd : h*hd+rows : h*hd+rows], x: x[h*hx : h*hx+cols : h*hx+cols], w: &ws[h], j: (g % per) * 8}
 	}
 	buf := panelBufs.get()
 	defer panelBufs.put(buf)
 	for g := range pairs {
-		wa, da, xa, ja := group(g)
-		wb, db, xb, jb := group(g + half)
-		if wa.Scales.ColOff%FP8Block != wb.Scales.ColOff%FP8Block {
+		a, b := group(g), group(g+half)
+		if a.w.Scales.ColOff%FP8Block != b.w.Scales.ColOff%FP8Block {
 			// The pair tile crosses both groups' blocks of columns at
 			// the same value; these two do not share their boundaries.
-			gemvRowsFP8(da, xa, wa, l, buf, ja, 8)
-			gemvRowsFP8(db, xb, wb, l, buf, jb, 8)
+			gemvRowsFP8(a.d, a.x, a.w, l, buf, a.j, 8)
+			gemvRowsFP8(b.d, b.x, b.w, l, buf, b.j, 8)
 			continue
 		}
 		for k0 := 0; k0 < cols; k0 += gemmKC {
-			headsPairBlockFP8(da, xa, wa, ja, db, xb, wb, jb, k0, min(gemmKC, cols-k0))
+			pairBlockFP8(a, b, k0, k0, min(gemmKC, cols-k0))
 		}
 	}
 	if mid >= 0 {
-		w, d, xh, j := group(mid)
-		gemvRowsFP8(d, xh, w, l, buf, j, 8)
+		m := group(mid)
+		gemvRowsFP8(m.d, m.x, m.w, l, buf, m.j, 8)
 	}
 	return true
-}
-
-// headsPairBlockFP8 is pairBlockFP8 for two groups of two heads of one
-// shape: the block of kn columns at k0 of the eight rows at ja of wa, by
-// xa, into da, and of the eight rows at jb of wb, by xb, into db.
-func headsPairBlockFP8(da, xa []float32, wa *Matrix, ja int, db, xb []float32, wb *Matrix, jb, k0, kn int) {
-	in := wa.Cols
-	var sc [2]*float32
-	var out [16]float32
-	first := fp8TileScales(wa, sc[:1], ja, k0, 16)
-	fp8TileScales(wb, sc[1:], jb, k0, 16)
-	dotTile1x16FP8(&xa[k0], &xb[k0], &wa.FP8[ja*in+k0], &wb.FP8[jb*in+k0], in, kn, &sc, first,
-		fp8TilePrefetch(wa, ja, 8, k0, fp8GEMVPrefetch), fp8TilePrefetch(wb, jb, 8, k0, fp8GEMVPrefetch), &out)
-	addBlock(da[ja:ja+8:ja+8], out[:8], k0 == 0)
-	addBlock(db[jb:jb+8:jb+8], out[8:], k0 == 0)
 }
