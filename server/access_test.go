@@ -61,7 +61,7 @@ func TestAPIKey(t *testing.T) {
 	if _, err := e.client.Completions.New(context.Background(), completionParams("hi", 2)); !errors.As(err, &apiErr) || apiErr.StatusCode != 401 {
 		t.Errorf("wrong key: %v, want 401", err)
 	}
-	if n := len(e.fake.submitted); n != 1 {
+	if n := e.fake.submittedCount(); n != 1 {
 		t.Errorf("%d requests reached the engine, want only the authorized one", n)
 	}
 }

@@ -142,7 +142,7 @@ func TestRefusals(t *testing.T) {
 	if status, _, raw := e.post(t, "/v1/completions", `{"prompt":[`+okIDs+`],"max_tokens":1}`); status != http.StatusOK {
 		t.Errorf("prompt of max model len - 1 tokens: status %d (%s), want 200", status, raw)
 	}
-	if n := len(e.fake.submitted); n != 1 {
+	if n := e.fake.submittedCount(); n != 1 {
 		t.Errorf("%d requests reached the engine, want only the valid one", n)
 	}
 }

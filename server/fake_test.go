@@ -129,6 +129,20 @@ func (f *fakeEngine) liveRequests() int {
 	return len(f.live)
 }
 
+// submittedCount is the number of requests that reached the fake.
+func (f *fakeEngine) submittedCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.submitted)
+}
+
+// cancelledCount is the number of requests the fake saw cancelled.
+func (f *fakeEngine) cancelledCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.cancelled)
+}
+
 func (f *fakeEngine) lastRequest() engine.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()

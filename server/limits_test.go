@@ -85,7 +85,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("the slow body was cut off after %v, want about 300ms", el)
 	}
-	if n := len(fake.submitted); n != 0 {
+	if n := fake.submittedCount(); n != 0 {
 		t.Errorf("%d requests reached the engine", n)
 	}
 }
@@ -198,7 +198,7 @@ func TestRequestTimeout(t *testing.T) {
 	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(data), "--request-timeout") {
 		t.Errorf("status %d body %q, want 504 naming --request-timeout", resp.StatusCode, data)
 	}
-	waitFor(t, "the engine to see the request cancelled", func() bool { return len(fake.cancelled) == 1 })
+	waitFor(t, "the engine to see the request cancelled", func() bool { return fake.cancelledCount() == 1 })
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -247,7 +247,7 @@ func TestOversizedBodyIsRefused(t *testing.T) {
 
 func noneSubmitted(t *testing.T, fake *fakeEngine) {
 	t.Helper()
-	if n := len(fake.submitted); n != 0 {
+	if n := fake.submittedCount(); n != 0 {
 		t.Errorf("%d requests reached the engine", n)
 	}
 }

@@ -74,7 +74,7 @@ func TestPromptPoolBoundsTokenization(t *testing.T) {
 		t.Fatal("a request went through while the pool's only slot was held")
 	}
 	waitFor(t, "the waiting request to leave", func() bool { return len(e.srv.prompts.slots) == 1 })
-	if n := len(e.fake.submitted); n != 0 {
+	if n := e.fake.submittedCount(); n != 0 {
 		t.Errorf("%d requests reached the engine", n)
 	}
 	release()

@@ -459,9 +459,7 @@ func TestStopStrings(t *testing.T) {
 				}
 			}
 			waitFor(t, "requests to end", func() bool { return e.fake.liveRequests() == 0 })
-			e.fake.mu.Lock()
-			nCancelled := len(e.fake.cancelled)
-			e.fake.mu.Unlock()
+			nCancelled := e.fake.cancelledCount()
 			if want := map[bool]int{true: 2, false: 0}[tc.cancels]; nCancelled != want {
 				t.Errorf("engine saw %d cancellations, want %d (a matched stop string must cancel the request)", nCancelled, want)
 			}
