@@ -19,7 +19,6 @@ import (
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kernels"
-	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/sampler"
@@ -31,17 +30,7 @@ func init() { registerBench(newBenchLatencyCmd) }
 // latencyOptions are the flags of `cpmla bench latency`: vLLM's (`vllm bench
 // latency`) and the engine flags every engine command shares.
 type latencyOptions struct {
-	model                    string
-	weightSeed               uint64
-	tp, dcp, pcp, interleave int
-	backend, dcpComm         string
-	comm                     string
-	threadsPerRank           int
-	collectiveTimeout        time.Duration
-	procs                    *engine.Procs // set on world rank 0 of an MPI run
-	procWeights              int64
-	expertParallel           bool
-	quantization             string
+	engineFlags
 
 	inputLen, outputLen, batchSize, n int
 	useBeamSearch                     bool
@@ -53,17 +42,6 @@ type latencyOptions struct {
 	enablePrefixCaching               bool
 	seed                              uint64
 	asJSON                            bool
-
-	engine                     engine.Options
-	kvDType, idxDType          string
-	memoryLimit, kvCacheMemory string
-	workspaces                 []string
-}
-
-func (o *latencyOptions) deployment() deployment {
-	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
-		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize,
-		expertParallel: o.expertParallel, quantization: o.quantization, collectiveTimeout: o.collectiveTimeout}
 }
 
 // latencyResult is what `bench latency` reports: vLLM's keys first
@@ -250,36 +228,28 @@ func (s *stepRecorder) BrokenErr() error {
 // engineOptions turns the flags into engine options, refusing impossible
 // values before anything loads.
 func (o *latencyOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
-	eo := o.engine
 	switch {
 	case o.useBeamSearch:
-		return eo, fmt.Errorf("--use-beam-search: beam search is not implemented by this engine; leave it off to sample --n sequences per prompt")
+		return o.engine, fmt.Errorf("--use-beam-search: beam search is not implemented by this engine; leave it off to sample --n sequences per prompt")
 	case o.inputLen < 1:
-		return eo, fmt.Errorf("--input-len must be ≥ 1, got %d", o.inputLen)
+		return o.engine, fmt.Errorf("--input-len must be ≥ 1, got %d", o.inputLen)
 	case o.outputLen < 1:
-		return eo, fmt.Errorf("--output-len must be ≥ 1, got %d", o.outputLen)
+		return o.engine, fmt.Errorf("--output-len must be ≥ 1, got %d", o.outputLen)
 	case o.batchSize < 1 || o.batchSize > maxLatencyBatch:
-		return eo, fmt.Errorf("--batch-size must be in [1, %d], got %d", maxLatencyBatch, o.batchSize)
+		return o.engine, fmt.Errorf("--batch-size must be in [1, %d], got %d", maxLatencyBatch, o.batchSize)
 	case o.n < 1 || o.n > maxLatencyBatch:
-		return eo, fmt.Errorf("--n must be in [1, %d], got %d", maxLatencyBatch, o.n)
+		return o.engine, fmt.Errorf("--n must be in [1, %d], got %d", maxLatencyBatch, o.n)
 	case o.warmup < 0 || o.warmup > maxLatencyIters:
-		return eo, fmt.Errorf("--num-iters-warmup must be in [0, %d], got %d", maxLatencyIters, o.warmup)
+		return o.engine, fmt.Errorf("--num-iters-warmup must be in [0, %d], got %d", maxLatencyIters, o.warmup)
 	case o.iters < 1 || o.iters > maxLatencyIters:
-		return eo, fmt.Errorf("--num-iters must be in [1, %d], got %d", maxLatencyIters, o.iters)
+		return o.engine, fmt.Errorf("--num-iters must be in [1, %d], got %d", maxLatencyIters, o.iters)
 	case o.inputLen > cfg.MaxPositionEmbeddings || o.outputLen > cfg.MaxPositionEmbeddings-o.inputLen:
-		return eo, fmt.Errorf("--input-len %d + --output-len %d exceeds the model's max_position_embeddings %d", o.inputLen, o.outputLen, cfg.MaxPositionEmbeddings)
+		return o.engine, fmt.Errorf("--input-len %d + --output-len %d exceeds the model's max_position_embeddings %d", o.inputLen, o.outputLen, cfg.MaxPositionEmbeddings)
 	case o.profile && o.profileFile == "":
-		return eo, fmt.Errorf("--profile needs --profile-file, the file the CPU profile is written to")
+		return o.engine, fmt.Errorf("--profile needs --profile-file, the file the CPU profile is written to")
 	}
-	if err := checkParallel(o.tp, o.pcp, o.dcp, o.interleave); err != nil {
-		return eo, err
-	}
-	if err := checkCollectiveTimeout(o.collectiveTimeout); err != nil {
-		return eo, err
-	}
-	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
-	eo.RanksPerHost = o.tp * o.pcp
-	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, o.kvCacheMemory, o.workspaces); err != nil {
+	eo, err := o.engineFlags.engineOptions()
+	if err != nil {
 		return eo, err
 	}
 	seqs := o.batchSize * o.n
@@ -314,23 +284,7 @@ const (
 // preflight checks the flags and the memory of the run before anything
 // loads.
 func (o *latencyOptions) preflight() (*config.Model, engine.Options, error) {
-	cfg, err := loadConfig(o.model)
-	if err != nil {
-		return nil, engine.Options{}, err
-	}
-	eo, err := o.engineOptions(cfg)
-	if err != nil {
-		return nil, eo, err
-	}
-	d := o.deployment()
-	d.blockSize = eo.BlockSize
-	if _, err := d.backendPlan(cfg); err != nil {
-		return nil, eo, err
-	}
-	if err := checkEngineStart(o.model, cfg, eo, d); err != nil {
-		return nil, eo, err
-	}
-	return cfg, eo, nil
+	return o.engineFlags.preflight(o.engineOptions)
 }
 
 // iteration is what one generation of the batch measured.
@@ -696,28 +650,9 @@ before the iteration on the threads the ranks use (medians over the iterations).
 	f.Uint64Var(&o.seed, "seed", 0, "seed of the prompts and of sampling")
 	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
 
-	f.StringVar(&o.model, "model", config.DefaultPreset, modelUsage)
-	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
-	f.IntVar(&o.tp, "tensor-parallel-size", 1, "tensor-parallel ranks")
-	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
-	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
-	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
-	addThreadsFlag(cmd, &o.threadsPerRank)
-	addCollectiveTimeoutFlag(f, &o.collectiveTimeout)
-	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; build with -tags mpi)")
-	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
-	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
-	addModelFlags(f, &o.expertParallel, &o.quantization)
-	f.IntVar(&o.engine.MaxNumBatchedTokens, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "tokens per step")
+	o.addEngineFlags(cmd, config.DefaultPreset)
 	f.IntVar(&o.engine.MaxNumSeqs, "max-num-seqs", 0, "sequences per step (0: the larger of 16 and --batch-size × --n)")
 	f.IntVar(&o.engine.MaxModelLen, "max-model-len", 0, "longest request in tokens (0: --input-len + --output-len, rounded up to a block)")
-	f.IntVar(&o.engine.BlockSize, "block-size", engine.DefaultBlockSize, "positions per KV block")
-	f.StringVar(&o.kvDType, "kv-cache-dtype", "f32", "KV cache dtype: f32, bf16, fp8_ds_mla")
-	f.StringVar(&o.idxDType, "indexer-cache-dtype", "f32", "indexer key cache dtype: f32, fp8")
-	f.StringVar(&o.memoryLimit, "memory-limit", "", "memory of one rank, e.g. 8GiB (default: this host's RAM)")
-	f.Float64Var(&o.engine.MemoryUtilization, "memory-utilization", plan.DefaultUtilization, "fraction of --memory-limit the engine may use")
-	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 8GiB (default: 4GiB, as vLLM's CPU backend; what --memory-limit leaves after weights and workspaces when that is less)")
-	f.StringArrayVar(&o.workspaces, "workspace-bytes", nil, "NAME=BYTES: size a workspace explicitly (refused if smaller than the worst step needs)")
 	return cmd
 }
 

@@ -15,7 +15,6 @@ import (
 
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
-	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/sampler"
@@ -24,33 +23,12 @@ import (
 func init() { register(newBenchThroughputCmd) }
 
 type throughputOptions struct {
-	model                        string
-	weightSeed                   uint64
-	tp, dcp, pcp, interleave     int
-	backend, dcpComm             string
-	comm                         string
-	threadsPerRank               int
-	collectiveTimeout            time.Duration
-	procs                        *engine.Procs // set on world rank 0 of an MPI run
-	procWeights                  int64
+	engineFlags
+
 	numPrompts, inputLen, outLen int
 	seed                         uint64
 	temperature                  float64
-	engine                       engine.Options
-	kvDType, idxDType            string
-	memoryLimit, kvCacheMemory   string
-	workspaces                   []string
 	asJSON, quiet                bool
-	expertParallel               bool
-	speculative                  string
-	quantization                 string
-}
-
-// deployment is what the flags say about the ranks and their processes.
-func (o *throughputOptions) deployment() deployment {
-	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
-		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize,
-		expertParallel: o.expertParallel, quantization: o.quantization, collectiveTimeout: o.collectiveTimeout}
 }
 
 // throughputResult is what `bench throughput --json` prints.
@@ -92,19 +70,8 @@ type throughputResult struct {
 // engineOptions turns the flags into engine options, refusing impossible
 // values before anything loads.
 func (o *throughputOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
-	eo := o.engine
-	if err := checkParallel(o.tp, o.pcp, o.dcp, o.interleave); err != nil {
-		return eo, err
-	}
-	if err := checkCollectiveTimeout(o.collectiveTimeout); err != nil {
-		return eo, err
-	}
-	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
-	eo.RanksPerHost = o.tp * o.pcp
-	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, o.kvCacheMemory, o.workspaces); err != nil {
-		return eo, err
-	}
-	if err := applySpeculative(&eo, o.speculative); err != nil {
+	eo, err := o.engineFlags.engineOptions()
+	if err != nil {
 		return eo, err
 	}
 	eo.MaxQueue = max(o.numPrompts, 1)
@@ -130,20 +97,8 @@ func (o *throughputOptions) engineOptions(cfg *config.Model) (engine.Options, er
 // preflight checks the flags and the memory of the run (the engine's
 // start-up and the prompts with their requests) before anything loads.
 func (o *throughputOptions) preflight() (*config.Model, engine.Options, error) {
-	cfg, err := loadConfig(o.model)
+	cfg, eo, err := o.engineFlags.preflight(o.engineOptions)
 	if err != nil {
-		return nil, engine.Options{}, err
-	}
-	eo, err := o.engineOptions(cfg)
-	if err != nil {
-		return nil, eo, err
-	}
-	d := o.deployment()
-	d.blockSize = eo.BlockSize
-	if _, err := d.backendPlan(cfg); err != nil {
-		return nil, eo, err
-	}
-	if err := checkEngineStart(o.model, cfg, eo, d); err != nil {
 		return nil, eo, err
 	}
 	// Each request: its prompt (kept here and in the engine), its output
@@ -353,35 +308,16 @@ func newBenchThroughputCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.model, "model", config.DefaultPreset, modelUsage)
-	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
-	f.IntVar(&o.tp, "tensor-parallel-size", 1, "tensor-parallel ranks")
-	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
-	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
-	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
-	addThreadsFlag(cmd, &o.threadsPerRank)
-	addCollectiveTimeoutFlag(f, &o.collectiveTimeout)
-	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; build with -tags mpi)")
-	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
-	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
-	addModelFlags(f, &o.expertParallel, &o.quantization)
+	o.addEngineFlags(cmd, config.DefaultPreset)
 	addSpeculativeFlag(f, &o.speculative)
 	f.IntVar(&o.numPrompts, "num-prompts", 64, "requests to run")
 	f.IntVar(&o.inputLen, "input-len", 128, "prompt tokens per request")
 	f.IntVar(&o.outLen, "output-len", 32, "generated tokens per request (end-of-sequence is ignored)")
 	f.Uint64Var(&o.seed, "seed", 0, "seed of the random prompts and of sampling")
 	f.Float64Var(&o.temperature, "temperature", 0, "sampling temperature (0 = greedy)")
-	f.IntVar(&o.engine.MaxNumBatchedTokens, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "tokens per step")
 	f.IntVar(&o.engine.MaxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "sequences per step")
 	f.IntVar(&o.engine.MaxModelLen, "max-model-len", 0, "longest request in tokens (0: the model's max_position_embeddings)")
-	f.IntVar(&o.engine.BlockSize, "block-size", engine.DefaultBlockSize, "positions per KV block (the prefix-cache granularity)")
 	f.BoolVar(&o.engine.DisablePrefixCaching, "no-prefix-caching", false, "do not reuse cached full blocks")
-	f.StringVar(&o.kvDType, "kv-cache-dtype", "f32", "KV cache dtype: f32, bf16, fp8_ds_mla")
-	f.StringVar(&o.idxDType, "indexer-cache-dtype", "f32", "indexer key cache dtype: f32, fp8")
-	f.StringVar(&o.memoryLimit, "memory-limit", "", "memory of one rank, e.g. 8GiB (default: this host's RAM)")
-	f.Float64Var(&o.engine.MemoryUtilization, "memory-utilization", plan.DefaultUtilization, "fraction of --memory-limit the engine may use")
-	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 8GiB (default: 4GiB, as vLLM's CPU backend; what --memory-limit leaves after weights and workspaces when that is less)")
-	f.StringArrayVar(&o.workspaces, "workspace-bytes", nil, "NAME=BYTES: size a workspace explicitly (refused if smaller than the worst step needs)")
 	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress bar on stderr")
 	bench.AddCommand(cmd)

@@ -4,14 +4,124 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
 	"github.com/cpmla/cpmla/kvcache"
+	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/spec"
 )
+
+// engineFlags are the flags the commands that start the engine on ranks of
+// their own (serve, bench latency, bench throughput) share: the model and
+// its weights, the ranks and their processes, and the engine's sizes and
+// caches. Each command embeds them and adds its own; what differs between
+// the commands (--model's default, --max-num-seqs and --max-model-len, the
+// prefix cache's switch) stays with the command.
+type engineFlags struct {
+	model                      string
+	weightSeed                 uint64
+	tp, dcp, pcp, interleave   int
+	backend, dcpComm           string
+	comm                       string
+	threadsPerRank             int
+	collectiveTimeout          time.Duration
+	expertParallel             bool
+	quantization               string
+	speculative                string // --speculative-config, where the command takes it
+	engine                     engine.Options
+	kvDType, idxDType          string
+	memoryLimit, kvCacheMemory string
+	workspaces                 []string
+
+	// procs, set on world rank 0 of a multi-process deployment, drives the
+	// other processes' ranks; procWeights is the most loaded rank's weights.
+	procs       *engine.Procs
+	procWeights int64
+}
+
+// addEngineFlags registers the shared flags on cmd, --model defaulting to
+// defaultModel.
+func (e *engineFlags) addEngineFlags(cmd *cobra.Command, defaultModel string) {
+	f := cmd.Flags()
+	f.StringVar(&e.model, "model", defaultModel, modelUsage)
+	f.Uint64Var(&e.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
+	f.IntVar(&e.tp, "tensor-parallel-size", 1, "tensor-parallel ranks")
+	f.IntVar(&e.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
+	f.IntVar(&e.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
+	f.IntVar(&e.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
+	addThreadsFlag(cmd, &e.threadsPerRank)
+	addCollectiveTimeoutFlag(f, &e.collectiveTimeout)
+	f.StringVar(&e.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP, rank 0 leading the others; build with -tags mpi)")
+	f.StringVar(&e.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
+	f.StringVar(&e.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
+	addModelFlags(f, &e.expertParallel, &e.quantization)
+	f.IntVar(&e.engine.MaxNumBatchedTokens, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "tokens per step")
+	f.IntVar(&e.engine.BlockSize, "block-size", engine.DefaultBlockSize, "positions per KV block (the prefix-cache granularity)")
+	f.StringVar(&e.kvDType, "kv-cache-dtype", "f32", "KV cache dtype: f32, bf16, fp8_ds_mla")
+	f.StringVar(&e.idxDType, "indexer-cache-dtype", "f32", "indexer key cache dtype: f32, fp8")
+	f.StringVar(&e.memoryLimit, "memory-limit", "", "memory of one rank, e.g. 8GiB (default: this host's RAM)")
+	f.Float64Var(&e.engine.MemoryUtilization, "memory-utilization", plan.DefaultUtilization, "fraction of --memory-limit the engine may use")
+	f.StringVar(&e.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 8GiB (default: 4GiB, as vLLM's CPU backend; what --memory-limit leaves after weights and workspaces when that is less)")
+	f.StringArrayVar(&e.workspaces, "workspace-bytes", nil, "NAME=BYTES: size a workspace explicitly (refused if smaller than the worst step needs)")
+}
+
+// deployment is what the flags say about the ranks and their processes.
+func (e *engineFlags) deployment() deployment {
+	return deployment{comm: e.comm, model: e.model, weightSeed: e.weightSeed, tp: e.tp, pcp: e.pcp, dcp: e.dcp,
+		interleave: e.interleave, backend: e.backend, dcpComm: e.dcpComm, kvDType: e.kvDType, blockSize: e.engine.BlockSize,
+		expertParallel: e.expertParallel, quantization: e.quantization, collectiveTimeout: e.collectiveTimeout}
+}
+
+// engineOptions turns the shared flags into engine options (the command's
+// own flags are applied by the caller), refusing impossible values.
+func (e *engineFlags) engineOptions() (engine.Options, error) {
+	eo := e.engine
+	if err := checkParallel(e.tp, e.pcp, e.dcp, e.interleave); err != nil {
+		return eo, err
+	}
+	if err := checkCollectiveTimeout(e.collectiveTimeout); err != nil {
+		return eo, err
+	}
+	eo.Layout = kvcache.Layout{N: e.dcp, I: e.interleave}
+	eo.RanksPerHost = e.tp * e.pcp
+	if err := applyCacheFlags(&eo, e.kvDType, e.idxDType, e.memoryLimit, e.kvCacheMemory, e.workspaces); err != nil {
+		return eo, err
+	}
+	if err := applySpeculative(&eo, e.speculative); err != nil {
+		return eo, err
+	}
+	return eo, nil
+}
+
+// preflight loads the model's config, takes the engine options from
+// options (the command's whole set of flags, checked) and checks the
+// attention backend and the memory of the engine's start-up, all before
+// anything loads.
+func (e *engineFlags) preflight(options func(*config.Model) (engine.Options, error)) (*config.Model, engine.Options, error) {
+	cfg, err := loadConfig(e.model)
+	if err != nil {
+		return nil, engine.Options{}, err
+	}
+	eo, err := options(cfg)
+	if err != nil {
+		return nil, eo, err
+	}
+	d := e.deployment()
+	d.blockSize = eo.BlockSize
+	if _, err := d.backendPlan(cfg); err != nil {
+		return nil, eo, err
+	}
+	if err := checkEngineStart(e.model, cfg, eo, d); err != nil {
+		return nil, eo, err
+	}
+	return cfg, eo, nil
+}
 
 // specConfigUsage is --speculative-config's help, the same on every command.
 const specConfigUsage = `MTP speculative decoding, vLLM's JSON: '{"method":"mtp","num_speculative_tokens":K}'`

@@ -323,9 +323,10 @@ speculative lane (greedy decoding must give the same tokens on every layout).`,
 				if k > 0 {
 					name = fmt.Sprintf("%s+mtp%d", c.name, k)
 				}
-				o := serveOptions{host: "127.0.0.1", port: 0, model: modelArg, weightSeed: weightSeed, http: server.HTTPLimits{}.WithDefaults(), promptWorkers: 1, collectiveTimeout: defaultCollectiveTimeout,
-					tp: c.tp, pcp: c.pcp, dcp: c.dcp, interleave: c.interleave, backend: "auto", dcpComm: c.comm,
-					kvDType: kvDType, idxDType: "f32", memoryLimit: memoryLimit, maxQueue: max(numPrompts, len(problems), len(cases)), speculative: specConfig}
+				o := serveOptions{host: "127.0.0.1", port: 0, http: server.HTTPLimits{}.WithDefaults(), promptWorkers: 1, maxQueue: max(numPrompts, len(problems), len(cases)),
+					engineFlags: engineFlags{model: modelArg, weightSeed: weightSeed, collectiveTimeout: defaultCollectiveTimeout,
+						tp: c.tp, pcp: c.pcp, dcp: c.dcp, interleave: c.interleave, backend: "auto", dcpComm: c.comm,
+						kvDType: kvDType, idxDType: "f32", memoryLimit: memoryLimit, speculative: specConfig}}
 				o.engine.MaxModelLen = modelLen
 				o.engine.MaxNumSeqs = concurrency
 				o.engine.MaxNumBatchedTokens = concurrency * (maxLen + 1)

@@ -23,9 +23,7 @@ import (
 	"github.com/cpmla/cpmla/chatparse"
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
-	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/model"
-	"github.com/cpmla/cpmla/plan"
 	"github.com/cpmla/cpmla/server"
 	"github.com/cpmla/cpmla/tokenizer"
 )
@@ -33,28 +31,16 @@ import (
 func init() { register(newServeCmd) }
 
 type serveOptions struct {
+	engineFlags
+
 	host       string
 	port       int
-	model      string
 	servedName string
 	tokenizer  string
-	weightSeed uint64
 
-	tp, dcp, pcp, interleave   int
-	backend, dcpComm           string
-	engine                     engine.Options
-	kvDType, idxDType          string
-	memoryLimit, kvCacheMemory string
-	workspaces                 []string
-	maxQueue                   int
-	http                       server.HTTPLimits
-	promptWorkers              int
-	comm                       string
-	threadsPerRank             int
-	collectiveTimeout          time.Duration
-	expertParallel             bool
-	speculative                string
-	quantization               string
+	maxQueue      int
+	http          server.HTTPLimits
+	promptWorkers int
 
 	maxLogprobs                             int
 	apiKey                                  string
@@ -64,39 +50,16 @@ type serveOptions struct {
 
 	chatTemplate, toolParser, reasoningParser string
 	autoToolChoice                            bool
-
-	// procs, set for world rank 0 of a multi-process deployment, drives the
-	// other processes' ranks; procWeights is the most loaded rank's weights.
-	procs       *engine.Procs
-	procWeights int64
-}
-
-// deployment is what the flags say about the ranks and their processes.
-func (o *serveOptions) deployment() deployment {
-	return deployment{comm: o.comm, model: o.model, weightSeed: o.weightSeed, tp: o.tp, pcp: o.pcp, dcp: o.dcp,
-		interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm, kvDType: o.kvDType, blockSize: o.engine.BlockSize,
-		expertParallel: o.expertParallel, quantization: o.quantization, collectiveTimeout: o.collectiveTimeout}
 }
 
 // engineOptions turns the flags into engine options, refusing impossible
 // values before any weight loads.
 func (o *serveOptions) engineOptions(cfg *config.Model) (engine.Options, error) {
-	eo := o.engine
-	if err := checkParallel(o.tp, o.pcp, o.dcp, o.interleave); err != nil {
-		return eo, err
-	}
-	if err := checkCollectiveTimeout(o.collectiveTimeout); err != nil {
-		return eo, err
-	}
 	if o.maxQueue < 0 || o.maxQueue > maxQueue {
-		return eo, fmt.Errorf("--max-queue is %d; use 0 (no waiting beyond --max-num-seqs) up to %d", o.maxQueue, maxQueue)
+		return o.engine, fmt.Errorf("--max-queue is %d; use 0 (no waiting beyond --max-num-seqs) up to %d", o.maxQueue, maxQueue)
 	}
-	eo.Layout = kvcache.Layout{N: o.dcp, I: o.interleave}
-	eo.RanksPerHost = o.tp * o.pcp
-	if err := applyCacheFlags(&eo, o.kvDType, o.idxDType, o.memoryLimit, o.kvCacheMemory, o.workspaces); err != nil {
-		return eo, err
-	}
-	if err := applySpeculative(&eo, o.speculative); err != nil {
+	eo, err := o.engineFlags.engineOptions()
+	if err != nil {
 		return eo, err
 	}
 	eo = eo.WithDefaults(cfg)
@@ -124,23 +87,7 @@ func (o *serveOptions) preflight() (*config.Model, engine.Options, error) {
 	if err := o.checkHTTP(); err != nil {
 		return nil, engine.Options{}, err
 	}
-	cfg, err := loadConfig(o.model)
-	if err != nil {
-		return nil, engine.Options{}, err
-	}
-	eo, err := o.engineOptions(cfg)
-	if err != nil {
-		return nil, eo, err
-	}
-	d := o.deployment()
-	d.blockSize = eo.BlockSize
-	if _, err := d.backendPlan(cfg); err != nil {
-		return nil, eo, err
-	}
-	if err := checkEngineStart(o.model, cfg, eo, d); err != nil {
-		return nil, eo, err
-	}
-	return cfg, eo, nil
+	return o.engineFlags.preflight(o.engineOptions)
 }
 
 // checkHTTP refuses HTTP limits that would disable a bound (a zero or
@@ -402,7 +349,6 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	addServeFlags(cmd, &o)
-	addThreadsFlag(cmd, &o.threadsPerRank)
 	return cmd
 }
 
@@ -410,33 +356,15 @@ func newServeCmd() *cobra.Command {
 func addServeFlags(cmd *cobra.Command, o *serveOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.host, "host", "127.0.0.1", "address to listen on")
-	f.StringVar(&o.comm, "comm", "inproc", "transport: inproc (ranks are goroutines) or mpi (one process per rank under mpirun -np TP·PCP; rank 0 serves; build with -tags mpi)")
-	addCollectiveTimeoutFlag(f, &o.collectiveTimeout)
 	f.IntVar(&o.port, "port", 8000, "port to listen on (0: any free port)")
-	f.StringVar(&o.model, "model", defaultModel, modelUsage)
+	o.addEngineFlags(cmd, defaultModel)
 	f.StringVar(&o.servedName, "served-model-name", "", "model id clients use (default: --model)")
 	f.StringVar(&o.tokenizer, "tokenizer", "", "directory with tokenizer.json (default: the checkpoint's, else the embedded DeepSeek-V3 tokenizer)")
-	f.Uint64Var(&o.weightSeed, "weight-seed", model.DefaultWeightSeed, "seed of a preset's random weights")
 	f.IntVar(&o.maxQueue, "max-queue", 256, "requests allowed to wait beyond --max-num-seqs; more get 429")
-	f.IntVar(&o.tp, "tensor-parallel-size", 1, "tensor-parallel ranks")
-	f.IntVar(&o.dcp, "decode-context-parallel-size", 1, "decode-context-parallel ranks")
-	f.IntVar(&o.pcp, "prefill-context-parallel-size", 1, "prefill-context-parallel ranks")
-	f.IntVar(&o.interleave, "cp-kv-cache-interleave-size", 1, "consecutive positions kept on one DCP rank")
-	f.StringVar(&o.backend, "attention-backend", "auto", "auto, sparse-gather (FLASHMLA_SPARSE) or sparse-sharded (FLASHINFER_MLA_SPARSE)")
-	f.StringVar(&o.dcpComm, "dcp-comm-backend", "ag_rs", "DCP combine: ag_rs or a2a")
-	addModelFlags(f, &o.expertParallel, &o.quantization)
 	addSpeculativeFlag(f, &o.speculative)
-	f.IntVar(&o.engine.MaxNumBatchedTokens, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "tokens per step")
 	f.IntVar(&o.engine.MaxNumSeqs, "max-num-seqs", engine.DefaultMaxNumSeqs, "sequences per step")
 	f.IntVar(&o.engine.MaxModelLen, "max-model-len", 0, "longest request in tokens, prompt plus output (0: the model's max_position_embeddings)")
-	f.IntVar(&o.engine.BlockSize, "block-size", engine.DefaultBlockSize, "positions per KV block (the prefix-cache granularity)")
 	f.BoolVar(&o.engine.DisablePrefixCaching, "no-prefix-caching", false, "do not reuse cached full blocks")
-	f.StringVar(&o.kvDType, "kv-cache-dtype", "f32", "KV cache dtype: f32, bf16, fp8_ds_mla")
-	f.StringVar(&o.idxDType, "indexer-cache-dtype", "f32", "indexer key cache dtype: f32, fp8")
-	f.StringVar(&o.memoryLimit, "memory-limit", "", "memory of one rank, e.g. 8GiB (default: this host's RAM)")
-	f.Float64Var(&o.engine.MemoryUtilization, "memory-utilization", plan.DefaultUtilization, "fraction of --memory-limit the engine may use")
-	f.StringVar(&o.kvCacheMemory, "kv-cache-memory", "", "KV cache bytes per rank, e.g. 8GiB (default: 4GiB, as vLLM's CPU backend; what --memory-limit leaves after weights and workspaces when that is less)")
-	f.StringArrayVar(&o.workspaces, "workspace-bytes", nil, "NAME=BYTES: size a workspace explicitly (refused if smaller than the worst step needs)")
 	f.IntVar(&o.engine.MaxPromptLogitRows, "max-prompt-logit-rows", engine.DefaultMaxPromptLogitRows, "logit rows per step for prompt logprobs and echo (each vocab_size × 4 bytes, allocated at start-up; -1: none, such requests are refused)")
 	f.IntVar(&o.maxLogprobs, "max-logprobs", 20, "most logprobs, top_logprobs and prompt_logprobs a request may ask for")
 	f.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on every /v1 route (default: $VLLM_API_KEY)")
