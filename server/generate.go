@@ -12,30 +12,20 @@ import (
 )
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	arrival := time.Now()
-	var req ChatRequest
-	if e := s.decodeRequest(w, r, &req, servedChat); e != nil {
-		s.reject(w, e)
-		return
-	}
-	release, e := s.prepare(r.Context())
-	if e != nil {
-		s.reject(w, e)
-		return
-	}
-	j, e := s.parseChat(&req)
-	release()
-	if e != nil {
-		s.reject(w, e)
-		return
-	}
-	s.generate(w, r, j, arrival)
+	handleGeneration(s, w, r, servedChat, s.parseChat)
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
+	handleGeneration(s, w, r, servedCompletion, s.parseCompletion)
+}
+
+// handleGeneration answers one generation request of body type T: it
+// decodes the body (refusing fields outside served), parses it into a job
+// while holding one of the prompt workers' slots, and runs the job.
+func handleGeneration[T any](s *Server, w http.ResponseWriter, r *http.Request, served []string, parse func(*T) (*job, *apiError)) {
 	arrival := time.Now()
-	var req CompletionRequest
-	if e := s.decodeRequest(w, r, &req, servedCompletion); e != nil {
+	var req T
+	if e := s.decodeRequest(w, r, &req, served); e != nil {
 		s.reject(w, e)
 		return
 	}
@@ -44,7 +34,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, e)
 		return
 	}
-	j, e := s.parseCompletion(&req)
+	j, e := parse(&req)
 	release()
 	if e != nil {
 		s.reject(w, e)
