@@ -383,6 +383,21 @@ func attendRowsRef(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows 
 			logits[h*n+j] = scale * Dot(q[h*dim:(h+1)*dim], row[:dim])
 		}
 	}
+	softmaxHeadsRef(lse, maxLogits, logits, heads, n)
+	clear(out)
+	for j, row := range rows {
+		v := row[:vdim]
+		for h := range heads {
+			Axpy(logits[h*n+j], v, out[h*vdim:(h+1)*vdim])
+		}
+	}
+}
+
+// softmaxHeadsRef turns each head's n logits (logits[h·n : (h+1)·n]) into
+// its probabilities in place, storing the head's log-sum-exp in lse[h] and,
+// when maxLogits is not nil, its largest logit in maxLogits[h]: the
+// reference sparse attention's order.
+func softmaxHeadsRef(lse, maxLogits, logits []float32, heads, n int) {
 	negInf := float32(math.Inf(-1))
 	for h := range heads {
 		lg := logits[h*n : (h+1)*n]
@@ -395,13 +410,6 @@ func attendRowsRef(out, lse, maxLogits, q []float32, heads, dim, vdim int, rows 
 		}
 		lse[h] = LogSumExp(lg)
 		Softmax(lg)
-	}
-	clear(out)
-	for j, row := range rows {
-		v := row[:vdim]
-		for h := range heads {
-			Axpy(logits[h*n+j], v, out[h*vdim:(h+1)*vdim])
-		}
 	}
 }
 
@@ -423,19 +431,7 @@ func attendRowsRefBF16(out, lse, maxLogits, q []float32, heads, dim, vdim int, r
 			logits[h*n+j] = scale * dotBF16(q[h*dim:(h+1)*dim], row[:dim])
 		}
 	}
-	negInf := float32(math.Inf(-1))
-	for h := range heads {
-		lg := logits[h*n : (h+1)*n]
-		if maxLogits != nil {
-			m := negInf
-			for _, v := range lg {
-				m = max(m, v)
-			}
-			maxLogits[h] = m
-		}
-		lse[h] = LogSumExp(lg)
-		Softmax(lg)
-	}
+	softmaxHeadsRef(lse, maxLogits, logits, heads, n)
 	clear(out)
 	for j, row := range rows {
 		v := row[:vdim]
