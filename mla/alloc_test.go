@@ -2,6 +2,7 @@ package mla
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"unsafe"
 )
@@ -49,6 +50,8 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 			SparseAttention(out, lse, maxL, q, rows, heads, kv, indices, topk, topkLen, 0.0625, ws)
 		}},
 		{"IndexerScores", func() { IndexerScores(scores, iq, w, tq, ih, dim, keys, slots, ends) }},
+		// Its pooled scratch must survive a garbage collection.
+		{"IndexerScores after a collection", func() { runtime.GC(); IndexerScores(scores, iq, w, tq, ih, dim, keys, slots, ends) }},
 		{"IndexerScoresScratch", func() { IndexerScoresScratch(isc, scores, iq, w, tq, ih, dim, keys, slots, ends) }},
 		{"IndexerTopK", func() { IndexerTopK(picked, counts, scores, tq, nkv, topk) }},
 		{"CombineLSE", func() { CombineLSE(out, lse, part, partLSE, n, rows, heads, LatentDim) }},

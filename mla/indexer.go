@@ -3,7 +3,6 @@ package mla
 import (
 	"fmt"
 	"math"
-	"sync"
 	"unsafe"
 
 	"github.com/cpmla/cpmla/kernels"
@@ -47,7 +46,27 @@ func IndexerScratchBytes(heads, dim int) int64 {
 // keys.
 func indexerBlock(heads, dim int) int { return max(1, indexerBlockFloats/max(1, heads*dim)) }
 
-var scratchPool = sync.Pool{New: func() any { return &IndexerScratch{kc: keyChunk{keys: make([][]float32, indexerChunk)}} }}
+// scratchPool keeps the scratch of finished IndexerScores calls for the
+// next ones, up to its capacity. Unlike a sync.Pool it is not emptied by a
+// garbage collection (nor thinned out under the race detector), so a steady
+// state of calls never allocates.
+var scratchPool = make(chan *IndexerScratch, 8)
+
+func getScratch() *IndexerScratch {
+	select {
+	case sc := <-scratchPool:
+		return sc
+	default:
+		return &IndexerScratch{kc: keyChunk{keys: make([][]float32, indexerChunk)}}
+	}
+}
+
+func putScratch(sc *IndexerScratch) {
+	select {
+	case scratchPool <- sc:
+	default:
+	}
+}
 
 // IndexerScores computes the lightning-indexer scores of t queries against
 // the keys at slots (position j of the request is in slot slots[j]):
@@ -62,9 +81,9 @@ var scratchPool = sync.Pool{New: func() any { return &IndexerScratch{kc: keyChun
 // assembly implementation of package kernels the scores come from
 // kernels.WeightedReLUScores (see fast.go).
 func IndexerScores(scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
-	sc := scratchPool.Get().(*IndexerScratch)
+	sc := getScratch()
 	IndexerScoresScratch(sc, scores, q, w, t, heads, dim, keys, slots, ends)
-	scratchPool.Put(sc)
+	putScratch(sc)
 }
 
 // IndexerScoresScratch is IndexerScores with caller-owned scratch; it never
