@@ -311,21 +311,14 @@ func benchLatency(o latencyOptions, stderr io.Writer) (*latencyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	var factory engine.ExecutorFactory
-	var weights int64
+	factory, weights, release, err := d.executors(o.procs, o.procWeights, cfg, src, bp)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	ranks := o.tp * o.pcp
 	if o.procs != nil {
-		factory, weights = o.procs.Factory(), o.procWeights
 		ranks = 1
-	} else if o.tp*o.pcp == 1 {
-		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
-		if err != nil {
-			return nil, err
-		}
-		defer m.Close()
-		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
-	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
-		return nil, err
 	}
 	var rec *stepRecorder
 	recording := func(opt model.RunnerOptions) (engine.Executor, error) {

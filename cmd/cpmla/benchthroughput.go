@@ -173,20 +173,11 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 	if err != nil {
 		return nil, err
 	}
-	var factory engine.ExecutorFactory
-	var weights int64
-	if o.procs != nil {
-		factory, weights = o.procs.Factory(), o.procWeights
-	} else if o.tp*o.pcp == 1 {
-		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
-		if err != nil {
-			return nil, err
-		}
-		defer m.Close()
-		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
-	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
+	factory, weights, release, err := d.executors(o.procs, o.procWeights, cfg, src, bp)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	var rec *stepRecorder
 	counting := func(opt model.RunnerOptions) (engine.Executor, error) {
 		x, err := factory(opt)

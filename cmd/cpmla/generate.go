@@ -109,7 +109,6 @@ func generate(o generateOptions) (*generateResult, error) {
 	}
 	d := deployment{tp: o.tp, pcp: o.pcp, dcp: o.dcp, interleave: o.interleave, backend: o.backend, dcpComm: o.dcpComm,
 		kvDType: string(eo.KVDType), blockSize: o.blockSize, expertParallel: o.expertParallel, quantization: o.quantization}
-	layout := d.layout()
 	bp, err := d.backendPlan(cfg)
 	if err != nil {
 		return nil, err
@@ -127,18 +126,11 @@ func generate(o generateOptions) (*generateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	var factory engine.ExecutorFactory
-	var weights int64
-	if layout.World() == 1 {
-		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
-		if err != nil {
-			return nil, err
-		}
-		defer m.Close()
-		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
-	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
+	factory, weights, release, err := d.executors(nil, 0, cfg, src, bp)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	e, err := engine.New(cfg, weights, factory, eo)
 	if err != nil {
 		return nil, err

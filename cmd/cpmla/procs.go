@@ -111,6 +111,26 @@ func (d deployment) backendPlan(cfg *config.Model) (*cp.BackendPlan, error) {
 	})
 }
 
+// executors is what the engine runs its steps on for this deployment, and
+// the weight bytes of its most loaded rank: the other processes' driver
+// procs with their weights procWeights under --comm mpi (procs not nil), one
+// rank's model, or in-process ranks. release frees the one rank's model
+// once the engine is done with it (it does nothing for the others).
+func (d deployment) executors(procs *engine.Procs, procWeights int64, cfg *config.Model, src model.TensorSource, bp *cp.BackendPlan) (factory engine.ExecutorFactory, weights int64, release func(), err error) {
+	switch {
+	case procs != nil:
+		return procs.Factory(), procWeights, func() {}, nil
+	case d.tp*d.pcp == 1:
+		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		return engine.SingleRank(m), engine.WeightBytes(m), func() { m.Close() }, nil
+	}
+	factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp))
+	return factory, weights, func() {}, err
+}
+
 // joinProcesses starts MPI when --comm mpi is set and prepares this
 // process's rank (model shard, TP/PCP/DCP groups); for the leader,
 // mp.procs is the broadcasting executor's driver. It returns nil for

@@ -23,7 +23,6 @@ import (
 	"github.com/cpmla/cpmla/chatparse"
 	"github.com/cpmla/cpmla/config"
 	"github.com/cpmla/cpmla/engine"
-	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/server"
 	"github.com/cpmla/cpmla/tokenizer"
 )
@@ -224,20 +223,11 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 		}
 		return nil, err
 	}
-	var factory engine.ExecutorFactory
-	var weights int64
-	if o.procs != nil {
-		factory, weights = o.procs.Factory(), o.procWeights
-	} else if o.tp*o.pcp == 1 {
-		m, err := model.Build(cfg, src, model.Shard{TPSize: 1})
-		if err != nil {
-			return fail(err)
-		}
-		s.closers = append(s.closers, func() { m.Close() })
-		factory, weights = engine.SingleRank(m), engine.WeightBytes(m)
-	} else if factory, weights, err = engine.InProcess(cfg, src, d.parallel(bp)); err != nil {
+	factory, weights, release, err := d.executors(o.procs, o.procWeights, cfg, src, bp)
+	if err != nil {
 		return fail(err)
 	}
+	s.closers = append(s.closers, release)
 	e, err := engine.New(cfg, weights, factory, eo)
 	if err != nil {
 		return fail(err)
