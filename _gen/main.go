@@ -4035,24 +4035,46 @@ func fp8Tile3W512(m int) {
 	add := Load(Param("add"), GP64())
 	MOVL(U32(7), tmp.As32())
 	KMOVW(tmp.As32(), K1) // lanes 0–2: the three weight rows
-	for i := range m {
-		// The fourth lane sums a scratch register and is never stored.
-		reduce4x512Any([4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), tv(0)}, tv(1), tv(2))
+	MOVL(U32(7<<8), tmp.As32())
+	KMOVW(tmp.As32(), K2) // lanes 8–10: the next activation row's
+	// Rows 2p and 2p+1 are reduced together, row 2p's sums left in lanes
+	// 0–2 of Z(6p) and row 2p+1's in lanes 8–10; an odd last row alone. The
+	// fourth lane of each quartet sums a scratch register and is never
+	// stored.
+	quartet := func(i int) [4]VecPhysical { return [4]VecPhysical{acc(i, 0), acc(i, 1), acc(i, 2), tv(0)} }
+	for i := 0; i+1 < m; i += 2 {
+		reduce4x512Pair(quartet(i), quartet(i+1), tv(1), tv(2))
 	}
+	if m%2 == 1 {
+		reduce4x512Any(quartet(m-1), tv(1), tv(2))
+	}
+	// Row 2p+1's three sums sit 8 lanes (32 bytes) past row 2p's in the
+	// register: a store masked to lanes 8–10 at its row's address minus 32
+	// bytes writes exactly them (masked-off lanes are neither read nor
+	// written).
+	next := Mem{Base: out, Index: ldo, Scale: 1, Disp: -32}
 	TESTQ(add, add)
 	JZ(LabelRef(name + "_store"))
-	for i := range m {
+	for i := 0; i < m; i += 2 {
 		VMOVUPS_Z(Mem{Base: out}, K1, xmm[25])
-		VADDPS(xmm[25], xmm[3*i], xmm[3*i])
-		VMOVUPS(xmm[3*i], K1, Mem{Base: out})
-		ADDQ(ldo, out)
+		VADDPS(xmm[25], xmm[3*i], xmm[25])
+		VMOVUPS(xmm[25], K1, Mem{Base: out})
+		if i+1 < m {
+			VMOVUPS_Z(next, K2, zmm[25])
+			VADDPS(zmm[25], zmm[3*i], zmm[25])
+			VMOVUPS(zmm[25], K2, next)
+		}
+		LEAQ(Mem{Base: out, Index: ldo, Scale: 2}, out)
 	}
 	VZEROUPPER()
 	RET()
 	Label(name + "_store")
-	for i := range m {
+	for i := 0; i < m; i += 2 {
 		VMOVUPS(xmm[3*i], K1, Mem{Base: out})
-		ADDQ(ldo, out)
+		if i+1 < m {
+			VMOVUPS(zmm[3*i], K2, next)
+		}
+		LEAQ(Mem{Base: out, Index: ldo, Scale: 2}, out)
 	}
 	VZEROUPPER()
 	RET()
@@ -4318,6 +4340,35 @@ func reduce4x512Any(a [4]VecPhysical, t1, t2 VecPhysical) {
 	hadd(a[2], a[0])
 	VEXTRACTF32X4(U8(1), y(a[0]), x(t1))
 	VADDPS(x(t1), x(a[0]), x(a[0]))
+}
+
+// reduce4x512Pair is reduce4x512Any for two quartets of accumulators at
+// once, a (sums left in lane 0 of zmm(a[0])) and b (sums left in lane 2 of
+// zmm(a[0]), elements 8–11), in about 23 instructions where two calls of
+// reduce4x512Any take 38: each pair a[k], b[k] is folded into one register
+// holding a[k]'s 256-bit sum in its low half and b[k]'s in its high half,
+// and the rest of the tree runs on both halves together. Every lane takes
+// the same additions with the same operands in the same order as in
+// reduce4x512Any, so the sums are bit for bit the same. t1 and t2 are
+// scratch; a's registers are overwritten, b's are not.
+func reduce4x512Pair(a, b [4]VecPhysical, t1, t2 VecPhysical) {
+	for k := range 4 {
+		VSHUFF32X4(U8(0x44), b[k], a[k], t1) // [a.lo256 | b.lo256]
+		VSHUFF32X4(U8(0xEE), b[k], a[k], t2) // [a.hi256 | b.hi256]
+		VADDPS(t2, t1, a[k])
+	}
+	// hadd(q, p) into p: [p0+p1, p2+p3, q0+q1, q2+q3] in every 128-bit lane.
+	hadd := func(q, p VecPhysical) {
+		VSHUFPS(U8(0x88), q, p, t1)
+		VSHUFPS(U8(0xDD), q, p, t2)
+		VADDPS(t2, t1, p)
+	}
+	hadd(a[1], a[0])
+	hadd(a[3], a[2])
+	hadd(a[2], a[0])
+	// Lane 1 onto lane 0 and lane 3 onto lane 2.
+	VSHUFF32X4(U8(0xF5), a[0], a[0], t1)
+	VADDPS(t1, a[0], a[0])
 }
 
 // regIndex is the number of vector register z (Z0 → 0 … Z31 → 31).
