@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cpmla/cpmla/comm"
@@ -37,29 +36,9 @@ func (m *member) Trace(dst []comm.TraceEntry) []comm.TraceEntry { return m.meter
 
 // Split returns the sub-group made of the listed ranks of m's group.
 func (m *member) Split(name string, members []int) (comm.Group, error) {
-	if name == "" || strings.ContainsAny(name, "[] ") {
-		return nil, fmt.Errorf("group name %q must be non-empty without spaces or brackets", name)
-	}
-	if len(members) == 0 {
-		return nil, fmt.Errorf("group %s: no members", name)
-	}
-	self := -1
-	ranks := make([]int, len(members))
-	for i, r := range members {
-		if r < 0 || r >= len(m.s.ranks) {
-			return nil, fmt.Errorf("group %s: member %d outside %s (size %d)", name, r, m.s.name, len(m.s.ranks))
-		}
-		if slices.Contains(members[:i], r) {
-			return nil, fmt.Errorf("group %s: member %d listed twice in %v", name, r, members)
-		}
-		if r == m.rank {
-			self = i
-		}
-		ranks[i] = m.s.ranks[r]
-	}
-	key := groupName(name, ranks)
-	if self < 0 {
-		return nil, fmt.Errorf("group %s: rank %d of %s is not among the members %v; only members split a group", key, m.rank, m.s.name, members)
+	key, ranks, self, err := comm.SplitMembers(m.s.name, m.s.ranks, m.rank, name, members)
+	if err != nil {
+		return nil, err
 	}
 	m.w.mu.Lock()
 	defer m.w.mu.Unlock()

@@ -3,7 +3,6 @@ package inproc
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,20 +80,6 @@ func newShared(name string, ranks []int) *shared {
 	return s
 }
 
-func groupName(role string, ranks []int) string {
-	var b strings.Builder
-	b.WriteString(role)
-	b.WriteByte('[')
-	for i, r := range ranks {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprint(&b, r)
-	}
-	b.WriteByte(']')
-	return b.String()
-}
-
 // NewWorld returns the world groups of size ranks: element r is rank r's
 // handle, to be used by that rank's goroutine.
 func NewWorld(size int, opts Options) ([]comm.Group, error) {
@@ -112,7 +97,7 @@ func NewWorld(size int, opts Options) ([]comm.Group, error) {
 	for i := range ranks {
 		ranks[i] = i
 	}
-	name := groupName("world", ranks)
+	name := comm.GroupName("world", ranks)
 	s := newShared(name, ranks)
 	w.groups[name] = s
 	gs := make([]comm.Group, size)

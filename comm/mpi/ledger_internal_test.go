@@ -15,7 +15,7 @@ import (
 // newTestMember is a member of a group of the given world ranks with no
 // communicator: enough to encode and decode ledger records without MPI.
 func newTestMember(ranks []int, rank int) *member {
-	return newMember(&process{opts: Options{Timeout: DefaultTimeout}, claimed: map[string]bool{}}, nil, groupName("t", ranks), ranks, rank)
+	return newMember(&process{opts: Options{Timeout: DefaultTimeout}, claimed: map[string]bool{}}, nil, comm.GroupName("t", ranks), ranks, rank)
 }
 
 // TestLedgerRecordRoundTrip encodes each member's collective, places the

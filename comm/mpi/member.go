@@ -9,7 +9,6 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -92,20 +91,6 @@ func newMember(p *process, c commHandle, name string, ranks []int, rank int) *me
 	m.task.m = m
 	m.task.done = make(chan struct{}, 1)
 	return m
-}
-
-func groupName(role string, ranks []int) string {
-	var b strings.Builder
-	b.WriteString(role)
-	b.WriteByte('[')
-	for i, r := range ranks {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprint(&b, r)
-	}
-	b.WriteByte(']')
-	return b.String()
 }
 
 func (m *member) Name() string                                  { return m.name }

@@ -85,7 +85,7 @@ func initMPI(opts Options) (Process, error) {
 	for i := range ranks {
 		ranks[i] = i
 	}
-	key := groupName("world", ranks)
+	key := comm.GroupName("world", ranks)
 	p.world = newMember(p, world, key, ranks, p.rank)
 	return p, nil
 }

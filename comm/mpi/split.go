@@ -5,8 +5,6 @@ package mpi
 import (
 	"bytes"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/cpmla/cpmla/comm"
@@ -15,29 +13,9 @@ import (
 // Split returns the sub-group made of the listed ranks of m's group, as a
 // new MPI communicator created by its members only.
 func (m *member) Split(name string, members []int) (comm.Group, error) {
-	if name == "" || strings.ContainsAny(name, "[] ") {
-		return nil, fmt.Errorf("group name %q must be non-empty without spaces or brackets", name)
-	}
-	if len(members) == 0 {
-		return nil, fmt.Errorf("group %s: no members", name)
-	}
-	self := -1
-	ranks := make([]int, len(members))
-	for i, r := range members {
-		if r < 0 || r >= len(m.ranks) {
-			return nil, fmt.Errorf("group %s: member %d outside %s (size %d)", name, r, m.name, len(m.ranks))
-		}
-		if slices.Contains(members[:i], r) {
-			return nil, fmt.Errorf("group %s: member %d listed twice in %v", name, r, members)
-		}
-		if r == m.rank {
-			self = i
-		}
-		ranks[i] = m.ranks[r]
-	}
-	key := groupName(name, ranks)
-	if self < 0 {
-		return nil, fmt.Errorf("group %s: rank %d of %s is not among the members %v; only members split a group", key, m.rank, m.name, members)
+	key, ranks, self, err := comm.SplitMembers(m.name, m.ranks, m.rank, name, members)
+	if err != nil {
+		return nil, err
 	}
 	if len(key) >= splitKeyBytes {
 		return nil, fmt.Errorf("group %s: name and member list take %d bytes, at most %d fit the split handshake; use a shorter name", name, len(key), splitKeyBytes-1)
