@@ -1,6 +1,10 @@
 package kernels
 
-import "math"
+import (
+	"math"
+
+	"github.com/cpmla/cpmla/internal/freelist"
+)
 
 // AMX products of bf16 weights (the avx512-amx implementation).
 //
@@ -116,7 +120,7 @@ type amxScratch struct {
 	pack   [2 * ilvRows * amxPackCols]uint16
 }
 
-var amxScratches = make(bufPool[amxScratch], 8)
+var amxScratches = freelist.New[amxScratch](8, nil)
 
 // amxCallPairs is the most pairs of groups one slab call takes: the tiles
 // are configured once per call, and the pairs' sums (1.5 KiB each) stay in
@@ -156,8 +160,8 @@ func gemmRangeAMX(dst, x []float32, n int, w *Matrix, j0, j1 int) {
 		}
 		return
 	}
-	s := amxScratches.get()
-	defer amxScratches.put(s)
+	s := amxScratches.Get()
+	defer amxScratches.Put(s)
 	g0, g1 := j0/ilvRows, (j1+ilvRows-1)/ilvRows
 	if n <= amxSlabRows {
 		pieces := amxSlabPieces(s, x, n, in)

@@ -1,5 +1,7 @@
 package kernels
 
+import "github.com/cpmla/cpmla/internal/freelist"
+
 // The lightning indexer's scores on AMX tiles (the avx512-amx
 // implementation), for keys whose values are exact in bf16: fp8 keys times
 // power-of-two scales, as a cache of fp8 indexer keys decodes them.
@@ -63,7 +65,7 @@ type amxScoreScratch struct {
 	out [amxScoreTileKeys]float32
 }
 
-var amxScoreScratches = make(bufPool[amxScoreScratch], 8)
+var amxScoreScratches = freelist.New[amxScoreScratch](8, nil)
 
 // scoreKeysAMX scores keys exact in bf16 against sq on AMX tiles on the
 // calling thread: whole tiles in one call, a short last tile with its last
@@ -73,7 +75,7 @@ func scoreKeysAMX(dst []float32, sq *ScoreQuery, keys [][]float32) {
 	if n == 0 {
 		return
 	}
-	s := amxScoreScratches.get()
+	s := amxScoreScratches.Get()
 	groups, chunks := len(sq.wP)/32, sq.dim/32
 	const tk = amxScoreTileKeys
 	whole := n / tk
@@ -88,5 +90,5 @@ func scoreKeysAMX(dst []float32, sq *ScoreQuery, keys [][]float32) {
 		copy(dst[tk*whole:], s.out[:r])
 		clear(s.hdr[:])
 	}
-	amxScoreScratches.put(s)
+	amxScoreScratches.Put(s)
 }

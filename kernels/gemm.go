@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 
+	"github.com/cpmla/cpmla/internal/freelist"
 	"github.com/cpmla/cpmla/numfmt"
 )
 
@@ -309,8 +310,8 @@ func (w *Matrix) rowAlign() int {
 // the f32 panel, whose tiles have that arithmetic too.
 func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	if l != levelAVX512 {
-		buf := panelBufs.get()
-		defer panelBufs.put(buf)
+		buf := panelBufs.Get()
+		defer panelBufs.Put(buf)
 		gemmRangePanel(dst, x, n, w, l, buf, j0, j1)
 		return
 	}
@@ -401,8 +402,8 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	if n >= promptGroupsMinRows {
 		// A prompt's rows: groups of eight weight rows widened into L1,
 		// read by the activation rows a chunk at a time from L2.
-		buf := panelBufs.get()
-		defer panelBufs.put(buf)
+		buf := panelBufs.Get()
+		defer panelBufs.Put(buf)
 		gemmIlvGroups(dst, x, n, w, buf, j0, j1)
 		return
 	}
@@ -584,8 +585,8 @@ func gemmStrip(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, i0, jt, 
 // when there is more than one activation tile.
 func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	in := w.Cols
-	buf := panelBufs.get()
-	defer panelBufs.put(buf)
+	buf := panelBufs.Get()
+	defer panelBufs.Put(buf)
 	if n == 1 && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// GEMV: the codes are decoded in the tiles' registers, eight rows
 		// (four on AVX2) at a time; the rows left over go through the panel.
@@ -758,7 +759,7 @@ const chunkLd = gemmKC + 16
 type chunkBuf [groupChunkRows * chunkLd]float32
 
 // chunkBufs keeps the chunk buffers of finished calls for the next.
-var chunkBufs = make(bufPool[chunkBuf], 64)
+var chunkBufs = freelist.New[chunkBuf](64, nil)
 
 // promptGroups computes the groups of eight weight rows in [j0, end) (a
 // multiple of eight rows) for n activation rows (a prompt's). For every
@@ -784,8 +785,8 @@ var chunkBufs = make(bufPool[chunkBuf], 64)
 // for every 768 groups that read it (docs/performance-log.md, "A prompt's
 // activation rows copied a chunk at a time, on the Intel host").
 func promptGroups(dst, x []float32, n, in, out, j0, end int, fill func(jt, k0, nb, nk int) f32Rows) {
-	xc := chunkBufs.get()
-	defer chunkBufs.put(xc)
+	xc := chunkBufs.Get()
+	defer chunkBufs.Put(xc)
 	for k0 := 0; k0 < in; k0 += gemmKC {
 		kc := min(k0+gemmKC, in) - k0
 		add := tileAdd(k0 > 0)
@@ -1398,7 +1399,7 @@ const panelFloats = 2 * gemmBlockBytes / 4
 // panelBufs keeps the panels of finished calls for the next: the fp8
 // products' dequantized weight rows and the interleaved bf16 products'
 // widened ones.
-var panelBufs = make(bufPool[[panelFloats]float32], 64)
+var panelBufs = freelist.New[[panelFloats]float32](64, nil)
 
 // decodePanelFP8 is dequantPanel for an FP8 matrix whose codes decode in
 // registers (fp8InRegister) on an assembly level: each row's codes through

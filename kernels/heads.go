@@ -1,6 +1,8 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+)
 
 // headsTask is one parallel MatMulTHeads call; parts split the heads.
 type headsTask struct {
@@ -201,8 +203,8 @@ func headsPairsFP8(dst []float32, hd int, x []float32, hx int, ws []Matrix, l le
 		h := h0 + g/per
 		return pairGroup{d: dst[h*hd : h*hd+rows : h*hd+rows], x: x[h*hx : h*hx+cols : h*hx+cols], w: &ws[h], j: (g % per) * 8}
 	}
-	buf := panelBufs.get()
-	defer panelBufs.put(buf)
+	buf := panelBufs.Get()
+	defer panelBufs.Put(buf)
 	for g := range pairs {
 		a, b := group(g), group(g+half)
 		if a.w.Scales.ColOff%FP8Block != b.w.Scales.ColOff%FP8Block {

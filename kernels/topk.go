@@ -337,8 +337,8 @@ func sortTopK(idx []int32, scores []float32) {
 			idx[j] = int32(uint32(p))
 		}
 	case len(idx) <= topkCandMax:
-		c := topkCandBufs.get()
-		defer topkCandBufs.put(c)
+		c := topkCandBufs.Get()
+		defer topkCandBufs.Put(c)
 		for j, i := range idx {
 			c.packed[j] = topkPacked(scores[i], uint32(i))
 		}

@@ -3,6 +3,8 @@ package kernels
 import (
 	"math"
 	"slices"
+
+	"github.com/cpmla/cpmla/internal/freelist"
 )
 
 // A long row's k best are found from a threshold that a sample of the row
@@ -25,7 +27,7 @@ type topkCands struct {
 }
 
 // topkCandBufs keeps the candidate buffers of finished calls for the next.
-var topkCandBufs = make(bufPool[topkCands], 16)
+var topkCandBufs = freelist.New[topkCands](16, nil)
 
 // topKSampled is TopK (same selection, same order) for a row of at least
 // topkSampleMin scores, or reports false, having written nothing, when the
@@ -67,8 +69,8 @@ func topKSampled(dst []int32, scores []float32) (int, bool) {
 	slices.Sort(sample[:m])
 	thr := sample[m-r]
 
-	c := topkCandBufs.get()
-	defer topkCandBufs.put(c)
+	c := topkCandBufs.Get()
+	defer topkCandBufs.Put(c)
 	thrScore := topkScore(thr)
 	idx := &c.idx
 	cnt, ok := topkKeep(idx, scores, thrScore)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/cpmla/cpmla/internal/freelist"
 	"github.com/cpmla/cpmla/kernels"
 )
 
@@ -47,26 +48,10 @@ func IndexerScratchBytes(heads, dim int) int64 {
 func indexerBlock(heads, dim int) int { return max(1, indexerBlockFloats/max(1, heads*dim)) }
 
 // scratchPool keeps the scratch of finished IndexerScores calls for the
-// next ones, up to its capacity. Unlike a sync.Pool it is not emptied by a
-// garbage collection (nor thinned out under the race detector), so a steady
-// state of calls never allocates.
-var scratchPool = make(chan *IndexerScratch, 8)
-
-func getScratch() *IndexerScratch {
-	select {
-	case sc := <-scratchPool:
-		return sc
-	default:
-		return &IndexerScratch{kc: keyChunk{keys: make([][]float32, indexerChunk)}}
-	}
-}
-
-func putScratch(sc *IndexerScratch) {
-	select {
-	case scratchPool <- sc:
-	default:
-	}
-}
+// next ones (a free list, not a sync.Pool: a collection does not empty it).
+var scratchPool = freelist.New(8, func() *IndexerScratch {
+	return &IndexerScratch{kc: keyChunk{keys: make([][]float32, indexerChunk)}}
+})
 
 // IndexerScores computes the lightning-indexer scores of t queries against
 // the keys at slots (position j of the request is in slot slots[j]):
@@ -81,9 +66,9 @@ func putScratch(sc *IndexerScratch) {
 // assembly implementation of package kernels the scores come from
 // kernels.WeightedReLUScores (see fast.go).
 func IndexerScores(scores, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
-	sc := getScratch()
+	sc := scratchPool.Get()
 	IndexerScoresScratch(sc, scores, q, w, t, heads, dim, keys, slots, ends)
-	putScratch(sc)
+	scratchPool.Put(sc)
 }
 
 // IndexerScoresScratch is IndexerScores with caller-owned scratch; it never
