@@ -281,16 +281,23 @@ func TestKilledRank(t *testing.T) {
 		}
 	})
 	t.Run("deadline-alone", func(t *testing.T) {
+		// With --enable-recovery, mpirun exits with status 0 even after an
+		// MPI_Abort, so the status says nothing here.
 		out, _ := job(t, 4, "killed", "--enable-recovery")
 		want := map[string]string{"0": killedMessage("0"), "1": killedMessage("1"), "3": killedMessage("3")}
 		if d := cmp.Diff(want, results(out)); d != "" {
 			t.Errorf("outcome per rank (-want +got):\n%s\njob output:\n%s", d, out)
 		}
-		if !strings.Contains(out, "MPI_ABORT was invoked") {
+		// A survivor announces its MPI_Abort itself; mpirun's own banner
+		// ("MPI_ABORT was invoked") is not asserted, because mpirun fails to
+		// print it when the host is short of resources.
+		if !abortLine.MatchString(out) {
 			t.Errorf("no survivor aborted the job:\n%s", out)
 		}
 	})
 }
+
+var abortLine = regexp.MustCompile(`(?m)^cpmla: rank [013] aborts the MPI job: `)
 
 func killedMessage(rank string) string {
 	return "error: collective timeout after 3s in group world[0 1 2 3] seq 30 (AllReduce f32 count 1000) on rank " + rank +
