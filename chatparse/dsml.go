@@ -180,8 +180,7 @@ type dsmlEvent struct {
 // left to right, each ending at the first </｜DSML｜parameter>. Scans
 // resume where they stopped, so a block is read in linear time.
 type dsmlBlock struct {
-	buf      strings.Builder // text aliases its bytes: growing is amortized O(1)
-	text     string
+	text     string // the block's text so far
 	complete bool
 
 	pos        int // where the next invoke is looked for
@@ -395,11 +394,10 @@ type dsmlStream struct {
 	schemas toolSchemas
 	id      func(int) string
 
-	pending   string
-	block     *dsmlBlock
-	endSearch int
-	calls     int
-	events    []dsmlEvent
+	regions regionScanner
+	block   *dsmlBlock
+	calls   int
+	events  []dsmlEvent
 
 	// the invoke being streamed
 	index       int
@@ -410,48 +408,15 @@ type dsmlStream struct {
 }
 
 func (s *dsmlStream) feed(text string, final bool, d *Delta) {
-	s.pending += text
-	for {
-		if s.block == nil {
-			if i := strings.Index(s.pending, dsmlBlockStart); i >= 0 {
-				d.Content += s.pending[:i]
-				s.pending = s.pending[i+len(dsmlBlockStart):]
-				s.block = &dsmlBlock{invokeEnd: -1}
-				s.endSearch = 0
-				continue
-			}
-			hold := 0
-			if !final {
-				hold = overlap(s.pending, dsmlBlockStart)
-			}
-			d.Content += s.pending[:len(s.pending)-hold]
-			s.pending = s.pending[len(s.pending)-hold:]
-			return
-		}
-		b := s.block
-		b.buf.WriteString(s.pending)
-		b.text = b.buf.String()
-		s.pending = ""
-		rest, closed := "", false
-		if i := indexFrom(b.text, dsmlBlockEnd, s.endSearch); i >= 0 {
-			end := i
-			rest = b.text[end+len(dsmlBlockEnd):]
-			b.text = b.text[:end]
-			b.complete, closed = true, true
-		} else {
-			s.endSearch = max(0, len(b.text)-len(dsmlBlockEnd)+1)
-			b.complete = final
-		}
+	s.regions.feed(text, final, &d.Content, func() {
+		s.block = &dsmlBlock{invokeEnd: -1}
+	}, func(inner string, complete bool) {
+		s.block.text, s.block.complete = inner, complete
 		s.emit(d)
-		if !b.complete {
-			return
+		if complete {
+			s.block = nil
 		}
-		s.block = nil
-		if !closed {
-			return
-		}
-		s.pending = rest
-	}
+	})
 }
 
 func (s *dsmlStream) emit(d *Delta) {

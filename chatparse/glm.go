@@ -44,9 +44,8 @@ type glmEvent struct {
 // matches either.
 type glmRegion struct {
 	glm47    bool
-	buf      strings.Builder // inner aliases its bytes: growing is amortized O(1)
-	inner    string
-	complete bool // the region's end was seen (or the text ended)
+	inner    string // the region's text so far
+	complete bool   // the region's end was seen (or the text ended)
 
 	nameDone   bool
 	nameSearch int
@@ -263,10 +262,9 @@ type glmStream struct {
 	schemas toolSchemas
 	id      func(int) string
 
-	pending   string
-	region    *glmRegion
-	endSearch int
-	calls     int
+	regions regionScanner
+	region  *glmRegion
+	calls   int
 	// the call being streamed
 	named       bool
 	index       int
@@ -275,51 +273,20 @@ type glmStream struct {
 }
 
 func (g *glmStream) feed(text string, final bool, d *Delta) {
-	g.pending += text
-	for {
-		if g.region == nil {
-			if i := strings.Index(g.pending, glmCallStart); i >= 0 {
-				d.Content += g.pending[:i]
-				g.pending = g.pending[i+len(glmCallStart):]
-				g.region = newGLMRegion(g.glm47)
-				g.endSearch, g.named, g.argsStarted = 0, false, false
-				continue
-			}
-			hold := 0
-			if !final {
-				hold = overlap(g.pending, glmCallStart)
-			}
-			d.Content += g.pending[:len(g.pending)-hold]
-			g.pending = g.pending[len(g.pending)-hold:]
-			return
-		}
+	g.regions.feed(text, final, &d.Content, func() {
+		g.region = newGLMRegion(g.glm47)
+		g.named, g.argsStarted = false, false
+	}, func(inner string, complete bool) {
 		r := g.region
-		r.buf.WriteString(g.pending)
-		r.inner = r.buf.String()
-		g.pending = ""
-		rest, closed := "", false
-		if i := indexFrom(r.inner, glmCallEnd, g.endSearch); i >= 0 {
-			end := i
-			rest = r.inner[end+len(glmCallEnd):]
-			r.inner = r.inner[:end]
-			r.complete, closed = true, true
-		} else {
-			g.endSearch = max(0, len(r.inner)-len(glmCallEnd)+1)
-			r.complete = final
-		}
+		r.inner, r.complete = inner, complete
 		g.emit(d)
-		if !r.complete {
-			return
+		if complete {
+			if g.named {
+				g.appendArgs(d, g.closeArgs())
+			}
+			g.region = nil
 		}
-		if g.named {
-			g.appendArgs(d, g.closeArgs())
-		}
-		g.region = nil
-		if !closed {
-			return
-		}
-		g.pending = rest
-	}
+	})
 }
 
 // emit turns the region's new events into deltas.

@@ -161,9 +161,15 @@ func New(o Options) (*Parser, error) {
 		}
 		switch o.ToolParser {
 		case ToolParserGLM45, ToolParserGLM47:
-			p.tools = &glmStream{glm47: o.ToolParser == ToolParserGLM47, schemas: schemas, id: p.id}
+			p.tools = &glmStream{
+				glm47: o.ToolParser == ToolParserGLM47, schemas: schemas, id: p.id,
+				regions: regionScanner{start: glmCallStart, end: glmCallEnd},
+			}
 		case ToolParserDeepSeekV32:
-			p.tools = &dsmlStream{schemas: schemas, id: p.id}
+			p.tools = &dsmlStream{
+				schemas: schemas, id: p.id,
+				regions: regionScanner{start: dsmlBlockStart, end: dsmlBlockEnd},
+			}
 		}
 	}
 	return p, nil
