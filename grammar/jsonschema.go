@@ -339,6 +339,26 @@ func newCset() *cset {
 	return &cset{types: allTypes, maxLen: -1, maxProps: -1, maxItems: -1}
 }
 
+// countKeyword is the bound a count keyword (minLength … maxItems) sets,
+// and the type whose values it constrains.
+func (c *cset) countKeyword(k string) (*int, uint8) {
+	switch k {
+	case "minLength":
+		return &c.minLen, tString
+	case "maxLength":
+		return &c.maxLen, tString
+	case "minProperties":
+		return &c.minProps, tObject
+	case "maxProperties":
+		return &c.maxProps, tObject
+	case "minItems":
+		return &c.minItems, tArray
+	case "maxItems":
+		return &c.maxItems, tArray
+	}
+	panic("grammar: " + k + " is not a count keyword")
+}
+
 func (c *cset) clone() *cset {
 	d := *c
 	d.enum = slices.Clone(c.enum)
@@ -730,17 +750,14 @@ func (c *schemaCompiler) collectNode(n *snode) ([]*cset, error) {
 			own.hasEnum, own.enum = true, arr
 		case "const":
 			own.hasEnum, own.enum = true, []any{v}
-		case "minLength", "maxLength":
+		case "minLength", "maxLength", "minProperties", "maxProperties", "minItems", "maxItems":
 			x, err := nonNegInt(k, v)
 			if err != nil {
 				return nil, err
 			}
-			if k == "minLength" {
-				own.minLen = x
-			} else {
-				own.maxLen = x
-			}
-			own.typeKeywords |= tString
+			count, t := own.countKeyword(k)
+			*count = x
+			own.typeKeywords |= t
 		case "pattern":
 			p, ok := v.(string)
 			if !ok {
@@ -828,17 +845,6 @@ func (c *schemaCompiler) collectNode(n *snode) ([]*cset, error) {
 			if !isTrivialSchema(v) {
 				return nil, refuse(k, "propertyNames at %s cannot be enforced together with generated property names; list the properties under properties", at)
 			}
-		case "minProperties", "maxProperties":
-			x, err := nonNegInt(k, v)
-			if err != nil {
-				return nil, err
-			}
-			if k == "minProperties" {
-				own.minProps = x
-			} else {
-				own.maxProps = x
-			}
-			own.typeKeywords |= tObject
 		case "dependentRequired", "dependentSchemas", "dependencies":
 			if do, ok := v.(*jsonObject); !ok || len(do.keys) > 0 {
 				return nil, refuse(k, "%s at %s cannot be enforced (requirements that depend on which properties are present); state them with required", k, at)
@@ -883,17 +889,6 @@ func (c *schemaCompiler) collectNode(n *snode) ([]*cset, error) {
 				return nil, err
 			}
 			unevalItems, unevalItemsSet = conj{s}, true
-			own.typeKeywords |= tArray
-		case "minItems", "maxItems":
-			x, err := nonNegInt(k, v)
-			if err != nil {
-				return nil, err
-			}
-			if k == "minItems" {
-				own.minItems = x
-			} else {
-				own.maxItems = x
-			}
 			own.typeKeywords |= tArray
 		case "uniqueItems":
 			if b, ok := v.(bool); !ok || b {
