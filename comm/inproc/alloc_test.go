@@ -10,49 +10,17 @@ import (
 
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/comm/inproc"
+	"github.com/cpmla/cpmla/comm/internal/collectivetest"
 )
 
-// rankBufs are one rank's preallocated buffers for every op.
-type rankBufs struct {
-	src, dst, part, buf []float32
-	send, recv          []int
-}
-
-func newRankBufs(size, n int) *rankBufs {
-	b := &rankBufs{src: make([]float32, n), dst: make([]float32, n*size), part: make([]float32, n/size),
-		buf: make([]float32, n), send: make([]int, size), recv: make([]int, size)}
-	for j := range size {
-		b.send[j], b.recv[j] = n/size, n/size
-	}
-	return b
-}
-
-var allocOps = []struct {
-	name string
-	do   func(ctx context.Context, g comm.Group, b *rankBufs) error
-}{
-	{"AllGather", func(ctx context.Context, g comm.Group, b *rankBufs) error {
-		return comm.AllGather(ctx, g, b.dst, b.src)
-	}},
-	{"ReduceScatter", func(ctx context.Context, g comm.Group, b *rankBufs) error {
-		return comm.ReduceScatter(ctx, g, b.part, b.src)
-	}},
-	{"AllReduce", func(ctx context.Context, g comm.Group, b *rankBufs) error {
-		return comm.AllReduce(ctx, g, b.buf, b.src)
-	}},
-	{"AllToAll", func(ctx context.Context, g comm.Group, b *rankBufs) error { return comm.AllToAll(ctx, g, b.buf, b.src) }},
-	{"AllToAllV", func(ctx context.Context, g comm.Group, b *rankBufs) error {
-		return comm.AllToAllV(ctx, g, b.buf, b.src, b.send, b.recv)
-	}},
-	{"Broadcast", func(ctx context.Context, g comm.Group, b *rankBufs) error { return comm.Broadcast(ctx, g, b.buf, 0) }},
-	{"Barrier", func(ctx context.Context, g comm.Group, _ *rankBufs) error { return comm.Barrier(ctx, g) }},
-	{"Stats", func(ctx context.Context, g comm.Group, _ *rankBufs) error {
+// allocOps are the collectives and a Stats call between barriers.
+var allocOps = append(collectivetest.Ops[:len(collectivetest.Ops):len(collectivetest.Ops)],
+	collectivetest.Op{Name: "Stats", Do: func(ctx context.Context, g comm.Group, _ *collectivetest.Bufs) error {
 		if s := g.Stats(); s.Collectives > 1<<62 {
 			return fmt.Errorf("impossible count %d", s.Collectives)
 		}
 		return comm.Barrier(ctx, g)
-	}},
-}
+	}})
 
 // TestNoAllocationsAfterWarmup pins that a used group allocates nothing per
 // collective, on every rank: AllocsPerRun counts the whole process's
@@ -62,7 +30,7 @@ func TestNoAllocationsAfterWarmup(t *testing.T) {
 	for _, size := range []int{2, 4} {
 		for _, sub := range []bool{false, true} {
 			for _, op := range allocOps {
-				t.Run(fmt.Sprintf("ranks=%d/subgroup=%v/%s", size, sub, op.name), func(t *testing.T) {
+				t.Run(fmt.Sprintf("ranks=%d/subgroup=%v/%s", size, sub, op.Name), func(t *testing.T) {
 					world := newWorld(t, size, inproc.Options{TraceCapacity: 0})
 					groups := world
 					if sub { // a sub-group made of every rank in reverse order
@@ -79,23 +47,23 @@ func TestNoAllocationsAfterWarmup(t *testing.T) {
 					}
 					ctx, cancel := context.WithCancel(context.Background())
 					defer cancel()
-					bufs := make([]*rankBufs, size)
+					bufs := make([]*collectivetest.Bufs, size)
 					for r := range bufs {
-						bufs[r] = newRankBufs(size, 8*size)
+						bufs[r] = collectivetest.NewBufs(size, 8*size)
 					}
 					var wg sync.WaitGroup
 					errs := make([]error, size)
 					for r := 1; r < size; r++ {
 						wg.Go(func() {
 							for range runs + 1 { // AllocsPerRun makes one extra warm-up call
-								if errs[r] = op.do(ctx, groups[r], bufs[r]); errs[r] != nil {
+								if errs[r] = op.Do(ctx, groups[r], bufs[r]); errs[r] != nil {
 									return
 								}
 							}
 						})
 					}
 					allocs := testing.AllocsPerRun(runs, func() {
-						if err := op.do(ctx, groups[0], bufs[0]); err != nil && errs[0] == nil {
+						if err := op.Do(ctx, groups[0], bufs[0]); err != nil && errs[0] == nil {
 							errs[0] = err
 						}
 					})
@@ -117,9 +85,9 @@ func TestTraceAndStats(t *testing.T) {
 	const size, n = 4, 8
 	world := newWorld(t, size, inproc.Options{TraceCapacity: 5})
 	mustAll(t, inproc.Run(context.Background(), world, func(ctx context.Context, g comm.Group) error {
-		b := newRankBufs(size, n)
-		for _, op := range allocOps[:7] {
-			if err := op.do(ctx, g, b); err != nil {
+		b := collectivetest.NewBufs(size, n)
+		for _, op := range collectivetest.Ops {
+			if err := op.Do(ctx, g, b); err != nil {
 				return err
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/comm/inproc"
+	"github.com/cpmla/cpmla/comm/internal/collectivetest"
 )
 
 // benchShape is one collective at a decode-step size. perRank is the
@@ -32,18 +33,18 @@ var benchShapes = []benchShape{
 	{"Barrier", comm.OpBarrier, func(p, t int) int { return 0 }},
 }
 
-func benchCall(op comm.Op, ctx context.Context, g comm.Group, b *rankBufs) error {
+func benchCall(op comm.Op, ctx context.Context, g comm.Group, b *collectivetest.Bufs) error {
 	switch op {
 	case comm.OpAllGather:
-		return comm.AllGather(ctx, g, b.dst, b.src)
+		return comm.AllGather(ctx, g, b.Dst, b.Src)
 	case comm.OpAllToAll:
-		return comm.AllToAll(ctx, g, b.buf, b.src)
+		return comm.AllToAll(ctx, g, b.Buf, b.Src)
 	case comm.OpReduceScatter:
-		return comm.ReduceScatter(ctx, g, b.part, b.src)
+		return comm.ReduceScatter(ctx, g, b.Part, b.Src)
 	case comm.OpAllReduce:
-		return comm.AllReduce(ctx, g, b.buf, b.src)
+		return comm.AllReduce(ctx, g, b.Buf, b.Src)
 	case comm.OpBroadcast:
-		return comm.Broadcast(ctx, g, b.buf, 0)
+		return comm.Broadcast(ctx, g, b.Buf, 0)
 	}
 	return comm.Barrier(ctx, g)
 }
@@ -73,11 +74,11 @@ func benchCollective(b *testing.B, sh benchShape, p, tokens int) {
 		b.Fatal(err)
 	}
 	n := sh.perRank(p, tokens)
-	bufs := make([]*rankBufs, p)
+	bufs := make([]*collectivetest.Bufs, p)
 	for r := range bufs {
-		bufs[r] = newRankBufs(p, n)
-		for i := range bufs[r].src {
-			bufs[r].src[i] = float32(r + i)
+		bufs[r] = collectivetest.NewBufs(p, n)
+		for i := range bufs[r].Src {
+			bufs[r].Src[i] = float32(r + i)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())

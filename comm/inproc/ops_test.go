@@ -11,72 +11,8 @@ import (
 
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/comm/inproc"
+	"github.com/cpmla/cpmla/comm/internal/collectivetest"
 )
-
-// input is member r's i-th source element: distinct per rank and index,
-// with fractional parts so float sums round.
-func input[T comm.Elem](r, i int) T {
-	switch any((*T)(nil)).(type) {
-	case *float32, *float64:
-		v := float64(r+1)*0.7310585786 + float64(i)*1.25e-3 + float64((r*7+i*13)%11)*1e-4
-		if (r+i)%3 == 0 {
-			v = -v * 1e3
-		}
-		return T(v)
-	}
-	return T((r*31 + i*7 + 3) % 251) // exact in every Elem type
-}
-
-func inputs[T comm.Elem](size, n int) [][]T {
-	in := make([][]T, size)
-	for r := range in {
-		in[r] = make([]T, n)
-		for i := range in[r] {
-			in[r][i] = input[T](r, i)
-		}
-	}
-	return in
-}
-
-// Reference implementations: the definitions, one loop each, with sums in
-// float64 (floats) or the element type's wrap-around arithmetic (integers).
-
-func refAllGather[T comm.Elem](in [][]T) []T {
-	var out []T
-	for _, s := range in {
-		out = append(out, s...)
-	}
-	return out
-}
-
-func refSum[T comm.Elem](in [][]T, lo, hi int) []T {
-	out := make([]T, hi-lo)
-	for i := lo; i < hi; i++ {
-		var f float64
-		var x T
-		for _, s := range in {
-			f += float64(s[i])
-			x += s[i]
-		}
-		switch any((*T)(nil)).(type) {
-		case *float32, *float64:
-			out[i-lo] = T(f)
-		default:
-			out[i-lo] = x
-		}
-	}
-	return out
-}
-
-func refAllToAll[T comm.Elem](in [][]T, r int) []T {
-	p := len(in)
-	q := len(in[0]) / p
-	var out []T
-	for j := range p {
-		out = append(out, in[j][r*q:(r+1)*q]...)
-	}
-	return out
-}
 
 type opCase struct {
 	size, n int // ranks, elements per member contribution
@@ -93,12 +29,12 @@ func TestOpsInt32(t *testing.T)   { testOps[int32](t) }
 func TestOpsUint8(t *testing.T)   { testOps[uint8](t) }
 
 // testOps runs every equal-split op on every case and compares each rank's
-// result with the reference.
+// result with the reference, bit for bit: sums are defined as a left fold
+// in group-rank order, chunked AllReduce included.
 func testOps[T comm.Elem](t *testing.T) {
-	approx := cmpopts.EquateApprox(1e-6, 1e-3)
 	for _, tc := range opCases {
 		t.Run(fmt.Sprintf("ranks=%d/n=%d", tc.size, tc.n), func(t *testing.T) {
-			in := inputs[T](tc.size, tc.n)
+			in := collectivetest.Inputs[T](tc.size, tc.n)
 			type result struct{ ag, rs, ar, a2a, bc []T }
 			got := make([]result, tc.size)
 			mustAll(t, run(t, tc.size, inproc.Options{}, func(ctx context.Context, g comm.Group) error {
@@ -127,13 +63,13 @@ func testOps[T comm.Elem](t *testing.T) {
 				return comm.Broadcast(ctx, g, res.bc, tc.size-1)
 			}))
 			for r := range tc.size {
-				want := result{ag: refAllGather(in), ar: refSum(in, 0, tc.n), bc: in[tc.size-1]}
+				want := result{ag: collectivetest.AllGather(in), ar: collectivetest.Sum(in, 0, tc.n), bc: in[tc.size-1]}
 				if tc.n%tc.size == 0 {
 					q := tc.n / tc.size
-					want.rs = refSum(in, r*q, (r+1)*q)
-					want.a2a = refAllToAll(in, r)
+					want.rs = collectivetest.Sum(in, r*q, (r+1)*q)
+					want.a2a = collectivetest.AllToAll(in, r)
 				}
-				if d := cmp.Diff(want, got[r], cmp.AllowUnexported(result{}), cmpopts.EquateEmpty(), approx); d != "" {
+				if d := cmp.Diff(want, got[r], cmp.AllowUnexported(result{}), collectivetest.BitsEqual); d != "" {
 					t.Errorf("rank %d (-want +got):\n%s", r, d)
 				}
 			}

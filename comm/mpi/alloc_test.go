@@ -10,43 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cpmla/cpmla/comm"
+	"github.com/cpmla/cpmla/comm/internal/collectivetest"
 )
-
-// rankBufs are one member's preallocated buffers for every op.
-type rankBufs struct {
-	src, dst, part, buf []float32
-	send, recv          []int
-}
-
-func newRankBufs(size, n int) *rankBufs {
-	b := &rankBufs{src: make([]float32, n), dst: make([]float32, n*size), part: make([]float32, n/size),
-		buf: make([]float32, n), send: make([]int, size), recv: make([]int, size)}
-	for j := range size {
-		b.send[j], b.recv[j] = n/size, n/size
-	}
-	return b
-}
-
-var allOps = []struct {
-	name string
-	do   func(ctx context.Context, g comm.Group, b *rankBufs) error
-}{
-	{"AllGather", func(ctx context.Context, g comm.Group, b *rankBufs) error {
-		return comm.AllGather(ctx, g, b.dst, b.src)
-	}},
-	{"ReduceScatter", func(ctx context.Context, g comm.Group, b *rankBufs) error {
-		return comm.ReduceScatter(ctx, g, b.part, b.src)
-	}},
-	{"AllReduce", func(ctx context.Context, g comm.Group, b *rankBufs) error {
-		return comm.AllReduce(ctx, g, b.buf, b.src)
-	}},
-	{"AllToAll", func(ctx context.Context, g comm.Group, b *rankBufs) error { return comm.AllToAll(ctx, g, b.buf, b.src) }},
-	{"AllToAllV", func(ctx context.Context, g comm.Group, b *rankBufs) error {
-		return comm.AllToAllV(ctx, g, b.buf, b.src, b.send, b.recv)
-	}},
-	{"Broadcast", func(ctx context.Context, g comm.Group, b *rankBufs) error { return comm.Broadcast(ctx, g, b.buf, 0) }},
-	{"Barrier", func(ctx context.Context, g comm.Group, _ *rankBufs) error { return comm.Barrier(ctx, g) }},
-}
 
 // TestNoAllocationsAfterWarmup pins that a used group allocates nothing per
 // collective on the Go heap, for every op, on the world and on a
@@ -65,12 +30,12 @@ func TestNoAllocationsAfterWarmup(t *testing.T) {
 	defer cancel()
 	for _, g := range []comm.Group{w, rev} {
 		for _, n := range []int{8 * p, 8192 * p} {
-			b := newRankBufs(p, n)
-			for _, op := range allOps {
-				t.Run(fmt.Sprintf("%s/n=%d/%s", g.Name(), n, op.name), func(t *testing.T) {
+			b := collectivetest.NewBufs(p, n)
+			for _, op := range collectivetest.Ops {
+				t.Run(fmt.Sprintf("%s/n=%d/%s", g.Name(), n, op.Name), func(t *testing.T) {
 					var err error
 					allocs := testing.AllocsPerRun(20, func() {
-						if e := op.do(ctx, g, b); e != nil && err == nil {
+						if e := op.Do(ctx, g, b); e != nil && err == nil {
 							err = e
 						}
 					})
@@ -97,18 +62,18 @@ func TestTraceAndStats(t *testing.T) {
 	}
 	g := split(t, w, "stats", all)
 	n := 2 * p
-	b := newRankBufs(p, n)
-	for _, op := range allOps {
-		if err := op.do(context.Background(), g, b); err != nil {
+	b := collectivetest.NewBufs(p, n)
+	for _, op := range collectivetest.Ops {
+		if err := op.Do(context.Background(), g, b); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var wantTrace []comm.TraceEntry
 	var sent uint64
-	for i, op := range []comm.Op{comm.OpAllGather, comm.OpReduceScatter, comm.OpAllReduce, comm.OpAllToAll, comm.OpAllToAllV, comm.OpBroadcast, comm.OpBarrier} {
-		c := comm.Collective{Op: op, DType: comm.F32, Count: n, SendCounts: b.send}
-		if op == comm.OpBarrier {
-			c = comm.Collective{Op: op}
+	for i, op := range collectivetest.Ops {
+		c := comm.Collective{Op: op.Op, DType: comm.F32, Count: n, SendCounts: b.Send}
+		if op.Op == comm.OpBarrier {
+			c = comm.Collective{Op: op.Op}
 		}
 		sent += uint64(comm.BytesSent(&c, r, p))
 		wantTrace = append(wantTrace, comm.TraceEntry{Seq: uint64(i), Op: c.Op, DType: c.DType, Count: c.Count})

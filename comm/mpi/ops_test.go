@@ -14,76 +14,8 @@ import (
 
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/comm/inproc"
+	"github.com/cpmla/cpmla/comm/internal/collectivetest"
 )
-
-// input is member r's i-th source element: distinct per rank and index,
-// with fractional parts and mixed signs and magnitudes so that float sums
-// round and their order shows in the bits. Every process computes every
-// member's inputs, so each can check its own results.
-func input[T comm.Elem](r, i int) T {
-	switch any((*T)(nil)).(type) {
-	case *float32, *float64:
-		v := float64(r+1)*0.7310585786 + float64(i)*1.25e-3 + float64((r*7+i*13)%11)*1e-4
-		if (r+i)%3 == 0 {
-			v = -v * 1e3
-		}
-		return T(v)
-	}
-	return T((r*31 + i*7 + 3) % 251) // exact in every Elem type
-}
-
-func inputs[T comm.Elem](size, n int) [][]T {
-	in := make([][]T, size)
-	for r := range in {
-		in[r] = make([]T, n)
-		for i := range in[r] {
-			in[r][i] = input[T](r, i)
-		}
-	}
-	return in
-}
-
-// Reference results, from the definitions in docs/collectives.md: one loop
-// each, sums as a left fold in group-rank order in the element type (so
-// float results must match bit for bit, integers wrap around).
-
-func refAllGather[T comm.Elem](in [][]T) []T {
-	var out []T
-	for _, s := range in {
-		out = append(out, s...)
-	}
-	return out
-}
-
-func refSum[T comm.Elem](in [][]T, lo, hi int) []T {
-	out := make([]T, hi-lo)
-	for i := lo; i < hi; i++ {
-		x := in[0][i]
-		for _, s := range in[1:] {
-			x += s[i]
-		}
-		out[i-lo] = x
-	}
-	return out
-}
-
-func refAllToAll[T comm.Elem](in [][]T, r int) []T {
-	p := len(in)
-	q := len(in[0]) / p
-	var out []T
-	for j := range p {
-		out = append(out, in[j][r*q:(r+1)*q]...)
-	}
-	return out
-}
-
-// bitsEqual compares floats by their bits (so −0 ≠ +0 and NaN = NaN),
-// other types by value.
-var bitsEqual = cmp.Options{
-	cmp.Comparer(func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }),
-	cmp.Comparer(func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }),
-	cmpopts.EquateEmpty(),
-}
 
 // opGroups caches the groups of testGroups: a group is split once.
 var opGroups []comm.Group
@@ -126,8 +58,8 @@ func testOps[T comm.Elem](t *testing.T) {
 		p, r := g.Size(), g.Rank()
 		for _, n := range []int{0, 1, 5, 3 * p, 36 * p, 4099, 5000 * p} {
 			t.Run(fmt.Sprintf("%s/n=%d", g.Name(), n), func(t *testing.T) {
-				in := inputs[T](p, n)
-				want := map[string][]T{"ag": refAllGather(in), "ar": refSum(in, 0, n), "bc": in[p-1]}
+				in := collectivetest.Inputs[T](p, n)
+				want := map[string][]T{"ag": collectivetest.AllGather(in), "ar": collectivetest.Sum(in, 0, n), "bc": in[p-1]}
 				got := map[string][]T{"ag": make([]T, n*p), "ar": make([]T, n), "bc": append([]T(nil), in[r]...)}
 				if err := comm.AllGather(ctx, g, got["ag"], in[r]); err != nil {
 					t.Fatal(err)
@@ -140,7 +72,7 @@ func testOps[T comm.Elem](t *testing.T) {
 				}
 				if n%p == 0 {
 					q := n / p
-					want["rs"], want["a2a"] = refSum(in, r*q, (r+1)*q), refAllToAll(in, r)
+					want["rs"], want["a2a"] = collectivetest.Sum(in, r*q, (r+1)*q), collectivetest.AllToAll(in, r)
 					got["rs"], got["a2a"] = make([]T, q), make([]T, n)
 					if err := comm.ReduceScatter(ctx, g, got["rs"], in[r]); err != nil {
 						t.Fatal(err)
@@ -151,7 +83,7 @@ func testOps[T comm.Elem](t *testing.T) {
 				}
 				for k := range want {
 					if !bytes.Equal(comm.Bytes(want[k]), comm.Bytes(got[k])) { // bits; cmp.Diff only to report
-						t.Errorf("rank %d %s (-want +got):\n%s", r, k, cmp.Diff(want[k], got[k], bitsEqual))
+						t.Errorf("rank %d %s (-want +got):\n%s", r, k, cmp.Diff(want[k], got[k], collectivetest.BitsEqual))
 					}
 				}
 			})
@@ -239,13 +171,13 @@ func TestReductionsMatchInproc(t *testing.T) {
 					t.Fatalf("inproc rank %d: %v", j, err)
 				}
 			}
-			if p > 1 && cmp.Equal(refSum(in, 0, n), refSumReverse(in), bitsEqual) {
+			if p > 1 && cmp.Equal(collectivetest.Sum(in, 0, n), refSumReverse(in), collectivetest.BitsEqual) {
 				t.Fatal("inputs do not distinguish summation orders; the test would prove nothing")
 			}
-			if d := cmp.Diff(ar[r], arMPI, bitsEqual); d != "" {
+			if d := cmp.Diff(ar[r], arMPI, collectivetest.BitsEqual); d != "" {
 				t.Errorf("AllReduce bits (-inproc +mpi):\n%s", d)
 			}
-			if d := cmp.Diff(rs[r], rsMPI, bitsEqual); d != "" {
+			if d := cmp.Diff(rs[r], rsMPI, collectivetest.BitsEqual); d != "" {
 				t.Errorf("ReduceScatter bits (-inproc +mpi):\n%s", d)
 			}
 		})
