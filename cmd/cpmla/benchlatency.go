@@ -301,21 +301,12 @@ func benchLatency(o latencyOptions, stderr io.Writer) (*latencyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
+	built, err := o.buildRanks(eo.BlockSize)
 	if err != nil {
 		return nil, err
 	}
-	d := o.deployment()
-	d.blockSize = eo.BlockSize
-	bp, err := d.backendPlan(cfg)
-	if err != nil {
-		return nil, err
-	}
-	factory, weights, release, err := d.executors(o.procs, o.procWeights, cfg, src, bp)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
+	defer built.release()
+	cfg, factory, weights := built.cfg, built.factory, built.weights
 	ranks := o.tp * o.pcp
 	if o.procs != nil {
 		ranks = 1

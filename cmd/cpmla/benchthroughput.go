@@ -162,22 +162,12 @@ func benchThroughput(o throughputOptions, stderr io.Writer) (*throughputResult, 
 	if o.inputLen+o.outLen > eo.MaxModelLen {
 		fmt.Fprintf(stderr, "note: --input-len %d + --output-len %d exceeds --max-model-len %d; requests stop at the length limit\n", o.inputLen, o.outLen, eo.MaxModelLen)
 	}
-	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
+	built, err := o.buildRanks(eo.BlockSize)
 	if err != nil {
 		return nil, err
 	}
-	// Validate the parallel layout and the backend before any weight loads.
-	d := o.deployment()
-	d.blockSize = eo.BlockSize
-	bp, err := d.backendPlan(cfg)
-	if err != nil {
-		return nil, err
-	}
-	factory, weights, release, err := d.executors(o.procs, o.procWeights, cfg, src, bp)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
+	defer built.release()
+	cfg, factory, weights := built.cfg, built.factory, built.weights
 	var rec *stepRecorder
 	counting := func(opt model.RunnerOptions) (engine.Executor, error) {
 		x, err := factory(opt)

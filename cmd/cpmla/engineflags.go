@@ -123,6 +123,37 @@ func (e *engineFlags) preflight(options func(*config.Model) (engine.Options, err
 	return cfg, eo, nil
 }
 
+// builtRanks are the model's ranks, built: the model's config, the factory
+// of their executors, the most loaded rank's weight bytes and what releases
+// what was built.
+type builtRanks struct {
+	cfg     *config.Model
+	factory engine.ExecutorFactory
+	weights int64
+	release func()
+}
+
+// buildRanks loads the model's weights and builds its ranks for KV blocks
+// of blockSize positions, checking the attention backend before any weight
+// loads.
+func (e *engineFlags) buildRanks(blockSize int) (builtRanks, error) {
+	cfg, src, err := loadModel(e.model, e.weightSeed, e.quantization)
+	if err != nil {
+		return builtRanks{}, err
+	}
+	d := e.deployment()
+	d.blockSize = blockSize
+	bp, err := d.backendPlan(cfg)
+	if err != nil {
+		return builtRanks{}, err
+	}
+	factory, weights, release, err := d.executors(e.procs, e.procWeights, cfg, src, bp)
+	if err != nil {
+		return builtRanks{}, err
+	}
+	return builtRanks{cfg: cfg, factory: factory, weights: weights, release: release}, nil
+}
+
 // specConfigUsage is --speculative-config's help, the same on every command.
 const specConfigUsage = `MTP speculative decoding, vLLM's JSON: '{"method":"mtp","num_speculative_tokens":K}'`
 

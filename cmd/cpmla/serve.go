@@ -204,30 +204,19 @@ func startServe(o serveOptions, stderr io.Writer) (*startedServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w (choose another --port, or 0 for any free one)", net.JoinHostPort(o.host, strconv.Itoa(o.port)), err)
 	}
-	cfg, src, err := loadModel(o.model, o.weightSeed, o.quantization)
+	built, err := o.buildRanks(eo.BlockSize)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	d := o.deployment()
-	d.blockSize = eo.BlockSize
-	bp, err := d.backendPlan(cfg)
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	s := &startedServer{closers: []func(){func() { ln.Close() }}}
+	cfg, factory, weights := built.cfg, built.factory, built.weights
+	s := &startedServer{closers: []func(){func() { ln.Close() }, built.release}}
 	fail := func(err error) (*startedServer, error) {
 		for i := len(s.closers) - 1; i >= 0; i-- {
 			s.closers[i]()
 		}
 		return nil, err
 	}
-	factory, weights, release, err := d.executors(o.procs, o.procWeights, cfg, src, bp)
-	if err != nil {
-		return fail(err)
-	}
-	s.closers = append(s.closers, release)
 	e, err := engine.New(cfg, weights, factory, eo)
 	if err != nil {
 		return fail(err)
