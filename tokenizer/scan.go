@@ -120,24 +120,7 @@ func matchO200k(s string, i int) int {
 	if c&classN != 0 {
 		return matchDigits3(s, i)
 	}
-	start := i
-	if s[i] == ' ' && i+1 < len(s) {
-		if _, c2, _ := runeAt(s, i+1); c2&(classSpace|classL|classN) == 0 {
-			start = i + 1
-		}
-	}
-	if _, c2, _ := runeAt(s, start); c2&(classSpace|classL|classN) == 0 {
-		end := start
-		for end < len(s) {
-			_, c3, w3 := runeAt(s, end)
-			if c3&(classSpace|classL|classN) != 0 {
-				break
-			}
-			end += w3
-		}
-		for end < len(s) && (s[end] == '\r' || s[end] == '\n' || s[end] == '/') {
-			end++
-		}
+	if end, ok := matchSymbols(s, i, true); ok {
 		return end
 	}
 	return matchWhitespaceTail(s, i, true)
@@ -189,29 +172,38 @@ func matchLlama3(s string, i, digits int) int {
 		}
 		return end
 	}
-	// An optional space, then characters that are neither whitespace,
-	// letters nor numbers, then line breaks.
+	if end, ok := matchSymbols(s, i, false); ok {
+		return end
+	}
+	return matchWhitespaceTail(s, i, true)
+}
+
+// matchSymbols matches ` ?[^\s\p{L}\p{N}]+[\r\n]*` at i (with slash,
+// o200k's ` ?[^\s\p{L}\p{N}]+[\r\n/]*`): an optional space, then
+// characters that are neither whitespace, letters nor numbers, then line
+// breaks (and slashes). ok is false where no such character follows.
+func matchSymbols(s string, i int, slash bool) (end int, ok bool) {
 	start := i
 	if s[i] == ' ' && i+1 < len(s) {
 		if _, c2, _ := runeAt(s, i+1); c2&(classSpace|classL|classN) == 0 {
 			start = i + 1
 		}
 	}
-	if _, c2, _ := runeAt(s, start); c2&(classSpace|classL|classN) == 0 {
-		end := start
-		for end < len(s) {
-			_, c3, w3 := runeAt(s, end)
-			if c3&(classSpace|classL|classN) != 0 {
-				break
-			}
-			end += w3
-		}
-		for end < len(s) && (s[end] == '\r' || s[end] == '\n') {
-			end++
-		}
-		return end
+	if _, c2, _ := runeAt(s, start); c2&(classSpace|classL|classN) != 0 {
+		return 0, false
 	}
-	return matchWhitespaceTail(s, i, true)
+	end = start
+	for end < len(s) {
+		_, c3, w3 := runeAt(s, end)
+		if c3&(classSpace|classL|classN) != 0 {
+			break
+		}
+		end += w3
+	}
+	for end < len(s) && (s[end] == '\r' || s[end] == '\n' || slash && s[end] == '/') {
+		end++
+	}
+	return end, true
 }
 
 // matchDigits3 matches \p{N}{1,3}.
