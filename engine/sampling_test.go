@@ -83,6 +83,27 @@ func countAllocs(e *Engine, work func()) (allocs, decodeSteps int64) {
 	return c.Finish()
 }
 
+// forkExecutors are forkOptions' ranks: m alone for dcp 1, else dcp
+// in-process ranks of TP dcp with the KV split over dcp DCP ranks (f32
+// cache, blocks of 8/dcp positions each).
+func forkExecutors(t *testing.T, cfg *config.Model, m *model.Model, dcp int) (ExecutorFactory, int64) {
+	t.Helper()
+	if dcp == 1 {
+		return SingleRank(m), WeightBytes(m)
+	}
+	l := comm.Layout{TP: dcp, PCP: 1, DCP: dcp}
+	bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: l, Interleave: 1, BlockSize: 8 / dcp, KVDtype: "f32",
+		Backend: "auto", Comm: "ag_rs", HeadsPerRank: cfg.NumHeads / dcp, QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, weights, err := InProcess(cfg, model.RandomTensors(cfg, model.DefaultWeightSeed), Parallel{Layout: l, Interleave: 1, Backend: bp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, weights
+}
+
 func forkOptions(cfg *config.Model, dcp int) Options {
 	o := Options{MaxNumBatchedTokens: 24, MaxNumSeqs: 4, MaxModelLen: 32, BlockSize: 8, KVDType: kvcache.KVF32,
 		Layout: kvcache.Layout{N: dcp, I: 1}, MemoryLimit: 1 << 30, MeasureAllocs: true}
@@ -106,18 +127,7 @@ func TestNSharesOnePrefill(t *testing.T) {
 	var oneRank []PromptLogprob
 	for _, dcp := range []int{1, 2} {
 		t.Run(fmt.Sprintf("DCP%d", dcp), func(t *testing.T) {
-			f, weights := SingleRank(m), WeightBytes(m)
-			if dcp > 1 {
-				l := comm.Layout{TP: dcp, PCP: 1, DCP: dcp}
-				bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: l, Interleave: 1, BlockSize: 8 / dcp, KVDtype: "f32",
-					Backend: "auto", Comm: "ag_rs", HeadsPerRank: cfg.NumHeads / dcp, QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if f, weights, err = InProcess(cfg, model.RandomTensors(cfg, model.DefaultWeightSeed), Parallel{Layout: l, Interleave: 1, Backend: bp}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			f, weights := forkExecutors(t, cfg, m, dcp)
 			o := forkOptions(cfg, dcp)
 			// The prefix index may allocate on its first insertions (see
 			// blockManager), which decode steps of the forked sequences

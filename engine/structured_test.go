@@ -68,18 +68,7 @@ func TestStructuredOutput(t *testing.T) {
 	prompt := []int{11, 200, 3000, 45, 7}
 	var oneRank [][]int32
 	for _, dcp := range []int{1, 2} {
-		f, weights := SingleRank(m), WeightBytes(m)
-		if dcp > 1 {
-			l := comm.Layout{TP: dcp, PCP: 1, DCP: dcp}
-			bp, err := cp.NewBackendPlan(cp.BackendConfig{Layout: l, Interleave: 1, BlockSize: 8 / dcp, KVDtype: "f32",
-				Backend: "auto", Comm: "ag_rs", HeadsPerRank: cfg.NumHeads / dcp, QKNopeHeadDim: cfg.QKNopeHeadDim, Sparse: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if f, weights, err = InProcess(cfg, model.RandomTensors(cfg, model.DefaultWeightSeed), Parallel{Layout: l, Interleave: 1, Backend: bp}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		f, weights := forkExecutors(t, cfg, m, dcp)
 		o := forkOptions(cfg, dcp)
 		o.DisablePrefixCaching = true
 		e, err := New(cfg, weights, f, o)
