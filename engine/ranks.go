@@ -165,26 +165,11 @@ func (g *rankGroup) run() error {
 		res := <-g.done
 		g.errs[res.rank] = res.err
 	}
+	// Only a failed step picks its error: the search through errors.As
+	// allocates, and a step that succeeded on every rank must not.
 	for _, err := range g.errs {
 		if err != nil {
-			return firstError(g.errs)
-		}
-	}
-	return nil
-}
-
-// firstError reports a ledger mismatch in preference to the errors it caused
-// on other ranks.
-func firstError(errs []error) error {
-	var mm *comm.MismatchError
-	for _, err := range errs {
-		if errors.As(err, &mm) {
-			return err
-		}
-	}
-	for rank, err := range errs {
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", rank, err)
+			return comm.FirstRankError(g.errs)
 		}
 	}
 	return nil

@@ -270,7 +270,7 @@ func eachRank(ctx context.Context, runners []*model.Runner, groups []comm.Group,
 	errs := inproc.Run(ctx, groups, func(ctx context.Context, g comm.Group) error {
 		return fn(runners[g.Rank()])
 	})
-	return firstError(errs)
+	return comm.FirstRankError(errs)
 }
 
 // compareSpec runs the workload with MTP speculation on one rank and on the

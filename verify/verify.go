@@ -3,7 +3,6 @@ package verify
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -751,7 +750,7 @@ func buildRunners(ctx context.Context, cfg *config.Model, src model.TensorSource
 		runners[min(rank, len(runners)-1)] = r
 		return nil
 	})
-	if err := firstError(errs); err != nil {
+	if err := comm.FirstRankError(errs); err != nil {
 		return nil, nil, err
 	}
 	return runners, groups, nil
@@ -778,7 +777,7 @@ func forwardAll(ctx context.Context, runners []*model.Runner, groups []comm.Grou
 	errs := inproc.Run(ctx, groups, func(ctx context.Context, g comm.Group) error {
 		return runners[g.Rank()].Forward(b)
 	})
-	return firstError(errs)
+	return comm.FirstRankError(errs)
 }
 
 // runRanks calls fn for every in-process rank, or once for this process's
@@ -811,22 +810,6 @@ func sameLogitsAcrossProcesses(ctx context.Context, world comm.Group, r *model.R
 	for rank := 1; rank < world.Size(); rank++ {
 		if all[2*rank] != all[0] || all[2*rank+1] != all[1] {
 			return fmt.Errorf("step %d: logits of rank %d differ from rank 0's", step, rank)
-		}
-	}
-	return nil
-}
-
-// firstError reports a ledger mismatch in preference to the errors it caused.
-func firstError(errs []error) error {
-	var mm *comm.MismatchError
-	for _, err := range errs {
-		if errors.As(err, &mm) {
-			return err
-		}
-	}
-	for rank, err := range errs {
-		if err != nil {
-			return fmt.Errorf("rank %d: %w", rank, err)
 		}
 	}
 	return nil
