@@ -246,21 +246,21 @@ func (o Options) CheckMemory(cfg *config.Model, l comm.Layout, weightBytes int64
 		return err == nil && s.Bytes() <= usable
 	}
 	// The largest batch and length limits that fit, each alone.
-	if v, ok := largestFitting(o.MaxNumSeqs, o.MaxNumBatchedTokens, func(v int) bool {
+	if v, ok := plan.LargestFitting(o.MaxNumSeqs, o.MaxNumBatchedTokens, func(v int) bool {
 		m := o
 		m.MaxNumBatchedTokens = v
 		return fits(m)
 	}); ok {
 		fixes = append(fixes, fmt.Sprintf("--max-num-batched-tokens %d", v))
 	}
-	if v, ok := largestFitting(1, o.MaxNumSeqs, func(v int) bool {
+	if v, ok := plan.LargestFitting(1, o.MaxNumSeqs, func(v int) bool {
 		m := o
 		m.MaxNumSeqs = v
 		return fits(m)
 	}); ok {
 		fixes = append(fixes, fmt.Sprintf("--max-num-seqs %d", v))
 	}
-	if v, ok := largestFitting(1, o.MaxModelLen, func(v int) bool {
+	if v, ok := plan.LargestFitting(1, o.MaxModelLen, func(v int) bool {
 		m := o
 		m.MaxModelLen = v
 		return fits(m)
@@ -277,22 +277,4 @@ func (o Options) CheckMemory(cfg *config.Model, l comm.Layout, weightBytes int64
 	return fmt.Errorf("one rank needs %s before its KV cache is sized (weights %s, step buffers %s for --max-num-batched-tokens %d --max-num-seqs %d --max-model-len %d, KV cache at start-up %s), more than its budget %s (%s %s × --memory-utilization %g); set %s",
 		formatNeed(st.Bytes()), plan.FormatBytes(st.WeightBytes), formatNeed(st.BufferBytes), o.MaxNumBatchedTokens, o.MaxNumSeqs, o.MaxModelLen,
 		formatNeed(st.KVBytes), plan.FormatBytes(usable), source, plan.FormatBytes(limit), o.MemoryUtilization, fix)
-}
-
-// largestFitting is the largest v in [lo, cur) for which fits holds, found
-// by bisection (fits must be monotone); false when even lo does not fit.
-func largestFitting(lo, cur int, fits func(int) bool) (int, bool) {
-	if lo >= cur || !fits(lo) {
-		return 0, false
-	}
-	hi := cur // fits(lo), !fits(hi) assumed
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo, true
 }

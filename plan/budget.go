@@ -175,19 +175,8 @@ func (b Budget) maxModelLenFit(slots int64) int64 {
 	fits := func(s int64) bool {
 		return roundUp(MaxLocalTokens(s, b.DCP, int(b.interleave())), blk) <= slots
 	}
-	if !fits(1) {
-		return 0
-	}
-	lo, hi := int64(1), slots*int64(b.DCP)+1 // fits(lo), !fits(hi)
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
+	n, _ := LargestFitting(1, slots*int64(b.DCP)+1, fits)
+	return n
 }
 
 // Check refuses a budget that cannot hold one MaxModelLen request. The

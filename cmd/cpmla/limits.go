@@ -195,24 +195,6 @@ func listBytes(parts []namedBytes) string {
 	return strings.Join(list, ", ")
 }
 
-// largestBelow is the largest v in [lo, cur) for which fits holds, by
-// bisection (fits must be monotone in v); false when even lo does not fit.
-func largestBelow(lo, cur int, fits func(int) bool) (int, bool) {
-	if lo >= cur || !fits(lo) {
-		return 0, false
-	}
-	hi := cur
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo, true
-}
-
 // maxCount is how many items of size each fit in the memory this process
 // may use (at least 1).
 func maxCount(each int64) int64 {

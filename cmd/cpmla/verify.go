@@ -220,7 +220,7 @@ func checkVerify(c verify.Config, mpi bool) error {
 	}
 	var fixes []string
 	if c.PCP > 1 && !mpi {
-		if v, ok := largestBelow(1, c.PCP, func(p int) bool { return fits(withPCP(c, p)) }); ok {
+		if v, ok := plan.LargestFitting(1, c.PCP, func(p int) bool { return fits(withPCP(c, p)) }); ok {
 			w := withPCP(c, v)
 			fixes = append(fixes, fmt.Sprintf("--prefill-context-parallel-size %d --decode-context-parallel-size %d", w.PCP, w.DCP))
 		}
@@ -231,7 +231,7 @@ func checkVerify(c verify.Config, mpi bool) error {
 		}
 	}
 	longest := slices.Max(c.PromptLens)
-	if v, ok := largestBelow(1, longest, func(n int) bool {
+	if v, ok := plan.LargestFitting(1, longest, func(n int) bool {
 		w := c
 		w.PromptLens = make([]int, len(c.PromptLens))
 		for i, p := range c.PromptLens {
