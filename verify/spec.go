@@ -83,12 +83,7 @@ func probe(logits []float32) []float64 {
 // accepted drafts plus the target's next token are appended (spec.AcceptGreedy).
 func runSpec(ctx context.Context, cfg *config.Model, src model.TensorSource, c Config, prompts [][]int32, bp *cp.BackendPlan, want int, d drafter) (*specRun, error) {
 	K := c.Spec.K()
-	layout := comm.Layout{TP: 1, PCP: 1, DCP: 1}
-	interleave := 1
-	if bp != nil {
-		layout = comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
-		interleave = c.Interleave
-	}
+	layout, interleave := c.ranks(bp)
 	kl := kvcache.Layout{N: layout.DCP, I: interleave}
 	B := c.BlockSize
 	maxLen, total := 0, 0

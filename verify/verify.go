@@ -550,17 +550,21 @@ func makePrompts(cfg *config.Model, lens []int, seed uint64) [][]int32 {
 	return out
 }
 
+// ranks is the layout and the DCP interleave a run uses: one rank without a
+// backend plan (bp == nil), c's TP × PCP × DCP with one.
+func (c Config) ranks(bp *cp.BackendPlan) (comm.Layout, int) {
+	if bp == nil {
+		return comm.Layout{TP: 1, PCP: 1, DCP: 1}, 1
+	}
+	return comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}, c.Interleave
+}
+
 // runEngine runs the workload on one rank (bp == nil) or on the TP × PCP
 // in-process world of c. Every rank runs the same replicated batches; the
 // greedy tokens come from rank 0's logits, and every rank's logits must be
 // bit-identical to rank 0's.
 func runEngine(ctx context.Context, cfg *config.Model, src model.TensorSource, c Config, prompts [][]int32, bp *cp.BackendPlan) (*engineRun, error) {
-	layout := comm.Layout{TP: 1, PCP: 1, DCP: 1}
-	interleave := 1
-	if bp != nil {
-		layout = comm.Layout{TP: c.TP, PCP: c.PCP, DCP: c.DCP}
-		interleave = c.Interleave
-	}
+	layout, interleave := c.ranks(bp)
 	kl := kvcache.Layout{N: layout.DCP, I: interleave}
 	B := c.BlockSize
 	maxLen := 0
