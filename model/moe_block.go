@@ -1,11 +1,6 @@
 package model
 
-import (
-	"fmt"
-
-	"github.com/cpmla/cpmla/comm"
-	"github.com/cpmla/cpmla/kernels"
-)
+import "github.com/cpmla/cpmla/kernels"
 
 // moeBlock runs a routed layer for a step's local rows: the router, the
 // grouping of rows by expert so that each active expert's weights are read
@@ -28,10 +23,9 @@ type moeBlock struct {
 	rs     *routeScratch
 	E, K   int
 	D      int
-	// ep: experts are whole and spread over the TP × PCP ranks; dispatch:
-	// rows must travel between PCP ranks to reach them.
-	ep, dispatch bool
-	perRank      int // experts per rank under expert parallelism
+	// ep: experts are whole and spread over the TP × PCP ranks.
+	ep      bool
+	perRank int // experts per rank under expert parallelism
 
 	logits []float32 // [T, E]
 	idx    []int32   // [T, K] selected experts of the local rows (−1: padding)
@@ -44,18 +38,9 @@ type moeBlock struct {
 	xg, yg       []float32 // [R, D]: one expert's rows and outputs
 	gate, up     []float32 // [R, width]
 
-	// expert-parallel exchange over the PCP group
-	allIdx                 []int32   // [P, T, K]
-	allW                   []float32 // [P, T, K]
-	recvIdx                []int32   // [P·T, K] routing of the received rows
-	recvW                  []float32
-	sendRows               []int32 // local rows sent, peer by peer
-	sendCounts, recvCounts []int   // floats per peer
-	send, recv, acc, back  []float32
-	// rows every PCP rank holds (decodes): computed where they are, summed
-	// over the PCP group
-	replIdx                    []int32
-	replAcc, replPack, replSum []float32
+	// dispatch is the exchange of rows with the PCP ranks that hold their
+	// experts; nil unless experts are spread over more than one PCP rank.
+	dispatch *expertDispatch
 
 	// load[layer][j] counts the rows routed to this rank's expert j;
 	// expertCalls counts expert computations (one per active expert per
@@ -84,12 +69,14 @@ func newMoEBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *RouteTra
 	b.ep = m.Shard.EPSize > 1
 	b.perRank = b.E / max(m.Shard.EPSize, 1)
 	P := steps.pcp()
-	b.dispatch = b.ep && P > 1
+	if b.ep && P > 1 {
+		b.dispatch = &expertDispatch{}
+	}
 	f, i32 := bufs.f32, bufs.i32
 	b.logits = f("router logits", T*b.E)
 	b.idx, b.w = i32("routed experts", T*b.K), f("routing weights", T*b.K)
 	rows := T // rows an expert may see in one step
-	if b.dispatch {
+	if b.dispatch != nil {
 		rows = P * T
 	}
 	expertWidth := cfg.MoEIntermediateSize
@@ -101,15 +88,8 @@ func newMoEBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *RouteTra
 	b.pairRow, b.pairW = i32("expert pairs", rows*b.K), f("expert pair weights", rows*b.K)
 	b.xg, b.yg = f("expert rows", rows*D), f("expert outputs", max(rows, T)*D)
 	b.gate, b.up = f("expert gate", max(rows, T)*width), f("expert up", max(rows, T)*width)
-	if b.dispatch {
-		b.allIdx, b.allW = i32("routing gather", P*T*b.K), f("routing weight gather", P*T*b.K)
-		b.recvIdx, b.recvW = i32("received routing", P*T*b.K), f("received routing weights", P*T*b.K)
-		b.sendRows = i32("dispatched rows", P*T)
-		b.sendCounts, b.recvCounts = make([]int, P), make([]int, P)
-		b.send, b.recv = f("expert dispatch send", P*T*D), f("expert dispatch recv", P*T*D)
-		b.acc, b.back = f("expert partial sums", P*T*D), f("expert combine recv", P*T*D)
-		b.replIdx = i32("replicated row routing", T*b.K)
-		b.replAcc, b.replPack, b.replSum = f("replicated row experts", T*D), f("replicated row pack", T*D), f("replicated row sum", T*D)
+	if b.dispatch != nil {
+		b.dispatch.size(P, T, b.K, D, bufs)
 	}
 	// Indexed by cache layer: the decoder layers, then the MTP layers of a
 	// runner that drafts.
@@ -154,7 +134,7 @@ func (b *moeBlock) forward(li int, L *MoE, x, out []float32) error {
 	}
 	out = out[:M*D]
 	clear(out)
-	if b.dispatch {
+	if b.dispatch != nil {
 		if err := b.exchange(li, L, x, out); err != nil {
 			return err
 		}
@@ -216,134 +196,6 @@ func (b *moeBlock) runExperts(li int, L *MoE, src []float32, R int, idx []int32,
 			kernels.Axpy(b.pairW[lo+i], yg[i*D:(i+1)*D], acc[int(r)*D:(int(r)+1)*D])
 		}
 	}
-}
-
-// owner is the world rank holding global expert e under expert parallelism.
-func (b *moeBlock) owner(e int32) int { return int(e) / b.perRank }
-
-// exchange runs the routed experts of the local rows when they live on other
-// PCP ranks. Rows of a split prefill are dispatched: the routing is
-// all-gathered over the PCP group; each rank sends to every PCP peer (its TP
-// peer index) the rows of its block that route to that peer's experts,
-// computes its experts over the rows it received, and sends the partial sums
-// back; a row's partials add in PCP rank order. Rows every PCP rank holds
-// (decodes) are not sent: each rank computes its own experts over them and
-// the partials are all-reduced over the PCP group, so every expert runs once
-// per row. The TP all-reduce that follows adds the experts held by the other
-// TP ranks.
-func (b *moeBlock) exchange(li int, L *MoE, x, out []float32) error {
-	s, ctx, g := b.steps, b.par.ctx(), b.par.Groups.PCP
-	M, K, D := s.nLocal, b.K, b.D
-	P, TP := s.pcp(), b.par.Layout.TP
-	tp, me := b.m.Shard.TPRank, b.par.Groups.World.Rank()
-	replicated := func(br int32) bool { return br >= 0 && !s.partPrefill[s.rowSeq[br]] }
-	allIdx, allW := b.allIdx[:P*M*K], b.allW[:P*M*K]
-	if err := comm.AllGather(ctx, g, allIdx, b.idx[:M*K]); err != nil {
-		return fmt.Errorf("expert routing gather: %w", err)
-	}
-	if err := comm.AllGather(ctx, g, allW, b.w[:M*K]); err != nil {
-		return fmt.Errorf("expert routing weight gather: %w", err)
-	}
-	routesTo := func(idx []int32, rank int) bool {
-		for _, e := range idx {
-			if e >= 0 && b.owner(e) == rank {
-				return true
-			}
-		}
-		return false
-	}
-	// Rows this rank sends: to peer p, the rows of its block routed to the
-	// experts of world rank p·TP + tp.
-	nsend := 0
-	for p := 0; p < P; p++ {
-		c := 0
-		for t := 0; t < M; t++ {
-			if !replicated(s.lrow[t]) && routesTo(b.idx[t*K:(t+1)*K], p*TP+tp) {
-				copy(b.send[nsend*D:(nsend+1)*D], x[t*D:(t+1)*D])
-				b.sendRows[nsend] = int32(t)
-				nsend++
-				c++
-			}
-		}
-		b.sendCounts[p] = c * D
-	}
-	// Rows it receives: from peer p, the rows of p's block routed to its own
-	// experts, in the order p sends them.
-	nrecv := 0
-	for p := 0; p < P; p++ {
-		c := 0
-		for t, br := range s.part.Tokens(p)[:M] {
-			ri := allIdx[(p*M+t)*K : (p*M+t+1)*K]
-			if !replicated(br) && routesTo(ri, me) {
-				copy(b.recvIdx[nrecv*K:(nrecv+1)*K], ri)
-				copy(b.recvW[nrecv*K:(nrecv+1)*K], allW[(p*M+t)*K:(p*M+t+1)*K])
-				nrecv++
-				c++
-			}
-		}
-		b.recvCounts[p] = c * D
-	}
-	recv := b.recv[:nrecv*D]
-	if err := comm.AllToAllV(ctx, g, recv, b.send[:nsend*D], b.sendCounts, b.recvCounts); err != nil {
-		return fmt.Errorf("expert dispatch: %w", err)
-	}
-	acc := b.acc[:nrecv*D]
-	clear(acc)
-	b.runExperts(li, L, recv, nrecv, b.recvIdx, b.recvW, acc)
-	back := b.back[:nsend*D]
-	if err := comm.AllToAllV(ctx, g, back, acc, b.recvCounts, b.sendCounts); err != nil {
-		return fmt.Errorf("expert combine: %w", err)
-	}
-	for i, t := range b.sendRows[:nsend] {
-		kernels.Axpy(1, back[i*D:(i+1)*D], out[int(t)*D:(int(t)+1)*D])
-	}
-	return b.replicatedRows(li, L, x, out, replicated)
-}
-
-// replicatedRows adds to out the routed experts of the rows every PCP rank
-// holds: each rank computes its own experts over them, and the partials are
-// all-reduced over the PCP group (every rank holds the same such rows in the
-// same order, so the count agrees).
-func (b *moeBlock) replicatedRows(li int, L *MoE, x, out []float32, replicated func(int32) bool) error {
-	s, K, D := b.steps, b.K, b.D
-	M := s.nLocal
-	n := 0
-	for t := 0; t < M; t++ {
-		ri := b.replIdx[t*K : (t+1)*K]
-		if replicated(s.lrow[t]) {
-			copy(ri, b.idx[t*K:(t+1)*K])
-			n++
-		} else {
-			for k := range ri {
-				ri[k] = -1
-			}
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	acc := b.replAcc[:M*D]
-	clear(acc)
-	b.runExperts(li, L, x, M, b.replIdx, b.w, acc)
-	pack, sum := b.replPack[:n*D], b.replSum[:n*D]
-	i := 0
-	for t := 0; t < M; t++ {
-		if replicated(s.lrow[t]) {
-			copy(pack[i*D:(i+1)*D], acc[t*D:(t+1)*D])
-			i++
-		}
-	}
-	if err := comm.AllReduce(b.par.ctx(), b.par.Groups.PCP, sum, pack); err != nil {
-		return fmt.Errorf("replicated-row expert all-reduce: %w", err)
-	}
-	i = 0
-	for t := 0; t < M; t++ {
-		if replicated(s.lrow[t]) {
-			kernels.Axpy(1, sum[i*D:(i+1)*D], out[t*D:(t+1)*D])
-			i++
-		}
-	}
-	return nil
 }
 
 // RouteTrace receives, when set on a Runner, the experts each row routes to
