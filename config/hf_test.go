@@ -114,8 +114,6 @@ func mutate(t *testing.T, base string, edits map[string]string) []byte {
 	return data
 }
 
-const fp8Quant = `{"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128]}`
-
 func TestConfigRefusals(t *testing.T) {
 	tests := []struct {
 		name  string

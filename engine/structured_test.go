@@ -32,7 +32,7 @@ func (m matchers) NewConstraint(end []int, maxTokens int) (sampler.Constraint, e
 }
 
 // refusing allows every token and then refuses the one drawn.
-type refusing struct{ words int }
+type refusing struct{}
 
 func (r refusing) NewConstraint([]int, int) (sampler.Constraint, error) { return r, nil }
 func (r refusing) FillMask(mask []uint64) {

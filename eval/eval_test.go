@@ -59,7 +59,7 @@ func TestCollectClassifiesResponses(t *testing.T) {
 		case 1:
 			w.Write([]byte(`{"choices":[{"text":"x"}]`))
 		case 2:
-			http.Error(w, `{"error":{"message":"overloaded"}}`, 429)
+			http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusTooManyRequests)
 		case 3:
 			fmt.Fprintf(w, `{"choices":[{"text":"short","finish_reason":"stop"}],"usage":{"completion_tokens":%d}}`, req.MaxTokens-1)
 		default:

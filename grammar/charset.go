@@ -79,22 +79,6 @@ func (c charset) intersect(d charset) charset { return c.negate().union(d.negate
 
 func (c charset) minus(d charset) charset { return c.intersect(d.negate()) }
 
-func (c charset) contains(r rune) bool {
-	i, found := slices.BinarySearchFunc(c, r, func(rr runeRange, t rune) int {
-		switch {
-		case rr.hi < t:
-			return -1
-		case rr.lo > t:
-			return 1
-		}
-		return 0
-	})
-	_ = i
-	return found
-}
-
-func (c charset) empty() bool { return len(c) == 0 }
-
 func fromTable(t *unicode.RangeTable) charset {
 	var out charset
 	for _, r := range t.R16 {

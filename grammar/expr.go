@@ -1,7 +1,5 @@
 package grammar
 
-import "math/bits"
-
 // byteSet is a set of byte values.
 type byteSet [4]uint64
 
@@ -16,10 +14,6 @@ func (s *byteSet) addRange(lo, hi byte) {
 func (s *byteSet) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 
 func (s *byteSet) empty() bool { return s[0]|s[1]|s[2]|s[3] == 0 }
-
-func (s *byteSet) count() int {
-	return bits.OnesCount64(s[0]) + bits.OnesCount64(s[1]) + bits.OnesCount64(s[2]) + bits.OnesCount64(s[3])
-}
 
 func byteRange(lo, hi byte) byteSet {
 	var s byteSet

@@ -392,7 +392,7 @@ func gemmRangeIlv(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 				}
 			}
 		}
-		if productPanelAbove(groupPanelXBytes(n), n, in, ilvRows) == ilvRows {
+		if productPanel(groupPanelXBytes(n), n, in, ilvRows) == ilvRows {
 			pairedWalk(in, j0, j1, ilvRows, tile)
 		} else {
 			panelWalkAbove(groupPanelXBytes(n), n, in, j0, j1, ilvRows, tile)
@@ -953,7 +953,8 @@ const panelOut = 1024
 // productPanel is how many weight rows the tiles of a decode-sized product
 // of n activation rows over in columns, step weight rows per tile, compute
 // over every reduction block before the next rows. When the activation
-// rows fit in L2 next to the streaming weights it is one tile: each tile
+// rows (4·n·in bytes) are at most xBytes (panelXBytes, or a tile's own
+// limit) and so fit in L2 next to the streaming weights it is one tile: each tile
 // walks all its blocks, so its weights stream front to back. Larger
 // activation rows (GLM-5's o_proj at batch 8: 8 × 16,384 floats, 512 KiB)
 // were evicted by the weights between one tile's blocks and read again
@@ -961,11 +962,7 @@ const panelOut = 1024
 // once per panel from L1 or L2 instead (docs/performance-log.md, "Activations
 // that stay in L2"). Each output still sums its blocks in order, so no bit
 // changes.
-func productPanel(n, in, step int) int { return productPanelAbove(panelXBytes, n, in, step) }
-
-// productPanelAbove is productPanel with the activation rows' limit
-// xBytes in place of panelXBytes.
-func productPanelAbove(xBytes, n, in, step int) int {
+func productPanel(xBytes, n, in, step int) int {
 	if 4*n*in <= xBytes {
 		return step
 	}
@@ -1290,9 +1287,9 @@ func panelWalk(n, in, j0, end, step int, tile func(jt, k0, nj, nk int)) {
 	panelWalkAbove(panelXBytes, n, in, j0, end, step, tile)
 }
 
-// panelWalkAbove is panelWalk in the order of productPanelAbove(xBytes).
+// panelWalkAbove is panelWalk in the order of productPanel(xBytes).
 func panelWalkAbove(xBytes, n, in, j0, end, step int, tile func(jt, k0, nj, nk int)) {
-	pr := productPanelAbove(xBytes, n, in, step)
+	pr := productPanel(xBytes, n, in, step)
 	for b0 := j0; b0 < end; b0 += pr {
 		b1 := min(b0+pr, end)
 		for k0 := 0; k0 < in; k0 += gemmKC {

@@ -365,7 +365,7 @@ func TestGroupPanelXBytes(t *testing.T) {
 		{n: 7, in: 2048, panel: panelOut},
 		{n: 16, in: 512, panel: panelOut},
 	} {
-		if got := productPanelAbove(groupPanelXBytes(c.n), c.n, c.in, ilvRows); got != c.panel {
+		if got := productPanel(groupPanelXBytes(c.n), c.n, c.in, ilvRows); got != c.panel {
 			t.Errorf("%d rows of %d columns: a panel of %d weight rows, want %d", c.n, c.in, got, c.panel)
 		}
 	}

@@ -1,7 +1,6 @@
 package numfmt
 
 import (
-	"fmt"
 	"math"
 	"testing"
 
@@ -189,7 +188,7 @@ func FuzzE4M3(f *testing.F) {
 			t.Fatalf("encode(decode(%#02x)) = %#02x", c, back)
 		}
 		if math.Signbit(float64(x)) != (c&0x80 != 0) {
-			t.Fatal(fmt.Sprintf("sign lost: %g -> %#02x", x, c))
+			t.Fatalf("sign lost: %g -> %#02x", x, c)
 		}
 	})
 }

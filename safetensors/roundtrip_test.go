@@ -176,7 +176,6 @@ func TestWriterLayout(t *testing.T) {
 	if err := json.Unmarshal(raw[8:8+n], &entries); err != nil {
 		t.Fatal(err)
 	}
-	type span struct{ begin, end int64 }
 	covered := map[int64]int64{} // begin → end
 	for name, e := range entries {
 		dt, err := ParseDType(e.DType)

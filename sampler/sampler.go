@@ -516,11 +516,10 @@ func kthLargest(v []float32, k int) float32 {
 // history counts the tokens of a sequence in an open-addressing table
 // sized for its longest possible length.
 type history struct {
-	keys   []int32 // -1: empty
-	out    []int32 // occurrences in the output
-	used   []int32 // occupied slots, in insertion order
-	mask   uint32
-	filled int
+	keys []int32 // -1: empty
+	out  []int32 // occurrences in the output
+	used []int32 // occupied slots, in insertion order
+	mask uint32
 }
 
 func newHistory(n int) *history {

@@ -85,18 +85,10 @@ type addedSegment struct {
 	token int
 }
 
-// split cuts s into text and added-token segments. Whitespace absorbed by
-// lstrip/rstrip tokens is removed from the neighbouring text.
-func (m *addedMatcher) split(dst []addedSegment, s string) []addedSegment {
-	m.each(s, func(seg addedSegment) bool {
-		dst = append(dst, seg)
-		return true
-	})
-	return dst
-}
-
-// each is split that hands the segments to yield one by one and stops when
-// yield returns false; it reports whether it went to the end.
+// each cuts s into text and added-token segments and hands them to yield
+// one by one, stopping when yield returns false; it reports whether it went
+// to the end. Whitespace absorbed by lstrip/rstrip tokens is removed from
+// the neighbouring text.
 func (m *addedMatcher) each(s string, yield func(addedSegment) bool) bool {
 	textStart := 0
 	for i := 0; i < len(s); {

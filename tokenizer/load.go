@@ -588,11 +588,11 @@ func buildPreTokenizer(raw json.RawMessage, forceRegex bool) (preTokenizer, bool
 		return seq, byteLevel, nil
 	case "Split":
 		if c.Pattern == nil {
-			return nil, false, errors.New("Split has no pattern")
+			return nil, false, errors.New("pre-tokenizer Split has no pattern")
 		}
 		behavior, ok := splitBehaviors[c.Behavior]
 		if !ok {
-			return nil, false, fmt.Errorf("Split behavior %q is not supported (supported: %s)", c.Behavior, strings.Join(slices.Sorted(maps.Keys(splitBehaviors)), ", "))
+			return nil, false, fmt.Errorf("pre-tokenizer Split: behavior %q is not supported (supported: %s)", c.Behavior, strings.Join(slices.Sorted(maps.Keys(splitBehaviors)), ", "))
 		}
 		var m matcher
 		switch {
@@ -604,7 +604,7 @@ func buildPreTokenizer(raw json.RawMessage, forceRegex bool) (preTokenizer, bool
 		case c.Pattern.String != nil:
 			m = literalMatcher(*c.Pattern.String)
 		default:
-			return nil, false, errors.New("Split pattern needs \"Regex\" or \"String\"")
+			return nil, false, errors.New("pre-tokenizer Split: its pattern needs \"Regex\" or \"String\"")
 		}
 		return splitStage{m: m, behavior: behavior, invert: c.Invert}, false, nil
 	case "ByteLevel":

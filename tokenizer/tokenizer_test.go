@@ -352,7 +352,7 @@ func TestLoadRefusals(t *testing.T) {
 		})},
 		{"normalizer", `normalizer "Lowercase" is not supported`, edit(func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Lowercase"} })},
 		{"pre-tokenizer", `pre-tokenizer "Whitespace" is not supported`, edit(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Whitespace"} })},
-		{"split behavior", `Split behavior "Sideways" is not supported`, edit(func(m map[string]any) {
+		{"split behavior", `pre-tokenizer Split: behavior "Sideways" is not supported`, edit(func(m map[string]any) {
 			m["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"String": "-"}, "behavior": "Sideways"}
 		})},
 		{"bad regex", "compile split pattern", edit(func(m map[string]any) {

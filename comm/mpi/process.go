@@ -126,13 +126,6 @@ func (p *process) loop(start func() error, ready chan<- error) {
 	}
 }
 
-// run executes fn on the MPI goroutine and waits for it.
-func (p *process) run(fn func()) {
-	t := &syncTask{fn: fn, done: make(chan struct{})}
-	p.tasks <- t
-	<-t.done
-}
-
 // fail poisons the world with err unless it already failed, and returns the
 // error every later collective reports: the first one.
 func (p *process) fail(err error) error {

@@ -372,7 +372,7 @@ func (r *renderer) evalExpr(e expr, sc *scope) (any, error) {
 		if f, ok := globals[e.name]; ok {
 			return f, nil
 		}
-		return undefined{e.name}, nil
+		return undefined(e), nil
 	case getAttr:
 		x, err := r.eval(e.x, sc)
 		if err != nil {
