@@ -58,14 +58,12 @@ type job struct {
 	// truncate > 0 keeps only the prompt's last truncate tokens.
 	truncate int
 
+	keepSpecial bool // skip_special_tokens false
 	// Chat output parsing: the parsers to run on each choice (none when
-	// both are empty), the tools whose schemas type arguments, the
-	// chat_template_kwargs, and whether more than one call may be returned.
-	keepSpecial                 bool // skip_special_tokens false
-	toolParser, reasoningParser string
-	tools                       []chatparse.Tool
-	kwargs                      map[string]any
-	singleToolCall              bool
+	// both are empty), the tools whose schemas type arguments and the
+	// chat_template_kwargs; and whether more than one call may be returned.
+	parsing        chatparse.Options
+	singleToolCall bool
 }
 
 // promptJob is one prompt of a job.
@@ -323,7 +321,7 @@ func (s *Server) parseChat(req *ChatRequest) (*job, *apiError) {
 	if j.spec != nil {
 		// The constraint holds from the first token, so there is no
 		// reasoning to split off (vLLM instead lets the model reason first).
-		j.reasoningParser = ""
+		j.parsing.ReasoningParser = ""
 	}
 	text, err := s.cfg.Tokenizer.RenderChat(in)
 	if err != nil {
@@ -378,16 +376,16 @@ func chatMessages(in []ChatMessage) ([]tokenizer.Message, *apiError) {
 // --enable-auto-tool-choice; "none" renders the tools and parses none.
 func (s *Server) parseTools(req *ChatRequest, j *job) *apiError {
 	if len(req.ChatTemplateKwargs) > 0 {
-		j.kwargs = make(map[string]any, len(req.ChatTemplateKwargs))
+		j.parsing.ChatTemplateKwargs = make(map[string]any, len(req.ChatTemplateKwargs))
 		for k, raw := range req.ChatTemplateKwargs {
 			var v any
 			if err := json.Unmarshal(raw, &v); err != nil {
 				return badRequest("chat_template_kwargs", "chat_template_kwargs.%s is not JSON: %v", k, err)
 			}
-			j.kwargs[k] = v
+			j.parsing.ChatTemplateKwargs[k] = v
 		}
 	}
-	j.reasoningParser = s.cfg.ReasoningParser
+	j.parsing.ReasoningParser = s.cfg.ReasoningParser
 	choice := "none"
 	if len(req.Tools) > 0 {
 		choice = "auto"
@@ -406,7 +404,7 @@ func (s *Server) parseTools(req *ChatRequest, j *job) *apiError {
 		if !s.cfg.AutoToolChoice {
 			return badRequest("tool_choice", "\"auto\" tool choice requires the server to run with --enable-auto-tool-choice and --tool-call-parser (one of %s)", strings.Join(chatparse.ToolParsers(), ", "))
 		}
-		j.toolParser = s.cfg.ToolCallParser
+		j.parsing.ToolParser = s.cfg.ToolCallParser
 	case "required":
 		return badRequest("tool_choice", "tool_choice \"required\" needs guided decoding, which this server does not do; use \"auto\"")
 	default:
@@ -423,22 +421,19 @@ func (s *Server) parseTools(req *ChatRequest, j *job) *apiError {
 		if err := json.Unmarshal(raw, &tool); err != nil || tool.Function == nil || tool.Function.Name == "" || (tool.Type != "" && tool.Type != "function") {
 			return badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d] must be {\"type\":\"function\",\"function\":{\"name\":...,\"parameters\":{...}}}", i)
 		}
-		j.tools = append(j.tools, chatparse.Tool{Name: tool.Function.Name, Parameters: tool.Function.Parameters})
+		j.parsing.Tools = append(j.parsing.Tools, chatparse.Tool{Name: tool.Function.Name, Parameters: tool.Function.Parameters})
 	}
 	j.singleToolCall = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
-	if _, err := chatparse.New(j.parserOptions()); err != nil {
+	if _, err := chatparse.New(j.parsing); err != nil {
 		return badRequest("tools", "%v", err)
 	}
 	return nil
 }
 
-// parserOptions are the chatparse options of one choice of j.
-func (j *job) parserOptions() chatparse.Options {
-	return chatparse.Options{ToolParser: j.toolParser, ReasoningParser: j.reasoningParser, Tools: j.tools, ChatTemplateKwargs: j.kwargs}
-}
-
 // parses reports whether j's choices go through chatparse.
-func (j *job) parses() bool { return j.chat && (j.toolParser != "" || j.reasoningParser != "") }
+func (j *job) parses() bool {
+	return j.chat && (j.parsing.ToolParser != "" || j.parsing.ReasoningParser != "")
+}
 
 // keepsSpecial reports whether the output text keeps special tokens: for a
 // chat parser, or when the request asks for it.

@@ -57,7 +57,7 @@ func newResponse(s *Server, j *job, id string, created int64, out responder) *re
 			ts := newTextStream(s.cfg.Tokenizer, j.stops, j.keepsSpecial())
 			c := &choice{index: p*j.n + k, prompt: p}
 			if j.parses() {
-				c.parser, _ = chatparse.New(j.parserOptions()) // the options were checked when parsing the request
+				c.parser, _ = chatparse.New(j.parsing) // the options were checked when parsing the request
 			}
 			ts.includeStop, ts.minTokens = j.includeStop, j.params.MinTokens
 			c.text = ts
