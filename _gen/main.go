@@ -2771,6 +2771,17 @@ func bits(v int) int {
 	return b
 }
 
+// recordsLevel is what decodeRecords512 and decodeRecords256 differ in:
+// the function's name, the constants its tiles need, its tiles, the
+// values a widening step takes (log2) and that step.
+type recordsLevel struct {
+	name     string
+	consts   func()
+	tiles    recordTiles
+	ropeLog2 uint8
+	widen    func(sp, dst Register)
+}
+
 // decodeRecords512 emits decodeRecordsAVX512: n quantized cache records of
 // a flat store, record i at base + slots[i]·recBytes, each tiles tiles of
 // tileCodes e4m3 codes (a multiple of 16), then tiles little-endian float32
@@ -2781,7 +2792,37 @@ func bits(v int) int {
 // line of the record of slots[i+ahead] is prefetched, for i+ahead < npf.
 // The caller guarantees every decoded record lies inside the store.
 func decodeRecords512() {
-	name := "decodeRecordsAVX512"
+	decodeRecords(recordsLevel{name: "decodeRecordsAVX512", consts: e4m3Consts, tiles: recordTiles512, ropeLog2: 4,
+		widen: func(sp, dst Register) {
+			VPMOVZXWD(Mem{Base: sp}, Z0)
+			VPSLLD(U8(16), Z0, Z0)
+			VMOVUPS(Z0, Mem{Base: dst})
+			ADDQ(U32(32), sp)
+			ADDQ(U32(64), dst)
+		}})
+}
+
+// decodeRecords256 emits decodeRecordsAVX2: decodeRecordsAVX512 with AVX2
+// (tiles of a multiple of 8 codes, a multiple of 8 bf16 values), the
+// codes decoded as decodeE4M3AVX2 does and the bf16 values widened by
+// widenBF16x8: the same bits.
+func decodeRecords256() {
+	decodeRecords(recordsLevel{name: "decodeRecordsAVX2", tiles: recordTiles256, ropeLog2: 3,
+		consts: func() {
+			e4m3Consts256()
+			VMOVDQU(widenBF16Ctl, Y10)
+		},
+		widen: func(sp, dst Register) {
+			widenBF16x8(Mem{Base: sp}, Y0, Y10)
+			VMOVUPS(Y0, Mem{Base: dst})
+			ADDQ(U32(16), sp)
+			ADDQ(U32(32), dst)
+		}})
+}
+
+// decodeRecords emits decodeRecords512's function at level lv.
+func decodeRecords(lv recordsLevel) {
+	name := lv.name
 	TEXT(name, NOSPLIT, "func(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)")
 	Pragma("noescape")
 	Doc(name + " decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.")
@@ -2790,7 +2831,7 @@ func decodeRecords512() {
 	slots := Load(Param("slots"), GP64())
 	n := Load(Param("n"), GP64())
 	recBytes := Load(Param("recBytes"), GP64())
-	e4m3Consts()
+	lv.consts()
 	i := GP64()
 	XORQ(i, i)
 	TESTQ(n, n)
@@ -2829,21 +2870,17 @@ func decodeRecords512() {
 	TESTQ(tl, tl)
 	JZ(LabelRef(name + "_rope"))
 	Label(name + "_tile")
-	recordTile(name, rec, dst, sp, tileCodes, recordTiles512)
+	recordTile(name, rec, dst, sp, tileCodes, lv.tiles)
 	DECQ(tl)
 	JNZ(LabelRef(name + "_tile"))
 	Label(name + "_rope")
 	// sp now points past the scales, at the bf16 values.
 	rc := GP64()
 	MOVQ(Load(Param("rope"), GP64()), rc)
-	SHRQ(U8(4), rc)
+	SHRQ(U8(lv.ropeLog2), rc)
 	JZ(LabelRef(name + "_next"))
 	Label(name + "_widen")
-	VPMOVZXWD(Mem{Base: sp}, Z0)
-	VPSLLD(U8(16), Z0, Z0)
-	VMOVUPS(Z0, Mem{Base: dst})
-	ADDQ(U32(32), sp)
-	ADDQ(U32(64), dst)
+	lv.widen(sp, dst)
 	DECQ(rc)
 	JNZ(LabelRef(name + "_widen"))
 	Label(name + "_next")
@@ -3105,85 +3142,6 @@ func e4m3ChunkNaN256(m Mem) {
 	VPOR(m, Y7, Y1)
 	VPCMPEQB(Y6, Y1, Y1)
 	VPTEST(Y1, Y1)
-}
-
-// decodeRecords256 emits decodeRecordsAVX2: decodeRecordsAVX512 with AVX2
-// (tiles of a multiple of 8 codes, a multiple of 8 bf16 values), the
-// codes decoded as decodeE4M3AVX2 does and the bf16 values widened by
-// widenBF16x8: the same bits.
-func decodeRecords256() {
-	name := "decodeRecordsAVX2"
-	TEXT(name, NOSPLIT, "func(dst *float32, base *byte, slots *int32, n int, npf int, ahead int, recBytes int, tiles int, tileCodes int, rope int)")
-	Pragma("noescape")
-	Doc(name + " decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.")
-	dst := Load(Param("dst"), GP64())
-	base := Load(Param("base"), GP64())
-	slots := Load(Param("slots"), GP64())
-	n := Load(Param("n"), GP64())
-	recBytes := Load(Param("recBytes"), GP64())
-	e4m3Consts256()
-	VMOVDQU(widenBF16Ctl, Y10)
-	i := GP64()
-	XORQ(i, i)
-	TESTQ(n, n)
-	JZ(LabelRef(name + "_done"))
-	Label(name + "_rec")
-	// Prefetch every line of the record ahead, and its last byte.
-	pi := GP64()
-	MOVQ(i, pi)
-	ADDQ(NewParamAddr("ahead", 40), pi)
-	CMPQ(pi, NewParamAddr("npf", 32))
-	JAE(LabelRef(name + "_decode"))
-	MOVLQSX(Mem{Base: slots, Index: pi, Scale: 4}, pi)
-	IMULQ(recBytes, pi)
-	ADDQ(base, pi)
-	PREFETCHT0(Mem{Base: pi, Index: recBytes, Scale: 1, Disp: -1})
-	po := GP64()
-	XORQ(po, po)
-	Label(name + "_pf")
-	PREFETCHT0(Mem{Base: pi, Index: po, Scale: 1})
-	ADDQ(U32(64), po)
-	CMPQ(po, recBytes)
-	JB(LabelRef(name + "_pf"))
-	Label(name + "_decode")
-	rec := GP64()
-	MOVLQSX(Mem{Base: slots, Index: i, Scale: 4}, rec)
-	IMULQ(recBytes, rec)
-	ADDQ(base, rec)
-	// The scales follow the codes: at rec + tiles·tileCodes.
-	tileCodes := Load(Param("tileCodes"), GP64())
-	sp := GP64()
-	MOVQ(Load(Param("tiles"), GP64()), sp)
-	tl := GP64()
-	MOVQ(sp, tl)
-	IMULQ(tileCodes, sp)
-	ADDQ(rec, sp)
-	TESTQ(tl, tl)
-	JZ(LabelRef(name + "_rope"))
-	Label(name + "_tile")
-	recordTile(name, rec, dst, sp, tileCodes, recordTiles256)
-	DECQ(tl)
-	JNZ(LabelRef(name + "_tile"))
-	Label(name + "_rope")
-	// sp now points past the scales, at the bf16 values.
-	rc := GP64()
-	MOVQ(Load(Param("rope"), GP64()), rc)
-	SHRQ(U8(3), rc)
-	JZ(LabelRef(name + "_next"))
-	Label(name + "_widen")
-	widenBF16x8(Mem{Base: sp}, Y0, Y10)
-	VMOVUPS(Y0, Mem{Base: dst})
-	ADDQ(U32(16), sp)
-	ADDQ(U32(32), dst)
-	DECQ(rc)
-	JNZ(LabelRef(name + "_widen"))
-	Label(name + "_next")
-	INCQ(i)
-	CMPQ(i, n)
-	JB(LabelRef(name + "_rec"))
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
 }
 
 // widenBF16256 emits widenBF16AVX2: widenBF16AVX512 for n (a multiple of 8)
