@@ -11,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/cpmla/cpmla/internal/boundedread"
 )
 
 // SpecCounters are vLLM's speculative-decoding counters
@@ -40,13 +42,10 @@ func ScrapeSpec(ctx context.Context, client *http.Client, base string) (*SpecCou
 	if resp.StatusCode != http.StatusOK {
 		return nil, nil
 	}
-	page, err := io.ReadAll(io.LimitReader(resp.Body, maxMetricsBytes+1))
+	// A page cut at the limit could parse as smaller counts: refused whole.
+	page, err := boundedread.All(resp.Body, "the page", maxMetricsBytes)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s/metrics: %w", base, err)
-	}
-	if len(page) > maxMetricsBytes {
-		// A page cut at the limit could parse as smaller counts.
-		return nil, fmt.Errorf("GET %s/metrics: the page is longer than the %d bytes read", base, maxMetricsBytes)
 	}
 	return parseSpec(bytes.NewReader(page))
 }

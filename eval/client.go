@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
+
+	"github.com/cpmla/cpmla/internal/boundedread"
 )
 
 // MaxResponseBytes bounds one response body eval reads: a completion of a
@@ -17,19 +18,6 @@ const MaxResponseBytes = 1 << 20
 // Seed is the seed lm-eval's API models send with every request (TemplateAPI's
 // default); greedy requests do not depend on it.
 const Seed = 1234
-
-// readBounded reads at most limit bytes of r and refuses a longer body by
-// the constraint it breaks.
-func readBounded(r io.Reader, limit int64, what string) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", what, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is longer than the %d bytes eval reads", what, limit)
-	}
-	return data, nil
-}
 
 // postJSON posts body to url and decodes a 200 response into out; any other
 // status, a body over MaxResponseBytes or a malformed body is an error
@@ -49,7 +37,7 @@ func postJSON(ctx context.Context, client *http.Client, url string, body, out an
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := readBounded(resp.Body, MaxResponseBytes, "the response body")
+	data, err := boundedread.All(resp.Body, "the response body", MaxResponseBytes)
 	if err != nil {
 		return err
 	}

@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/cpmla/cpmla/internal/boundedread"
 )
 
 // IndexFile and SingleFile are the names OpenDir looks for.
@@ -61,7 +62,8 @@ func (c *Checkpoint) open() error {
 		if err := c.contained(indexPath); err != nil {
 			return err
 		}
-		raw, err := readBounded(indexPath, MaxIndexBytes)
+		raw, err := boundedread.Path(indexPath, MaxIndexBytes)
+		err = boundedread.Advise(err, "a real index is a few MiB")
 		if err != nil {
 			return fmt.Errorf("safetensors: %w", err)
 		}
@@ -125,23 +127,6 @@ func (c *Checkpoint) contained(path string) error {
 		return fmt.Errorf("safetensors: %s is not a regular file (%s)", path, st.Mode().Type())
 	}
 	return nil
-}
-
-// readBounded reads path, refusing a file longer than limit bytes.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes; a real index is a few MiB", path, limit)
-	}
-	return data, nil
 }
 
 // openIndexed opens the shards the index raw lists, each with open, after

@@ -3,10 +3,11 @@ package safetensors
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path"
 	"slices"
+
+	"github.com/cpmla/cpmla/internal/boundedread"
 )
 
 // MaxFSFileBytes bounds one file OpenFS reads into memory: an fs.FS cannot
@@ -79,33 +80,12 @@ func openFSFile(fsys fs.FS, name, where string) (*File, error) {
 	return &File{path: label, data: data, header: h}, nil
 }
 
-// readFSBounded reads the regular file name of fsys, refusing it by its
-// size before reading when it is larger than limit bytes.
+// readFSBounded reads the regular file name of fsys, a name inside the
+// checkpoint, refusing it by its size before reading when it is larger
+// than limit bytes.
 func readFSBounded(fsys fs.FS, name string, limit int64) ([]byte, error) {
 	if !fs.ValidPath(name) || name == "." {
 		return nil, fmt.Errorf("%q is not a file name inside the checkpoint", name)
 	}
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case !st.Mode().IsRegular():
-		return nil, fmt.Errorf("%s is not a regular file (%s)", name, st.Mode().Type())
-	case st.Size() > limit:
-		return nil, fmt.Errorf("%s has %d bytes, more than the %d a file read into memory may have", name, st.Size(), limit)
-	}
-	data := make([]byte, st.Size())
-	if _, err := io.ReadFull(f, data); err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	if n, _ := f.Read(make([]byte, 1)); n > 0 {
-		return nil, fmt.Errorf("%s grew past its %d bytes while it was read", name, st.Size())
-	}
-	return data, nil
+	return boundedread.File(fsys, name, limit)
 }

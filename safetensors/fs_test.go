@@ -146,10 +146,10 @@ func TestOpenFSRefusals(t *testing.T) {
 		{"index names a parent", fstest.MapFS{IndexFile: index("../a.safetensors"), "a.safetensors": {Data: good}}, `shard "../a.safetensors" must be a file name inside`},
 		{"index names a subdirectory", fstest.MapFS{IndexFile: index("sub/a.safetensors"), "sub/a.safetensors": {Data: good}}, "must be a file name inside"},
 		{"index names a missing shard", fstest.MapFS{IndexFile: index("gone.safetensors")}, "gone.safetensors"},
-		{"index names a directory", fstest.MapFS{IndexFile: index("d.safetensors"), "d.safetensors/x": {Data: good}}, "d.safetensors is not a regular file"},
+		{"index names a directory", fstest.MapFS{IndexFile: index("d.safetensors"), "d.safetensors/x": {Data: good}}, "d.safetensors is a directory, not a file"},
 		{"index is not JSON", fstest.MapFS{IndexFile: {Data: []byte("{")}}, "unexpected end of JSON input"},
 		{"index too large", hugeFS{fstest.MapFS{IndexFile: index("a.safetensors"), "a.safetensors": {Data: good}}, IndexFile}, "has 1073741825 bytes, more than the 67108864"},
-		{"shard too large", hugeFS{fstest.MapFS{SingleFile: {Data: good}}, SingleFile}, "has 1073741825 bytes, more than the 1073741824 a file read into memory may have"},
+		{"shard too large", hugeFS{fstest.MapFS{SingleFile: {Data: good}}, SingleFile}, "has 1073741825 bytes, more than the 1073741824 it may have"},
 		{"corrupt shard", fstest.MapFS{SingleFile: {Data: good[:len(good)-1]}}, "built-in x/model.safetensors"},
 		{"same tensor twice", fstest.MapFS{"a.safetensors": {Data: good}, "b.safetensors": {Data: good}}, `is in both built-in x/a.safetensors and built-in x/b.safetensors`},
 	} {
@@ -166,10 +166,11 @@ func TestOpenFSRefusals(t *testing.T) {
 	}
 }
 
-// The fs.FS read refuses a file that is longer than its Stat said.
+// The fs.FS read refuses a file that grows past the limit after its Stat
+// said it was under it.
 func TestReadFSBoundedRefusesGrowth(t *testing.T) {
 	m := growingFS{data: []byte("0123456789")}
-	if _, err := readFSBounded(m, "f", 100); err == nil || !strings.Contains(err.Error(), "grew past its 4 bytes") {
+	if _, err := readFSBounded(m, "f", 5); err == nil || !strings.Contains(err.Error(), "f is longer than the 5 bytes read") {
 		t.Errorf("got %v, want a refusal of the growth", err)
 	}
 }

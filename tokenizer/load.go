@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/cpmla/cpmla/internal/boundedread"
 	"github.com/cpmla/cpmla/tokenizer/jinja"
 )
 
@@ -41,48 +41,6 @@ const (
 	// id table is as long as the largest id.
 	maxIDGap = 1 << 16
 )
-
-// readBounded reads a file of at most limit bytes, refusing a larger one by
-// its size before reading it.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return readOpened(f, path, limit)
-}
-
-// readFSBounded is readBounded for the file name of fsys.
-func readFSBounded(fsys fs.FS, name string, limit int64) ([]byte, error) {
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return readOpened(f, name, limit)
-}
-
-func readOpened(f fs.File, path string, limit int64) ([]byte, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("%s is a directory, not a file", path)
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%s has %d bytes, more than the %d this file may have", path, st.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s grew past %d bytes while it was read", path, limit)
-	}
-	return data, nil
-}
 
 // hfTokenizer is the part of tokenizer.json this package reads.
 type hfTokenizer struct {
@@ -179,13 +137,15 @@ func (c *configToken) UnmarshalJSON(data []byte) error {
 // Load reads tokenizer.json (required) and tokenizer_config.json (optional)
 // from dir.
 func Load(dir string) (*Tokenizer, error) {
-	return load(dir, func(name string, limit int64) ([]byte, error) { return readBounded(filepath.Join(dir, name), limit) })
+	return load(dir, func(name string, limit int64) ([]byte, error) {
+		return boundedread.Path(filepath.Join(dir, name), limit)
+	})
 }
 
 // LoadFS is Load for the files at the root of fsys (a checkpoint embedded in
 // the binary); where names it in messages.
 func LoadFS(fsys fs.FS, where string) (*Tokenizer, error) {
-	return load(where, func(name string, limit int64) ([]byte, error) { return readFSBounded(fsys, name, limit) })
+	return load(where, func(name string, limit int64) ([]byte, error) { return boundedread.File(fsys, name, limit) })
 }
 
 // load reads the tokenizer's files with read, which refuses a file larger
@@ -234,7 +194,7 @@ func (t *Tokenizer) WithChatTemplate(src string) (*Tokenizer, error) {
 // of a file, or (when no such file exists and the argument contains one of
 // "{", "}" or a newline) the template itself.
 func LoadChatTemplate(arg string) (string, error) {
-	data, err := readBounded(arg, jinja.MaxTemplateBytes)
+	data, err := boundedread.Path(arg, jinja.MaxTemplateBytes)
 	if err == nil {
 		return string(data), nil
 	}

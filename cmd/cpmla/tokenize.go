@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cpmla/cpmla/checkpoints"
+	"github.com/cpmla/cpmla/internal/boundedread"
 	"github.com/cpmla/cpmla/tokenizer"
 )
 
@@ -81,7 +81,8 @@ func newTokenizeCmd() *cobra.Command {
 				ids = tk.EncodeWith(prompt, tokenizer.EncodeOptions{ParseSpecial: true})
 			default:
 				if cmd.Flags().Changed("text-file") {
-					data, err := readBounded(textFile, maxTextFileBytes)
+					data, err := boundedread.Path(textFile, maxTextFileBytes)
+					err = boundedread.Advise(err, "split the text")
 					if err != nil {
 						return fmt.Errorf("--text-file: %w", err)
 					}
@@ -138,7 +139,8 @@ type chatFile struct {
 
 func readChatInput(path, kwargs string) (tokenizer.ChatInput, error) {
 	var in tokenizer.ChatInput
-	data, err := readBounded(path, maxTextFileBytes)
+	data, err := boundedread.Path(path, maxTextFileBytes)
+	err = boundedread.Advise(err, "split the text")
 	if err != nil {
 		return in, fmt.Errorf("--messages: %w", err)
 	}
@@ -245,21 +247,3 @@ func loadTokenizer(flag, model string) (*tokenizer.Tokenizer, error) {
 
 // maxTextFileBytes bounds the text `cpmla tokenize --text-file` reads.
 const maxTextFileBytes = 256 << 20
-
-// readBounded reads at most limit bytes of path and refuses a longer file
-// (or an endless one such as /dev/zero) instead of reading it whole.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s holds more than %d bytes; split the text", path, limit)
-	}
-	return data, nil
-}
