@@ -246,26 +246,22 @@ func (o Options) CheckMemory(cfg *config.Model, l comm.Layout, weightBytes int64
 		return err == nil && s.Bytes() <= usable
 	}
 	// The largest batch and length limits that fit, each alone.
-	if v, ok := plan.LargestFitting(o.MaxNumSeqs, o.MaxNumBatchedTokens, func(v int) bool {
-		m := o
-		m.MaxNumBatchedTokens = v
-		return fits(m)
-	}); ok {
-		fixes = append(fixes, fmt.Sprintf("--max-num-batched-tokens %d", v))
-	}
-	if v, ok := plan.LargestFitting(1, o.MaxNumSeqs, func(v int) bool {
-		m := o
-		m.MaxNumSeqs = v
-		return fits(m)
-	}); ok {
-		fixes = append(fixes, fmt.Sprintf("--max-num-seqs %d", v))
-	}
-	if v, ok := plan.LargestFitting(1, o.MaxModelLen, func(v int) bool {
-		m := o
-		m.MaxModelLen = v
-		return fits(m)
-	}); ok {
-		fixes = append(fixes, fmt.Sprintf("--max-model-len %d", v))
+	for _, lim := range []struct {
+		flag    string
+		lo, cur int
+		set     func(*Options, int)
+	}{
+		{"--max-num-batched-tokens", o.MaxNumSeqs, o.MaxNumBatchedTokens, func(m *Options, v int) { m.MaxNumBatchedTokens = v }},
+		{"--max-num-seqs", 1, o.MaxNumSeqs, func(m *Options, v int) { m.MaxNumSeqs = v }},
+		{"--max-model-len", 1, o.MaxModelLen, func(m *Options, v int) { m.MaxModelLen = v }},
+	} {
+		if v, ok := plan.LargestFitting(lim.lo, lim.cur, func(v int) bool {
+			m := o
+			lim.set(&m, v)
+			return fits(m)
+		}); ok {
+			fixes = append(fixes, fmt.Sprintf("%s %d", lim.flag, v))
+		}
 	}
 	if o.KVCacheMemory > 0 {
 		fixes = append(fixes, "a smaller --kv-cache-memory")
