@@ -261,11 +261,13 @@ func TestSubmitRefusalsAndCancellation(t *testing.T) {
 		t.Fatalf("third request with a queue of 1: %v, want ErrOverloaded", err)
 	}
 	cancel()
-	for { // wait until the cancellation reached the engine, then let the step finish
+	// Wait until the cancellation reached the engine (queued, or already
+	// taken by the loop between two steps), then let the step finish.
+	for {
 		e.mu.Lock()
-		n := len(e.aborts)
+		reached := len(e.aborts) > 0 || e.stats.Aborted > 0
 		e.mu.Unlock()
-		if n > 0 {
+		if reached {
 			break
 		}
 		runtime.Gosched()
