@@ -15,32 +15,47 @@ import (
 // and a prompt's 64 rows of glm5-dense-350m (16 heads, top-k 2048) over f32
 // rows, bf16 rows read in place and rows a source decodes (bf16 widened
 // into the kernel's scratch a block at a time, as a quantized cache's are).
-// FLOPs: 2·RowDim for the logit and 2·LatentDim for the value sum, per key,
-// head and row. The kernels run on one thread unless the name says two.
+// The rows are picked from a cache of four times top-k rows, which stays in
+// L3 at these sizes, except in the cases named "from-memory": eight decode
+// rows of glm5-dense-350m and of GLM-5 gathering their bf16 rows from a
+// cache of 64 times top-k (151 MB), as a batch-8 decode step at long
+// context does. FLOPs: 2·RowDim for the logit and 2·LatentDim for the value
+// sum, per key, head and row. The kernels run on one thread unless the name
+// says two.
 func BenchmarkSparseAttention(b *testing.B) {
 	type benchCase struct {
 		name                       string
 		rows, heads, topk, threads int
 		rowsKind                   string
+		cacheRows                  int // the cache's rows in units of topk
 	}
 	cases := []benchCase{
-		{"glm5/rows=1", 1, 64, 2048, 1, "f32"},
-		{"glm5/rows=16", 16, 64, 2048, 1, "f32"},
-		{"glm5-mini/rows=1", 1, 8, 16, 1, "f32"},
-		{"glm5-mini/rows=16", 16, 8, 16, 1, "f32"},
+		{"glm5/rows=1", 1, 64, 2048, 1, "f32", 4},
+		{"glm5/rows=16", 16, 64, 2048, 1, "f32", 4},
+		{"glm5-mini/rows=1", 1, 8, 16, 1, "f32", 4},
+		{"glm5-mini/rows=16", 16, 8, 16, 1, "f32", 4},
 	}
 	for _, keys := range []int{512, 2048} {
 		for _, kind := range []string{"f32", "bf16", "decoded"} {
 			for _, threads := range []int{1, 2} {
-				cases = append(cases, benchCase{fmt.Sprintf("glm5-dense-350m/keys=%d/rows=64/%s/threads=%d", keys, kind, threads), 64, 16, keys, threads, kind})
+				cases = append(cases, benchCase{fmt.Sprintf("glm5-dense-350m/keys=%d/rows=64/%s/threads=%d", keys, kind, threads), 64, 16, keys, threads, kind, 4})
 			}
 		}
+	}
+	for _, cache := range []int{4, 64} {
+		where := "in-cache"
+		if cache > 4 {
+			where = "from-memory"
+		}
+		cases = append(cases,
+			benchCase{"glm5-dense-350m/keys=2048/rows=8/bf16/" + where, 8, 16, 2048, 1, "bf16", cache},
+			benchCase{"glm5/keys=2048/rows=8/bf16/" + where, 8, 64, 2048, 1, "bf16", cache})
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
 			defer kernels.SetThreads(kernels.SetThreads(bc.threads))
 			rng := rand.New(rand.NewPCG(8, 0))
-			nkv := 4 * bc.topk
+			nkv := bc.cacheRows * bc.topk
 			var kv KVSource = DenseKV(randVec(rng, nkv*RowDim))
 			if bc.rowsKind != "f32" {
 				rows := make(DenseKVBF16, nkv*RowDim)
