@@ -5,7 +5,10 @@
 // with a one-thread counterpart both its speed-up and the machine's own (how
 // much faster the two-thread probes say the same step could run), and the
 // first as a share of the second, which is the two-thread step's roofline
-// fraction over the one-thread step's. A run on a
+// fraction over the one-thread step's. A decode case also shows the ceiling
+// of a step that runs its parts one after another: the whole-step roofline
+// over the sum of the parts' rooflines, the largest whole-step fraction such
+// a step reaches with every part at its own roofline. A run on a
 // shared host moves the probes between runs, so the second ratio is what the
 // first is to be read against (a memory-bound step cannot gain more than the
 // read bandwidth does).

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestParseLine(t *testing.T) {
@@ -113,11 +114,66 @@ func TestSpeedups(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := []string{
-		"| m | bf16 | 1 | 512 | 1 | 3 | 45.0 (40.0–50.0) | – | – | – | 75 % (70–80) | 75 % | 35.0 | 220 |",
-		fmt.Sprintf("| m | bf16 | 2 | 512 | 1 | 3 | 80.0 (70.0–90.0) | %.2f× | %.2f× | %.0f %% | 70 %% (60–80) | 70 %% | 61.0 | 220 |", wantStep, wantMachine, 100*wantStep/wantMachine),
+		"| m | bf16 | 1 | 512 | 1 | 3 | 45.0 (40.0–50.0) | – | – | – | 75 % (70–80) | 75 % | 100 % | 35.0 | 220 |",
+		fmt.Sprintf("| m | bf16 | 2 | 512 | 1 | 3 | 80.0 (70.0–90.0) | %.2f× | %.2f× | %.0f %% | 70 %% (60–80) | 70 %% | 100 %% | 61.0 | 220 |", wantStep, wantMachine, 100*wantStep/wantMachine),
 	}
 	if diff := cmp.Diff(want, lines[2:]); diff != "" {
 		t.Errorf("table rows (-want +got):\n%s", diff)
+	}
+}
+
+func TestPartsCeilings(t *testing.T) {
+	name := "m/fp8/threads=1/decode/ctx=512/batch=8"
+	line := func(metrics string) string { return "BenchmarkStep/" + name + "-2 20 1000 ns/op " + metrics }
+	tests := []struct {
+		name  string
+		lines []string
+		want  []float64
+		cell  string
+	}{
+		{
+			name: "one ratio a run, the median in the cell",
+			lines: []string{
+				line("0.48 roofline 0.64 of-parts"),
+				line("0.50 roofline 0.625 of-parts"),
+				line("0.42 roofline 0.60 of-parts"),
+			},
+			want: []float64{0.75, 0.8, 0.7},
+			cell: "75 %",
+		},
+		{
+			name: "runs without both fractions or with no parts' fraction are left out",
+			lines: []string{
+				line("0.48 roofline 0.64 of-parts"),
+				line("0.50 roofline"),
+				line("0.60 of-parts"),
+				line("0.50 roofline 0 of-parts"),
+			},
+			want: []float64{0.75},
+			cell: "75 %",
+		},
+		{name: "no run with both", lines: []string{line("0.5 roofline")}, cell: "–"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := runs{}
+			if err := read(rs, "log", strings.NewReader(strings.Join(tc.lines, "\n"))); err != nil {
+				t.Fatal(err)
+			}
+			k := caseKey{model: "m", weights: "fp8", threads: 1, ctx: 512, batch: 8}
+			got := rs.partsCeilings(k)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateApprox(0, 1e-12), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("partsCeilings (-want +got):\n%s", diff)
+			}
+			var out strings.Builder
+			if err := rs.write(&out); err != nil {
+				t.Fatal(err)
+			}
+			cells := strings.Split(strings.Split(strings.TrimSpace(out.String()), "\n")[2], " | ")
+			if cells[12] != tc.cell {
+				t.Errorf("ceiling cell %q, want %q (row %q)", cells[12], tc.cell, out.String())
+			}
+		})
 	}
 }
 

@@ -97,6 +97,24 @@ func spread(v []float64, mul float64, prec int, unit string) string {
 	return fmt.Sprintf("%s (%.*f–%.*f)", med, prec, slices.Min(v)*mul, prec, slices.Max(v)*mul)
 }
 
+// partsCeilings is, per run of k that reports both fractions, the
+// whole-step roofline over the sum of its parts' rooflines (roofline ÷
+// of-parts: both divide a roofline time by the same step time). It is the
+// largest whole-step fraction a step reaches that runs its parts one after
+// another, each at its own roofline: the whole-step roofline lets one part's
+// reading run under another's FMAs, which such a step cannot.
+func (rs runs) partsCeilings(k caseKey) []float64 {
+	var v []float64
+	for _, m := range rs[k] {
+		whole, okW := m["roofline"]
+		parts, okP := m["of-parts"]
+		if okW && okP && parts > 0 {
+			v = append(v, whole/parts)
+		}
+	}
+	return v
+}
+
 // single formats the median of v scaled by mul, a dash when v is empty.
 func single(v []float64, mul float64, verb string) string {
 	if len(v) == 0 {
@@ -110,13 +128,14 @@ func single(v []float64, mul float64, verb string) string {
 func (rs runs) write(w io.Writer) error {
 	var b strings.Builder
 	if ks := rs.sortedKeys(false); len(ks) > 0 {
-		b.WriteString("| model | weights | threads | ctx | batch | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | of the machine's | roofline | of the parts' rooflines | bw GB/s | FMA GFLOP/s |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| model | weights | threads | ctx | batch | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | of the machine's | roofline | of the parts' rooflines | ceiling, parts one after another | bw GB/s | FMA GFLOP/s |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, k := range ks {
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n",
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s |\n",
 				k.model, k.weights, k.threads, k.ctx, k.batch, len(rs[k]),
 				spread(rs.values(k, "tokens/s"), 1, 1, ""), rs.ratioCells(k),
 				spread(rs.values(k, fractionUnit(k)), 100, 0, " %"), single(rs.values(k, "of-parts"), 100, "%.0f %%"),
+				single(rs.partsCeilings(k), 100, "%.0f %%"),
 				single(rs.values(k, "bw-GB/s"), 1, "%.1f"), single(rs.values(k, "fma-GFLOP/s"), 1, "%.0f"))
 		}
 	}
