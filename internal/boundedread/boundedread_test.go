@@ -42,12 +42,7 @@ func TestAll(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := boundedread.All(strings.NewReader(tc.in), "body", tc.limit)
-			if d := cmp.Diff(tc.err, errText(err)); d != "" {
-				t.Fatalf("error (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(tc.want, string(got)); d != "" {
-				t.Errorf("(-want +got):\n%s", d)
-			}
+			checkRead(t, got, err, tc.want, tc.err)
 		})
 	}
 	r := &countingReader{}
@@ -84,12 +79,7 @@ func TestFile(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := boundedread.File(fsys, tc.file, tc.limit)
-			if d := cmp.Diff(tc.err, errText(err)); d != "" {
-				t.Fatalf("error (-want +got):\n%s", d)
-			}
-			if d := cmp.Diff(tc.want, string(got)); d != "" {
-				t.Errorf("(-want +got):\n%s", d)
-			}
+			checkRead(t, got, err, tc.want, tc.err)
 		})
 	}
 }
@@ -159,6 +149,18 @@ func TestAdvise(t *testing.T) {
 	}
 	if boundedread.Advise(nil, "split it") != nil {
 		t.Error("Advise(nil) is not nil")
+	}
+}
+
+// checkRead compares a read's error text (empty for none) and, when the
+// error is as wanted, its bytes.
+func checkRead(t *testing.T, got []byte, err error, want, wantErr string) {
+	t.Helper()
+	if d := cmp.Diff(wantErr, errText(err)); d != "" {
+		t.Fatalf("error (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(want, string(got)); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
 	}
 }
 
