@@ -105,6 +105,7 @@ func main() {
 	}
 	readSum512()
 	readSum256()
+	readPairSum512()
 	for _, f := range streamFMAPerLine {
 		streamFMA512(f)
 	}
@@ -2638,6 +2639,46 @@ func readSum512() {
 	Pragma("noescape")
 	Doc(fmt.Sprintf("readSumAVX512 returns the sum of n (a multiple of %d) values read as %d concurrent streams.", 16*readStreams, readStreams))
 	readSumBody("readSum512", zmm[:readStreams], 64)
+	hsum512()
+	Store(X0, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// readPairSum512 emits readPairSumAVX512: the sum of n values at a and n
+// at b (n a multiple of 128), read side by side, 512 bytes of each a step,
+// front to back with no software prefetch: the walk of the one-row
+// interleaved bf16 product (dotTile1x16BF16IlvAVX512), which reads a group
+// of a weight's first half beside one of its second and leaves the
+// prefetching to the hardware. a's eight lines of a step go to Z0–Z7, b's
+// to Z8–Z15; the sixteen are combined by addTree, lanes by hsum512.
+func readPairSum512() {
+	name := "readPairSumAVX512"
+	TEXT(name, NOSPLIT, "func(a, b *float32, n int) float32")
+	Pragma("noescape")
+	Doc(name + " returns the sum of n (a multiple of 128) values at a and n at b, read side by side.")
+	a := Load(Param("a"), GP64())
+	b := Load(Param("b"), GP64())
+	n := Load(Param("n"), GP64())
+	acc := zmm[:16]
+	for _, r := range acc {
+		VPXORD(r, r, r)
+	}
+	SHRQ(U8(7), n)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	for l := range 8 {
+		VADDPS(Mem{Base: a, Disp: 64 * l}, acc[l], acc[l])
+	}
+	for l := range 8 {
+		VADDPS(Mem{Base: b, Disp: 64 * l}, acc[8+l], acc[8+l])
+	}
+	ADDQ(U32(512), a)
+	ADDQ(U32(512), b)
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	addTree(acc)
 	hsum512()
 	Store(X0, ReturnIndex(0))
 	VZEROUPPER()

@@ -596,6 +596,11 @@ func readSumAVX512(x *float32, n int) float32
 //go:noescape
 func readSumAVX2(x *float32, n int) float32
 
+// readPairSumAVX512 returns the sum of n (a multiple of 128) values at a and n at b, read side by side.
+//
+//go:noescape
+func readPairSumAVX512(a *float32, b *float32, n int) float32
+
 // streamFMA2AVX512 returns 2·½·Σx over n (a multiple of 128) values, read as one stream and fused 2 times per line.
 //
 //go:noescape

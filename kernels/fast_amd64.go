@@ -635,6 +635,18 @@ func streamFMA(x []float32, f int) (s float32, ok bool) {
 	return s, true
 }
 
+// readPairSum sums a and b (of one length, a multiple of 128) read side by
+// side; ok is false without AVX-512.
+func readPairSum(a, b []float32) (s float32, ok bool) {
+	if bestLevel() != levelAVX512 {
+		return 0, false
+	}
+	if len(a) > 0 {
+		s = readPairSumAVX512(&a[0], &b[0], len(a))
+	}
+	return s, true
+}
+
 // readSum sums x with the widest loads the CPU supports; ok is false
 // without AVX2.
 func readSum(x []float32) (s float32, ok bool) {

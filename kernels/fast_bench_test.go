@@ -66,6 +66,23 @@ func BenchmarkStreamSum(b *testing.B) {
 	}
 }
 
+// BenchmarkStreamSumPaired is BenchmarkStreamSum reading each buffer as
+// one, two and four pairs of parts side by side (StreamSumPaired), the read
+// probes' other walks (ReadProbes).
+func BenchmarkStreamSumPaired(b *testing.B) {
+	for _, mib := range []int{16, 64, 256, 1024} {
+		for _, pairs := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("MiB=%d/pairs=%d", mib, pairs), func(b *testing.B) {
+				x := randSlice(newRand(30), mib<<18, 1)
+				for b.Loop() {
+					StreamSumPaired(x, pairs)
+				}
+				reportRate(b, float64(4*len(x)), "GB/s")
+			})
+		}
+	}
+}
+
 // BenchmarkStreamFMA measures, per FMA count a line, how close one core
 // comes to the larger of its read time and its FMA time when a stream of
 // 256 MiB must be read and multiplied at once (StreamFMA): GB/s and

@@ -44,6 +44,8 @@ func fp8ProductPeak(int, int) float64 { return 0 }
 
 func readSum([]float32) (float32, bool) { return 0, false }
 
+func readPairSum(_, _ []float32) (float32, bool) { return 0, false }
+
 func streamFMA([]float32, int) (float32, bool) { return 0, false }
 
 func qkTileT(*float32, int, int, *float32, *float32, *float32, *float32, *float32, int, int, int, float32) {

@@ -419,8 +419,8 @@ func TestFastKernelsDoNotAllocate(t *testing.T) {
 	})
 }
 
-// TestPeakProbes: the probe loops report the work they did, StreamSum is
-// a sum and StreamFMA its fused multiple.
+// TestPeakProbes: the probe loops report the work they did, StreamSum and
+// StreamSumPaired are sums and StreamFMA its fused multiple.
 func TestPeakProbes(t *testing.T) {
 	x := randSlice(newRand(71), 1000, 1)
 	var want float64
@@ -434,6 +434,10 @@ func TestPeakProbes(t *testing.T) {
 	for i := range xs {
 		xs[i] = float32(i%97+1) / 97
 		wantS += float64(xs[i])
+	}
+	var want200 float64
+	for _, v := range x[:200] {
+		want200 += float64(v)
 	}
 	forEachImpl(t, func(t *testing.T) {
 		flops := FMAPeakLoop(10) // the machine's widest FMA, whatever Impl is
@@ -456,6 +460,19 @@ func TestPeakProbes(t *testing.T) {
 		}
 		if d := cmp.Diff(want, float64(StreamSum(x)), cmpopts.EquateApprox(1e-5, 1e-4)); d != "" {
 			t.Errorf("StreamSum (-want +got):\n%s", d)
+		}
+		// Paired: one pair of 384-value parts and a tail of 232; parts of
+		// two whole chunks and a part of one (one pair) or of several
+		// blocks and a short one (two and three pairs), and a tail; parts
+		// too short (StreamSum alone).
+		for _, c := range []struct {
+			x     []float32
+			pairs int
+			want  float64
+		}{{x, 1, want}, {x, 2, want}, {xs, 1, wantS}, {xs, 2, wantS}, {xs, 3, wantS}, {x[:200], 1, want200}} {
+			if d := cmp.Diff(c.want, float64(StreamSumPaired(c.x, c.pairs)), cmpopts.EquateApprox(1e-5, 1e-4)); d != "" {
+				t.Errorf("StreamSumPaired of %d values, %d pairs (-want +got):\n%s", len(c.x), c.pairs, d)
+			}
 		}
 		for _, f := range StreamFMAPerLine {
 			got, ok := StreamFMA(xs, f)

@@ -71,27 +71,29 @@ func benchDtypes(dtypes ...string) []string {
 	return slices.DeleteFunc(dtypes, func(d string) bool { return d == "bf16-ilv" })
 }
 
-// streamRate is the StreamSum read bandwidth of threads goroutines over
-// disjoint parts of buf (GB/s, best of three passes).
+// streamRate is the read bandwidth of threads goroutines over disjoint
+// parts of buf (GB/s, best of three passes of each of ReadProbes).
 func streamRate(buf []float32, threads int) float64 {
 	best := 0.0
 	per := len(buf) / threads
-	for range 3 {
-		var wg sync.WaitGroup
-		t0 := time.Now()
-		for i := range threads {
-			wg.Go(func() { StreamSum(buf[i*per : (i+1)*per]) })
+	for _, read := range ReadProbes {
+		for range 3 {
+			var wg sync.WaitGroup
+			t0 := time.Now()
+			for i := range threads {
+				wg.Go(func() { read(buf[i*per : (i+1)*per]) })
+			}
+			wg.Wait()
+			best = max(best, float64(4*per*threads)/time.Since(t0).Seconds()/1e9)
 		}
-		wg.Wait()
-		best = max(best, float64(4*per*threads)/time.Since(t0).Seconds()/1e9)
 	}
 	return best
 }
 
 // BenchmarkGEMV times MatVecT at GLM-5's projection and expert shapes in
 // fp8, bf16 and f32 on one and two threads. GB/s counts the weight bytes
-// (one per fp8 weight); stream-% is that rate over the StreamSum read
-// bandwidth measured on the same threads right after the calls. On one
+// (one per fp8 weight); stream-% is that rate over the read bandwidth
+// (streamRate) measured on the same threads right after the calls. On one
 // thread cpu-ms is the calling thread's CPU time per call (Linux), the
 // steadier time on a shared machine (see BenchmarkSkinnyGEMM).
 func BenchmarkGEMV(b *testing.B) {
@@ -160,7 +162,7 @@ func loopProducts(b *testing.B, dst, x []float32, n int, ws []*Matrix) {
 // q_a_proj shape (2048×6144) in fp8 and bf16 on one thread, the weights
 // streamed from memory. GB/s counts the weight bytes once per call;
 // roofline-% is the time the product needs at best, the larger of the
-// weight bytes over the StreamSum read bandwidth and the FLOPs over the FMA
+// weight bytes over the read bandwidth (streamRate) and the FLOPs over the FMA
 // peak, both measured in the same run right after the calls, over the time
 // it took. cpu-ms is the CPU time of the calling thread per call (Linux):
 // on a machine shared with other work it leaves out the time spent waiting

@@ -95,6 +95,55 @@ func StreamSum(x []float32) float32 {
 	return s
 }
 
+// StreamSumPaired returns Σ x (up to rounding), reading it as 2·pairs equal
+// parts, part 2i beside part 2i+1, 512 bytes of each a step, front to back
+// with no software prefetch; with two pairs or more the pairs take turns
+// every 4 KiB. One pair is the walk of the one-row product of interleaved
+// bf16 weights, which reads a group of rows of a weight's first half beside
+// one of its second. On some cores these walks read faster than
+// StreamSum's eight streams prefetched 1 KiB ahead (a Zen 4 core: up to 30
+// against 23–25 GB/s, docs/performance-log.md, "The read probe below the
+// products it measures"), so a read probe times them all (ReadProbes).
+// Without AVX-512, or with fewer than 256 values a part, it reads as
+// StreamSum; pairs below 1 panic.
+func StreamSumPaired(x []float32, pairs int) float32 {
+	if pairs < 1 {
+		panic(fmt.Sprintf("kernels: StreamSumPaired reads x as pairs of parts, not %d pairs", pairs))
+	}
+	// Each call reads one block of each part of a pair: 32 Ki values of
+	// each (as StreamSum's chunks) for one pair, 1 Ki when pairs take turns.
+	block := 32 << 10
+	if pairs > 1 {
+		block = 1 << 10
+	}
+	part := len(x) / (2 * pairs) &^ 127
+	if _, ok := readPairSum(nil, nil); !ok || part < 256 {
+		return StreamSum(x)
+	}
+	var s float32
+	for off := 0; off < part; off += block {
+		n := min(block, part-off)
+		for p := range pairs {
+			a := x[2*p*part+off:]
+			b := x[(2*p+1)*part+off:]
+			v, _ := readPairSum(a[:n], b[:n])
+			s += v
+		}
+	}
+	return s + StreamSum(x[2*pairs*part:])
+}
+
+// ReadProbes are the ways of reading a buffer a read-bandwidth probe times;
+// each returns the buffer's sum. The bandwidth is the fastest of them: a
+// roofline counts the time a kernel reading the best way would take, so the
+// probe must not be slower than any kernel's walk.
+var ReadProbes = []func(x []float32) float32{
+	StreamSum,
+	func(x []float32) float32 { return StreamSumPaired(x, 1) },
+	func(x []float32) float32 { return StreamSumPaired(x, 2) },
+	func(x []float32) float32 { return StreamSumPaired(x, 4) },
+}
+
 // StreamFMAPerLine are the FMA counts per 64-byte line StreamFMA runs.
 var StreamFMAPerLine = []int{2, 4, 8, 16, 32}
 

@@ -77,18 +77,20 @@ func activeBytes(b *testing.B, cfg *config.Model) int64 {
 	return n
 }
 
-// readBandwidth is this core's read bandwidth in bytes/s (the StreamSum
-// probe over 256 MiB, best of three).
+// readBandwidth is this core's read bandwidth in bytes/s (the fastest of
+// kernels.ReadProbes over 256 MiB, best of three each).
 func readBandwidth() float64 {
 	buf := make([]float32, 64<<20)
 	for i := range buf {
 		buf[i] = 1
 	}
 	best := 0.0
-	for range 3 {
-		t := time.Now()
-		kernels.StreamSum(buf)
-		best = max(best, float64(len(buf)*4)/time.Since(t).Seconds())
+	for _, read := range kernels.ReadProbes {
+		for range 3 {
+			t := time.Now()
+			read(buf)
+			best = max(best, float64(len(buf)*4)/time.Since(t).Seconds())
+		}
 	}
 	return best
 }

@@ -394,8 +394,8 @@ type StepCost struct {
 }
 
 // Limits are the rates of one rank's cores that bound a step (StepBound),
-// measured on the machine: kernels.StreamSum over a buffer larger than the
-// caches and kernels.FMAPeakLoop, and optionally kernels.FP8ProductLoop.
+// measured on the machine: the fastest of kernels.ReadProbes over a buffer
+// larger than the caches and kernels.FMAPeakLoop, and optionally kernels.FP8ProductLoop.
 type Limits struct {
 	ReadBW  float64 // bytes read per second
 	FMAPeak float64 // FLOPs per second

@@ -196,10 +196,12 @@ func machinePeaks(threads int) (fma, bw float64) {
 	fma = bestRate(threads, 5, func(int) float64 { return kernels.FMAPeakLoop(400_000) })
 	buf := stepProbeBuf()
 	per := len(buf) / threads
-	bw = bestRate(threads, 3, func(i int) float64 {
-		kernels.StreamSum(buf[i*per : (i+1)*per])
-		return float64(4 * per)
-	})
+	for _, read := range kernels.ReadProbes {
+		bw = max(bw, bestRate(threads, 3, func(i int) float64 {
+			read(buf[i*per : (i+1)*per])
+			return float64(4 * per)
+		}))
+	}
 	return fma, bw
 }
 

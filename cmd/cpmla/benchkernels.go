@@ -290,7 +290,8 @@ func scalarFMALoop(threads, rounds int) float64 {
 }
 
 // readBandwidth is the rate of all threads streaming disjoint parts of a
-// 256 MiB buffer at once (GB/s), the best of three passes.
+// 256 MiB buffer at once (GB/s), the best of three passes of each of
+// kernels.ReadProbes.
 func (p *peakProbe) readBandwidth() float64 {
 	if p.buf == nil {
 		p.buf = make([]float32, 64<<20)
@@ -300,14 +301,16 @@ func (p *peakProbe) readBandwidth() float64 {
 	}
 	best := 0.0
 	per := len(p.buf) / p.threads
-	for range 3 {
-		var wg sync.WaitGroup
-		t0 := time.Now()
-		for i := range p.threads {
-			wg.Go(func() { kernels.StreamSum(p.buf[i*per : (i+1)*per]) })
+	for _, read := range kernels.ReadProbes {
+		for range 3 {
+			var wg sync.WaitGroup
+			t0 := time.Now()
+			for i := range p.threads {
+				wg.Go(func() { read(p.buf[i*per : (i+1)*per]) })
+			}
+			wg.Wait()
+			best = max(best, float64(4*per*p.threads)/time.Since(t0).Seconds()/1e9)
 		}
-		wg.Wait()
-		best = max(best, float64(4*per*p.threads)/time.Since(t0).Seconds()/1e9)
 	}
 	return best
 }
