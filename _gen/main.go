@@ -2667,11 +2667,10 @@ func readPairSum512() {
 	SHRQ(U8(7), n)
 	JZ(LabelRef(name + "_done"))
 	Label(name + "_loop")
-	for l := range 8 {
-		VADDPS(Mem{Base: a, Disp: 64 * l}, acc[l], acc[l])
-	}
-	for l := range 8 {
-		VADDPS(Mem{Base: b, Disp: 64 * l}, acc[8+l], acc[8+l])
+	for s, base := range []Register{a, b} {
+		for l := range 8 {
+			VADDPS(Mem{Base: base, Disp: 64 * l}, acc[8*s+l], acc[8*s+l])
+		}
 	}
 	ADDQ(U32(512), a)
 	ADDQ(U32(512), b)
