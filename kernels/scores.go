@@ -214,84 +214,168 @@ type BF16KeyGatherer interface {
 // scores depend, as ScoreKeys's do, only on the query and the key. It
 // panics on inconsistent sizes.
 func ScoreGatheredKeys(dst []float32, stride int, qs []ScoreQuery, ends []int32, g KeyGatherer, keys [][]float32, scratch []float32) {
-	if len(qs) == 0 {
-		return
-	}
-	dim := qs[0].dim
-	n := 0
-	for i, e := range ends[:len(qs)] {
-		if e < 0 || len(dst) < i*stride+int(e) {
-			panic(fmt.Sprintf("kernels: ScoreGatheredKeys: query %d sees %d keys; dst of %d values with stride %d is too short", i, e, len(dst), stride))
-		}
-		if qs[i].dim != dim || qs[i].heads != qs[0].heads {
-			panic(fmt.Sprintf("kernels: ScoreGatheredKeys: query %d has %d heads of %d values, query 0 %d of %d", i, qs[i].heads, qs[i].dim, qs[0].heads, dim))
-		}
-		n = max(n, int(e))
-	}
-	if len(keys) == 0 || len(scratch) < len(keys)*dim {
-		panic(fmt.Sprintf("kernels: ScoreGatheredKeys: %d key headers need len(scratch) ≥ %d (dim %d) and at least one header; got %d", len(keys), len(keys)*dim, dim, len(scratch)))
-	}
-	if n == 0 {
-		return
-	}
-	var t *gatherTask
+	t := takeGatherTask()
+	t.one[0] = ScoreSet{Dst: dst, Stride: stride, Qs: qs, Ends: ends, G: g}
+	t.run(t.one[:], keys, scratch)
+	t.one[0] = ScoreSet{}
+	putGatherTask(t)
+}
+
+// ScoreSet is one group of queries of ScoreGatheredSets: the queries Qs
+// over the keys G gathers, query i's scores of keys j < Ends[i] at
+// Dst[i·Stride + j].
+type ScoreSet struct {
+	Dst    []float32
+	Stride int
+	Qs     []ScoreQuery
+	Ends   []int32
+	G      KeyGatherer
+}
+
+// ScoreGatheredSets is ScoreGatheredKeys for several sets of queries, each
+// over its own keys (the decode rows of different sequences), in one
+// parallel call: the threads split the sets' keys, weighted by their
+// queries, so that rows too short to be worth splitting alone share the
+// threads without a hand-off each. Every score has the bits
+// ScoreGatheredKeys gives it, whatever the split. All queries must be
+// prepared for the same heads and dim; sets is not kept.
+func ScoreGatheredSets(sets []ScoreSet, keys [][]float32, scratch []float32) {
+	t := takeGatherTask()
+	t.run(sets, keys, scratch)
+	putGatherTask(t)
+}
+
+func takeGatherTask() *gatherTask {
 	select {
-	case t = <-gatherTasks:
+	case t := <-gatherTasks:
+		return t
 	default:
-		t = new(gatherTask)
+		return new(gatherTask)
 	}
-	t.dst, t.stride, t.qs, t.ends, t.g, t.keys, t.scratch, t.n = dst, stride, qs, ends, g, keys, scratch, n
-	t.exact = false
-	if bg, ok := g.(BF16KeyGatherer); ok {
-		t.exact = bg.KeysExactInBF16()
-	}
-	flops := 2 * float64(n) * float64(len(qs)*qs[0].heads*dim)
-	runParts(t, min(len(keys), planParts((n+7)/8, flops)), &t.join)
-	t.dst, t.qs, t.ends, t.g, t.keys, t.scratch = nil, nil, nil, nil, nil, nil
+}
+
+func putGatherTask(t *gatherTask) {
 	select {
 	case gatherTasks <- t:
 	default:
 	}
 }
 
-// gatherTask is one ScoreGatheredKeys call; part p scores a contiguous
-// range of the keys with its share of the gather space.
+// gatherTask is one ScoreGatheredSets call; part p scores a contiguous
+// range of the sets' keys (in units of align keys, each weighted by its
+// set's queries) with its share of the gather space.
 type gatherTask struct {
-	dst       []float32
-	stride, n int
-	qs        []ScoreQuery
-	ends      []int32
-	g         KeyGatherer
-	keys      [][]float32
-	scratch   []float32
-	exact     bool // the keys are exact in bf16 (BF16KeyGatherer)
-	join      joiner
+	sets    []ScoreSet
+	one     [1]ScoreSet // ScoreGatheredKeys's set
+	span    [ScoreSetsMax]setSpan
+	cost    int // Σ units·queries over the sets
+	keys    [][]float32
+	scratch []float32
+	join    joiner
+}
+
+// ScoreSetsMax is the most sets one ScoreGatheredSets call takes.
+const ScoreSetsMax = 64
+
+// setSpan is a set's place in the split: n keys to score (the largest of
+// its ends), align keys a unit, and the cost before it.
+type setSpan struct {
+	n, align, base int
+	exact          bool // the keys are exact in bf16 (BF16KeyGatherer)
 }
 
 var gatherTasks = make(chan *gatherTask, 16)
 
-func (t *gatherTask) runPart(p, parts int) {
-	dim := t.qs[0].dim
-	align := 8
-	if t.exact {
-		align = amxScoreTileKeys
+func (t *gatherTask) run(sets []ScoreSet, keys [][]float32, scratch []float32) {
+	if len(sets) > ScoreSetsMax {
+		panic(fmt.Sprintf("kernels: ScoreGatheredSets: %d sets, at most ScoreSetsMax (%d) a call", len(sets), ScoreSetsMax))
 	}
-	lo, hi := partRange(t.n, align, p, parts)
+	dim, heads := -1, 0
+	units, cost := 0, 0
+	var flops float64
+	for s := range sets {
+		set := &sets[s]
+		n := 0
+		if len(set.Ends) < len(set.Qs) {
+			panic(fmt.Sprintf("kernels: ScoreGatheredKeys: %d ends for %d queries", len(set.Ends), len(set.Qs)))
+		}
+		for i, e := range set.Ends[:len(set.Qs)] {
+			if e < 0 || len(set.Dst) < i*set.Stride+int(e) {
+				panic(fmt.Sprintf("kernels: ScoreGatheredKeys: query %d sees %d keys; dst of %d values with stride %d is too short", i, e, len(set.Dst), set.Stride))
+			}
+			if dim < 0 {
+				dim, heads = set.Qs[i].dim, set.Qs[i].heads
+			}
+			if set.Qs[i].dim != dim || set.Qs[i].heads != heads {
+				panic(fmt.Sprintf("kernels: ScoreGatheredKeys: query %d has %d heads of %d values, the first query %d of %d", i, set.Qs[i].heads, set.Qs[i].dim, heads, dim))
+			}
+			n = max(n, int(e))
+		}
+		sp := setSpan{n: n, align: 8, base: cost}
+		if bg, ok := set.G.(BF16KeyGatherer); ok && n > 0 {
+			sp.exact = bg.KeysExactInBF16()
+		}
+		if sp.exact {
+			sp.align = amxScoreTileKeys
+		}
+		t.span[s] = sp
+		u := (n + sp.align - 1) / sp.align
+		units += (n + 7) / 8
+		cost += u * len(set.Qs)
+		flops += 2 * float64(n) * float64(len(set.Qs)*heads*dim)
+	}
+	if dim < 0 {
+		return
+	}
+	if len(keys) == 0 || len(scratch) < len(keys)*dim {
+		panic(fmt.Sprintf("kernels: ScoreGatheredKeys: %d key headers need len(scratch) ≥ %d (dim %d) and at least one header; got %d", len(keys), len(keys)*dim, dim, len(scratch)))
+	}
+	if cost == 0 {
+		return
+	}
+	t.sets, t.keys, t.scratch, t.cost = sets, keys, scratch, cost
+	runParts(t, min(len(keys), planParts(units, flops)), &t.join)
+	t.sets, t.keys, t.scratch = nil, nil, nil
+}
+
+func (t *gatherTask) runPart(p, parts int) {
+	lo, hi := t.cost*p/parts, t.cost*(p+1)/parts
 	c0, c1 := partRange(len(t.keys), 1, p, parts)
-	keys, scratch := t.keys[c0:c1], t.scratch[c0*dim:c1*dim]
+	keys := t.keys[c0:c1]
+	for s := range t.sets {
+		set, sp := &t.sets[s], &t.span[s]
+		q := len(set.Qs)
+		if sp.n == 0 || q == 0 {
+			continue
+		}
+		dim := set.Qs[0].dim
+		// Unit u of the set is in this part when its cost base+u·q lies
+		// in [lo, hi).
+		u0, u1 := ceilDiv(max(0, lo-sp.base), q), ceilDiv(max(0, hi-sp.base), q)
+		j0, j1 := min(sp.n, u0*sp.align), min(sp.n, u1*sp.align)
+		if j0 >= j1 {
+			continue
+		}
+		t.scoreSet(set, sp.exact, keys, t.scratch[c0*dim:c1*dim], j0, j1)
+	}
+	clear(keys)
+}
+
+// scoreSet scores the keys [lo, hi) of set, gathered a chunk of len(keys)
+// at a time into keys and scratch.
+func (t *gatherTask) scoreSet(set *ScoreSet, exact bool, keys [][]float32, scratch []float32, lo, hi int) {
 	chunk := len(keys)
 	for j0 := lo; j0 < hi; j0 += chunk {
 		j1 := min(hi, j0+chunk)
-		t.g.GatherKeys(keys[:j1-j0], scratch, j0, j1)
-		for i := range t.qs {
-			e := min(int(t.ends[i]), j1)
+		set.G.GatherKeys(keys[:j1-j0], scratch, j0, j1)
+		for i := range set.Qs {
+			e := min(int(set.Ends[i]), j1)
 			if e <= j0 {
 				continue
 			}
-			scoreRange(t.dst[i*t.stride+j0:i*t.stride+e], &t.qs[i], keys[:e-j0], t.exact)
+			scoreRange(set.Dst[i*set.Stride+j0:i*set.Stride+e], &set.Qs[i], keys[:e-j0], exact)
 		}
 	}
-	clear(keys)
 }
 
 // scoreRange scores keys on the calling thread (a part of a parallel call).

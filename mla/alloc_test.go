@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"unsafe"
+
+	"github.com/cpmla/cpmla/kernels"
 )
 
 // TestHotPathsDoNotAllocate pins invariant 8 for the attention math: with a
@@ -37,6 +39,8 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	picked := make([]int32, tq*topk)
 	counts := make([]int32, tq)
 	isc := NewIndexerScratch(ih, dim)
+	// Each row its own sequence, over the same keys.
+	seqs := []IndexerSeq{{Row: 0, Rows: 1, Slots: slots, Ends: ends[0:1]}, {Row: 1, Rows: 1, Slots: slots, Ends: ends[1:2]}, {Row: 2, Rows: 1, Slots: slots, Ends: ends[2:3]}}
 
 	const n = 3
 	part := randVec(rng, n*rows*heads*LatentDim)
@@ -53,6 +57,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		// Its pooled scratch must survive a garbage collection.
 		{"IndexerScores after a collection", func() { runtime.GC(); IndexerScores(scores, iq, w, tq, ih, dim, keys, slots, ends) }},
 		{"IndexerScoresScratch", func() { IndexerScoresScratch(isc, scores, iq, w, tq, ih, dim, keys, slots, ends) }},
+		{"IndexerScoresSeqs", func() { IndexerScoresSeqs(isc, scores, nkv, iq, w, ih, dim, keys, seqs) }},
 		{"IndexerTopK", func() { IndexerTopK(picked, counts, scores, tq, nkv, topk) }},
 		{"CombineLSE", func() { CombineLSE(out, lse, part, partLSE, n, rows, heads, LatentDim) }},
 	}
@@ -84,6 +89,7 @@ func TestIndexerScratchBytes(t *testing.T) {
 		for i := range sc.kc.queries {
 			held += sc.kc.queries[i].Bytes() + int64(unsafe.Sizeof(sc.kc.queries[i]))
 		}
+		held += int64(cap(sc.kc.gathers))*int64(unsafe.Sizeof(keyGatherer{})) + int64(cap(sc.kc.sets))*int64(unsafe.Sizeof(kernels.ScoreSet{}))
 		if got := IndexerScratchBytes(c.heads, c.dim); got != held {
 			t.Errorf("IndexerScratchBytes(%d, %d) = %d, buffers hold %d", c.heads, c.dim, got, held)
 		}

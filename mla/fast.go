@@ -206,6 +206,8 @@ type keyChunk struct {
 	keys    [][]float32          // [indexerChunk] gathered keys
 	queries []kernels.ScoreQuery // [block] the block's queries, prepared once
 	gather  keyGatherer
+	gathers []keyGatherer      // [block] IndexerScoresSeqs's gatherer of each set
+	sets    []kernels.ScoreSet // [block] IndexerScoresSeqs's sets
 }
 
 // DecodingKeySource is a KeySource whose Key decodes stored records (fp8

@@ -28,6 +28,8 @@ func NewIndexerScratch(heads, dim int) *IndexerScratch {
 		buf:     make([]float32, indexerChunk*dim),
 		keys:    make([][]float32, indexerChunk),
 		queries: make([]kernels.ScoreQuery, indexerBlock(heads, dim)),
+		gathers: make([]keyGatherer, seqSets(heads, dim)),
+		sets:    make([]kernels.ScoreSet, seqSets(heads, dim)),
 	}}
 	for i := range sc.kc.queries {
 		sc.kc.queries[i].Reserve(heads, dim)
@@ -37,11 +39,17 @@ func NewIndexerScratch(heads, dim int) *IndexerScratch {
 
 // IndexerScratchBytes is the memory NewIndexerScratch(heads, dim) holds: the
 // key decode space, the gathered keys' headers and one prepared query per
-// query of a block.
+// query of a block, and IndexerScoresSeqs's gatherers and sets.
 func IndexerScratchBytes(heads, dim int) int64 {
 	return int64(indexerChunk*dim*4+indexerChunk*24) +
-		int64(indexerBlock(heads, dim))*(kernels.ScoreQueryBytes(heads, dim)+int64(unsafe.Sizeof(kernels.ScoreQuery{})))
+		int64(indexerBlock(heads, dim))*(kernels.ScoreQueryBytes(heads, dim)+int64(unsafe.Sizeof(kernels.ScoreQuery{}))) +
+		int64(seqSets(heads, dim))*int64(unsafe.Sizeof(keyGatherer{})+unsafe.Sizeof(kernels.ScoreSet{}))
 }
+
+// seqSets is the most sets one IndexerScoresSeqs call hands the kernels at
+// once: a block of queries, each its own sequence, within what
+// kernels.ScoreGatheredSets takes.
+func seqSets(heads, dim int) int { return min(indexerBlock(heads, dim), kernels.ScoreSetsMax) }
 
 // indexerBlock is the number of queries scored against one pass over the
 // keys.
@@ -138,6 +146,105 @@ func IndexerScoresRows(sc *IndexerScratch, scores []float32, stride int, q, w []
 			}
 		}
 	}
+}
+
+// IndexerSeq is one sequence's rows for IndexerScoresSeqs: rows [Row,
+// Row+Rows) of q, w and the scores, over the keys at Slots (position j of
+// the sequence in slot Slots[j]), row Row+i seeing the first Ends[i].
+type IndexerSeq struct {
+	Row, Rows int
+	Slots     []int32
+	Ends      []int32
+}
+
+// IndexerScoresSeqs is IndexerScoresRows for the rows of several
+// sequences, each over its own keys: sequence s's row i has its scores at
+// scores[(Row+i)·stride:] (−Inf from Ends[i] to len(Slots)). Under the
+// assembly kernels the rows of consecutive sequences are scored in one
+// parallel call while they fit a block of queries, so that the decode rows
+// of a batch, each too short to be worth splitting over the threads alone,
+// take the threads together. The bits are those of IndexerScoresRows for
+// each sequence alone.
+func IndexerScoresSeqs(sc *IndexerScratch, scores []float32, stride int, q, w []float32, heads, dim int, keys KeySource, seqs []IndexerSeq) {
+	if !kernels.Accelerated() {
+		for _, s := range seqs {
+			IndexerScoresRows(sc, scores[s.Row*stride:], stride, q[s.Row*heads*dim:(s.Row+s.Rows)*heads*dim], w[s.Row*heads:(s.Row+s.Rows)*heads], s.Rows, heads, dim, keys, s.Slots, s.Ends)
+		}
+		return
+	}
+	negInf := float32(math.Inf(-1))
+	for _, s := range seqs {
+		nkeys := len(s.Slots)
+		if nkeys > stride {
+			panic(fmt.Sprintf("mla: IndexerScores: rows of %d scores for %d keys", stride, nkeys))
+		}
+		if s.Rows > 0 {
+			checkLen("IndexerScores", "scores", len(scores), (s.Row+s.Rows-1)*stride+nkeys)
+		}
+		checkLen("IndexerScores", "q", len(q), (s.Row+s.Rows)*heads*dim)
+		checkLen("IndexerScores", "w", len(w), (s.Row+s.Rows)*heads)
+		checkLen("IndexerScores", "ends", len(s.Ends), s.Rows)
+		for i, e := range s.Ends[:s.Rows] {
+			if e < 0 || int(e) > nkeys {
+				panic(fmt.Sprintf("mla: IndexerScores: query %d sees %d keys, %d are given", i, e, nkeys))
+			}
+			row := scores[(s.Row+i)*stride : (s.Row+i)*stride+nkeys]
+			for j := int(e); j < nkeys; j++ {
+				row[j] = negInf
+			}
+		}
+	}
+	kc := &sc.kc
+	if cap(kc.buf) < indexerChunk*dim {
+		kc.buf = make([]float32, indexerChunk*dim)
+	}
+	block := indexerBlock(heads, dim)
+	if len(kc.queries) < block {
+		kc.queries = make([]kernels.ScoreQuery, block)
+	}
+	maxSets := seqSets(heads, dim)
+	if len(kc.gathers) < maxSets {
+		kc.gathers = make([]keyGatherer, maxSets)
+		kc.sets = make([]kernels.ScoreSet, maxSets)
+	}
+	// Fill a block of queries with whole sequences (a longer one in
+	// pieces of a block), one set a piece, and score each block in one call.
+	nq, ns := 0, 0
+	flush := func() {
+		if ns > 0 {
+			kernels.ScoreGatheredSets(kc.sets[:ns], kc.keys, kc.buf[:indexerChunk*dim])
+		}
+		for i := range kc.sets[:ns] {
+			kc.sets[i] = kernels.ScoreSet{}
+			kc.gathers[i] = keyGatherer{}
+		}
+		for i := range kc.queries[:nq] {
+			kc.queries[i].Release()
+		}
+		nq, ns = 0, 0
+	}
+	for _, s := range seqs {
+		for r0 := 0; r0 < s.Rows; {
+			if nq == block || ns == maxSets {
+				flush()
+			}
+			r1 := min(s.Rows, r0+block-nq)
+			qs := kc.queries[nq : nq+r1-r0]
+			for i := range qs {
+				t := s.Row + r0 + i
+				qs[i].Prepare(q[t*heads*dim:(t+1)*heads*dim], w[t*heads:(t+1)*heads], heads)
+			}
+			g := &kc.gathers[ns]
+			*g = keyGatherer{keys: keys, slots: s.Slots, dim: dim}
+			if dec, ok := keys.(DecodingKeySource); ok && dec.DecodesKeys() {
+				g.dec = dec
+			}
+			kc.sets[ns] = kernels.ScoreSet{Dst: scores[(s.Row+r0)*stride:], Stride: stride, Qs: qs, Ends: s.Ends[r0:r1], G: g}
+			nq, ns = nq+r1-r0, ns+1
+			r0 = r1
+		}
+	}
+	flush()
 }
 
 // IndexerTopK selects, for each of t queries, the k best positions of its

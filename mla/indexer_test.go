@@ -4,9 +4,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/cpmla/cpmla/kernels"
 )
 
 // countingKeys records how often each slot's key is read.
@@ -172,4 +175,99 @@ func TestIndexerTopKTies(t *testing.T) {
 	if d := cmp.Diff([]int32{0, 3, 16, 16, 16, 16}, counts[:6]); d != "" {
 		t.Errorf("counts are not min(k, ends) (-want +got):\n%s", d)
 	}
+}
+
+// TestIndexerScoresSeqs: the rows of several sequences scored at once, each
+// over its own keys, have the bits of IndexerScoresRows on each sequence
+// alone, on one thread and on two; the cells past each row's keys are left
+// alone and keys past every bound are never read. The cases cover a
+// sequence longer than a block of queries and more sequences than one
+// kernel call takes.
+func TestIndexerScoresSeqs(t *testing.T) {
+	tests := []struct {
+		name       string
+		heads, dim int
+		rows, n    []int // each sequence's rows and keys
+	}{
+		{"decode batch", 32, 128, []int{1, 1, 1, 1, 1, 1, 1, 1}, []int{300, 40, 1, 513, 64, 200, 9, 300}},
+		{"prompt between decode rows", 32, 128, []int{1, 11, 1, 2}, []int{50, 30, 77, 12}},
+		{"more sequences than a call takes", 1, 8, slices.Repeat([]int{1}, 70), slices.Repeat([]int{17}, 70)},
+		{"a sequence with no rows", 4, 16, []int{2, 0, 3}, []int{10, 5, 8}},
+	}
+	for k, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(31, uint64(k)))
+			const pad = 5
+			stride := slices.Max(tc.n) + pad
+			total := 0
+			for _, r := range tc.rows {
+				total += r
+			}
+			q := randVec(rng, total*tc.heads*tc.dim)
+			w := randVec(rng, total*tc.heads)
+			var seqs []IndexerSeq
+			var data []float32
+			row := 0
+			for s, r := range tc.rows {
+				// Each sequence's keys in its own slots; keys no row of it
+				// sees are NaN.
+				ends := make([]int32, r)
+				var maxEnd int32
+				for i := range ends {
+					ends[i] = int32(rng.IntN(tc.n[s] + 1))
+					maxEnd = max(maxEnd, ends[i])
+				}
+				slots := make([]int32, tc.n[s])
+				for j := range slots {
+					slots[j] = int32(len(data) / tc.dim)
+					key := filled(tc.dim, float32(math.NaN()))
+					if j < int(maxEnd) {
+						key = randVec(rng, tc.dim)
+					}
+					data = append(data, key...)
+				}
+				seqs = append(seqs, IndexerSeq{Row: row, Rows: r, Slots: slots, Ends: ends})
+				row += r
+			}
+			src := &lockedCountingKeys{c: countingKeys{keys: DenseKeys{Dim: tc.dim, Data: data}, reads: map[int32]int{}}}
+			want := filled(total*stride, 42)
+			sc := NewIndexerScratch(tc.heads, tc.dim)
+			for _, s := range seqs {
+				IndexerScoresRows(sc, want[s.Row*stride:], stride, q[s.Row*tc.heads*tc.dim:(s.Row+s.Rows)*tc.heads*tc.dim], w[s.Row*tc.heads:(s.Row+s.Rows)*tc.heads], s.Rows, tc.heads, tc.dim, src, s.Slots, s.Ends)
+			}
+			for _, threads := range []int{1, 2} {
+				prev := kernels.SetThreads(threads)
+				clear(src.c.reads)
+				got := filled(total*stride, 42)
+				IndexerScoresSeqs(sc, got, stride, q, w, tc.heads, tc.dim, src, seqs)
+				kernels.SetThreads(prev)
+				if d := cmp.Diff(bits(want), bits(got)); d != "" {
+					t.Fatalf("%d threads: all sequences at once vs each alone (-want +got):\n%s", threads, d)
+				}
+				for _, s := range seqs {
+					maxEnd := int32(0)
+					for _, e := range s.Ends {
+						maxEnd = max(maxEnd, e)
+					}
+					for j := int(maxEnd); j < len(s.Slots); j++ {
+						if src.c.reads[s.Slots[j]] != 0 {
+							t.Fatalf("%d threads: a key past every bound of its sequence (slot %d) was read", threads, s.Slots[j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// lockedCountingKeys is countingKeys for keys read by several threads.
+type lockedCountingKeys struct {
+	mu sync.Mutex
+	c  countingKeys
+}
+
+func (l *lockedCountingKeys) Key(slot int32, scratch []float32) []float32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c.Key(slot, scratch)
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/cpmla/cpmla/comm"
 	"github.com/cpmla/cpmla/cp"
@@ -40,6 +41,7 @@ type attentionBlock struct {
 	ends, rowReq, rowLens             []int32
 	ws                                *mla.Workspace
 	idxScratch                        *mla.IndexerScratch
+	idxSeqs                           []mla.IndexerSeq // sequences scored together (scoreSeqs)
 	// dcp is the exchange over the DCP group; nil without DCP.
 	dcp *dcpExchange
 	// PCP exchange of the step's new cache rows and keys
@@ -87,6 +89,8 @@ func newAttentionBlock(m *Model, steps *stepTables, opt RunnerOptions, trace *Se
 		a.ends = i32("indexer query ends", T)
 		a.idxScratch = mla.NewIndexerScratch(cfg.IndexNHeads, cfg.IndexHeadDim)
 		bufs.add("indexer key scratch", mla.IndexerScratchBytes(cfg.IndexNHeads, cfg.IndexHeadDim))
+		a.idxSeqs = make([]mla.IndexerSeq, 0, indexerSeqBatch)
+		bufs.add("indexer sequences", indexerSeqBatch*int64(unsafe.Sizeof(mla.IndexerSeq{})))
 	}
 	// Rows whose top-k this rank computes: its own rows without DCP; every
 	// distinct PCP row block of its DCP group with DCP.
@@ -342,11 +346,12 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 	K, M := a.topk, s.nLocal
 	var pos, counts []int32
 	if cfg.Sparse() {
-		HI, dI, W := cfg.IndexNHeads, cfg.IndexHeadDim, a.scoreCols
+		W := a.scoreCols
 		lens := a.rowLens[:M]
 		// The rows of one sequence (a prompt's, a verification's) share
-		// its keys: one call scores them all, each key gathered once for
-		// every row that sees it, row t's scores at row t of a.scores.
+		// its keys: they are scored together, each key gathered once for
+		// every row that sees it, row t's scores at row t of a.scores; the
+		// sequences of the step are scored in one call (scoreSeq).
 		for t := 0; t < M; {
 			if s.lrow[t] < 0 {
 				lens[t] = 0
@@ -356,14 +361,15 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 			u, keys := s.sequenceRun(s.lrow[:M], t), 0
 			for v := t; v < u; v++ {
 				end := int(s.rowPos[s.lrow[v]]) + 1
-				a.ends[v-t], lens[v] = int32(end), int32(end)
+				a.ends[v], lens[v] = int32(end), int32(end)
 				keys = max(keys, end)
 				a.countIndexer(end)
 			}
 			slots := s.keys(int(s.rowSeq[s.lrow[t]]))
-			mla.IndexerScoresRows(a.idxScratch, a.scores[t*W:], W, a.qI[t*HI*dI:u*HI*dI], a.wI[t*HI:u*HI], u-t, HI, dI, lc, slots[:keys], a.ends[:u-t])
+			a.scoreSeq(a.scores, W, a.qI, a.wI, lc, mla.IndexerSeq{Row: t, Rows: u - t, Slots: slots[:keys], Ends: a.ends[t:u]})
 			t = u
 		}
+		a.flushSeqs(a.scores, W, a.qI, a.wI, lc)
 		pos, counts = a.idxPos[:M*K], a.valid[:M]
 		mla.IndexerTopKRows(pos, counts, a.scores[:M*W], W, lens)
 	}
@@ -400,6 +406,34 @@ func (a *attentionBlock) selectLocal(lc *kvcache.LayerCache) (selected int) {
 		}
 	}
 	return selected
+}
+
+// indexerSeqBatch is how many sequences' indexer rows scoreSeq gathers
+// before it scores them in one mla.IndexerScoresSeqs call.
+const indexerSeqBatch = 64
+
+// scoreSeq adds seq to the sequences whose indexer rows flushSeqs scores
+// together (rows of scores of width W, queries and head weights of the
+// rows in q and w), scoring those gathered so far first when the batch is
+// full. The rows of a decode batch are each their own sequence, too short
+// to be worth splitting over the threads alone; scored together they take
+// the threads with one hand-off for all, with the bits of scoring each
+// alone.
+func (a *attentionBlock) scoreSeq(scores []float32, W int, q, w []float32, lc *kvcache.LayerCache, seq mla.IndexerSeq) {
+	if len(a.idxSeqs) == cap(a.idxSeqs) {
+		a.flushSeqs(scores, W, q, w, lc)
+	}
+	a.idxSeqs = append(a.idxSeqs, seq)
+}
+
+// flushSeqs scores the sequences scoreSeq gathered.
+func (a *attentionBlock) flushSeqs(scores []float32, W int, q, w []float32, lc *kvcache.LayerCache) {
+	if len(a.idxSeqs) > 0 {
+		cfg := a.m.Cfg
+		mla.IndexerScoresSeqs(a.idxScratch, scores, W, q, w, cfg.IndexNHeads, cfg.IndexHeadDim, lc, a.idxSeqs)
+	}
+	clear(a.idxSeqs)
+	a.idxSeqs = a.idxSeqs[:0]
 }
 
 func fillInvalid(s []int32) {

@@ -195,16 +195,18 @@ func (a *attentionBlock) selectDCP(lc *kvcache.LayerCache, R int) error {
 			u, keys := s.sequenceRun(rows, t), 0
 			for v := t; v < u; v++ {
 				end := s.layout.LocalLen(int(s.rowPos[rows[v]])+1, s.dcpRank)
-				a.ends[v-t] = int32(end)
+				a.ends[v] = int32(end)
 				keys = max(keys, end)
 				a.countIndexer(end)
 			}
 			if keys > 0 {
 				slots := s.keys(int(s.rowSeq[rows[t]]))
-				mla.IndexerScoresRows(a.idxScratch, scores[(d*M+t)*width:], width, src[t*HI*dI:u*HI*dI], src[QW+t*HI:QW+u*HI], u-t, HI, dI, lc, slots[:keys], a.ends[:u-t])
+				a.scoreSeq(scores[d*M*width:], width, src[:QW], src[QW:], lc, mla.IndexerSeq{Row: t, Rows: u - t, Slots: slots[:keys], Ends: a.ends[t:u]})
 			}
 			t = u
 		}
+		// The block's rows are scored before the next block reuses a.ends.
+		a.flushSeqs(scores[d*M*width:], width, src[:QW], src[QW:], lc)
 	}
 	pos := a.idxPos[:R*K]
 	if err := a.dcp.tk.Select(ctx, g, pos, a.valid[:R], scores, R, width); err != nil {
