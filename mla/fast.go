@@ -205,9 +205,17 @@ type keyChunk struct {
 	buf     []float32            // [indexerChunk, dim] decode space
 	keys    [][]float32          // [indexerChunk] gathered keys
 	queries []kernels.ScoreQuery // [block] the block's queries, prepared once
-	gather  keyGatherer
-	gathers []keyGatherer      // [block] IndexerScoresSeqs's gatherer of each set
-	sets    []kernels.ScoreSet // [block] IndexerScoresSeqs's sets
+	gathers []keyGatherer        // [seqSets] the gatherer of each set of a call
+	sets    []kernels.ScoreSet   // [seqSets] the sets of a call
+	one     [1]IndexerSeq        // IndexerScoresRows's sequence
+}
+
+// reserve makes room in kc for keys of dim values and returns kc.
+func (kc *keyChunk) reserve(dim int) *keyChunk {
+	if cap(kc.buf) < indexerChunk*dim {
+		kc.buf = make([]float32, indexerChunk*dim)
+	}
+	return kc
 }
 
 // DecodingKeySource is a KeySource whose Key decodes stored records (fp8
@@ -261,30 +269,57 @@ func (g *keyGatherer) GatherKeys(dst [][]float32, scratch []float32, j0, j1 int)
 	}
 }
 
-// indexerScoresFast is the scoring loop of IndexerScores on the fast kernels;
-// the caller has checked the arguments and written the −Inf tails. Each
-// block of queries is one kernels.ScoreGatheredKeys call: the kernel threads
-// gather (or decode) and score disjoint ranges of the keys, every key once
-// for all the block's queries.
-func indexerScoresFast(kc *keyChunk, scores []float32, stride int, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
+// indexerScoresFast is the scoring loop of IndexerScoresSeqs (and of
+// IndexerScoresRows, one sequence) on the fast kernels; the caller has
+// checked the arguments and written the −Inf tails. It fills a block of
+// queries with whole sequences (a longer one in pieces of a block), one
+// kernels.ScoreSet a piece, and scores each block in one
+// kernels.ScoreGatheredSets call: the kernel threads gather (or decode) and
+// score disjoint ranges of the keys, every key once for all the queries of
+// its sequence in the block.
+func indexerScoresFast(kc *keyChunk, scores []float32, stride int, q, w []float32, heads, dim int, keys KeySource, seqs []IndexerSeq) {
 	block := indexerBlock(heads, dim)
 	if len(kc.queries) < block {
 		kc.queries = make([]kernels.ScoreQuery, block)
 	}
-	kc.gather = keyGatherer{keys: keys, slots: slots, dim: dim}
-	if dec, ok := keys.(DecodingKeySource); ok && dec.DecodesKeys() {
-		kc.gather.dec = dec
+	maxSets := seqSets(heads, dim)
+	if len(kc.gathers) < maxSets {
+		kc.gathers = make([]keyGatherer, maxSets)
+		kc.sets = make([]kernels.ScoreSet, maxSets)
 	}
-	for i0 := 0; i0 < t; i0 += block {
-		i1 := min(t, i0+block)
-		qs := kc.queries[:i1-i0]
-		for i := range qs {
-			qs[i].Prepare(q[(i0+i)*heads*dim:(i0+i+1)*heads*dim], w[(i0+i)*heads:(i0+i+1)*heads], heads)
+	var dec DecodingKeySource
+	if d, ok := keys.(DecodingKeySource); ok && d.DecodesKeys() {
+		dec = d
+	}
+	nq, ns := 0, 0
+	flush := func() {
+		if ns > 0 {
+			kernels.ScoreGatheredSets(kc.sets[:ns], kc.keys, kc.buf[:indexerChunk*dim])
 		}
-		kernels.ScoreGatheredKeys(scores[i0*stride:], stride, qs, ends[i0:i1], &kc.gather, kc.keys, kc.buf[:indexerChunk*dim])
+		clear(kc.sets[:ns])
+		clear(kc.gathers[:ns])
+		for i := range kc.queries[:nq] {
+			kc.queries[i].Release()
+		}
+		nq, ns = 0, 0
 	}
-	kc.gather = keyGatherer{}
-	for i := range kc.queries {
-		kc.queries[i].Release()
+	for _, s := range seqs {
+		for r0 := 0; r0 < s.Rows; {
+			if nq == block || ns == maxSets {
+				flush()
+			}
+			r1 := min(s.Rows, r0+block-nq)
+			qs := kc.queries[nq : nq+r1-r0]
+			for i := range qs {
+				t := s.Row + r0 + i
+				qs[i].Prepare(q[t*heads*dim:(t+1)*heads*dim], w[t*heads:(t+1)*heads], heads)
+			}
+			g := &kc.gathers[ns]
+			*g = keyGatherer{keys: keys, dec: dec, slots: s.Slots, dim: dim}
+			kc.sets[ns] = kernels.ScoreSet{Dst: scores[(s.Row+r0)*stride:], Stride: stride, Qs: qs, Ends: s.Ends[r0:r1], G: g}
+			nq, ns = nq+r1-r0, ns+1
+			r0 = r1
+		}
 	}
+	flush()
 }

@@ -93,36 +93,46 @@ func IndexerScoresScratch(sc *IndexerScratch, scores, q, w []float32, t, heads, 
 // sequence's. A key's score depends only on the query and that key, so the
 // bits are those of scoring each query alone.
 func IndexerScoresRows(sc *IndexerScratch, scores []float32, stride int, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
-	nkeys := len(slots)
+	indexerRows(scores, stride, q, w, 0, t, heads, dim, len(slots), ends)
+	kc := sc.kc.reserve(dim)
+	if kernels.Accelerated() {
+		kc.one[0] = IndexerSeq{Rows: t, Slots: slots, Ends: ends}
+		indexerScoresFast(kc, scores, stride, q, w, heads, dim, keys, kc.one[:])
+		kc.one[0] = IndexerSeq{}
+		return
+	}
+	indexerScoresRef(kc.buf[:dim], scores, stride, q, w, t, heads, dim, keys, slots, ends)
+}
+
+// indexerRows checks the arguments of rows [row, row+t) of an
+// IndexerScoresRows or IndexerScoresSeqs call over nkeys keys and writes
+// their −Inf tails (the scores of the keys past each row's end).
+func indexerRows(scores []float32, stride int, q, w []float32, row, t, heads, dim, nkeys int, ends []int32) {
 	if stride < nkeys {
 		panic(fmt.Sprintf("mla: IndexerScores: rows of %d scores for %d keys", stride, nkeys))
 	}
 	if t > 0 {
-		checkLen("IndexerScores", "scores", len(scores), (t-1)*stride+nkeys)
+		checkLen("IndexerScores", "scores", len(scores), (row+t-1)*stride+nkeys)
 	}
-	checkLen("IndexerScores", "q", len(q), t*heads*dim)
-	checkLen("IndexerScores", "w", len(w), t*heads)
+	checkLen("IndexerScores", "q", len(q), (row+t)*heads*dim)
+	checkLen("IndexerScores", "w", len(w), (row+t)*heads)
 	checkLen("IndexerScores", "ends", len(ends), t)
 	negInf := float32(math.Inf(-1))
 	for i, e := range ends[:t] {
 		if e < 0 || int(e) > nkeys {
 			panic(fmt.Sprintf("mla: IndexerScores: query %d sees %d keys, %d are given", i, e, nkeys))
 		}
-		row := scores[i*stride : i*stride+nkeys]
+		r := scores[(row+i)*stride : (row+i)*stride+nkeys]
 		for j := int(e); j < nkeys; j++ {
-			row[j] = negInf
+			r[j] = negInf
 		}
 	}
-	kc := &sc.kc
-	if cap(kc.buf) < indexerChunk*dim {
-		kc.buf = make([]float32, indexerChunk*dim)
-	}
-	if kernels.Accelerated() {
-		indexerScoresFast(kc, scores, stride, q, w, t, heads, dim, keys, slots, ends)
-		return
-	}
-	scratch := kc.buf[:dim]
+}
 
+// indexerScoresRef is the reference scoring loop of IndexerScoresRows (the
+// arguments checked and the −Inf tails written), decoding keys into scratch
+// (dim values).
+func indexerScoresRef(scratch, scores []float32, stride int, q, w []float32, t, heads, dim int, keys KeySource, slots []int32, ends []int32) {
 	block := indexerBlock(heads, dim)
 	for i0 := 0; i0 < t; i0 += block {
 		i1 := min(t, i0+block)
@@ -166,85 +176,17 @@ type IndexerSeq struct {
 // take the threads together. The bits are those of IndexerScoresRows for
 // each sequence alone.
 func IndexerScoresSeqs(sc *IndexerScratch, scores []float32, stride int, q, w []float32, heads, dim int, keys KeySource, seqs []IndexerSeq) {
-	if !kernels.Accelerated() {
-		for _, s := range seqs {
-			IndexerScoresRows(sc, scores[s.Row*stride:], stride, q[s.Row*heads*dim:(s.Row+s.Rows)*heads*dim], w[s.Row*heads:(s.Row+s.Rows)*heads], s.Rows, heads, dim, keys, s.Slots, s.Ends)
-		}
+	for _, s := range seqs {
+		indexerRows(scores, stride, q, w, s.Row, s.Rows, heads, dim, len(s.Slots), s.Ends)
+	}
+	kc := sc.kc.reserve(dim)
+	if kernels.Accelerated() {
+		indexerScoresFast(kc, scores, stride, q, w, heads, dim, keys, seqs)
 		return
 	}
-	negInf := float32(math.Inf(-1))
 	for _, s := range seqs {
-		nkeys := len(s.Slots)
-		if nkeys > stride {
-			panic(fmt.Sprintf("mla: IndexerScores: rows of %d scores for %d keys", stride, nkeys))
-		}
-		if s.Rows > 0 {
-			checkLen("IndexerScores", "scores", len(scores), (s.Row+s.Rows-1)*stride+nkeys)
-		}
-		checkLen("IndexerScores", "q", len(q), (s.Row+s.Rows)*heads*dim)
-		checkLen("IndexerScores", "w", len(w), (s.Row+s.Rows)*heads)
-		checkLen("IndexerScores", "ends", len(s.Ends), s.Rows)
-		for i, e := range s.Ends[:s.Rows] {
-			if e < 0 || int(e) > nkeys {
-				panic(fmt.Sprintf("mla: IndexerScores: query %d sees %d keys, %d are given", i, e, nkeys))
-			}
-			row := scores[(s.Row+i)*stride : (s.Row+i)*stride+nkeys]
-			for j := int(e); j < nkeys; j++ {
-				row[j] = negInf
-			}
-		}
+		indexerScoresRef(kc.buf[:dim], scores[s.Row*stride:], stride, q[s.Row*heads*dim:], w[s.Row*heads:], s.Rows, heads, dim, keys, s.Slots, s.Ends)
 	}
-	kc := &sc.kc
-	if cap(kc.buf) < indexerChunk*dim {
-		kc.buf = make([]float32, indexerChunk*dim)
-	}
-	block := indexerBlock(heads, dim)
-	if len(kc.queries) < block {
-		kc.queries = make([]kernels.ScoreQuery, block)
-	}
-	maxSets := seqSets(heads, dim)
-	if len(kc.gathers) < maxSets {
-		kc.gathers = make([]keyGatherer, maxSets)
-		kc.sets = make([]kernels.ScoreSet, maxSets)
-	}
-	// Fill a block of queries with whole sequences (a longer one in
-	// pieces of a block), one set a piece, and score each block in one call.
-	nq, ns := 0, 0
-	flush := func() {
-		if ns > 0 {
-			kernels.ScoreGatheredSets(kc.sets[:ns], kc.keys, kc.buf[:indexerChunk*dim])
-		}
-		for i := range kc.sets[:ns] {
-			kc.sets[i] = kernels.ScoreSet{}
-			kc.gathers[i] = keyGatherer{}
-		}
-		for i := range kc.queries[:nq] {
-			kc.queries[i].Release()
-		}
-		nq, ns = 0, 0
-	}
-	for _, s := range seqs {
-		for r0 := 0; r0 < s.Rows; {
-			if nq == block || ns == maxSets {
-				flush()
-			}
-			r1 := min(s.Rows, r0+block-nq)
-			qs := kc.queries[nq : nq+r1-r0]
-			for i := range qs {
-				t := s.Row + r0 + i
-				qs[i].Prepare(q[t*heads*dim:(t+1)*heads*dim], w[t*heads:(t+1)*heads], heads)
-			}
-			g := &kc.gathers[ns]
-			*g = keyGatherer{keys: keys, slots: s.Slots, dim: dim}
-			if dec, ok := keys.(DecodingKeySource); ok && dec.DecodesKeys() {
-				g.dec = dec
-			}
-			kc.sets[ns] = kernels.ScoreSet{Dst: scores[(s.Row+r0)*stride:], Stride: stride, Qs: qs, Ends: s.Ends[r0:r1], G: g}
-			nq, ns = nq+r1-r0, ns+1
-			r0 = r1
-		}
-	}
-	flush()
 }
 
 // IndexerTopK selects, for each of t queries, the k best positions of its

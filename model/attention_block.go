@@ -41,7 +41,7 @@ type attentionBlock struct {
 	ends, rowReq, rowLens             []int32
 	ws                                *mla.Workspace
 	idxScratch                        *mla.IndexerScratch
-	idxSeqs                           []mla.IndexerSeq // sequences scored together (scoreSeqs)
+	idxSeqs                           []mla.IndexerSeq // sequences scored together (scoreSeq)
 	// dcp is the exchange over the DCP group; nil without DCP.
 	dcp *dcpExchange
 	// PCP exchange of the step's new cache rows and keys
