@@ -126,6 +126,7 @@ func main() {
 		fp8Tile8W512(m)
 	}
 	fp8GEMVPair512()
+	fp8GEMVPairPrescaled512()
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -4166,6 +4167,89 @@ func fp8GEMVPair512() {
 	MOVQ(U32(128/16), cnt)
 	TESTQ(steps, steps)
 	JNZ(LabelRef(name + "_block"))
+	Label(name + "_reduce")
+	out := Load(Param("out"), GP64())
+	reduce4x512([4]int{0, 1, 2, 3})
+	reduce4x512([4]int{4, 5, 6, 7})
+	reduce4x512Any([4]VecPhysical{Z8, Z9, Z10, Z11}, tv(0), tv(1))
+	reduce4x512Any([4]VecPhysical{Z12, Z13, Z14, Z15}, tv(0), tv(1))
+	VMOVUPS(X0, Mem{Base: out})
+	VMOVUPS(X4, Mem{Base: out, Disp: 16})
+	VMOVUPS(X8, Mem{Base: out, Disp: 32})
+	VMOVUPS(X12, Mem{Base: out, Disp: 48})
+	VZEROUPPER()
+	RET()
+}
+
+// fp8GEMVPairPrescaled512 emits dotTile1x16FP8PrescaledAVX512: the pair
+// tile of dotTile1x16FP8AVX512 for weights whose block scales are powers of
+// two, with each group's activations already multiplied by its blocks'
+// scales and by 2^120 (kernels.prescaleRows). A code's sign and EEEEMMM bits
+// shifted into float32 position are its value times 2^-120 exactly, so the
+// FMA of that with the prescaled activation forms the exact product
+// value·scale·x, which is the dequantized weight's (value·scale, exact for a
+// power of two in range) times x: the same FMA, the same bits, without the
+// multiply per code that shares the FMA's pipes. It walks kn (a multiple of
+// 16) elements in one stretch, prefetching as the pair tile does, and stores
+// group a's sums in out[0:8] and group b's in out[8:16].
+func fp8GEMVPairPrescaled512() {
+	name := "dotTile1x16FP8PrescaledAVX512"
+	TEXT(name, NOSPLIT, "func(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, pfa int, pfb int, out *[16]float32)")
+	Pragma("noescape")
+	Doc(name + " computes the dot products of the prescaled activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, e4m3 codes holding no NaN code whose block scales the activations hold, over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].")
+	acc := func(j int) VecPhysical { return zmm[j] }
+	tv := func(j int) VecPhysical { return zmm[18+j%4] }
+	xv, xvb, mask := Z22, Z24, Z23
+	x := Load(Param("xa"), GP64())
+	xb := Load(Param("xb"), GP64())
+	ldw := Load(Param("ldw"), GP64())
+	rowA, basesA := eightRows(Load(Param("wa"), GP64()), ldw)
+	rowB, basesB := eightRows(Load(Param("wb"), GP64()), ldw)
+	bases := append(basesA, basesB...)
+	pfd := Load(Param("pfa"), GP64())
+	for j := range 16 {
+		VPXORD(acc(j), acc(j), acc(j))
+	}
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	VPBROADCASTD(tmp.As32(), mask)
+	steps := Load(Param("kn"), GP64())
+	SHRQ(U8(4), steps)
+	JZ(LabelRef(name + "_reduce"))
+	cnt := GP64()
+	XORQ(cnt, cnt)
+	decode := func(m Mem, r VecPhysical) {
+		VPMOVSXBD(m, r)
+		VPSLLD(U8(20), r, r)
+		VPANDD(mask, r, r)
+	}
+	Label(name + "_step")
+	VMOVUPS(Mem{Base: x}, xv)
+	VMOVUPS(Mem{Base: xb}, xvb)
+	for j := range 8 {
+		decode(rowA(j, 0), tv(2*j))
+		VFMADD231PS(tv(2*j), xv, acc(j))
+		decode(rowB(j, 0), tv(2*j+1))
+		VFMADD231PS(tv(2*j+1), xvb, acc(8+j))
+	}
+	ADDQ(U8(64), x)
+	ADDQ(U8(64), xb)
+	for _, b := range bases {
+		ADDQ(U8(16), b)
+	}
+	INCQ(cnt)
+	// Every fourth step (64 bytes of each row), as the pair tile does.
+	TESTQ(U32(3), cnt)
+	JNZ(LabelRef(name + "_next"))
+	prefetchEightRows(basesA, pfd, ldw, tmp)
+	for i, b := range basesB {
+		Load(Param("pfb"), tmp)
+		LEAQ(Mem{Base: b, Index: tmp, Scale: 1}, tmp)
+		prefetchFromBase(i, tmp, ldw)
+	}
+	Label(name + "_next")
+	DECQ(steps)
+	JNZ(LabelRef(name + "_step"))
 	Label(name + "_reduce")
 	out := Load(Param("out"), GP64())
 	reduce4x512([4]int{0, 1, 2, 3})

@@ -30,6 +30,13 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	// three rows.
 	wqc := *wq256
 	wqc.finite = true
+	// Power-of-two scales: the one-row pair tile over prescaled
+	// activations, from the pooled buffer.
+	wqp := randFP8(r, 16, 256, 0, 0)
+	for i := range wqp.Scales.S {
+		wqp.Scales.S[i] = 0x1p-6
+	}
+	wqp.CheckFP8Codes()
 	x2 := randSlice(r, 2*256, 1)
 	dst2 := make([]float32, 2*16)
 	// Interleaved bf16 (where AVX-512 runs; row-major elsewhere): the GEMV
@@ -69,6 +76,7 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatMulT fp8 n=3 in registers", func() { MatMulT(dst3, x3, 3, wq256) }},
 		{"MatVecT fp8", func() { MatVecT(dst[:rows], x[:cols], wq) }},
 		{"MatVecT fp8 checked once", func() { MatVecT(dst2[:16], x2[:256], &wqc) }},
+		{"MatVecT fp8 power-of-two scales", func() { MatVecT(dst2[:16], x2[:256], wqp) }},
 		{"MatMulT fp8 n=2 checked once", func() { MatMulT(dst2, x2, 2, &wqc) }},
 		{"MatMulT fp8 n=3 checked once", func() { MatMulT(dst3, x3, 3, &wqc) }},
 		{"MatVecT bf16 interleaved", func() { MatVecT(dsti[:16], xi[:256], wi) }},

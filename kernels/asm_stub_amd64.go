@@ -726,6 +726,11 @@ func dotTile3x8FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *flo
 //go:noescape
 func dotTile1x16FP8AVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, sc *[2]*float32, first int, pfa int, pfb int, out *[16]float32)
 
+// dotTile1x16FP8PrescaledAVX512 computes the dot products of the prescaled activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, e4m3 codes holding no NaN code whose block scales the activations hold, over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].
+//
+//go:noescape
+func dotTile1x16FP8PrescaledAVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, pfa int, pfb int, out *[16]float32)
+
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //
 //go:noescape

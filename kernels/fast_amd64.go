@@ -345,6 +345,13 @@ func dotTile1x16FP8(xa, xb *float32, wa, wb *uint8, ldw, kn int, sc *[2]*float32
 	dotTile1x16FP8AVX512(xa, xb, wa, wb, ldw, kn, sc, first, pfa, pfb, out)
 }
 
+// dotTile1x16FP8Prescaled is dotTile1x16FP8 for activations prescaled by
+// their group's power-of-two block scales and 2^120 (prescaleRows): the
+// codes are decoded without a multiply, over kn columns in one stretch.
+func dotTile1x16FP8Prescaled(xa, xb *float32, wa, wb *uint8, ldw, kn, pfa, pfb int, out *[16]float32) {
+	dotTile1x16FP8PrescaledAVX512(xa, xb, wa, wb, ldw, kn, pfa, pfb, out)
+}
+
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,
 // each row prefetched pfd bytes past the codes it reads.
 func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[4]float32) bool {

@@ -94,6 +94,10 @@ func dotTile1x16FP8(*float32, *float32, *uint8, *uint8, int, int, *[2]*float32, 
 	panic("kernels: no assembly tiles on this architecture")
 }
 
+func dotTile1x16FP8Prescaled(*float32, *float32, *uint8, *uint8, int, int, int, int, *[16]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
 func dotTileFP8Rows8(int, *float32, int, *uint8, int, int, *float32, int, int, []float32, int, bool) {
 	panic("kernels: no assembly tiles on this architecture")
 }

@@ -1088,8 +1088,10 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 	in := w.Cols
 	groups := (j1 - j0) / 8
 	pairs, half, mid := pairedGroups(groups)
+	ps := newPrescaled(w, x)
+	defer ps.release()
 	if lagAliasedPairs && in%fp8AliasBytes == 0 && pairsOneScale(w, j0, pairs, half) {
-		gemvPairsFP8Lagged(dst, x, w, buf, j0, pairs, half)
+		gemvPairsFP8Lagged(dst, x, w, buf, &ps, j0, pairs, half)
 	} else {
 		for g := range pairs {
 			ja, jb := j0+g*8, j0+(g+half)*8
@@ -1098,8 +1100,10 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 				gemvRowsFP8(dst, x, w, levelAVX512, buf, jb, 8)
 				continue
 			}
+			a := pairGroup{dst, x, w, ja, ps.rows(w, x, 0, ja)}
+			b := pairGroup{dst, x, w, jb, ps.rows(w, x, 1, jb)}
 			for k0 := 0; k0 < in; k0 += gemmKC {
-				pairBlockFP8(pairGroup{dst, x, w, ja}, pairGroup{dst, x, w, jb}, k0, k0, min(gemmKC, in-k0))
+				pairBlockFP8(a, b, k0, k0, min(gemmKC, in-k0))
 			}
 		}
 	}
@@ -1111,11 +1115,13 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 
 // pairGroup is one of the two groups of a call of the pair tile: the eight
 // weight rows at j of w (in one block of 128 rows), by the activation row
-// x, their sums at d[j:j+8].
+// x, their sums at d[j:j+8]. xs, when set, is x prescaled for those rows
+// (prescaleRows).
 type pairGroup struct {
 	d, x []float32
 	w    *Matrix
 	j    int
+	xs   []float32
 }
 
 // pairBlockFP8 is one call of the pair tile: the block of kn columns at ka
@@ -1123,17 +1129,99 @@ type pairGroup struct {
 // its group's d (the first block of its rows) or added to it. The two
 // groups may be of one matrix or of two of the same number of columns
 // whose blocks of columns start at the same offset (the tile crosses both
-// groups' block boundaries at the same value).
+// groups' block boundaries at the same value). When both groups carry
+// prescaled activations the tile that takes them runs, with the same bits.
 func pairBlockFP8(a, b pairGroup, ka, kb, kn int) {
 	in := a.w.Cols
-	var sc [2]*float32
 	var out [16]float32
-	first := fp8TileScales(a.w, sc[:1], a.j, ka, 16)
-	fp8TileScales(b.w, sc[1:], b.j, kb, 16)
-	dotTile1x16FP8(&a.x[ka], &b.x[kb], &a.w.FP8[a.j*in+ka], &b.w.FP8[b.j*in+kb], in, kn, &sc, first,
-		fp8TilePrefetch(a.w, a.j, 8, ka, fp8GEMVPrefetch), fp8TilePrefetch(b.w, b.j, 8, kb, fp8GEMVPrefetch), &out)
+	pfa, pfb := fp8TilePrefetch(a.w, a.j, 8, ka, fp8GEMVPrefetch), fp8TilePrefetch(b.w, b.j, 8, kb, fp8GEMVPrefetch)
+	if a.xs != nil && b.xs != nil {
+		dotTile1x16FP8Prescaled(&a.xs[ka], &b.xs[kb], &a.w.FP8[a.j*in+ka], &b.w.FP8[b.j*in+kb], in, kn, pfa, pfb, &out)
+	} else {
+		var sc [2]*float32
+		first := fp8TileScales(a.w, sc[:1], a.j, ka, 16)
+		fp8TileScales(b.w, sc[1:], b.j, kb, 16)
+		dotTile1x16FP8(&a.x[ka], &b.x[kb], &a.w.FP8[a.j*in+ka], &b.w.FP8[b.j*in+kb], in, kn, &sc, first, pfa, pfb, &out)
+	}
 	addBlock(a.d[a.j:a.j+8:a.j+8], out[:8], ka == 0)
 	addBlock(b.d[b.j:b.j+8:b.j+8], out[8:], kb == 0)
+}
+
+// prescaleMaxCols is the most columns a one-row fp8 product prescales its
+// activations for (GLM-5's and DeepSeek-V3's widest input, o_proj's 16,384).
+const prescaleMaxCols = 16384
+
+// prescaleBufs keeps the prescaled activations of finished one-row products
+// for the next: one row for each group of a pair.
+var prescaleBufs = freelist.New[[2 * prescaleMaxCols]float32](64, nil)
+
+// prescaled holds a one-row fp8 product's activations prescaled for the
+// block of 128 weight rows each group of a pair is in (prescaleRows), each
+// recomputed only when its group moves to another block. Its zero value
+// (and newPrescaled's for a product that cannot take them) prescales
+// nothing.
+type prescaled struct {
+	buf *[2 * prescaleMaxCols]float32
+	blk [2]int
+}
+
+// newPrescaled returns the prescaled activations' holder for the one-row
+// product of x with w, empty unless every block scale of w is a power of
+// two in range (Matrix.pow2Max), w has at most prescaleMaxCols columns and
+// every |x[k]|·scale is below 2^8, so that x[k]·scale·2^120 is a finite
+// float32 and exact: the product with a code decoded to value·2^-120 is
+// then exactly the product with the dequantized weight value·scale.
+func newPrescaled(w *Matrix, x []float32) prescaled {
+	if w.pow2Max == 0 || w.Cols > prescaleMaxCols {
+		return prescaled{}
+	}
+	lim := 0x1p8 / w.pow2Max
+	for _, v := range x[:w.Cols] {
+		if !(v < lim && v > -lim) { // NaN too
+			return prescaled{}
+		}
+	}
+	return prescaled{buf: prescaleBufs.Get(), blk: [2]int{-1, -1}}
+}
+
+// release returns the buffer, if any.
+func (p *prescaled) release() {
+	if p.buf != nil {
+		prescaleBufs.Put(p.buf)
+		p.buf = nil
+	}
+}
+
+// rows returns x prescaled for weight row j of w in half h (0 or 1) of the
+// buffer, recomputing it when j's block of rows is not the one it holds, or
+// nil when p prescales nothing.
+func (p *prescaled) rows(w *Matrix, x []float32, h, j int) []float32 {
+	if p.buf == nil {
+		return nil
+	}
+	xs := p.buf[h*prescaleMaxCols : h*prescaleMaxCols+w.Cols]
+	if b := (j + w.Scales.RowOff) / FP8Block; p.blk[h] != b {
+		prescaleRows(xs, x, w, j)
+		p.blk[h] = b
+	}
+	return xs
+}
+
+// prescaleRows sets xs[k] = x[k]·scale·2^120 for every column k of w, the
+// scale being that of weight row j's block at column k (a power of two, so
+// that scale·2^120 and the product are exact; newPrescaled checks the
+// range), a block of columns at a time with the AVX-512 scaling (the pair
+// tiles that read xs run only there).
+func prescaleRows(xs, x []float32, w *Matrix, j int) {
+	s := w.Scales
+	row := s.scaleRow(j)
+	for k0 := 0; k0 < len(xs); {
+		c := (k0 + s.ColOff) / FP8Block
+		k1 := min(len(xs), (c+1)*FP8Block-s.ColOff)
+		copy(xs[k0:k1], x[k0:k1])
+		scaleVec(levelAVX512, xs[k0:k1], row[c]*0x1p120)
+		k0 = k1
+	}
 }
 
 // fp8AliasBytes is the stride at which an L1 data cache of 64 sets of
@@ -1172,7 +1260,7 @@ func pairsOneScale(w *Matrix, j0, pairs, half int) bool {
 // has. In L2, rows of 4,096 and 16,384 codes read so are as fast as rows of
 // 3,968 and 16,256 read in step (docs/performance-log.md, "fp8 rows a multiple
 // of 4 KiB long").
-func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, pairs, half int) {
+func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, ps *prescaled, j0, pairs, half int) {
 	nb := w.Cols / gemmKC
 	for i := range pairs*nb + 1 {
 		a, b := i < pairs*nb, i > 0
@@ -1183,7 +1271,7 @@ func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, 
 		}
 		switch {
 		case a && b:
-			pairBlockFP8(pairGroup{dst, x, w, ja}, pairGroup{dst, x, w, jb}, ka, kb, gemmKC)
+			pairBlockFP8(pairGroup{dst, x, w, ja, ps.rows(w, x, 0, ja)}, pairGroup{dst, x, w, jb, ps.rows(w, x, 1, jb)}, ka, kb, gemmKC)
 		case a:
 			gemvTileFP8(dst, x, w, levelAVX512, buf, ja, 8, ka)
 		default:

@@ -232,3 +232,87 @@ func TestFP8TilePrefetch(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulTFP8PowerOfTwoScales: a matrix whose block scales are all
+// powers of two (DeepSeek's ue8m0) takes the one-row pair tile over
+// prescaled activations, and every product keeps the bits of the f32
+// product with the dequantized matrix: pairs in one block of rows and
+// across several, groups straddling two blocks, rows of 4,096 codes (the
+// lagged walk), column offsets, the scales at both ends of the range, and
+// activations too large for it or NaN (the tiles that multiply each code).
+func TestMatMulTFP8PowerOfTwoScales(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRand(63)
+		for _, c := range []struct {
+			rows, cols, rowOff, colOff int
+			scales                     []float32 // cycled over the blocks; nil for random powers of two
+			xScale                     float32
+			pow2, prescaled            bool // the scales marked; prescaled on AVX-512
+		}{
+			{16, 256, 0, 0, nil, 1, true, true},
+			{48, 1040, 0, 16, nil, 1, true, true},
+			{300, 160, 0, 0, nil, 1, true, true},
+			{136, 512, 64, 0, nil, 1, true, true},
+			{32, 4096, 0, 0, nil, 1, true, true},
+			{64, 2*gemmKC + 48, 0, 64, nil, 1, true, true},
+			{16, 256, 0, 0, []float32{0x1p-100, 0x1p7}, 1, true, true},
+			{16, 256, 0, 0, []float32{0x1p-3}, 0x1p11 - 1, true, true},
+			{16, 256, 0, 0, []float32{0x1p-3}, 0x1p11, true, false},
+			{16, 256, 0, 0, []float32{0x1p-3, 0.75}, 1, false, false},
+			{16, 256, 0, 0, []float32{0x1p-101}, 1, false, false},
+		} {
+			name := fmt.Sprintf("[%d,%d] at (%d,%d), scales %v, x up to %g", c.rows, c.cols, c.rowOff, c.colOff, c.scales, c.xScale)
+			w := randFP8(r, c.rows, c.cols, c.rowOff, c.colOff)
+			for i := range w.Scales.S {
+				if c.scales != nil {
+					w.Scales.S[i] = c.scales[i%len(c.scales)]
+				} else {
+					w.Scales.S[i] = float32(math.Ldexp(1, -14+r.IntN(12)))
+				}
+			}
+			w.CheckFP8Codes()
+			x := randSlice(r, c.cols, 1)
+			x[c.cols/2] = c.xScale
+			if got := w.pow2Max != 0; got != c.pow2 {
+				t.Errorf("%s: power-of-two scales marked %v, want %v", name, got, c.pow2)
+			}
+			if activeLevel() == levelAVX512 {
+				ps := newPrescaled(w, x)
+				if got := ps.buf != nil; got != c.prescaled {
+					t.Errorf("%s: prescaled %v, want %v", name, got, c.prescaled)
+				}
+				ps.release()
+			}
+			checkFP8Product(t, name, w, x, 1)
+			xn := append([]float32(nil), x...)
+			xn[1] = float32(math.NaN())
+			checkFP8Product(t, name+", a NaN activation", w, xn, 1)
+		}
+	})
+}
+
+// TestPow2ScalesMax: the largest scale when every one is a power of two
+// in [pow2ScaleMin, pow2ScaleMax], else 0.
+func TestPow2ScalesMax(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, c := range []struct {
+		s    []float32
+		want float32
+	}{
+		{nil, 0},
+		{[]float32{0x1p-7, 0x1p-3, 1}, 1},
+		{[]float32{pow2ScaleMin, pow2ScaleMax}, pow2ScaleMax},
+		{[]float32{0x1p-7, 0.75}, 0},
+		{[]float32{0x1p-7, 0x1p-101}, 0},
+		{[]float32{0x1p-7, 0x1p8}, 0},
+		{[]float32{0x1p-7, 0}, 0},
+		{[]float32{0x1p-7, -0x1p-7}, 0},
+		{[]float32{0x1p-7, nan}, 0},
+		{[]float32{0x1p-7, inf}, 0},
+		{[]float32{math.Float32frombits(1)}, 0},
+	} {
+		if got := pow2ScalesMax(c.s); got != c.want {
+			t.Errorf("pow2ScalesMax(%v) = %g, want %g", c.s, got, c.want)
+		}
+	}
+}

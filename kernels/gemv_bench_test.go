@@ -27,7 +27,8 @@ var glm5GEMVShapes = []struct {
 // copies to make 256 MiB, at least one, so that the calls stream them from
 // memory): fp8 quantized from normal weights by QuantizeFP8 (fp8-checked
 // the same codes not marked as checked at construction, so that every
-// product checks them for NaN codes), bf16 and f32 their rounding and
+// product checks them for NaN codes; fp8-ue8m0 quantized with power-of-two
+// scales, as DeepSeek's checkpoints are), bf16 and f32 their rounding and
 // values, bf16-ilv the bf16 values interleaved by InterleaveBF16.
 func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	w := make([]float32, out*in)
@@ -36,6 +37,16 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	}
 	m := &Matrix{Rows: out, Cols: in}
 	switch dtype {
+	case "fp8-ue8m0":
+		br, bc := numfmt.WeightScaleBlocks(out, in)
+		codes, scales := make([]uint8, out*in), make([]float32, br*bc)
+		if err := numfmt.QuantizeE4M3BlocksUE8M0(codes, scales, w, out, in); err != nil {
+			panic(err)
+		}
+		var err error
+		if m, err = NewFP8Matrix(out, in, codes, scales); err != nil {
+			panic(err)
+		}
 	case "fp8", "fp8-checked":
 		var err error
 		if m, err = QuantizeFP8(out, in, w); err != nil {
@@ -103,7 +114,7 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 	for _, sh := range glm5GEMVShapes {
 		for _, threads := range []int{1, 2} {
-			for _, dtype := range benchDtypes("fp8", "fp8-checked", "bf16", "bf16-ilv", "f32") {
+			for _, dtype := range benchDtypes("fp8", "fp8-ue8m0", "fp8-checked", "bf16", "bf16-ilv", "f32") {
 				b.Run(fmt.Sprintf("%s/%dx%d/threads=%d/%s", sh.name, sh.out, sh.in, threads, dtype), func(b *testing.B) {
 					r := newRand(80)
 					ws := benchWeights(r, dtype, sh.out, sh.in)

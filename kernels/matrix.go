@@ -32,6 +32,12 @@ type Matrix struct {
 	// them on every product. A Matrix built as a literal leaves it unset
 	// and is checked as it is read.
 	finite bool
+	// pow2Max is, when every block scale of FP8 is a power of two in
+	// [pow2ScaleMin, pow2ScaleMax] (DeepSeek's scale_fmt ue8m0), the
+	// largest of them, and 0 otherwise; set with finite. The one-row
+	// products of such a matrix may prescale the activations instead of
+	// multiplying every code by its scale (prescaleRows).
+	pow2Max float32
 	// interleaved is set when BF16 holds the layout of InterleaveBF16.
 	interleaved bool
 }
@@ -194,6 +200,7 @@ func NewFP8Matrix(rows, cols int, codes []uint8, scaleInv []float32) (*Matrix, e
 		return nil, err
 	}
 	m.finite = !hasNaNCode(codes)
+	m.pow2Max = pow2ScalesMax(scaleInv)
 	return m, nil
 }
 
@@ -206,7 +213,34 @@ func NewFP8Matrix(rows, cols int, codes []uint8, scaleInv []float32) (*Matrix, e
 func (m *Matrix) CheckFP8Codes() {
 	if m.FP8 != nil {
 		m.finite = !hasNaNCode(m.FP8)
+		m.pow2Max = 0
+		if m.Scales != nil {
+			m.pow2Max = pow2ScalesMax(m.Scales.S)
+		}
 	}
+}
+
+// The range of power-of-two block scales whose products prescaleRows
+// takes: from pow2ScaleMin a code's dequantized value (at least 2^-9 times
+// the scale) stays a normal float32, and up to pow2ScaleMax the largest
+// (448 times the scale) stays far from overflow.
+const (
+	pow2ScaleMin = 0x1p-100
+	pow2ScaleMax = 0x1p7
+)
+
+// pow2ScalesMax returns the largest of the block scales s when every one is
+// a power of two in [pow2ScaleMin, pow2ScaleMax], and 0 otherwise (also for
+// no scales).
+func pow2ScalesMax(s []float32) float32 {
+	var hi float32
+	for _, v := range s {
+		if v < pow2ScaleMin || v > pow2ScaleMax || math.Float32bits(v)&0x7FFFFF != 0 {
+			return 0
+		}
+		hi = max(hi, v)
+	}
+	return hi
 }
 
 // FP8Checked reports whether m's fp8 codes were checked (NewFP8Matrix,
@@ -422,7 +456,7 @@ func (m *Matrix) SliceRows(lo, n int) *Matrix {
 	default:
 		s.FP8 = m.FP8[a:b]
 		s.Scales = m.Scales.shifted(lo, 0)
-		s.finite = m.finite
+		s.finite, s.pow2Max = m.finite, m.pow2Max
 	}
 	return s
 }
@@ -446,7 +480,7 @@ func (m *Matrix) SliceCols(lo, n int) *Matrix {
 	default:
 		s.FP8 = copyCols(m.FP8, m.Rows, m.Cols, lo, n)
 		s.Scales = m.Scales.shifted(0, lo)
-		s.finite = m.finite
+		s.finite, s.pow2Max = m.finite, m.pow2Max
 	}
 	return s
 }
