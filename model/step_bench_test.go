@@ -19,6 +19,14 @@ var stepCases = []struct{ name, weights string }{
 	{"glm5-moe-shape", WeightFP8},
 }
 
+// stepFP8UE8M0 is fp8 weights with DeepSeek's power-of-two block scales
+// (quantization_config scale_fmt ue8m0) in place of GLM-5-FP8's float32
+// ones, on which the one-row products take the activations prescaled by
+// the scales (kernels.NewFP8Matrix): the step profile has glm5-dense-350m
+// so besides the step benchmarks' cases (profileCases). Its fp8 columns
+// still count the fp8 probe's rate with a multiply per code.
+const stepFP8UE8M0 = "e4m3-ue8m0"
+
 // BenchmarkStep times whole forward steps of the models docs/performance.md
 // reports on — glm5-dense-350m and glm5-shape in bf16 and fp8 weights,
 // glm5-moe-shape in fp8 — against the machine's rooflines measured on the
@@ -113,8 +121,15 @@ func stepModel(b *testing.B, name, weights string) *Model {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if cfg, err = WithWeightDType(cfg, weights); err != nil {
+	dtype := weights
+	if weights == stepFP8UE8M0 {
+		dtype = WeightFP8
+	}
+	if cfg, err = WithWeightDType(cfg, dtype); err != nil {
 		b.Fatal(err)
+	}
+	if weights == stepFP8UE8M0 {
+		cfg.Quantization.ScaleFmt = "ue8m0"
 	}
 	m, err := Build(cfg, RandomTensors(cfg, 1), Shard{})
 	if err != nil {

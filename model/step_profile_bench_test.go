@@ -12,6 +12,10 @@ import (
 	"github.com/cpmla/cpmla/kernels"
 )
 
+// profileCases are the step benchmarks' cases and glm5-dense-350m with
+// power-of-two fp8 scales (stepFP8UE8M0).
+var profileCases = append(stepCases[:len(stepCases):len(stepCases)], struct{ name, weights string }{"glm5-dense-350m", stepFP8UE8M0})
+
 // BenchmarkStepProfile times every product of BenchmarkStep's decode steps
 // (one thread or two; 512 of context, and 8,192 under the suffix
 // /ctx=8192, where attention and the indexer weigh more; one sequence also
@@ -32,7 +36,7 @@ import (
 //	go test ./model -run XXX -bench 'StepProfile/glm5-shape/fp8/threads=1/batch=8$' -benchtime 20x
 //	go test ./model -run XXX -bench 'StepProfile/glm5-dense-350m/bf16/threads=1/batch=8/ctx=8192' -benchtime 10x
 func BenchmarkStepProfile(b *testing.B) {
-	for _, mc := range stepCases {
+	for _, mc := range profileCases {
 		for _, threads := range []int{1, 2} {
 			for _, batch := range []int{1, 8} {
 				ctxs := []int{512, 8192}
@@ -66,7 +70,7 @@ func BenchmarkStepProfile(b *testing.B) {
 //
 //	go test ./model -run XXX -bench 'PrefillProfile/glm5-moe-shape/fp8/threads=1/len=512' -benchtime 3x
 func BenchmarkPrefillProfile(b *testing.B) {
-	for _, mc := range stepCases {
+	for _, mc := range profileCases {
 		for _, threads := range []int{1, 2} {
 			for _, n := range []int{512, 4096} {
 				b.Run(fmt.Sprintf("%s/%s/threads=%d/len=%d", mc.name, mc.weights, threads, n), func(b *testing.B) {
