@@ -125,8 +125,8 @@ func main() {
 	for m := 2; m <= eightRowMaxRows; m++ {
 		fp8Tile8W512(m)
 	}
-	fp8GEMVPair512()
-	fp8GEMVPairPrescaled512()
+	fp8GEMVPair512(false)
+	fp8GEMVPair512(true)
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -2588,6 +2588,13 @@ func fp8DecodePeak(lanes int) {
 // sign and EEEEMMM bits into float32 position, mask (0x87F00000), multiply
 // by scale·2^120.
 func decodeE4M3Vec(src Mem, r, mask, scale VecPhysical, evex bool) {
+	decodeE4M3Bits(src, r, mask, evex)
+	VMULPS(scale, r, r)
+}
+
+// decodeE4M3Bits is decodeE4M3Vec without the multiply: r holds each
+// code's value times 2^-120 exactly.
+func decodeE4M3Bits(src Mem, r, mask VecPhysical, evex bool) {
 	VPMOVSXBD(src, r)
 	VPSLLD(U8(20), r, r)
 	if evex {
@@ -2595,7 +2602,6 @@ func decodeE4M3Vec(src Mem, r, mask, scale VecPhysical, evex bool) {
 	} else {
 		VPAND(mask, r, r)
 	}
-	VMULPS(scale, r, r)
 }
 
 // fmaPeak256 emits fmaPeakAVX2: n rounds of 12 independent 8-lane FMA chains.
@@ -4094,11 +4100,27 @@ func fp8Tile3W512(m int) {
 // each output has that tile's bits. Group a's sums go to out[0:8], group
 // b's to out[8:16]. Accumulators Z0–Z15, the scales Z16–Z17, decoded codes
 // Z18–Z21, the activation vectors Z22 (a) and Z24 (b), the mask Z23.
-func fp8GEMVPair512() {
+//
+// With prescaled set it emits dotTile1x16FP8PrescaledAVX512 instead, for
+// weights whose block scales are powers of two, with each group's
+// activations already multiplied by its blocks' scales and by 2^120
+// (kernels.prescaleRows): the codes' bits shifted into float32 position
+// (decodeE4M3Bits, the value times 2^-120 exactly) go to the FMA without
+// the multiply, whose exact product is then the dequantized weight's
+// (value·scale, exact for a power of two in range) times x, so the bits
+// are the same. It takes no scales and walks kn in one stretch.
+func fp8GEMVPair512(prescaled bool) {
 	name := "dotTile1x16FP8AVX512"
-	TEXT(name, NOSPLIT, "func(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, sc *[2]*float32, first int, pfa int, pfb int, out *[16]float32)")
+	sig := "func(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, sc *[2]*float32, first int, pfa int, pfb int, out *[16]float32)"
+	what := "the activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g]"
+	if prescaled {
+		name = "dotTile1x16FP8PrescaledAVX512"
+		sig = "func(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, pfa int, pfb int, out *[16]float32)"
+		what = "the prescaled activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, e4m3 codes holding no NaN code whose block scales the activations hold"
+	}
+	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(name + " computes the dot products of the activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g], over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].")
+	Doc(name + " computes the dot products of " + what + ", over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].")
 	acc := func(j int) VecPhysical { return zmm[j] }
 	sva, svb := Z16, Z17
 	tv := func(j int) VecPhysical { return zmm[18+j%4] }
@@ -4111,7 +4133,6 @@ func fp8GEMVPair512() {
 	rowB, basesB := eightRows(Load(Param("wb"), GP64()), ldw)
 	bases := append(basesA, basesB...)
 	pfd := Load(Param("pfa"), GP64()) // the caller's prefetch offsets (kernels.fp8TilePrefetch)
-	sc := Load(Param("sc"), GP64())
 	for j := range 16 {
 		VPXORD(acc(j), acc(j), acc(j))
 	}
@@ -4121,16 +4142,26 @@ func fp8GEMVPair512() {
 	steps := Load(Param("kn"), GP64())
 	SHRQ(U8(4), steps)
 	JZ(LabelRef(name + "_reduce"))
-	cnt := Load(Param("first"), GP64())
+	// Steps of the block at hand in cnt; prescaled, one block of them all.
+	var sc, cnt Register
+	if prescaled {
+		cnt = GP64()
+		MOVQ(steps, cnt)
+	} else {
+		sc = Load(Param("sc"), GP64())
+		cnt = Load(Param("first"), GP64())
+	}
 	Label(name + "_block")
-	// Each group's scale·2^120, exact for |scale| < 2^8 (fp8InRegister).
-	broadcastConst(float32(math.Ldexp(1, 120)), tv(0))
-	for g, sv := range []VecPhysical{sva, svb} {
-		MOVQ(Mem{Base: sc, Disp: 8 * g}, tmp)
-		VBROADCASTSS(Mem{Base: tmp}, sv)
-		VMULPS(tv(0), sv, sv)
-		ADDQ(U8(4), tmp)
-		MOVQ(tmp, Mem{Base: sc, Disp: 8 * g})
+	if !prescaled {
+		// Each group's scale·2^120, exact for |scale| < 2^8 (fp8InRegister).
+		broadcastConst(float32(math.Ldexp(1, 120)), tv(0))
+		for g, sv := range []VecPhysical{sva, svb} {
+			MOVQ(Mem{Base: sc, Disp: 8 * g}, tmp)
+			VBROADCASTSS(Mem{Base: tmp}, sv)
+			VMULPS(tv(0), sv, sv)
+			ADDQ(U8(4), tmp)
+			MOVQ(tmp, Mem{Base: sc, Disp: 8 * g})
+		}
 	}
 	CMPQ(steps, cnt)
 	CMOVQLT(steps, cnt)
@@ -4138,10 +4169,17 @@ func fp8GEMVPair512() {
 	Label(name + "_step")
 	VMOVUPS(Mem{Base: x}, xv)
 	VMOVUPS(Mem{Base: xb}, xvb)
+	decode := func(m Mem, r, sv VecPhysical) {
+		if prescaled {
+			decodeE4M3Bits(m, r, mask, true)
+		} else {
+			decodeE4M3Vec(m, r, mask, sv, true)
+		}
+	}
 	for j := range 8 {
-		decodeE4M3Vec(rowA(j, 0), tv(2*j), mask, sva, true)
+		decode(rowA(j, 0), tv(2*j), sva)
 		VFMADD231PS(tv(2*j), xv, acc(j))
-		decodeE4M3Vec(rowB(j, 0), tv(2*j+1), mask, svb, true)
+		decode(rowB(j, 0), tv(2*j+1), svb)
 		VFMADD231PS(tv(2*j+1), xvb, acc(8+j))
 	}
 	ADDQ(U8(64), x)
@@ -4167,89 +4205,6 @@ func fp8GEMVPair512() {
 	MOVQ(U32(128/16), cnt)
 	TESTQ(steps, steps)
 	JNZ(LabelRef(name + "_block"))
-	Label(name + "_reduce")
-	out := Load(Param("out"), GP64())
-	reduce4x512([4]int{0, 1, 2, 3})
-	reduce4x512([4]int{4, 5, 6, 7})
-	reduce4x512Any([4]VecPhysical{Z8, Z9, Z10, Z11}, tv(0), tv(1))
-	reduce4x512Any([4]VecPhysical{Z12, Z13, Z14, Z15}, tv(0), tv(1))
-	VMOVUPS(X0, Mem{Base: out})
-	VMOVUPS(X4, Mem{Base: out, Disp: 16})
-	VMOVUPS(X8, Mem{Base: out, Disp: 32})
-	VMOVUPS(X12, Mem{Base: out, Disp: 48})
-	VZEROUPPER()
-	RET()
-}
-
-// fp8GEMVPairPrescaled512 emits dotTile1x16FP8PrescaledAVX512: the pair
-// tile of dotTile1x16FP8AVX512 for weights whose block scales are powers of
-// two, with each group's activations already multiplied by its blocks'
-// scales and by 2^120 (kernels.prescaleRows). A code's sign and EEEEMMM bits
-// shifted into float32 position are its value times 2^-120 exactly, so the
-// FMA of that with the prescaled activation forms the exact product
-// value·scale·x, which is the dequantized weight's (value·scale, exact for a
-// power of two in range) times x: the same FMA, the same bits, without the
-// multiply per code that shares the FMA's pipes. It walks kn (a multiple of
-// 16) elements in one stretch, prefetching as the pair tile does, and stores
-// group a's sums in out[0:8] and group b's in out[8:16].
-func fp8GEMVPairPrescaled512() {
-	name := "dotTile1x16FP8PrescaledAVX512"
-	TEXT(name, NOSPLIT, "func(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, pfa int, pfb int, out *[16]float32)")
-	Pragma("noescape")
-	Doc(name + " computes the dot products of the prescaled activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, e4m3 codes holding no NaN code whose block scales the activations hold, over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].")
-	acc := func(j int) VecPhysical { return zmm[j] }
-	tv := func(j int) VecPhysical { return zmm[18+j%4] }
-	xv, xvb, mask := Z22, Z24, Z23
-	x := Load(Param("xa"), GP64())
-	xb := Load(Param("xb"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	rowA, basesA := eightRows(Load(Param("wa"), GP64()), ldw)
-	rowB, basesB := eightRows(Load(Param("wb"), GP64()), ldw)
-	bases := append(basesA, basesB...)
-	pfd := Load(Param("pfa"), GP64())
-	for j := range 16 {
-		VPXORD(acc(j), acc(j), acc(j))
-	}
-	tmp := GP64()
-	MOVL(U32(0x87F00000), tmp.As32())
-	VPBROADCASTD(tmp.As32(), mask)
-	steps := Load(Param("kn"), GP64())
-	SHRQ(U8(4), steps)
-	JZ(LabelRef(name + "_reduce"))
-	cnt := GP64()
-	XORQ(cnt, cnt)
-	decode := func(m Mem, r VecPhysical) {
-		VPMOVSXBD(m, r)
-		VPSLLD(U8(20), r, r)
-		VPANDD(mask, r, r)
-	}
-	Label(name + "_step")
-	VMOVUPS(Mem{Base: x}, xv)
-	VMOVUPS(Mem{Base: xb}, xvb)
-	for j := range 8 {
-		decode(rowA(j, 0), tv(2*j))
-		VFMADD231PS(tv(2*j), xv, acc(j))
-		decode(rowB(j, 0), tv(2*j+1))
-		VFMADD231PS(tv(2*j+1), xvb, acc(8+j))
-	}
-	ADDQ(U8(64), x)
-	ADDQ(U8(64), xb)
-	for _, b := range bases {
-		ADDQ(U8(16), b)
-	}
-	INCQ(cnt)
-	// Every fourth step (64 bytes of each row), as the pair tile does.
-	TESTQ(U32(3), cnt)
-	JNZ(LabelRef(name + "_next"))
-	prefetchEightRows(basesA, pfd, ldw, tmp)
-	for i, b := range basesB {
-		Load(Param("pfb"), tmp)
-		LEAQ(Mem{Base: b, Index: tmp, Scale: 1}, tmp)
-		prefetchFromBase(i, tmp, ldw)
-	}
-	Label(name + "_next")
-	DECQ(steps)
-	JNZ(LabelRef(name + "_step"))
 	Label(name + "_reduce")
 	out := Load(Param("out"), GP64())
 	reduce4x512([4]int{0, 1, 2, 3})

@@ -21255,7 +21255,6 @@ TEXT ·dotTile1x16FP8AVX512(SB), NOSPLIT, $0-88
 	LEAQ         (R9)(DX*2), R10
 	ADDQ         DX, R10
 	MOVQ         pfa+64(FP), R11
-	MOVQ         sc+48(FP), R12
 	VPXORD       Z0, Z0, Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
@@ -21272,29 +21271,30 @@ TEXT ·dotTile1x16FP8AVX512(SB), NOSPLIT, $0-88
 	VPXORD       Z13, Z13, Z13
 	VPXORD       Z14, Z14, Z14
 	VPXORD       Z15, Z15, Z15
-	MOVL         $0x87f00000, R13
-	VPBROADCASTD R13, Z23
-	MOVQ         kn+40(FP), R14
-	SHRQ         $0x04, R14
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z23
+	MOVQ         kn+40(FP), R13
+	SHRQ         $0x04, R13
 	JZ           dotTile1x16FP8AVX512_reduce
+	MOVQ         sc+48(FP), R14
 	MOVQ         first+56(FP), R15
 
 dotTile1x16FP8AVX512_block:
-	MOVL         $0x7b800000, R13
-	VPBROADCASTD R13, Z18
-	MOVQ         (R12), R13
-	VBROADCASTSS (R13), Z16
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z18
+	MOVQ         (R14), R12
+	VBROADCASTSS (R12), Z16
 	VMULPS       Z18, Z16, Z16
-	ADDQ         $0x04, R13
-	MOVQ         R13, (R12)
-	MOVQ         8(R12), R13
-	VBROADCASTSS (R13), Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R14)
+	MOVQ         8(R14), R12
+	VBROADCASTSS (R12), Z17
 	VMULPS       Z18, Z17, Z17
-	ADDQ         $0x04, R13
-	MOVQ         R13, 8(R12)
-	CMPQ         R14, R15
-	CMOVQLT      R14, R15
-	SUBQ         R15, R14
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R14)
+	CMPQ         R13, R15
+	CMOVQLT      R13, R15
+	SUBQ         R15, R13
 
 dotTile1x16FP8AVX512_step:
 	VMOVUPS     (AX), Z22
@@ -21389,37 +21389,37 @@ dotTile1x16FP8AVX512_step:
 	ADDQ        $0x10, R10
 	TESTQ       $0x00000003, R15
 	JNZ         dotTile1x16FP8AVX512_next
-	LEAQ        (BX)(R11*1), R13
-	PREFETCHT1  (R13)
-	PREFETCHT1  (R13)(DX*1)
-	PREFETCHT1  (R13)(DX*2)
-	PREFETCHT1  (R13)(DX*4)
-	LEAQ        (SI)(R11*1), R13
-	PREFETCHT1  (R13)
-	PREFETCHT1  (R13)(DX*2)
-	PREFETCHT1  (R13)(DX*4)
-	LEAQ        (DI)(R11*1), R13
-	PREFETCHT1  (R13)
-	MOVQ        pfb+72(FP), R13
-	LEAQ        (R8)(R13*1), R13
-	PREFETCHT1  (R13)
-	PREFETCHT1  (R13)(DX*1)
-	PREFETCHT1  (R13)(DX*2)
-	PREFETCHT1  (R13)(DX*4)
-	MOVQ        pfb+72(FP), R13
-	LEAQ        (R9)(R13*1), R13
-	PREFETCHT1  (R13)
-	PREFETCHT1  (R13)(DX*2)
-	PREFETCHT1  (R13)(DX*4)
-	MOVQ        pfb+72(FP), R13
-	LEAQ        (R10)(R13*1), R13
-	PREFETCHT1  (R13)
+	LEAQ        (BX)(R11*1), R12
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(DX*1)
+	PREFETCHT1  (R12)(DX*2)
+	PREFETCHT1  (R12)(DX*4)
+	LEAQ        (SI)(R11*1), R12
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(DX*2)
+	PREFETCHT1  (R12)(DX*4)
+	LEAQ        (DI)(R11*1), R12
+	PREFETCHT1  (R12)
+	MOVQ        pfb+72(FP), R12
+	LEAQ        (R8)(R12*1), R12
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(DX*1)
+	PREFETCHT1  (R12)(DX*2)
+	PREFETCHT1  (R12)(DX*4)
+	MOVQ        pfb+72(FP), R12
+	LEAQ        (R9)(R12*1), R12
+	PREFETCHT1  (R12)
+	PREFETCHT1  (R12)(DX*2)
+	PREFETCHT1  (R12)(DX*4)
+	MOVQ        pfb+72(FP), R12
+	LEAQ        (R10)(R12*1), R12
+	PREFETCHT1  (R12)
 
 dotTile1x16FP8AVX512_next:
 	DECQ  R15
 	JNZ   dotTile1x16FP8AVX512_step
 	MOVQ  $0x00000008, R15
-	TESTQ R14, R14
+	TESTQ R13, R13
 	JNZ   dotTile1x16FP8AVX512_block
 
 dotTile1x16FP8AVX512_reduce:
@@ -21496,7 +21496,7 @@ dotTile1x16FP8AVX512_reduce:
 	RET
 
 // func dotTile1x16FP8PrescaledAVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, pfa int, pfb int, out *[16]float32)
-// Requires: AVX, AVX512F, AVX512VL, MMX+
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
 TEXT ·dotTile1x16FP8PrescaledAVX512(SB), NOSPLIT, $0-72
 	MOVQ         xa+0(FP), AX
 	MOVQ         xb+8(FP), CX
@@ -21533,7 +21533,12 @@ TEXT ·dotTile1x16FP8PrescaledAVX512(SB), NOSPLIT, $0-72
 	MOVQ         kn+40(FP), R13
 	SHRQ         $0x04, R13
 	JZ           dotTile1x16FP8PrescaledAVX512_reduce
-	XORQ         R14, R14
+	MOVQ         R13, R14
+
+dotTile1x16FP8PrescaledAVX512_block:
+	CMPQ    R13, R14
+	CMOVQLT R13, R14
+	SUBQ    R14, R13
 
 dotTile1x16FP8PrescaledAVX512_step:
 	VMOVUPS     (AX), Z22
@@ -21610,7 +21615,6 @@ dotTile1x16FP8PrescaledAVX512_step:
 	ADDQ        $0x10, R8
 	ADDQ        $0x10, R9
 	ADDQ        $0x10, R10
-	INCQ        R14
 	TESTQ       $0x00000003, R14
 	JNZ         dotTile1x16FP8PrescaledAVX512_next
 	LEAQ        (BX)(R11*1), R12
@@ -21640,8 +21644,11 @@ dotTile1x16FP8PrescaledAVX512_step:
 	PREFETCHT1  (R12)
 
 dotTile1x16FP8PrescaledAVX512_next:
-	DECQ R13
-	JNZ  dotTile1x16FP8PrescaledAVX512_step
+	DECQ  R14
+	JNZ   dotTile1x16FP8PrescaledAVX512_step
+	MOVQ  $0x00000008, R14
+	TESTQ R13, R13
+	JNZ   dotTile1x16FP8PrescaledAVX512_block
 
 dotTile1x16FP8PrescaledAVX512_reduce:
 	MOVQ          out+64(FP), AX

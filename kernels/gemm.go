@@ -1100,8 +1100,8 @@ func gemvPairsFP8(dst, x []float32, w *Matrix, buf *[panelFloats]float32, j0, j1
 				gemvRowsFP8(dst, x, w, levelAVX512, buf, jb, 8)
 				continue
 			}
-			a := pairGroup{dst, x, w, ja, ps.rows(w, x, 0, ja)}
-			b := pairGroup{dst, x, w, jb, ps.rows(w, x, 1, jb)}
+			a := pairGroup{dst, x, w, ja, ps.rows(0, ja)}
+			b := pairGroup{dst, x, w, jb, ps.rows(1, jb)}
 			for k0 := 0; k0 < in; k0 += gemmKC {
 				pairBlockFP8(a, b, k0, k0, min(gemmKC, in-k0))
 			}
@@ -1155,12 +1155,14 @@ const prescaleMaxCols = 16384
 // for the next: one row for each group of a pair.
 var prescaleBufs = freelist.New[[2 * prescaleMaxCols]float32](64, nil)
 
-// prescaled holds a one-row fp8 product's activations prescaled for the
-// block of 128 weight rows each group of a pair is in (prescaleRows), each
-// recomputed only when its group moves to another block. Its zero value
-// (and newPrescaled's for a product that cannot take them) prescales
-// nothing.
+// prescaled holds the activations x of a one-row fp8 product with w
+// prescaled for the block of 128 weight rows each group of a pair is in
+// (prescaleRows), each recomputed only when its group moves to another
+// block. Its zero value (and newPrescaled's for a product that cannot take
+// them) prescales nothing.
 type prescaled struct {
+	w   *Matrix
+	x   []float32
 	buf *[2 * prescaleMaxCols]float32
 	blk [2]int
 }
@@ -1181,7 +1183,7 @@ func newPrescaled(w *Matrix, x []float32) prescaled {
 			return prescaled{}
 		}
 	}
-	return prescaled{buf: prescaleBufs.Get(), blk: [2]int{-1, -1}}
+	return prescaled{w: w, x: x, buf: prescaleBufs.Get(), blk: [2]int{-1, -1}}
 }
 
 // release returns the buffer, if any.
@@ -1195,13 +1197,13 @@ func (p *prescaled) release() {
 // rows returns x prescaled for weight row j of w in half h (0 or 1) of the
 // buffer, recomputing it when j's block of rows is not the one it holds, or
 // nil when p prescales nothing.
-func (p *prescaled) rows(w *Matrix, x []float32, h, j int) []float32 {
+func (p *prescaled) rows(h, j int) []float32 {
 	if p.buf == nil {
 		return nil
 	}
-	xs := p.buf[h*prescaleMaxCols : h*prescaleMaxCols+w.Cols]
-	if b := (j + w.Scales.RowOff) / FP8Block; p.blk[h] != b {
-		prescaleRows(xs, x, w, j)
+	xs := p.buf[h*prescaleMaxCols : h*prescaleMaxCols+p.w.Cols]
+	if b := (j + p.w.Scales.RowOff) / FP8Block; p.blk[h] != b {
+		prescaleRows(xs, p.x, p.w, j)
 		p.blk[h] = b
 	}
 	return xs
@@ -1271,7 +1273,7 @@ func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, 
 		}
 		switch {
 		case a && b:
-			pairBlockFP8(pairGroup{dst, x, w, ja, ps.rows(w, x, 0, ja)}, pairGroup{dst, x, w, jb, ps.rows(w, x, 1, jb)}, ka, kb, gemmKC)
+			pairBlockFP8(pairGroup{dst, x, w, ja, ps.rows(0, ja)}, pairGroup{dst, x, w, jb, ps.rows(1, jb)}, ka, kb, gemmKC)
 		case a:
 			gemvTileFP8(dst, x, w, levelAVX512, buf, ja, 8, ka)
 		default:

@@ -38,13 +38,8 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	m := &Matrix{Rows: out, Cols: in}
 	switch dtype {
 	case "fp8-ue8m0":
-		br, bc := numfmt.WeightScaleBlocks(out, in)
-		codes, scales := make([]uint8, out*in), make([]float32, br*bc)
-		if err := numfmt.QuantizeE4M3BlocksUE8M0(codes, scales, w, out, in); err != nil {
-			panic(err)
-		}
 		var err error
-		if m, err = NewFP8Matrix(out, in, codes, scales); err != nil {
+		if m, err = quantizeFP8(out, in, w, numfmt.QuantizeE4M3BlocksUE8M0); err != nil {
 			panic(err)
 		}
 	case "fp8", "fp8-checked":

@@ -277,9 +277,16 @@ func QuantizeFP8(rows, cols int, w []float32) (*Matrix, error) {
 	if rows < 0 || cols < 0 || (cols > 0 && rows > math.MaxInt/cols) || len(w) != rows*cols {
 		return nil, fmt.Errorf("kernels: QuantizeFP8: %d values for a [%d, %d] matrix", len(w), rows, cols)
 	}
+	return quantizeFP8(rows, cols, w, numfmt.QuantizeE4M3Blocks)
+}
+
+// quantizeFP8 is QuantizeFP8 with the block quantizer quantize (the
+// benchmarks also take numfmt.QuantizeE4M3BlocksUE8M0's power-of-two
+// scales); rows, cols and w are checked by the caller.
+func quantizeFP8(rows, cols int, w []float32, quantize func(codes []uint8, scales, w []float32, rows, cols int) error) (*Matrix, error) {
 	br, bc := numfmt.WeightScaleBlocks(rows, cols)
 	codes, scales := make([]uint8, rows*cols), make([]float32, br*bc)
-	if err := numfmt.QuantizeE4M3Blocks(codes, scales, w, rows, cols); err != nil {
+	if err := quantize(codes, scales, w, rows, cols); err != nil {
 		return nil, fmt.Errorf("kernels: QuantizeFP8: %w", err)
 	}
 	return NewFP8Matrix(rows, cols, codes, scales)

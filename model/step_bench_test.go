@@ -22,9 +22,9 @@ var stepCases = []struct{ name, weights string }{
 // stepFP8UE8M0 is fp8 weights with DeepSeek's power-of-two block scales
 // (quantization_config scale_fmt ue8m0) in place of GLM-5-FP8's float32
 // ones, on which the one-row products take the activations prescaled by
-// the scales (kernels.NewFP8Matrix): the step profile has glm5-dense-350m
-// so besides the step benchmarks' cases (profileCases). Its fp8 columns
-// still count the fp8 probe's rate with a multiply per code.
+// the scales (kernels.NewFP8Matrix). The step profiles run glm5-dense-350m
+// so as well as the step benchmarks' cases (profileCases); their fp8
+// columns still count the fp8 probe's rate with a multiply per code.
 const stepFP8UE8M0 = "e4m3-ue8m0"
 
 // BenchmarkStep times whole forward steps of the models docs/performance.md
