@@ -82,6 +82,18 @@ func TestStepCost(t *testing.T) {
 			t.Errorf("StepBound, %s = %v, want %v", b.name, b.got, b.want)
 		}
 	}
+	// Over the totals: the larger of all bytes and all FLOPs at each
+	// pair of rates, never more than the parts' sum.
+	for _, l := range []Limits{{ReadBW: 1, FMAPeak: 1}, {ReadBW: 3, FMAPeak: 0.5}, {ReadBW: 0.25, FMAPeak: 7}} {
+		want := max(float64(c.WeightBytes+c.KVBytes)/l.ReadBW, float64(c.FLOPs)/l.FMAPeak)
+		got := r.StepRoofline(l)
+		if math.Abs(got-want) > 1e-9*want {
+			t.Errorf("StepRoofline at %v bytes/s and %v FLOPs/s = %v, want %v", l.ReadBW, l.FMAPeak, got, want)
+		}
+		if b := r.StepBound(l); got > b {
+			t.Errorf("StepRoofline at %v bytes/s and %v FLOPs/s = %v, above StepBound %v", l.ReadBW, l.FMAPeak, got, b)
+		}
+	}
 }
 
 // TestStepBoundFP8: with the fp8 product rates given, every product of fp8
@@ -130,6 +142,17 @@ func TestStepBoundFP8(t *testing.T) {
 		mustForward(t, r, seqs[0])
 		if got, want := r.StepBound(l), float64(codes); got != want {
 			t.Errorf("%s: one sequence's decode step at the fp8 rates alone = %v, want %v (1 s per weight)", dtype, got, want)
+		}
+		if got, want := r.StepRoofline(l), float64(codes); got != want {
+			t.Errorf("%s: one sequence's decode step's roofline at the fp8 rates alone = %v, want %v (1 s per weight)", dtype, got, want)
+		}
+		// At 1 byte/s, 1 FLOP/s and 4 s per fp8 weight of one row, each fp8
+		// weight's 2 FLOPs take 4 s instead: the compute term is FLOPs + 2
+		// per fp8 weight, against every byte read.
+		c := r.StepCost()
+		slow := Limits{ReadBW: 1, FMAPeak: 1, FP8: []FP8Rate{{Rows: 1, Codes: 0.25}}}
+		if got, want := r.StepRoofline(slow), max(float64(c.WeightBytes+c.KVBytes), float64(c.FLOPs+2*codes)); got != want {
+			t.Errorf("%s: one sequence's decode step's roofline at 4 s per fp8 weight = %v, want %v", dtype, got, want)
 		}
 		mustForward(t, r, seqs...)
 		if got, want := r.StepBound(l), float64(3*codes); got != want {

@@ -323,17 +323,41 @@ func (r *weightReads) bound(l Limits) float64 {
 	return t
 }
 
-// bound is the part's own roofline in seconds: max(bytes / ReadBW, FLOPs /
-// FMAPeak), and for a product of fp8 weights that l.FP8 covers, at least
-// its weights at the fp8 product rate of its rows.
-func (o *opCost) bound(l Limits) float64 {
-	t := max(float64(o.bytes)/l.ReadBW, float64(o.flops)/l.FMAPeak)
+// roofline is the step's roofline in seconds, taken over its totals:
+// max(Σ bytes / ReadBW, Σ compute), where a part's compute is its FLOPs /
+// FMAPeak and, for a product of fp8 weights that l.FP8 covers, at least its
+// weights at the fp8 product rate of its rows (decoding a weight runs on
+// the FMA pipes' ports, so that rate is the core's compute ceiling for such
+// a product). Without l.FP8 it is max(Σ bytes / ReadBW, Σ FLOPs /
+// FMAPeak), StepCost's roofline.
+func (r *weightReads) roofline(l Limits) float64 {
+	var bytes int64
+	var compute float64
+	for _, o := range r.ops {
+		bytes += o.bytes
+		compute += o.compute(l)
+	}
+	return max(float64(bytes)/l.ReadBW, compute)
+}
+
+// compute is the part's compute time in seconds: FLOPs / FMAPeak, and for
+// a product of fp8 weights that l.FP8 covers at least its weights at the
+// fp8 product rate of its rows.
+func (o *opCost) compute(l Limits) float64 {
+	t := float64(o.flops) / l.FMAPeak
 	if o.kind == opProduct && o.w != nil && o.w.FP8 != nil && o.rows > 0 {
 		if s, ok := fp8Seconds(l.FP8, o.rows); ok {
 			t = max(t, s*float64(o.flops/(2*int64(o.rows)))) // 2·rows FLOPs per weight
 		}
 	}
 	return t
+}
+
+// bound is the part's own roofline in seconds: max(bytes / ReadBW, FLOPs /
+// FMAPeak), and for a product of fp8 weights that l.FP8 covers, at least
+// its weights at the fp8 product rate of its rows.
+func (o *opCost) bound(l Limits) float64 {
+	return max(float64(o.bytes)/l.ReadBW, o.compute(l))
 }
 
 // matrixBytes is the storage a matrix's product reads: its values, and for

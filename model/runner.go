@@ -445,6 +445,16 @@ func fp8Seconds(fp8 []FP8Rate, rows int) (float64, bool) {
 // holds both (a batch's attention products and its experts' GEMVs).
 func (r *Runner) StepBound(l Limits) float64 { return r.reads.bound(l) }
 
+// StepRoofline is the last step's roofline on this rank over its totals,
+// in seconds: max((weight + KV bytes) / ReadBW, compute), where compute is
+// FLOPs / FMAPeak except that each product of fp8 weights over as many rows
+// as l.FP8 covers takes at least its weights at its rows' fp8 product rate.
+// Without l.FP8 it is max((WeightBytes + KVBytes) / ReadBW, FLOPs /
+// FMAPeak) of StepCost. With it, it is the roofline with the core's ceiling
+// for exact fp8 products in place of the FMA peak for those products: on a
+// CPU the decoding of each weight runs on the FMA pipes' ports.
+func (r *Runner) StepRoofline(l Limits) float64 { return r.reads.roofline(l) }
+
 // StepCost is the cost of the last step on this rank.
 func (r *Runner) StepCost() StepCost {
 	return r.reads.cost()

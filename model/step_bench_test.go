@@ -47,8 +47,11 @@ const stepFP8UE8M0 = "e4m3-ue8m0"
 // of-fp8-parts is the same with the fp8 product rates of
 // kernels.FP8ProductLoop as a third limit of the fp8 products of up to
 // eight rows (Limits.FP8), since on a CPU decoding the weights takes the
-// same ports as the FMAs. A case runs its steps in stepRounds
-// rounds (a prefill case one prompt per round), each against the probes
+// same ports as the FMAs; fp8-roofline is the whole-step roofline with that
+// third limit (Runner.StepRoofline): max(bytes / read bandwidth, compute),
+// the compute term counting each such product at the larger of its FLOPs
+// at the FMA peak and its weights at the fp8 rate. A case runs its steps
+// in stepRounds rounds (a prefill case one prompt per round), each against the probes
 // taken right before it, and reports the medians of the rounds. On a machine
 // shared with other jobs the step gets only part of its cores while the
 // short FMA probe sees them whole: of-fma-of-cpu is the FLOPs against the
@@ -282,7 +285,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	d := decodeRunner(b, m, ctx)
 	seqs := make([]Seq, batch)
 	toks := make([]int32, batch)
-	var rate, roof, partsF, fp8F, memF, compF, cpuFMA, bws, fmas []float64
+	var rate, roof, partsF, fp8F, fp8Roof, memF, compF, cpuFMA, bws, fmas []float64
 	var cost StepCost
 	hasFP8 := m.Cfg.Quantization != nil
 	b.ResetTimer()
@@ -299,7 +302,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			fp8 = machineFP8(threads)
 		}
 		b.StartTimer()
-		var rt, pt, ft, mt, ct float64
+		var rt, pt, ft, frt, mt, ct float64
 		t0, cpu0 := time.Now(), processCPUSeconds()
 		for range steps {
 			d.step(b, seqs, toks)
@@ -308,11 +311,12 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			rt, mt, ct = rt+max(m, f), mt+m, ct+f
 			pt += d.r.StepBound(Limits{ReadBW: bw, FMAPeak: fma})
 			ft += d.r.StepBound(Limits{ReadBW: bw, FMAPeak: fma, FP8: fp8})
+			frt += d.r.StepRoofline(Limits{ReadBW: bw, FMAPeak: fma, FP8: fp8})
 			cost = c
 		}
 		el, cpu := time.Since(t0).Seconds(), processCPUSeconds()-cpu0
 		rate, roof, memF, compF = append(rate, float64(batch*steps)/el), append(roof, rt/el), append(memF, mt/el), append(compF, ct/el)
-		partsF, fp8F = append(partsF, pt/el), append(fp8F, ft/el)
+		partsF, fp8F, fp8Roof = append(partsF, pt/el), append(fp8F, ft/el), append(fp8Roof, frt/el)
 		if cpu > 0 {
 			cpuFMA = append(cpuFMA, ct/(cpu/float64(threads)))
 		}
@@ -324,6 +328,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 	b.ReportMetric(medianOf(partsF), "of-parts")
 	if hasFP8 {
 		b.ReportMetric(medianOf(fp8F), "of-fp8-parts")
+		b.ReportMetric(medianOf(fp8Roof), "fp8-roofline")
 	}
 	b.ReportMetric(medianOf(memF), "of-bw")
 	b.ReportMetric(medianOf(compF), "of-fma")
