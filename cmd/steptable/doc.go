@@ -8,7 +8,11 @@
 // fraction over the one-thread step's. A decode case also shows the ceiling
 // of a step that runs its parts one after another: the whole-step roofline
 // over the sum of the parts' rooflines, the largest whole-step fraction such
-// a step reaches with every part at its own roofline. A run on a
+// a step reaches with every part at its own roofline. A decode case with
+// fp8 weights also shows its fraction of the whole-step roofline with the
+// cores' fp8 product rates as the compute ceiling of its fp8 products
+// (fp8-roofline), and a two-thread one the machine's speed-up by that
+// roofline with the step's share of it. A run on a
 // shared host moves the probes between runs, so the second ratio is what the
 // first is to be read against (a memory-bound step cannot gain more than the
 // read bandwidth does).

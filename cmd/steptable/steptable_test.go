@@ -114,11 +114,52 @@ func TestSpeedups(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := []string{
-		"| m | bf16 | 1 | 512 | 1 | 3 | 45.0 (40.0–50.0) | – | – | – | 75 % (70–80) | 75 % | 100 % | 35.0 | 220 |",
-		fmt.Sprintf("| m | bf16 | 2 | 512 | 1 | 3 | 80.0 (70.0–90.0) | %.2f× | %.2f× | %.0f %% | 70 %% (60–80) | 70 %% | 100 %% | 61.0 | 220 |", wantStep, wantMachine, 100*wantStep/wantMachine),
+		"| m | bf16 | 1 | 512 | 1 | 3 | 45.0 (40.0–50.0) | – | – | – | 75 % (70–80) | 75 % | 100 % | 35.0 | 220 | – | – |",
+		fmt.Sprintf("| m | bf16 | 2 | 512 | 1 | 3 | 80.0 (70.0–90.0) | %.2f× | %.2f× | %.0f %% | 70 %% (60–80) | 70 %% | 100 %% | 61.0 | 220 | – | – |", wantStep, wantMachine, 100*wantStep/wantMachine),
 	}
 	if diff := cmp.Diff(want, lines[2:]); diff != "" {
 		t.Errorf("table rows (-want +got):\n%s", diff)
+	}
+}
+
+// TestFP8RooflineCells: an fp8 case shows its fraction of the roofline at
+// the fp8 rates, and a two-thread one the machine's speed-up by those
+// fractions with the step's share of it; a case without them dashes.
+func TestFP8RooflineCells(t *testing.T) {
+	one, two := "m/fp8/threads=1/decode/ctx=512/batch=1", "m/fp8/threads=2/decode/ctx=512/batch=1"
+	line := func(name string, tps, roof, fp8 float64) string {
+		return fmt.Sprintf("BenchmarkStep/%s-2 20 1000 ns/op %g roofline %g fp8-roofline %g tokens/s", name, roof, fp8, tps)
+	}
+	log := strings.Join([]string{
+		line(one, 40, 0.50, 0.70), line(two, 64, 0.60, 0.80),
+		line(one, 44, 0.55, 0.80), line(two, 60, 0.55, 0.75),
+		line(one, 42, 0.52, 0.74), line(two, 62, 0.58, 0.78),
+		"BenchmarkStep/m/bf16/threads=1/decode/ctx=512/batch=1-2 20 1000 ns/op 0.9 roofline 50 tokens/s",
+	}, "\n")
+	rs := runs{}
+	if err := read(rs, "log", strings.NewReader(log)); err != nil {
+		t.Fatal(err)
+	}
+	// Medians: one thread 42 tokens/s at 0.74, two 62 at 0.78.
+	machine := (0.74 / 42) / (0.78 / 62)
+	want := map[caseKey]string{
+		{model: "m", weights: "fp8", threads: 1, ctx: 512, batch: 1}:  "74 % (70–80) | –",
+		{model: "m", weights: "fp8", threads: 2, ctx: 512, batch: 1}:  fmt.Sprintf("78 %% (75–80) | %.2f× (%.0f %%)", machine, 100*(62.0/42)/machine),
+		{model: "m", weights: "bf16", threads: 1, ctx: 512, batch: 1}: "– | –",
+	}
+	got := map[caseKey]string{}
+	for k := range want {
+		got[k] = rs.fp8Cells(k)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(caseKey{})); diff != "" {
+		t.Errorf("fp8 cells (-want +got):\n%s", diff)
+	}
+	var out strings.Builder
+	if err := rs.write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| "+want[caseKey{model: "m", weights: "fp8", threads: 2, ctx: 512, batch: 1}]+" |\n") {
+		t.Errorf("the table does not end the two-thread fp8 row with its fp8 cells:\n%s", out.String())
 	}
 }
 

@@ -48,6 +48,12 @@ func fractionUnit(k caseKey) string {
 // which is how much faster the probes taken with two threads say the step
 // could run. ok is false without both cases and their metrics.
 func (rs runs) speedups(k caseKey) (step, machine float64, ok bool) {
+	return rs.speedupsBy(k, fractionUnit(k))
+}
+
+// speedupsBy is speedups with the roofline fractions read from metric u
+// (fp8Roofline for the roofline with the cores' fp8 product rates).
+func (rs runs) speedupsBy(k caseKey, u string) (step, machine float64, ok bool) {
 	if k.threads != 2 {
 		return 0, 0, false
 	}
@@ -56,7 +62,6 @@ func (rs runs) speedups(k caseKey) (step, machine float64, ok bool) {
 	if _, has := rs[one]; !has {
 		return 0, 0, false
 	}
-	u := fractionUnit(k)
 	r1, r2 := median(rs.values(one, "tokens/s")), median(rs.values(k, "tokens/s"))
 	f1, f2 := median(rs.values(one, u)), median(rs.values(k, u))
 	for _, v := range []float64{r1, r2, f1, f2} {
@@ -65,6 +70,27 @@ func (rs runs) speedups(k caseKey) (step, machine float64, ok bool) {
 		}
 	}
 	return r2 / r1, (f1 / r1) / (f2 / r2), true
+}
+
+// fp8Roofline is the metric of a decode case with fp8 weights that holds
+// its fraction of the whole-step roofline with the cores' fp8 product rates
+// as the compute ceiling of its fp8 products (model.Runner.StepRoofline).
+const fp8Roofline = "fp8-roofline"
+
+// fp8Cells is the two columns of k at the fp8 rates: the spread of its
+// fraction of that roofline, and for a two-thread case the machine's
+// speed-up by it with the step's speed-up as a share of it; dashes where k
+// reports no such fraction.
+func (rs runs) fp8Cells(k caseKey) string {
+	f := rs.values(k, fp8Roofline)
+	if len(f) == 0 {
+		return "– | –"
+	}
+	step, machine, ok := rs.speedupsBy(k, fp8Roofline)
+	if !ok {
+		return spread(f, 100, 0, " %") + " | –"
+	}
+	return fmt.Sprintf("%s | %.2f× (%.0f %%)", spread(f, 100, 0, " %"), machine, 100*step/machine)
 }
 
 // sortedKeys returns the cases of one kind (decode or prefill) ordered by
@@ -128,15 +154,16 @@ func single(v []float64, mul float64, verb string) string {
 func (rs runs) write(w io.Writer) error {
 	var b strings.Builder
 	if ks := rs.sortedKeys(false); len(ks) > 0 {
-		b.WriteString("| model | weights | threads | ctx | batch | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | of the machine's | roofline | of the parts' rooflines | ceiling, parts one after another | bw GB/s | FMA GFLOP/s |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| model | weights | threads | ctx | batch | runs | tokens/s | 2 threads ÷ 1 | machine's 2 ÷ 1 | of the machine's | roofline | of the parts' rooflines | ceiling, parts one after another | bw GB/s | FMA GFLOP/s | roofline at the fp8 rates | machine's 2 ÷ 1 at them (step's share) |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, k := range ks {
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s |\n",
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 				k.model, k.weights, k.threads, k.ctx, k.batch, len(rs[k]),
 				spread(rs.values(k, "tokens/s"), 1, 1, ""), rs.ratioCells(k),
 				spread(rs.values(k, fractionUnit(k)), 100, 0, " %"), single(rs.values(k, "of-parts"), 100, "%.0f %%"),
 				single(rs.partsCeilings(k), 100, "%.0f %%"),
-				single(rs.values(k, "bw-GB/s"), 1, "%.1f"), single(rs.values(k, "fma-GFLOP/s"), 1, "%.0f"))
+				single(rs.values(k, "bw-GB/s"), 1, "%.1f"), single(rs.values(k, "fma-GFLOP/s"), 1, "%.0f"),
+				rs.fp8Cells(k))
 		}
 	}
 	if ks := rs.sortedKeys(true); len(ks) > 0 {
