@@ -41,6 +41,15 @@ type StepCoster interface {
 	StepCost() model.StepCost
 }
 
+// RooflineTermer is implemented by executors that report the two terms of
+// their last step's roofline at given rates (model.Runner.StepRooflineTerms):
+// the seconds its bytes take at the read bandwidth and its compute at the
+// FMA peak and the fp8 product rates, summed over the in-process ranks, or
+// rank 0's own under MPI, as StepCoster's counts are.
+type RooflineTermer interface {
+	StepRooflineTerms(l model.Limits) (memory, compute float64)
+}
+
 // ExecutorFactory builds an executor whose buffers hold the worst step of
 // opt and whose cache holds opt.NumBlocks blocks of opt.BlockSize slots on
 // each rank.
@@ -66,4 +75,8 @@ var (
 	_ StepCoster = (*model.Runner)(nil)
 	_ StepCoster = (*rankGroup)(nil)
 	_ StepCoster = (*procExecutor)(nil)
+
+	_ RooflineTermer = (*model.Runner)(nil)
+	_ RooflineTermer = (*rankGroup)(nil)
+	_ RooflineTermer = (*procExecutor)(nil)
 )

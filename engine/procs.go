@@ -343,6 +343,11 @@ func (x *procExecutor) step(op int32, b *model.Batch, k int, from model.HiddenBa
 // are not seen here (ranks of a layout read shards of about equal size).
 func (x *procExecutor) StepCost() model.StepCost { return x.pr.runner.StepCost() }
 
+// StepRooflineTerms is rank 0's own terms of the last step.
+func (x *procExecutor) StepRooflineTerms(l model.Limits) (memory, compute float64) {
+	return x.pr.runner.StepRooflineTerms(l)
+}
+
 func (x *procExecutor) NumLogitRows() int             { return x.pr.runner.NumLogitRows() }
 func (x *procExecutor) Logits(i int) (int, []float32) { return x.pr.runner.Logits(i) }
 func (x *procExecutor) Buffers() []model.Buffer       { return x.pr.runner.Buffers() }

@@ -206,6 +206,16 @@ func (g *rankGroup) StepCost() model.StepCost {
 	return c
 }
 
+// StepRooflineTerms adds the ranks' roofline terms of the last step: the
+// limits are those of all the host's threads, which the ranks share.
+func (g *rankGroup) StepRooflineTerms(l model.Limits) (memory, compute float64) {
+	for _, r := range g.runners {
+		m, c := r.StepRooflineTerms(l)
+		memory, compute = memory+m, compute+c
+	}
+	return memory, compute
+}
+
 // Close stops the rank goroutines.
 func (g *rankGroup) Close() error {
 	for _, c := range g.start {

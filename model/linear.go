@@ -331,13 +331,18 @@ func (r *weightReads) bound(l Limits) float64 {
 // a product). Without l.FP8 it is max(Σ bytes / ReadBW, Σ FLOPs /
 // FMAPeak), StepCost's roofline.
 func (r *weightReads) roofline(l Limits) float64 {
+	return max(r.terms(l))
+}
+
+// terms is the two terms of roofline in seconds: all bytes / ReadBW, and
+// the parts' compute at l.
+func (r *weightReads) terms(l Limits) (memory, compute float64) {
 	var bytes int64
-	var compute float64
 	for _, o := range r.ops {
 		bytes += o.bytes
 		compute += o.compute(l)
 	}
-	return max(float64(bytes)/l.ReadBW, compute)
+	return float64(bytes) / l.ReadBW, compute
 }
 
 // compute is the part's compute time in seconds: FLOPs / FMAPeak, and for

@@ -455,6 +455,12 @@ func (r *Runner) StepBound(l Limits) float64 { return r.reads.bound(l) }
 // CPU the decoding of each weight runs on the FMA pipes' ports.
 func (r *Runner) StepRoofline(l Limits) float64 { return r.reads.roofline(l) }
 
+// StepRooflineTerms is the two terms of StepRoofline in seconds: the
+// step's bytes at l.ReadBW, and its compute at l (FLOPs at l.FMAPeak, the
+// fp8 products that l.FP8 covers at least at their rows' rate). Executors
+// of several ranks on one host add them over their ranks.
+func (r *Runner) StepRooflineTerms(l Limits) (memory, compute float64) { return r.reads.terms(l) }
+
 // StepCost is the cost of the last step on this rank.
 func (r *Runner) StepCost() StepCost {
 	return r.reads.cost()

@@ -17,6 +17,7 @@ import (
 	"github.com/cpmla/cpmla/kernels"
 	"github.com/cpmla/cpmla/kvcache"
 	"github.com/cpmla/cpmla/mla"
+	"github.com/cpmla/cpmla/model"
 	"github.com/cpmla/cpmla/numfmt"
 )
 
@@ -267,6 +268,38 @@ func (p *peakProbe) fmaPeak() float64 {
 		best = max(best, total/d/1e9)
 	}
 	return best
+}
+
+// fp8Rates is, for each of kernels.FP8ProductRows, the fp8 weights a
+// second all threads decode and multiply into that many activation rows
+// running kernels.FP8ProductLoop at once, the best of three runs of well
+// under a millisecond each; nil where the CPU has no vector fp8 path.
+func (p *peakProbe) fp8Rates() []model.FP8Rate {
+	const rounds = 100_000
+	var rates []model.FP8Rate
+	for _, rows := range kernels.FP8ProductRows {
+		best := 0.0
+		for range 3 {
+			var wg sync.WaitGroup
+			codes := make([]float64, p.threads)
+			t0 := time.Now()
+			for i := range p.threads {
+				wg.Go(func() { codes[i] = kernels.FP8ProductLoop(rows, rounds) })
+			}
+			wg.Wait()
+			d := time.Since(t0).Seconds()
+			var total float64
+			for _, c := range codes {
+				total += c
+			}
+			best = max(best, total/d)
+		}
+		if best == 0 {
+			return nil
+		}
+		rates = append(rates, model.FP8Rate{Rows: rows, Codes: best})
+	}
+	return rates
 }
 
 // scalarFMALoop is the reference's stand-in peak: eight independent scalar

@@ -98,6 +98,17 @@ type latencyResult struct {
 	DecodeRooflineFraction float64 `json:"decode_roofline_fraction"`
 	DecodeMemoryFraction   float64 `json:"decode_memory_fraction"`
 	DecodeComputeFraction  float64 `json:"decode_compute_fraction"`
+	// DecodeFP8RooflineFraction is the same roofline with the cores' fp8
+	// product rates (kernels.FP8ProductLoop on the same threads, right
+	// before each iteration) as the compute ceiling of the fp8 products of
+	// up to eight rows (model.Runner.StepRoofline): an exact fp8 product
+	// multiplies every decoded weight by its block's scale on the FMA
+	// pipes, which neither the read bandwidth nor the FMA peak counts. For
+	// a model without fp8 weights it is DecodeRooflineFraction.
+	// DecodeFP8ComputeFraction is its compute term alone (its memory term
+	// is DecodeMemoryFraction).
+	DecodeFP8RooflineFraction float64 `json:"decode_fp8_roofline_fraction"`
+	DecodeFP8ComputeFraction  float64 `json:"decode_fp8_compute_fraction"`
 	// PrefillFMAFraction is the prefill steps' FLOPs (projections, experts,
 	// attention, indexer) over their time against the FMA peak.
 	PrefillFMAFraction float64 `json:"prefill_fma_fraction"`
@@ -114,6 +125,9 @@ type latencyResult struct {
 	// LoadAverage is the host's one-minute load average before and after
 	// the measured iterations (other jobs sharing the cores).
 	LoadAverage [2]float64 `json:"load_average"`
+	// fp8Weights is set for a model with fp8 weights, whose fraction at the
+	// fp8 rates the text output prints.
+	fp8Weights bool
 }
 
 // stepRecord is one forward pass of the engine.
@@ -124,6 +138,10 @@ type stepRecord struct {
 	cost           model.StepCost
 	costAvailable  bool
 	forwardSeconds float64
+	// roofMemory and roofCompute are the step's roofline terms at the
+	// recorder's limits (engine.RooflineTermer), set when roofAvailable.
+	roofMemory, roofCompute float64
+	roofAvailable           bool
 	// collectiveSeconds is the mean time the recorder's ranks spent inside
 	// collectives during the forward pass.
 	collectiveSeconds float64
@@ -140,6 +158,16 @@ type stepRecorder struct {
 	mu    sync.Mutex
 	on    bool
 	steps []stepRecord
+	// limits are the rates the steps' roofline terms are taken at (the
+	// probes right before the iteration); none before setLimits.
+	limits model.Limits
+}
+
+// setLimits sets the rates the next steps' roofline terms are taken at.
+func (s *stepRecorder) setLimits(l model.Limits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits = l
 }
 
 // decodeOnly reports whether every sequence of b decodes one token.
@@ -170,6 +198,10 @@ func (s *stepRecorder) Forward(b *model.Batch) error {
 	}
 	if c, ok := s.Executor.(engine.StepCoster); ok {
 		rec.cost, rec.costAvailable = c.StepCost(), true
+	}
+	if t, ok := s.Executor.(engine.RooflineTermer); ok && s.limits.ReadBW > 0 && s.limits.FMAPeak > 0 {
+		rec.roofMemory, rec.roofCompute = t.StepRooflineTerms(s.limits)
+		rec.roofAvailable = true
 	}
 	s.steps = append(s.steps, rec)
 	return nil
@@ -381,11 +413,16 @@ func benchLatency(o latencyOptions, stderr io.Writer) (*latencyResult, error) {
 	}
 	probe := newPeakProbe(threads)
 	res := &latencyResult{Model: o.model, InputLen: o.inputLen, OutputLen: o.outputLen, BatchSize: o.batchSize, N: o.n,
-		Threads: threads, Impl: kernels.Impl()}
+		Threads: threads, Impl: kernels.Impl(), fp8Weights: cfg.Quantization != nil}
 	res.LoadAverage[0] = loadAverage()
 	iters := make([]iteration, o.iters)
 	for i := range iters {
 		fma, bw := probe.fmaPeak(), probe.readBandwidth()
+		l := model.Limits{ReadBW: bw * 1e9, FMAPeak: fma * 1e9}
+		if cfg.Quantization != nil {
+			l.FP8 = probe.fp8Rates()
+		}
+		rec.setLimits(l)
 		it, err := run(o.warmup + i)
 		if err != nil {
 			return nil, err
@@ -471,7 +508,7 @@ func runLatencyIteration(e *engine.Engine, rec *stepRecorder, tk *tokenizer.Toke
 
 // summarizeLatency fills res from the measured iterations.
 func summarizeLatency(res *latencyResult, iters []iteration) {
-	var ttft, tpot, pre, dec, decStep, decFwd, decColl, roof, mem, comp, preFMA, fma, bw []float64
+	var ttft, tpot, pre, dec, decStep, decFwd, decColl, roof, mem, comp, fp8Roof, fp8Comp, preFMA, fma, bw []float64
 	var wB, kvB, fl, preFl []float64
 	var decSteps, preSteps []float64
 	for _, it := range iters {
@@ -481,7 +518,8 @@ func summarizeLatency(res *latencyResult, iters []iteration) {
 			tpot = append(tpot, mean(it.tpot))
 		}
 		fma, bw = append(fma, it.fma), append(bw, it.bw)
-		var preT, preTok, preF, decT, decFwdT, decCollT, decTok, roofT, memT, compT float64
+		var preT, preTok, preF, decT, decFwdT, decCollT, decTok, roofT, memT, compT, fp8T, fp8C float64
+		fp8OK := true
 		var nDec, nPre int
 		var sumW, sumKV, sumF float64
 		for i, s := range it.steps {
@@ -505,6 +543,8 @@ func summarizeLatency(res *latencyResult, iters []iteration) {
 			m := float64(s.cost.WeightBytes+s.cost.KVBytes) / (it.bw * 1e9)
 			c := float64(s.cost.FLOPs) / (it.fma * 1e9)
 			memT, compT, roofT = memT+m, compT+c, roofT+max(m, c)
+			fp8T, fp8C = fp8T+max(s.roofMemory, s.roofCompute), fp8C+s.roofCompute
+			fp8OK = fp8OK && s.roofAvailable
 			sumW, sumKV, sumF = sumW+float64(s.cost.WeightBytes), sumKV+float64(s.cost.KVBytes), sumF+float64(s.cost.FLOPs)
 		}
 		decSteps, preSteps = append(decSteps, float64(nDec)), append(preSteps, float64(nPre))
@@ -519,6 +559,9 @@ func summarizeLatency(res *latencyResult, iters []iteration) {
 			decFwd = append(decFwd, decFwdT/float64(nDec))
 			decColl = append(decColl, decCollT/float64(nDec))
 			roof, mem, comp = append(roof, roofT/decT), append(mem, memT/decT), append(comp, compT/decT)
+			if fp8OK {
+				fp8Roof, fp8Comp = append(fp8Roof, fp8T/decT), append(fp8Comp, fp8C/decT)
+			}
 			wB, kvB, fl = append(wB, sumW/float64(nDec)), append(kvB, sumKV/float64(nDec)), append(fl, sumF/float64(nDec))
 		}
 	}
@@ -538,6 +581,7 @@ func summarizeLatency(res *latencyResult, iters []iteration) {
 	res.DecodeSteps, res.PrefillSteps = int(median(decSteps)), int(median(preSteps))
 	res.FMAPeakGFLOPS, res.ReadBandwidthGBPS = median(fma), median(bw)
 	res.DecodeRooflineFraction, res.DecodeMemoryFraction, res.DecodeComputeFraction = median(roof), median(mem), median(comp)
+	res.DecodeFP8RooflineFraction, res.DecodeFP8ComputeFraction = median(fp8Roof), median(fp8Comp)
 	res.PrefillFMAFraction = median(preFMA)
 	res.DecodeWeightBytes, res.DecodeKVBytes, res.DecodeFLOPs, res.PrefillFLOPs = median(wB), median(kvB), median(fl), median(preFl)
 }
@@ -592,7 +636,10 @@ avg_latency, std_latency, latencies and percentiles). It also reports time to fi
 per output token, prefill and decode tokens/s, and for every iteration the decode steps'
 roofline fraction — max(bytes read / read bandwidth, FLOPs / FMA peak) against their time —
 and the prefill steps' fraction of the FMA peak, with the peak and the bandwidth measured right
-before the iteration on the threads the ranks use (medians over the iterations).`,
+before the iteration on the threads the ranks use (medians over the iterations). For a model
+with fp8 weights it also reports the decode steps' fraction of the same roofline with the
+cores' fp8 product rates, measured there too, as the fp8 products' compute ceiling: an exact
+fp8 product multiplies every decoded weight by its block's scale on the FMA pipes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, _, err := o.preflight(); err != nil {
@@ -658,6 +705,9 @@ func printLatency(out io.Writer, r *latencyResult, asJSON bool) error {
 	fmt.Fprintf(out, "prefill:                %.1f tokens/s, %.1f%% of the FMA peak\n", r.PrefillTokensPerS, 100*r.PrefillFMAFraction)
 	fmt.Fprintf(out, "decode:                 %.1f tokens/s, %.4f s per step (forward %.4f s, collectives %.4f s), roofline %.1f%% (memory %.1f%%, compute %.1f%%)\n",
 		r.DecodeTokensPerS, r.DecodeStepS, r.DecodeForwardS, r.DecodeCollectiveS, 100*r.DecodeRooflineFraction, 100*r.DecodeMemoryFraction, 100*r.DecodeComputeFraction)
+	if r.fp8Weights {
+		fmt.Fprintf(out, "decode, fp8 weights:    %.1f%% of the roofline at the cores' fp8 product rates (compute %.1f%%)\n", 100*r.DecodeFP8RooflineFraction, 100*r.DecodeFP8ComputeFraction)
+	}
 	fmt.Fprintf(out, "per decode step:        %s of weights, %s of KV and indexer keys, %.3g FLOPs\n",
 		plan.FormatBytes(int64(r.DecodeWeightBytes)), plan.FormatBytes(int64(r.DecodeKVBytes)), r.DecodeFLOPs)
 	fmt.Fprintf(out, "machine:                FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s on %d thread(s), %s kernels, load average %.1f → %.1f\n",

@@ -10,6 +10,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/cpmla/cpmla/config"
+	"github.com/cpmla/cpmla/kernels"
+	"github.com/cpmla/cpmla/model"
 )
 
 // runBenchLatencyCLI runs `cpmla bench latency` with args through the root
@@ -99,6 +103,14 @@ func TestBenchLatency(t *testing.T) {
 	case !(r.PrefillFMAFraction > 0) || r.PrefillFLOPs <= 0:
 		t.Errorf("prefill FMA fraction %v of %v FLOPs", r.PrefillFMAFraction, r.PrefillFLOPs)
 	}
+	// Without fp8 weights the roofline at the fp8 rates is the roofline,
+	// and the text output has no line for it.
+	if d := cmp.Diff(r.DecodeRooflineFraction, r.DecodeFP8RooflineFraction, approx); d != "" {
+		t.Errorf("bf16 weights: decode_fp8_roofline_fraction is not decode_roofline_fraction (-want +got):\n%s", d)
+	}
+	if strings.Contains(stdout, "fp8 weights") {
+		t.Errorf("bf16 weights: the output reports fp8 rates:\n%s", stdout)
+	}
 	// The tiny checkpoint's decode step of three sequences reads its bf16
 	// Linear weights once: every layer's and the LM head (4096 × 128).
 	if r.DecodeWeightBytes < 2*4096*128 || r.DecodeKVBytes <= 0 {
@@ -107,6 +119,56 @@ func TestBenchLatency(t *testing.T) {
 	// Decode FLOPs: three rows through every weight, at least 2·3·weights/2.
 	if r.DecodeFLOPs < 3*r.DecodeWeightBytes {
 		t.Errorf("decode step of %d rows: %v FLOPs for %v weight bytes", batch, r.DecodeFLOPs, r.DecodeWeightBytes)
+	}
+}
+
+// TestBenchLatencyFP8: with fp8 weights the decode steps also report
+// their fraction of the roofline at the cores' fp8 product rates, which
+// counts each fp8 weight's product at least at those rates, so its
+// roofline time is no shorter and its fraction no lower than the plain one.
+func TestBenchLatencyFP8(t *testing.T) {
+	cfg, err := config.Load(config.DefaultPreset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NumLayers, cfg.NumHeads, cfg.IntermediateSize, cfg.VocabSize, cfg.HiddenSize = 1, 4, 256, 4096, 128
+	if cfg, err = model.WithWeightDType(cfg, model.WeightFP8); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "tiny-fp8")
+	if err := model.WriteCheckpoint(dir, cfg, model.RandomTensors(cfg, 3), 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "latency.json")
+	stdout, err := runBenchLatencyCLI(t, "--model", dir, "--input-len", "12", "--output-len", "5", "--batch-size", "3",
+		"--num-iters-warmup", "0", "--num-iters", "2", "--memory-limit", "512MiB", "--threads-per-rank", "1", "--output-json", file)
+	if err != nil {
+		t.Fatalf("bench latency: %v\n%s", err, stdout)
+	}
+	if !strings.Contains(stdout, "decode, fp8 weights:") {
+		t.Errorf("fp8 weights: the output does not report the roofline at the fp8 rates:\n%s", stdout)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r latencyResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if !(r.DecodeRooflineFraction > 0 && r.DecodeFP8RooflineFraction >= r.DecodeRooflineFraction*(1-1e-9)) {
+		t.Errorf("fp8 weights: decode roofline fraction %v, at the fp8 rates %v", r.DecodeRooflineFraction, r.DecodeFP8RooflineFraction)
+	}
+	// Each iteration's roofline at the fp8 rates is the larger of the
+	// memory term and its compute term, and the median of those compute
+	// terms is above the plain compute term: every code's decoding and
+	// multiply take longer than its FMAs alone (without a vector fp8 path
+	// the CPU has no rates, and the two are the same).
+	if kernels.FP8ProductLoop(1, 1000) > 0 && !(r.DecodeFP8ComputeFraction > 1.01*r.DecodeComputeFraction) {
+		t.Errorf("fp8 weights: compute fraction at the fp8 rates %v, not 1 %% above the plain %v", r.DecodeFP8ComputeFraction, r.DecodeComputeFraction)
+	}
+	if r.DecodeFP8RooflineFraction < max(r.DecodeMemoryFraction, r.DecodeFP8ComputeFraction)*(1-1e-9) {
+		t.Errorf("fp8 weights: roofline fraction at the fp8 rates %v below its terms %v and %v", r.DecodeFP8RooflineFraction, r.DecodeMemoryFraction, r.DecodeFP8ComputeFraction)
 	}
 }
 
@@ -135,6 +197,11 @@ func TestBenchLatencyCollectives(t *testing.T) {
 	}
 	if !(r.DecodeCollectiveS > 0 && r.DecodeCollectiveS < r.DecodeForwardS) {
 		t.Errorf("collectives %v s of a %v s decode forward pass", r.DecodeCollectiveS, r.DecodeForwardS)
+	}
+	// The ranks' roofline terms add up as their costs do: with bf16
+	// weights the roofline at the fp8 rates is the roofline.
+	if d := cmp.Diff(r.DecodeRooflineFraction, r.DecodeFP8RooflineFraction, cmpopts.EquateApprox(1e-9, 0)); d != "" {
+		t.Errorf("four ranks: decode_fp8_roofline_fraction is not decode_roofline_fraction (-want +got):\n%s", d)
 	}
 }
 
