@@ -249,25 +249,30 @@ func (p *peakProbe) fmaPeak() float64 {
 	const rounds = 400_000 // about 1.5 ms on one core
 	best := 0.0
 	for range 5 {
-		var wg sync.WaitGroup
-		flops := make([]float64, p.threads)
 		t0 := time.Now()
-		for i := range p.threads {
-			wg.Go(func() { flops[i] = kernels.FMAPeakLoop(rounds) })
-		}
-		wg.Wait()
-		d := time.Since(t0).Seconds()
-		var total float64
-		for _, f := range flops {
-			total += f
-		}
+		total := p.together(func(int) float64 { return kernels.FMAPeakLoop(rounds) })
 		if total == 0 { // no vector FMA on this CPU: fall back to a scalar estimate
 			total = scalarFMALoop(p.threads, rounds)
-			d = time.Since(t0).Seconds()
 		}
-		best = max(best, total/d/1e9)
+		best = max(best, total/time.Since(t0).Seconds()/1e9)
 	}
 	return best
+}
+
+// together runs probe on every thread at once (thread i calls probe(i),
+// which returns the work it did) and returns the work of all of them.
+func (p *peakProbe) together(probe func(thread int) float64) float64 {
+	var wg sync.WaitGroup
+	work := make([]float64, p.threads)
+	for i := range p.threads {
+		wg.Go(func() { work[i] = probe(i) })
+	}
+	wg.Wait()
+	var total float64
+	for _, w := range work {
+		total += w
+	}
+	return total
 }
 
 // fp8Rates is, for each of kernels.FP8ProductRows, the fp8 weights a
@@ -280,19 +285,9 @@ func (p *peakProbe) fp8Rates() []model.FP8Rate {
 	for _, rows := range kernels.FP8ProductRows {
 		best := 0.0
 		for range 3 {
-			var wg sync.WaitGroup
-			codes := make([]float64, p.threads)
 			t0 := time.Now()
-			for i := range p.threads {
-				wg.Go(func() { codes[i] = kernels.FP8ProductLoop(rows, rounds) })
-			}
-			wg.Wait()
-			d := time.Since(t0).Seconds()
-			var total float64
-			for _, c := range codes {
-				total += c
-			}
-			best = max(best, total/d)
+			total := p.together(func(int) float64 { return kernels.FP8ProductLoop(rows, rounds) })
+			best = max(best, total/time.Since(t0).Seconds())
 		}
 		if best == 0 {
 			return nil
@@ -336,13 +331,12 @@ func (p *peakProbe) readBandwidth() float64 {
 	per := len(p.buf) / p.threads
 	for _, read := range kernels.ReadProbes {
 		for range 3 {
-			var wg sync.WaitGroup
 			t0 := time.Now()
-			for i := range p.threads {
-				wg.Go(func() { read(p.buf[i*per : (i+1)*per]) })
-			}
-			wg.Wait()
-			best = max(best, float64(4*per*p.threads)/time.Since(t0).Seconds()/1e9)
+			bytes := p.together(func(i int) float64 {
+				read(p.buf[i*per : (i+1)*per])
+				return float64(4 * per)
+			})
+			best = max(best, bytes/time.Since(t0).Seconds()/1e9)
 		}
 	}
 	return best

@@ -32,6 +32,26 @@ func runBenchLatencyCLI(t *testing.T, args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// runBenchLatencyJSON runs `cpmla bench latency` with args and
+// --output-json, and returns its output and the result the file holds.
+func runBenchLatencyJSON(t *testing.T, args ...string) (string, latencyResult) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "latency.json")
+	stdout, err := runBenchLatencyCLI(t, append(args, "--output-json", file)...)
+	if err != nil {
+		t.Fatalf("bench latency: %v\n%s", err, stdout)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r latencyResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return stdout, r
+}
+
 // TestBenchLatency: --output-json holds vLLM's keys (avg_latency,
 // std_latency, latencies, percentiles) and the engine's measurements, and
 // they agree with each other: one latency per iteration, percentiles of
@@ -139,22 +159,10 @@ func TestBenchLatencyFP8(t *testing.T) {
 	if err := model.WriteCheckpoint(dir, cfg, model.RandomTensors(cfg, 3), 1<<30); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "latency.json")
-	stdout, err := runBenchLatencyCLI(t, "--model", dir, "--input-len", "12", "--output-len", "5", "--batch-size", "3",
-		"--num-iters-warmup", "0", "--num-iters", "2", "--memory-limit", "512MiB", "--threads-per-rank", "1", "--output-json", file)
-	if err != nil {
-		t.Fatalf("bench latency: %v\n%s", err, stdout)
-	}
+	stdout, r := runBenchLatencyJSON(t, "--model", dir, "--input-len", "12", "--output-len", "5", "--batch-size", "3",
+		"--num-iters-warmup", "0", "--num-iters", "2", "--memory-limit", "512MiB", "--threads-per-rank", "1")
 	if !strings.Contains(stdout, "decode, fp8 weights:") {
 		t.Errorf("fp8 weights: the output does not report the roofline at the fp8 rates:\n%s", stdout)
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r latencyResult
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
 	}
 	if !(r.DecodeRooflineFraction > 0 && r.DecodeFP8RooflineFraction >= r.DecodeRooflineFraction*(1-1e-9)) {
 		t.Errorf("fp8 weights: decode roofline fraction %v, at the fp8 rates %v", r.DecodeRooflineFraction, r.DecodeFP8RooflineFraction)
@@ -177,23 +185,11 @@ func TestBenchLatencyFP8(t *testing.T) {
 // collectives, and decode_collective_s says how much.
 func TestBenchLatencyCollectives(t *testing.T) {
 	dir := tinyCheckpoint(t)
-	file := filepath.Join(t.TempDir(), "latency.json")
-	stdout, err := runBenchLatencyCLI(t, "--model", dir, "--input-len", "12", "--output-len", "5", "--batch-size", "2",
+	stdout, r := runBenchLatencyJSON(t, "--model", dir, "--input-len", "12", "--output-len", "5", "--batch-size", "2",
 		"--num-iters-warmup", "0", "--num-iters", "2", "--memory-limit", "512MiB", "--threads-per-rank", "1",
-		"--tensor-parallel-size", "2", "--decode-context-parallel-size", "2", "--output-json", file)
-	if err != nil {
-		t.Fatalf("bench latency: %v\n%s", err, stdout)
-	}
+		"--tensor-parallel-size", "2", "--decode-context-parallel-size", "2")
 	if !strings.Contains(stdout, "collectives ") {
 		t.Errorf("output does not state the collectives' time:\n%s", stdout)
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r latencyResult
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
 	}
 	if !(r.DecodeCollectiveS > 0 && r.DecodeCollectiveS < r.DecodeForwardS) {
 		t.Errorf("collectives %v s of a %v s decode forward pass", r.DecodeCollectiveS, r.DecodeForwardS)
