@@ -301,6 +301,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 		if hasFP8 {
 			fp8 = machineFP8(threads)
 		}
+		l, lf := Limits{ReadBW: bw, FMAPeak: fma}, Limits{ReadBW: bw, FMAPeak: fma, FP8: fp8}
 		b.StartTimer()
 		var rt, pt, ft, frt, mt, ct float64
 		t0, cpu0 := time.Now(), processCPUSeconds()
@@ -309,9 +310,7 @@ func benchDecode(b *testing.B, m *Model, ctx, batch, threads int) {
 			c := d.r.StepCost()
 			m, f := float64(c.WeightBytes+c.KVBytes)/bw, float64(c.FLOPs)/fma
 			rt, mt, ct = rt+max(m, f), mt+m, ct+f
-			pt += d.r.StepBound(Limits{ReadBW: bw, FMAPeak: fma})
-			ft += d.r.StepBound(Limits{ReadBW: bw, FMAPeak: fma, FP8: fp8})
-			frt += d.r.StepRoofline(Limits{ReadBW: bw, FMAPeak: fma, FP8: fp8})
+			pt, ft, frt = pt+d.r.StepBound(l), ft+d.r.StepBound(lf), frt+d.r.StepRoofline(lf)
 			cost = c
 		}
 		el, cpu := time.Since(t0).Seconds(), processCPUSeconds()-cpu0

@@ -419,7 +419,7 @@ func benchLatency(o latencyOptions, stderr io.Writer) (*latencyResult, error) {
 	for i := range iters {
 		fma, bw := probe.fmaPeak(), probe.readBandwidth()
 		l := model.Limits{ReadBW: bw * 1e9, FMAPeak: fma * 1e9}
-		if cfg.Quantization != nil {
+		if res.fp8Weights {
 			l.FP8 = probe.fp8Rates()
 		}
 		rec.setLimits(l)
