@@ -15,6 +15,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -115,18 +116,24 @@ func main() {
 	gemvFP8256()
 	decodeFP8Row(8)
 	decodeFP8Row(16)
+	decodeFP8RowIlv512()
 	for m := 2; m <= 4; m++ {
-		fp8Tile512(m, false)
-		fp8Tile512(m, true)
+		fp8Tile512(m, false, false)
+		fp8Tile512(m, true, false)
+		fp8Tile512(m, true, true)
 	}
 	for m := 5; m <= 8; m++ {
-		fp8Tile3W512(m)
+		fp8Tile3W512(m, false)
+		fp8Tile3W512(m, true)
 	}
 	for m := 2; m <= eightRowMaxRows; m++ {
-		fp8Tile8W512(m)
+		fp8Tile8W512(m, false)
+		fp8Tile8W512(m, true)
 	}
-	fp8GEMVPair512(false)
-	fp8GEMVPair512(true)
+	fp8GEMVPair512(false, false)
+	fp8GEMVPair512(true, false)
+	fp8GEMVPair512(false, true)
+	fp8GEMVPair512(true, true)
 	decodeRecords512()
 	decodeRecords256()
 	widenBF16512()
@@ -3559,10 +3566,14 @@ func fp8GEMVTile(g fp8GEMV) {
 // the dequantized rows (same accumulator, same reduce4x512). NaN codes are
 // reported as dotTile1x8FP8AVX512 reports them (every full 64-byte chunk
 // checked; the caller checks the rest).
-func fp8Tile512(m int, finite bool) {
+func fp8Tile512(m int, finite, ilv bool) {
 	name := fmt.Sprintf("dotTile%dx4FP8AVX512", m)
 	doc := fmt.Sprintf("%s computes %d activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements, stores (add 0) or adds them to out (row i at out + i·ldo floats) and reports NaN codes.", name, m)
-	if finite {
+	switch {
+	case ilv:
+		name = fmt.Sprintf("dotTile%dx4FP8IlvAVX512", m)
+		doc = fmt.Sprintf("%s is dotTile%dx4FP8FiniteAVX512 for 4 weight rows of one interleaved group (row j at w + j·ldw, ldw 16; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.", name, m)
+	case finite:
 		name = fmt.Sprintf("dotTile%dx4FP8FiniteAVX512", m)
 		doc = fmt.Sprintf("%s is dotTile%dx4FP8AVX512 for codes holding no NaN code: it does not check them.", name, m)
 	}
@@ -3632,28 +3643,36 @@ func fp8Tile512(m int, finite bool) {
 	}
 	ADDQ(U8(64), x0)
 	ADDQ(U8(64), x3)
-	ADDQ(U8(16), w0)
-	ADDQ(U8(16), w3)
+	fp8Advance(w0, ilv)
+	fp8Advance(w3, ilv)
 	ADDQ(U8(16), off)
-	// Every 64 bytes: check the chunk just decoded for NaN codes and
-	// prefetch each row's next lines.
-	TESTQ(U32(63), off)
-	JNZ(LabelRef(name + "_next"))
-	if !finite {
-		for j := range 4 {
-			VPMAXUB(row(j, -64), nanU, nanU)
-			VPMAXSB(row(j, -64), nanS, nanS)
+	if ilv {
+		// Every step: the four rows' next codes pfd bytes on, one line.
+		LEAQ(Mem{Base: w0, Index: pfd, Scale: 1}, tmp)
+		PREFETCHT1(Mem{Base: tmp})
+		LEAQ(Mem{Base: w3, Index: pfd, Scale: 1}, tmp)
+		PREFETCHT1(Mem{Base: tmp})
+	} else {
+		// Every 64 bytes: check the chunk just decoded for NaN codes and
+		// prefetch each row's next lines.
+		TESTQ(U32(63), off)
+		JNZ(LabelRef(name + "_next"))
+		if !finite {
+			for j := range 4 {
+				VPMAXUB(row(j, -64), nanU, nanU)
+				VPMAXSB(row(j, -64), nanS, nanS)
+			}
 		}
+		// Each row's line pfd bytes past the one just read: rows 0, 1, 2
+		// from row 0's base moved by pfd, row 3 from its own.
+		LEAQ(Mem{Base: w0, Index: pfd, Scale: 1}, tmp)
+		PREFETCHT1(Mem{Base: tmp})
+		PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 1})
+		PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 2})
+		LEAQ(Mem{Base: w3, Index: pfd, Scale: 1}, tmp)
+		PREFETCHT1(Mem{Base: tmp})
+		Label(name + "_next")
 	}
-	// Each row's line pfd bytes past the one just read: rows 0, 1, 2 from
-	// row 0's base moved by pfd, row 3 from its own.
-	LEAQ(Mem{Base: w0, Index: pfd, Scale: 1}, tmp)
-	PREFETCHT1(Mem{Base: tmp})
-	PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 1})
-	PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 2})
-	LEAQ(Mem{Base: w3, Index: pfd, Scale: 1}, tmp)
-	PREFETCHT1(Mem{Base: tmp})
-	Label(name + "_next")
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))
 	MOVQ(U32(128/16), seg)
@@ -3729,6 +3748,74 @@ func fp8TileBlocks(name, exit string, kn, seg, sc, tmp Register, c VecPhysical, 
 	SUBQ(cnt, steps)
 	Label(name + "_step")
 	return steps, cnt, off
+}
+
+// fp8Step is how many bytes a tile's weight pointers advance per step of
+// sixteen codes: 16 in a row-major fp8 matrix, 128 in the interleaved
+// layout of kernels.Matrix.InterleaveFP8, where a step holds the sixteen
+// codes of each of a group's eight rows side by side.
+func fp8Step(ilv bool) int {
+	if ilv {
+		return 128
+	}
+	return 16
+}
+
+// fp8Advance moves the weight pointer r on by one step (fp8Step).
+func fp8Advance(r Register, ilv bool) {
+	if ilv {
+		ADDQ(U32(fp8Step(ilv)), r)
+		return
+	}
+	ADDQ(U8(fp8Step(ilv)), r)
+}
+
+// decodeFP8RowIlv512 emits decodeFP8RowIlvAVX512: decodeFP8RowAVX512 for
+// one row of an interleaved fp8 matrix whose codes hold no NaN code, its
+// sixteen codes of a step 128 bytes apart, prefetching the line at pf + 128
+// bytes a step (pf advancing as w does).
+func decodeFP8RowIlv512() {
+	name := "decodeFP8RowIlvAVX512"
+	TEXT(name, NOSPLIT, "func(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8)")
+	Pragma("noescape")
+	Doc(name + " decodes kn (a multiple of 16) fp8 codes of one block-scaled row of an interleaved matrix (16 codes a step, steps 128 bytes apart), holding no NaN code, to float32.")
+	dst := Load(Param("dst"), GP64())
+	w := Load(Param("w"), GP64())
+	steps := Load(Param("kn"), GP64())
+	sc := Load(Param("sc"), GP64())
+	seg := Load(Param("first"), GP64())
+	pf := Load(Param("pf"), GP64())
+	mask, c120, s, r := Z15, Z14, Z13, Z0
+	tmp := GP64()
+	MOVL(U32(0x87F00000), tmp.As32())
+	VPBROADCASTD(tmp.As32(), mask)
+	broadcastConst(float32(math.Ldexp(1, 120)), c120)
+	SHRQ(U8(4), steps)
+	JZ(LabelRef(name + "_done"))
+	cnt := GP64()
+	Label(name + "_block")
+	VBROADCASTSS(Mem{Base: sc}, s)
+	VMULPS(c120, s, s)
+	ADDQ(U8(4), sc)
+	MOVQ(seg, cnt)
+	CMPQ(steps, cnt)
+	CMOVQLT(steps, cnt)
+	SUBQ(cnt, steps)
+	Label(name + "_step")
+	decodeE4M3Vec(Mem{Base: w}, r, mask, s, true)
+	VMOVUPS(r, Mem{Base: dst})
+	PREFETCHT0(Mem{Base: pf})
+	fp8Advance(w, true)
+	fp8Advance(pf, true)
+	ADDQ(U8(64), dst)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	MOVQ(U32(128/16), seg)
+	TESTQ(steps, steps)
+	JNZ(LabelRef(name + "_block"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
 }
 
 // decodeFP8Row emits decodeFP8RowAVX2 (lanes 8) and decodeFP8RowAVX512
@@ -3959,11 +4046,18 @@ func fp8ProductProbeVectors(lanes, rows int) int {
 // each output has the bits of the f32 product on the dequantized rows.
 // Accumulators Z0–Z23 (row i, weight row j at 3i+j), decoded codes
 // Z24–Z26, scales Z27–Z29, the activation vector Z30, the mask Z31.
-func fp8Tile3W512(m int) {
+func fp8Tile3W512(m int, ilv bool) {
 	name := fmt.Sprintf("dotTile%dx3FP8AVX512", m)
-	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)")
+	sig := "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)"
+	doc := fmt.Sprintf("%s computes %d activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).", name, m)
+	if ilv {
+		name = fmt.Sprintf("dotTile%dx3FP8IlvAVX512", m)
+		sig = strings.Replace(sig, "ldw int, ", "ldw int, ldw2 int, ", 1)
+		doc = fmt.Sprintf("%s is dotTile%dx3FP8AVX512 for 3 rows of an interleaved fp8 matrix (rows at w, w + ldw and w + ldw2; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.", name, m)
+	}
+	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).", name, m))
+	Doc(doc)
 	acc := func(i, j int) VecPhysical { return zmm[3*i+j] }
 	tv := func(j int) VecPhysical { return zmm[24+j] }
 	sv := func(j int) VecPhysical { return zmm[27+j] }
@@ -3986,9 +4080,16 @@ func fp8Tile3W512(m int) {
 	}
 	w0 := Load(Param("w"), GP64())
 	ldw := Load(Param("ldw"), GP64())
+	ldw2 := ldw // row 2 at w0 + 2·ldw, or interleaved at w0 + ldw2
+	if ilv {
+		ldw2 = Load(Param("ldw2"), GP64())
+	}
 	row := func(j, disp int) Mem {
-		if j == 0 {
+		switch {
+		case j == 0:
 			return Mem{Base: w0, Disp: disp}
+		case j == 2 && ilv:
+			return Mem{Base: w0, Index: ldw2, Scale: 1, Disp: disp}
 		}
 		return Mem{Base: w0, Index: ldw, Scale: uint8(j), Disp: disp}
 	}
@@ -4017,16 +4118,22 @@ func fp8Tile3W512(m int) {
 	ADDQ(U8(64), x0)
 	ADDQ(U8(64), x3)
 	ADDQ(U8(64), x6)
-	ADDQ(U8(16), w0)
+	fp8Advance(w0, ilv)
 	ADDQ(U8(16), off)
-	// Every 64 bytes: prefetch each row's line pfd bytes past the one
-	// just read.
-	TESTQ(U32(63), off)
-	JNZ(LabelRef(name + "_next"))
+	// Every 64 bytes of a row-major row (every step interleaved): prefetch
+	// each row's line pfd bytes past the one just read.
+	if !ilv {
+		TESTQ(U32(63), off)
+		JNZ(LabelRef(name + "_next"))
+	}
 	LEAQ(Mem{Base: w0, Index: pfd, Scale: 1}, tmp)
 	PREFETCHT1(Mem{Base: tmp})
 	PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 1})
-	PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 2})
+	if ilv {
+		PREFETCHT1(Mem{Base: tmp, Index: ldw2, Scale: 1})
+	} else {
+		PREFETCHT1(Mem{Base: tmp, Index: ldw, Scale: 2})
+	}
 	Label(name + "_next")
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))
@@ -4109,7 +4216,7 @@ func fp8Tile3W512(m int) {
 // the multiply, whose exact product is then the dequantized weight's
 // (value·scale, exact for a power of two in range) times x, so the bits
 // are the same. It takes no scales and walks kn in one stretch.
-func fp8GEMVPair512(prescaled bool) {
+func fp8GEMVPair512(prescaled, ilv bool) {
 	name := "dotTile1x16FP8AVX512"
 	sig := "func(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, sc *[2]*float32, first int, pfa int, pfb int, out *[16]float32)"
 	what := "the activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g]"
@@ -4117,6 +4224,11 @@ func fp8GEMVPair512(prescaled bool) {
 		name = "dotTile1x16FP8PrescaledAVX512"
 		sig = "func(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, pfa int, pfb int, out *[16]float32)"
 		what = "the prescaled activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, e4m3 codes holding no NaN code whose block scales the activations hold"
+	}
+	if ilv {
+		name = strings.Replace(name, "AVX512", "IlvAVX512", 1)
+		sig = strings.Replace(sig, "ldw int, ", "", 1)
+		what = strings.Replace(what, "fp8 weight rows", "interleaved fp8 weight rows", -1)
 	}
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
@@ -4127,12 +4239,27 @@ func fp8GEMVPair512(prescaled bool) {
 	xv, xvb, mask := Z22, Z24, Z23
 	x := Load(Param("xa"), GP64())
 	xb := Load(Param("xb"), GP64())
-	ldw := Load(Param("ldw"), GP64())
-	// Each group's rows through three bases (eightRows).
-	rowA, basesA := eightRows(Load(Param("wa"), GP64()), ldw)
-	rowB, basesB := eightRows(Load(Param("wb"), GP64()), ldw)
+	var ldw Register
+	var rowA, rowB func(j, disp int) Mem
+	var basesA, basesB []Register
+	if ilv {
+		// A group's step of 16 codes per row is 128 bytes in one piece.
+		wa, wb := Load(Param("wa"), GP64()), Load(Param("wb"), GP64())
+		rowA = func(j, disp int) Mem { return Mem{Base: wa, Disp: 16*j + disp} }
+		rowB = func(j, disp int) Mem { return Mem{Base: wb, Disp: 16*j + disp} }
+		basesA, basesB = []Register{wa}, []Register{wb}
+	} else {
+		ldw = Load(Param("ldw"), GP64())
+		// Each group's rows through three bases (eightRows).
+		rowA, basesA = eightRows(Load(Param("wa"), GP64()), ldw)
+		rowB, basesB = eightRows(Load(Param("wb"), GP64()), ldw)
+	}
 	bases := append(basesA, basesB...)
 	pfd := Load(Param("pfa"), GP64()) // the caller's prefetch offsets (kernels.fp8TilePrefetch)
+	var pfb Register
+	if ilv {
+		pfb = Load(Param("pfb"), GP64())
+	}
 	for j := range 16 {
 		VPXORD(acc(j), acc(j), acc(j))
 	}
@@ -4184,24 +4311,40 @@ func fp8GEMVPair512(prescaled bool) {
 	}
 	ADDQ(U8(64), x)
 	ADDQ(U8(64), xb)
-	for _, b := range bases {
-		ADDQ(U8(16), b)
+	if ilv {
+		for i, b := range bases {
+			p := pfd
+			if i == 1 {
+				p = pfb
+			}
+			PREFETCHT0(Mem{Base: b, Index: p, Scale: 1})
+			PREFETCHT0(Mem{Base: b, Index: p, Scale: 1, Disp: 64})
+			fp8Advance(b, true)
+		}
+		DECQ(cnt)
+		JNZ(LabelRef(name + "_step"))
+	} else {
+		for _, b := range bases {
+			ADDQ(U8(16), b)
+		}
 	}
 	// Every fourth step (64 bytes of each row): each row's line pfa (group
 	// a) or pfb (group b) bytes past the one just read, from the six bases
 	// moved by their offset; pfb is read from the arguments, for want of a
 	// register.
-	TESTQ(U32(3), cnt)
-	JNZ(LabelRef(name + "_next"))
-	prefetchEightRows(basesA, pfd, ldw, tmp)
-	for i, b := range basesB {
-		Load(Param("pfb"), tmp)
-		LEAQ(Mem{Base: b, Index: tmp, Scale: 1}, tmp)
-		prefetchFromBase(i, tmp, ldw)
+	if !ilv {
+		TESTQ(U32(3), cnt)
+		JNZ(LabelRef(name + "_next"))
+		prefetchEightRows(basesA, pfd, ldw, tmp)
+		for i, b := range basesB {
+			Load(Param("pfb"), tmp)
+			LEAQ(Mem{Base: b, Index: tmp, Scale: 1}, tmp)
+			prefetchFromBase(i, tmp, ldw)
+		}
+		Label(name + "_next")
+		DECQ(cnt)
+		JNZ(LabelRef(name + "_step"))
 	}
-	Label(name + "_next")
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_step"))
 	MOVQ(U32(128/16), cnt)
 	TESTQ(steps, steps)
 	JNZ(LabelRef(name + "_block"))
@@ -4238,11 +4381,16 @@ const eightRowMaxRows = 3
 // the f32 product on the dequantized rows. Accumulators Z0–Z23 (row i,
 // weight row j at 8i+j), the scale Z24, decoded codes Z25–Z27, activation
 // vectors Z28–Z30, the mask Z31.
-func fp8Tile8W512(m int) {
+func fp8Tile8W512(m int, ilv bool) {
 	name := fmt.Sprintf("dotTile%dx8FP8AVX512", m)
+	doc := fmt.Sprintf("%s computes %d activation rows' dot products with 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, whose blocks share the scales at sc, over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).", name, m)
+	if ilv {
+		name = fmt.Sprintf("dotTile%dx8FP8IlvAVX512", m)
+		doc = fmt.Sprintf("%s is dotTile%dx8FP8AVX512 for one interleaved group of eight rows (row j at w + j·ldw, ldw 16; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.", name, m)
+	}
 	TEXT(name, NOSPLIT, "func(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)")
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes %d activation rows' dot products with 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, whose blocks share the scales at sc, over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).", name, m))
+	Doc(doc)
 	const R = 8
 	acc := func(i, j int) VecPhysical { return zmm[R*i+j] }
 	sv := Z24
@@ -4300,13 +4448,20 @@ func fp8Tile8W512(m int) {
 	}
 	ADDQ(U8(64), x0)
 	for _, b := range bases {
-		ADDQ(U8(16), b)
+		fp8Advance(b, ilv)
 	}
 	ADDQ(U8(16), off)
-	// Every 64 bytes: each row's line pfd bytes past the one just read.
-	TESTQ(U32(63), off)
-	JNZ(LabelRef(name + "_next"))
-	prefetchEightRows(bases, pfd, ldw, tmp)
+	if ilv {
+		// Every step: the group's two lines pfd bytes on.
+		LEAQ(Mem{Base: w0, Index: pfd, Scale: 1}, tmp)
+		PREFETCHT1(Mem{Base: tmp})
+		PREFETCHT1(Mem{Base: tmp, Disp: 64})
+	} else {
+		// Every 64 bytes: each row's line pfd bytes past the one just read.
+		TESTQ(U32(63), off)
+		JNZ(LabelRef(name + "_next"))
+		prefetchEightRows(bases, pfd, ldw, tmp)
+	}
 	Label(name + "_next")
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))

@@ -51,6 +51,24 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 	wk.InterleaveBF16()
 	xk := randSlice(r, 16*gemmKC, 1)
 	dstk := make([]float32, 16*16)
+	// Interleaved fp8 (where AVX-512 runs; row-major elsewhere): the pair
+	// tile with and without prescaled activations and the odd group, the
+	// eight-, four- and three-row tiles and the decoded path.
+	wqi, wqpi := *wqc.SliceRows(0, 16), *wqp
+	wqi.FP8, wqpi.FP8 = append([]uint8(nil), wqc.FP8...), append([]uint8(nil), wqp.FP8...)
+	wqi.InterleaveFP8()
+	wqpi.InterleaveFP8()
+	wqi24 := randFP8(r, 24, 256, 0, 0)
+	for i, q := range wqi24.FP8 {
+		if q&0x7F == 0x7F {
+			wqi24.FP8[i] = 0
+		}
+	}
+	wqi24.CheckFP8Codes()
+	wqi24.InterleaveFP8()
+	if activeLevel() == levelAVX512 && !(wqi.Interleaved() && wqpi.Interleaved() && wqi24.Interleaved()) {
+		t.Fatal("InterleaveFP8 left a test matrix row-major under AVX-512")
+	}
 	row := make([]float32, 64)
 	wrow := make([]float32, cols)
 	w := randSlice(r, 64, 1)
@@ -83,6 +101,13 @@ func TestHotFunctionsDoNotAllocate(t *testing.T) {
 		{"MatMulT bf16 interleaved n=5", func() { MatMulT(dsti[:5*16], xi[:5*256], 5, wi) }},
 		{"MatMulT bf16 interleaved n=20", func() { MatMulT(dsti, xi, 20, wi) }},
 		{"MatMulT bf16 interleaved n=16, split blocks", func() { MatMulT(dstk, xk, 16, wk) }},
+		{"MatVecT fp8 interleaved", func() { MatVecT(dst2[:16], x2[:256], &wqi) }},
+		{"MatVecT fp8 interleaved, power-of-two scales", func() { MatVecT(dst2[:16], x2[:256], &wqpi) }},
+		{"MatVecT fp8 interleaved, odd group", func() { MatVecT(dsti[:24], xi[:256], wqi24) }},
+		{"MatMulT fp8 interleaved n=2", func() { MatMulT(dst2, x2, 2, &wqi) }},
+		{"MatMulT fp8 interleaved n=4", func() { MatMulT(dsti[:4*16], xi[:4*256], 4, &wqi) }},
+		{"MatMulT fp8 interleaved n=5", func() { MatMulT(dsti[:5*16], xi[:5*256], 5, &wqi) }},
+		{"MatMulT fp8 interleaved n=20", func() { MatMulT(dsti, xi, 20, &wqi) }},
 		{"ExpShifted", func() { ExpShifted(expDst, scores, 3, 1/0.7) }},
 		{"Matrix.Row bf16 interleaved", func() { wrow = wi.Row(1, wrow) }},
 		{"Matrix.Row", func() { wrow = wb.Row(1, wrow) }},

@@ -18557,6 +18557,50 @@ decodeFP8RowAVX512_check:
 	VZEROUPPER
 	RET
 
+// func decodeFP8RowIlvAVX512(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8)
+// Requires: AVX, AVX512F, CMOV, MMX+
+TEXT ·decodeFP8RowIlvAVX512(SB), NOSPLIT, $0-48
+	MOVQ         dst+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         kn+16(FP), DX
+	MOVQ         sc+24(FP), BX
+	MOVQ         first+32(FP), SI
+	MOVQ         pf+40(FP), DI
+	MOVL         $0x87f00000, R8
+	VPBROADCASTD R8, Z15
+	MOVL         $0x7b800000, R8
+	VPBROADCASTD R8, Z14
+	SHRQ         $0x04, DX
+	JZ           decodeFP8RowIlvAVX512_done
+
+decodeFP8RowIlvAVX512_block:
+	VBROADCASTSS (BX), Z13
+	VMULPS       Z14, Z13, Z13
+	ADDQ         $0x04, BX
+	CMPQ         DX, SI
+	CMOVQLT      DX, SI
+	SUBQ         SI, DX
+
+decodeFP8RowIlvAVX512_step:
+	VPMOVSXBD  (CX), Z0
+	VPSLLD     $0x14, Z0, Z0
+	VPANDD     Z15, Z0, Z0
+	VMULPS     Z13, Z0, Z0
+	VMOVUPS    Z0, (AX)
+	PREFETCHT0 (DI)
+	ADDQ       $0x00000080, CX
+	ADDQ       $0x00000080, DI
+	ADDQ       $0x40, AX
+	DECQ       SI
+	JNZ        decodeFP8RowIlvAVX512_step
+	MOVQ       $0x00000008, SI
+	TESTQ      DX, DX
+	JNZ        decodeFP8RowIlvAVX512_block
+
+decodeFP8RowIlvAVX512_done:
+	VZEROUPPER
+	RET
+
 // func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
 TEXT ·dotTile2x4FP8AVX512(SB), NOSPLIT, $0-96
@@ -18880,6 +18924,157 @@ dotTile2x4FP8FiniteAVX512_nan:
 	RET
 
 dotTile2x4FP8FiniteAVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile2x4FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile2x4FP8IlvAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	MOVQ         w+16(FP), BX
+	MOVQ         ldw+24(FP), SI
+	LEAQ         (BX)(SI*2), DI
+	ADDQ         SI, DI
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
+	JZ           dotTile2x4FP8IlvAVX512_nan
+	XORQ         R13, R13
+
+dotTile2x4FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
+	VMULPS       Z20, Z16, Z16
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
+	VMULPS       Z20, Z17, Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
+	VMULPS       Z20, Z18, Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
+	VMULPS       Z20, Z19, Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
+
+dotTile2x4FP8IlvAVX512_step:
+	VMOVUPS     (AX), Z24
+	VMOVUPS     (AX)(CX*1), Z25
+	VPMOVSXBD   (BX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z28, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z24, Z0
+	VFMADD231PS Z20, Z25, Z4
+	VPMOVSXBD   (BX)(SI*1), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z28, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z1
+	VFMADD231PS Z21, Z25, Z5
+	VPMOVSXBD   (BX)(SI*2), Z22
+	VPSLLD      $0x14, Z22, Z22
+	VPANDD      Z28, Z22, Z22
+	VMULPS      Z18, Z22, Z22
+	VFMADD231PS Z22, Z24, Z2
+	VFMADD231PS Z22, Z25, Z6
+	VPMOVSXBD   (DI), Z23
+	VPSLLD      $0x14, Z23, Z23
+	VPANDD      Z28, Z23, Z23
+	VMULPS      Z19, Z23, Z23
+	VFMADD231PS Z23, Z24, Z3
+	VFMADD231PS Z23, Z25, Z7
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x00000080, BX
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x10, R13
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT1  (R12)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT1  (R12)
+	DECQ        R11
+	JNZ         dotTile2x4FP8IlvAVX512_step
+	MOVQ        $0x00000008, R11
+	TESTQ       R9, R9
+	JNZ         dotTile2x4FP8IlvAVX512_block
+
+dotTile2x4FP8IlvAVX512_nan:
+	XORQ          AX, AX
+	MOVQ          AX, ret+88(FP)
+	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	TESTQ         DX, DX
+	JZ            dotTile2x4FP8IlvAVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile2x4FP8IlvAVX512_store:
 	VMOVUPS X0, (AX)
 	ADDQ    CX, AX
 	VMOVUPS X4, (AX)
@@ -19262,6 +19457,184 @@ dotTile3x4FP8FiniteAVX512_nan:
 	RET
 
 dotTile3x4FP8FiniteAVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile3x4FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile3x4FP8IlvAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	MOVQ         w+16(FP), BX
+	MOVQ         ldw+24(FP), SI
+	LEAQ         (BX)(SI*2), DI
+	ADDQ         SI, DI
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
+	JZ           dotTile3x4FP8IlvAVX512_nan
+	XORQ         R13, R13
+
+dotTile3x4FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
+	VMULPS       Z20, Z16, Z16
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
+	VMULPS       Z20, Z17, Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
+	VMULPS       Z20, Z18, Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
+	VMULPS       Z20, Z19, Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
+
+dotTile3x4FP8IlvAVX512_step:
+	VMOVUPS     (AX), Z24
+	VMOVUPS     (AX)(CX*1), Z25
+	VMOVUPS     (AX)(CX*2), Z26
+	VPMOVSXBD   (BX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z28, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z24, Z0
+	VFMADD231PS Z20, Z25, Z4
+	VFMADD231PS Z20, Z26, Z8
+	VPMOVSXBD   (BX)(SI*1), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z28, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z1
+	VFMADD231PS Z21, Z25, Z5
+	VFMADD231PS Z21, Z26, Z9
+	VPMOVSXBD   (BX)(SI*2), Z22
+	VPSLLD      $0x14, Z22, Z22
+	VPANDD      Z28, Z22, Z22
+	VMULPS      Z18, Z22, Z22
+	VFMADD231PS Z22, Z24, Z2
+	VFMADD231PS Z22, Z25, Z6
+	VFMADD231PS Z22, Z26, Z10
+	VPMOVSXBD   (DI), Z23
+	VPSLLD      $0x14, Z23, Z23
+	VPANDD      Z28, Z23, Z23
+	VMULPS      Z19, Z23, Z23
+	VFMADD231PS Z23, Z24, Z3
+	VFMADD231PS Z23, Z25, Z7
+	VFMADD231PS Z23, Z26, Z11
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x00000080, BX
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x10, R13
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT1  (R12)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT1  (R12)
+	DECQ        R11
+	JNZ         dotTile3x4FP8IlvAVX512_step
+	MOVQ        $0x00000008, R11
+	TESTQ       R9, R9
+	JNZ         dotTile3x4FP8IlvAVX512_block
+
+dotTile3x4FP8IlvAVX512_nan:
+	XORQ          AX, AX
+	MOVQ          AX, ret+88(FP)
+	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VEXTRACTF64X4 $0x01, Z8, Y28
+	VADDPS        Y28, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y28
+	VADDPS        Y28, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y28
+	VADDPS        Y28, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y28
+	VADDPS        Y28, Y11, Y11
+	VHADDPS       Y9, Y8, Y8
+	VHADDPS       Y11, Y10, Y10
+	VHADDPS       Y10, Y8, Y8
+	VEXTRACTF32X4 $0x01, Y8, X28
+	VADDPS        X28, X8, X8
+	TESTQ         DX, DX
+	JZ            dotTile3x4FP8IlvAVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VMOVUPS       X8, (AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile3x4FP8IlvAVX512_store:
 	VMOVUPS X0, (AX)
 	ADDQ    CX, AX
 	VMOVUPS X4, (AX)
@@ -19709,6 +20082,211 @@ dotTile4x4FP8FiniteAVX512_store:
 	VZEROUPPER
 	RET
 
+// func dotTile4x4FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile4x4FP8IlvAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	MOVQ         w+16(FP), BX
+	MOVQ         ldw+24(FP), SI
+	LEAQ         (BX)(SI*2), DI
+	ADDQ         SI, DI
+	MOVQ         pfd+56(FP), R8
+	MOVQ         kn+32(FP), R9
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	MOVL         $0x87f00000, R12
+	VPBROADCASTD R12, Z28
+	SHRQ         $0x04, R9
+	JZ           dotTile4x4FP8IlvAVX512_nan
+	XORQ         R13, R13
+
+dotTile4x4FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R12
+	VPBROADCASTD R12, Z20
+	MOVQ         (R10), R12
+	VBROADCASTSS (R12), Z16
+	VMULPS       Z20, Z16, Z16
+	ADDQ         $0x04, R12
+	MOVQ         R12, (R10)
+	MOVQ         8(R10), R12
+	VBROADCASTSS (R12), Z17
+	VMULPS       Z20, Z17, Z17
+	ADDQ         $0x04, R12
+	MOVQ         R12, 8(R10)
+	MOVQ         16(R10), R12
+	VBROADCASTSS (R12), Z18
+	VMULPS       Z20, Z18, Z18
+	ADDQ         $0x04, R12
+	MOVQ         R12, 16(R10)
+	MOVQ         24(R10), R12
+	VBROADCASTSS (R12), Z19
+	VMULPS       Z20, Z19, Z19
+	ADDQ         $0x04, R12
+	MOVQ         R12, 24(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
+
+dotTile4x4FP8IlvAVX512_step:
+	VMOVUPS     (AX), Z24
+	VMOVUPS     (AX)(CX*1), Z25
+	VMOVUPS     (AX)(CX*2), Z26
+	VMOVUPS     (DX), Z27
+	VPMOVSXBD   (BX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z28, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z24, Z0
+	VFMADD231PS Z20, Z25, Z4
+	VFMADD231PS Z20, Z26, Z8
+	VFMADD231PS Z20, Z27, Z12
+	VPMOVSXBD   (BX)(SI*1), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z28, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z1
+	VFMADD231PS Z21, Z25, Z5
+	VFMADD231PS Z21, Z26, Z9
+	VFMADD231PS Z21, Z27, Z13
+	VPMOVSXBD   (BX)(SI*2), Z22
+	VPSLLD      $0x14, Z22, Z22
+	VPANDD      Z28, Z22, Z22
+	VMULPS      Z18, Z22, Z22
+	VFMADD231PS Z22, Z24, Z2
+	VFMADD231PS Z22, Z25, Z6
+	VFMADD231PS Z22, Z26, Z10
+	VFMADD231PS Z22, Z27, Z14
+	VPMOVSXBD   (DI), Z23
+	VPSLLD      $0x14, Z23, Z23
+	VPANDD      Z28, Z23, Z23
+	VMULPS      Z19, Z23, Z23
+	VFMADD231PS Z23, Z24, Z3
+	VFMADD231PS Z23, Z25, Z7
+	VFMADD231PS Z23, Z26, Z11
+	VFMADD231PS Z23, Z27, Z15
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x00000080, BX
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x10, R13
+	LEAQ        (BX)(R8*1), R12
+	PREFETCHT1  (R12)
+	LEAQ        (DI)(R8*1), R12
+	PREFETCHT1  (R12)
+	DECQ        R11
+	JNZ         dotTile4x4FP8IlvAVX512_step
+	MOVQ        $0x00000008, R11
+	TESTQ       R9, R9
+	JNZ         dotTile4x4FP8IlvAVX512_block
+
+dotTile4x4FP8IlvAVX512_nan:
+	XORQ          AX, AX
+	MOVQ          AX, ret+88(FP)
+	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VEXTRACTF64X4 $0x01, Z8, Y28
+	VADDPS        Y28, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y28
+	VADDPS        Y28, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y28
+	VADDPS        Y28, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y28
+	VADDPS        Y28, Y11, Y11
+	VHADDPS       Y9, Y8, Y8
+	VHADDPS       Y11, Y10, Y10
+	VHADDPS       Y10, Y8, Y8
+	VEXTRACTF32X4 $0x01, Y8, X28
+	VADDPS        X28, X8, X8
+	VEXTRACTF64X4 $0x01, Z12, Y28
+	VADDPS        Y28, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y28
+	VADDPS        Y28, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y28
+	VADDPS        Y28, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z15, Y28
+	VADDPS        Y28, Y15, Y15
+	VHADDPS       Y13, Y12, Y12
+	VHADDPS       Y15, Y14, Y14
+	VHADDPS       Y14, Y12, Y12
+	VEXTRACTF32X4 $0x01, Y12, X28
+	VADDPS        X28, X12, X12
+	TESTQ         DX, DX
+	JZ            dotTile4x4FP8IlvAVX512_store
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X4, X4
+	VMOVUPS       X4, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VMOVUPS       X8, (AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X12, X12
+	VMOVUPS       X12, (AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile4x4FP8IlvAVX512_store:
+	VMOVUPS X0, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X4, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	ADDQ    CX, AX
+	VMOVUPS X12, (AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
 // func dotTile5x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
 TEXT ·dotTile5x3FP8AVX512(SB), NOSPLIT, $0-88
@@ -19918,6 +20496,223 @@ dotTile5x3FP8AVX512_reduce:
 	RET
 
 dotTile5x3FP8AVX512_store:
+	VMOVUPS X0, K1, (AX)
+	VMOVUPS Z0, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X6, K1, (AX)
+	VMOVUPS Z6, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X12, K1, (AX)
+	LEAQ    (AX)(CX*2), AX
+	VZEROUPPER
+	RET
+
+// func dotTile5x3FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, ldw2 int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile5x3FP8IlvAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	LEAQ         (DX)(CX*2), BX
+	ADDQ         CX, BX
+	MOVQ         w+16(FP), SI
+	MOVQ         ldw+24(FP), DI
+	MOVQ         ldw2+32(FP), R8
+	MOVQ         pfd+64(FP), R9
+	MOVQ         kn+40(FP), R10
+	MOVQ         sc+48(FP), R11
+	MOVQ         first+56(FP), R12
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	MOVL         $0x87f00000, R13
+	VPBROADCASTD R13, Z31
+	SHRQ         $0x04, R10
+	JZ           dotTile5x3FP8IlvAVX512_reduce
+	XORQ         R14, R14
+
+dotTile5x3FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R13
+	VPBROADCASTD R13, Z24
+	MOVQ         (R11), R13
+	VBROADCASTSS (R13), Z27
+	VMULPS       Z24, Z27, Z27
+	ADDQ         $0x04, R13
+	MOVQ         R13, (R11)
+	MOVQ         8(R11), R13
+	VBROADCASTSS (R13), Z28
+	VMULPS       Z24, Z28, Z28
+	ADDQ         $0x04, R13
+	MOVQ         R13, 8(R11)
+	MOVQ         16(R11), R13
+	VBROADCASTSS (R13), Z29
+	VMULPS       Z24, Z29, Z29
+	ADDQ         $0x04, R13
+	MOVQ         R13, 16(R11)
+	CMPQ         R10, R12
+	CMOVQLT      R10, R12
+	SUBQ         R12, R10
+
+dotTile5x3FP8IlvAVX512_step:
+	VPMOVSXBD   (SI), Z24
+	VPSLLD      $0x14, Z24, Z24
+	VPANDD      Z31, Z24, Z24
+	VMULPS      Z27, Z24, Z24
+	VPMOVSXBD   (SI)(DI*1), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z28, Z25, Z25
+	VPMOVSXBD   (SI)(R8*1), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z29, Z26, Z26
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VFMADD231PS Z25, Z30, Z1
+	VFMADD231PS Z26, Z30, Z2
+	VMOVUPS     (AX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z3
+	VFMADD231PS Z25, Z30, Z4
+	VFMADD231PS Z26, Z30, Z5
+	VMOVUPS     (AX)(CX*2), Z30
+	VFMADD231PS Z24, Z30, Z6
+	VFMADD231PS Z25, Z30, Z7
+	VFMADD231PS Z26, Z30, Z8
+	VMOVUPS     (DX), Z30
+	VFMADD231PS Z24, Z30, Z9
+	VFMADD231PS Z25, Z30, Z10
+	VFMADD231PS Z26, Z30, Z11
+	VMOVUPS     (DX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z12
+	VFMADD231PS Z25, Z30, Z13
+	VFMADD231PS Z26, Z30, Z14
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x40, BX
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x10, R14
+	LEAQ        (SI)(R9*1), R13
+	PREFETCHT1  (R13)
+	PREFETCHT1  (R13)(DI*1)
+	PREFETCHT1  (R13)(R8*1)
+	DECQ        R12
+	JNZ         dotTile5x3FP8IlvAVX512_step
+	MOVQ        $0x00000008, R12
+	TESTQ       R10, R10
+	JNZ         dotTile5x3FP8IlvAVX512_block
+
+dotTile5x3FP8IlvAVX512_reduce:
+	MOVQ          out+72(FP), AX
+	MOVQ          ldo+80(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+88(FP), DX
+	MOVL          $0x00000007, R13
+	KMOVW         R13, K1
+	MOVL          $0x00000700, R13
+	KMOVW         R13, K2
+	VSHUFF32X4    $0x44, Z3, Z0, Z25
+	VSHUFF32X4    $0xee, Z3, Z0, Z26
+	VADDPS        Z26, Z25, Z0
+	VSHUFF32X4    $0x44, Z4, Z1, Z25
+	VSHUFF32X4    $0xee, Z4, Z1, Z26
+	VADDPS        Z26, Z25, Z1
+	VSHUFF32X4    $0x44, Z5, Z2, Z25
+	VSHUFF32X4    $0xee, Z5, Z2, Z26
+	VADDPS        Z26, Z25, Z2
+	VSHUFF32X4    $0x44, Z24, Z24, Z25
+	VSHUFF32X4    $0xee, Z24, Z24, Z26
+	VADDPS        Z26, Z25, Z24
+	VSHUFPS       $0x88, Z1, Z0, Z25
+	VSHUFPS       $0xdd, Z1, Z0, Z26
+	VADDPS        Z26, Z25, Z0
+	VSHUFPS       $0x88, Z24, Z2, Z25
+	VSHUFPS       $0xdd, Z24, Z2, Z26
+	VADDPS        Z26, Z25, Z2
+	VSHUFPS       $0x88, Z2, Z0, Z25
+	VSHUFPS       $0xdd, Z2, Z0, Z26
+	VADDPS        Z26, Z25, Z0
+	VSHUFF32X4    $0xf5, Z0, Z0, Z25
+	VADDPS        Z25, Z0, Z0
+	VSHUFF32X4    $0x44, Z9, Z6, Z25
+	VSHUFF32X4    $0xee, Z9, Z6, Z26
+	VADDPS        Z26, Z25, Z6
+	VSHUFF32X4    $0x44, Z10, Z7, Z25
+	VSHUFF32X4    $0xee, Z10, Z7, Z26
+	VADDPS        Z26, Z25, Z7
+	VSHUFF32X4    $0x44, Z11, Z8, Z25
+	VSHUFF32X4    $0xee, Z11, Z8, Z26
+	VADDPS        Z26, Z25, Z8
+	VSHUFF32X4    $0x44, Z24, Z24, Z25
+	VSHUFF32X4    $0xee, Z24, Z24, Z26
+	VADDPS        Z26, Z25, Z24
+	VSHUFPS       $0x88, Z7, Z6, Z25
+	VSHUFPS       $0xdd, Z7, Z6, Z26
+	VADDPS        Z26, Z25, Z6
+	VSHUFPS       $0x88, Z24, Z8, Z25
+	VSHUFPS       $0xdd, Z24, Z8, Z26
+	VADDPS        Z26, Z25, Z8
+	VSHUFPS       $0x88, Z8, Z6, Z25
+	VSHUFPS       $0xdd, Z8, Z6, Z26
+	VADDPS        Z26, Z25, Z6
+	VSHUFF32X4    $0xf5, Z6, Z6, Z25
+	VADDPS        Z25, Z6, Z6
+	VEXTRACTF64X4 $0x01, Z12, Y25
+	VADDPS        Y25, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y25
+	VADDPS        Y25, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y25
+	VADDPS        Y25, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z24, Y25
+	VADDPS        Y25, Y24, Y24
+	VSHUFPS       $0x88, Y13, Y12, Y25
+	VSHUFPS       $0xdd, Y13, Y12, Y26
+	VADDPS        Y26, Y25, Y12
+	VSHUFPS       $0x88, Y24, Y14, Y25
+	VSHUFPS       $0xdd, Y24, Y14, Y26
+	VADDPS        Y26, Y25, Y14
+	VSHUFPS       $0x88, Y14, Y12, Y25
+	VSHUFPS       $0xdd, Y14, Y12, Y26
+	VADDPS        Y26, Y25, Y12
+	VEXTRACTF32X4 $0x01, Y12, X25
+	VADDPS        X25, X12, X12
+	TESTQ         DX, DX
+	JZ            dotTile5x3FP8IlvAVX512_store
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X0, X25
+	VMOVUPS       X25, K1, (AX)
+	VMOVUPS.Z     -32(AX)(CX*1), K2, Z25
+	VADDPS        Z25, Z0, Z25
+	VMOVUPS       Z25, K2, -32(AX)(CX*1)
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X6, X25
+	VMOVUPS       X25, K1, (AX)
+	VMOVUPS.Z     -32(AX)(CX*1), K2, Z25
+	VADDPS        Z25, Z6, Z25
+	VMOVUPS       Z25, K2, -32(AX)(CX*1)
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X12, X25
+	VMOVUPS       X25, K1, (AX)
+	LEAQ          (AX)(CX*2), AX
+	VZEROUPPER
+	RET
+
+dotTile5x3FP8IlvAVX512_store:
 	VMOVUPS X0, K1, (AX)
 	VMOVUPS Z0, K2, -32(AX)(CX*1)
 	LEAQ    (AX)(CX*2), AX
@@ -20152,6 +20947,238 @@ dotTile6x3FP8AVX512_reduce:
 	RET
 
 dotTile6x3FP8AVX512_store:
+	VMOVUPS X0, K1, (AX)
+	VMOVUPS Z0, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X6, K1, (AX)
+	VMOVUPS Z6, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X12, K1, (AX)
+	VMOVUPS Z12, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VZEROUPPER
+	RET
+
+// func dotTile6x3FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, ldw2 int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile6x3FP8IlvAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	LEAQ         (DX)(CX*2), BX
+	ADDQ         CX, BX
+	MOVQ         w+16(FP), SI
+	MOVQ         ldw+24(FP), DI
+	MOVQ         ldw2+32(FP), R8
+	MOVQ         pfd+64(FP), R9
+	MOVQ         kn+40(FP), R10
+	MOVQ         sc+48(FP), R11
+	MOVQ         first+56(FP), R12
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	VPXORD       Z16, Z16, Z16
+	VPXORD       Z17, Z17, Z17
+	MOVL         $0x87f00000, R13
+	VPBROADCASTD R13, Z31
+	SHRQ         $0x04, R10
+	JZ           dotTile6x3FP8IlvAVX512_reduce
+	XORQ         R14, R14
+
+dotTile6x3FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R13
+	VPBROADCASTD R13, Z24
+	MOVQ         (R11), R13
+	VBROADCASTSS (R13), Z27
+	VMULPS       Z24, Z27, Z27
+	ADDQ         $0x04, R13
+	MOVQ         R13, (R11)
+	MOVQ         8(R11), R13
+	VBROADCASTSS (R13), Z28
+	VMULPS       Z24, Z28, Z28
+	ADDQ         $0x04, R13
+	MOVQ         R13, 8(R11)
+	MOVQ         16(R11), R13
+	VBROADCASTSS (R13), Z29
+	VMULPS       Z24, Z29, Z29
+	ADDQ         $0x04, R13
+	MOVQ         R13, 16(R11)
+	CMPQ         R10, R12
+	CMOVQLT      R10, R12
+	SUBQ         R12, R10
+
+dotTile6x3FP8IlvAVX512_step:
+	VPMOVSXBD   (SI), Z24
+	VPSLLD      $0x14, Z24, Z24
+	VPANDD      Z31, Z24, Z24
+	VMULPS      Z27, Z24, Z24
+	VPMOVSXBD   (SI)(DI*1), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z28, Z25, Z25
+	VPMOVSXBD   (SI)(R8*1), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z29, Z26, Z26
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VFMADD231PS Z25, Z30, Z1
+	VFMADD231PS Z26, Z30, Z2
+	VMOVUPS     (AX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z3
+	VFMADD231PS Z25, Z30, Z4
+	VFMADD231PS Z26, Z30, Z5
+	VMOVUPS     (AX)(CX*2), Z30
+	VFMADD231PS Z24, Z30, Z6
+	VFMADD231PS Z25, Z30, Z7
+	VFMADD231PS Z26, Z30, Z8
+	VMOVUPS     (DX), Z30
+	VFMADD231PS Z24, Z30, Z9
+	VFMADD231PS Z25, Z30, Z10
+	VFMADD231PS Z26, Z30, Z11
+	VMOVUPS     (DX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z12
+	VFMADD231PS Z25, Z30, Z13
+	VFMADD231PS Z26, Z30, Z14
+	VMOVUPS     (DX)(CX*2), Z30
+	VFMADD231PS Z24, Z30, Z15
+	VFMADD231PS Z25, Z30, Z16
+	VFMADD231PS Z26, Z30, Z17
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x40, BX
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x10, R14
+	LEAQ        (SI)(R9*1), R13
+	PREFETCHT1  (R13)
+	PREFETCHT1  (R13)(DI*1)
+	PREFETCHT1  (R13)(R8*1)
+	DECQ        R12
+	JNZ         dotTile6x3FP8IlvAVX512_step
+	MOVQ        $0x00000008, R12
+	TESTQ       R10, R10
+	JNZ         dotTile6x3FP8IlvAVX512_block
+
+dotTile6x3FP8IlvAVX512_reduce:
+	MOVQ       out+72(FP), AX
+	MOVQ       ldo+80(FP), CX
+	SHLQ       $0x02, CX
+	MOVQ       add+88(FP), DX
+	MOVL       $0x00000007, R13
+	KMOVW      R13, K1
+	MOVL       $0x00000700, R13
+	KMOVW      R13, K2
+	VSHUFF32X4 $0x44, Z3, Z0, Z25
+	VSHUFF32X4 $0xee, Z3, Z0, Z26
+	VADDPS     Z26, Z25, Z0
+	VSHUFF32X4 $0x44, Z4, Z1, Z25
+	VSHUFF32X4 $0xee, Z4, Z1, Z26
+	VADDPS     Z26, Z25, Z1
+	VSHUFF32X4 $0x44, Z5, Z2, Z25
+	VSHUFF32X4 $0xee, Z5, Z2, Z26
+	VADDPS     Z26, Z25, Z2
+	VSHUFF32X4 $0x44, Z24, Z24, Z25
+	VSHUFF32X4 $0xee, Z24, Z24, Z26
+	VADDPS     Z26, Z25, Z24
+	VSHUFPS    $0x88, Z1, Z0, Z25
+	VSHUFPS    $0xdd, Z1, Z0, Z26
+	VADDPS     Z26, Z25, Z0
+	VSHUFPS    $0x88, Z24, Z2, Z25
+	VSHUFPS    $0xdd, Z24, Z2, Z26
+	VADDPS     Z26, Z25, Z2
+	VSHUFPS    $0x88, Z2, Z0, Z25
+	VSHUFPS    $0xdd, Z2, Z0, Z26
+	VADDPS     Z26, Z25, Z0
+	VSHUFF32X4 $0xf5, Z0, Z0, Z25
+	VADDPS     Z25, Z0, Z0
+	VSHUFF32X4 $0x44, Z9, Z6, Z25
+	VSHUFF32X4 $0xee, Z9, Z6, Z26
+	VADDPS     Z26, Z25, Z6
+	VSHUFF32X4 $0x44, Z10, Z7, Z25
+	VSHUFF32X4 $0xee, Z10, Z7, Z26
+	VADDPS     Z26, Z25, Z7
+	VSHUFF32X4 $0x44, Z11, Z8, Z25
+	VSHUFF32X4 $0xee, Z11, Z8, Z26
+	VADDPS     Z26, Z25, Z8
+	VSHUFF32X4 $0x44, Z24, Z24, Z25
+	VSHUFF32X4 $0xee, Z24, Z24, Z26
+	VADDPS     Z26, Z25, Z24
+	VSHUFPS    $0x88, Z7, Z6, Z25
+	VSHUFPS    $0xdd, Z7, Z6, Z26
+	VADDPS     Z26, Z25, Z6
+	VSHUFPS    $0x88, Z24, Z8, Z25
+	VSHUFPS    $0xdd, Z24, Z8, Z26
+	VADDPS     Z26, Z25, Z8
+	VSHUFPS    $0x88, Z8, Z6, Z25
+	VSHUFPS    $0xdd, Z8, Z6, Z26
+	VADDPS     Z26, Z25, Z6
+	VSHUFF32X4 $0xf5, Z6, Z6, Z25
+	VADDPS     Z25, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z12, Z25
+	VSHUFF32X4 $0xee, Z15, Z12, Z26
+	VADDPS     Z26, Z25, Z12
+	VSHUFF32X4 $0x44, Z16, Z13, Z25
+	VSHUFF32X4 $0xee, Z16, Z13, Z26
+	VADDPS     Z26, Z25, Z13
+	VSHUFF32X4 $0x44, Z17, Z14, Z25
+	VSHUFF32X4 $0xee, Z17, Z14, Z26
+	VADDPS     Z26, Z25, Z14
+	VSHUFF32X4 $0x44, Z24, Z24, Z25
+	VSHUFF32X4 $0xee, Z24, Z24, Z26
+	VADDPS     Z26, Z25, Z24
+	VSHUFPS    $0x88, Z13, Z12, Z25
+	VSHUFPS    $0xdd, Z13, Z12, Z26
+	VADDPS     Z26, Z25, Z12
+	VSHUFPS    $0x88, Z24, Z14, Z25
+	VSHUFPS    $0xdd, Z24, Z14, Z26
+	VADDPS     Z26, Z25, Z14
+	VSHUFPS    $0x88, Z14, Z12, Z25
+	VSHUFPS    $0xdd, Z14, Z12, Z26
+	VADDPS     Z26, Z25, Z12
+	VSHUFF32X4 $0xf5, Z12, Z12, Z25
+	VADDPS     Z25, Z12, Z12
+	TESTQ      DX, DX
+	JZ         dotTile6x3FP8IlvAVX512_store
+	VMOVUPS.Z  (AX), K1, X25
+	VADDPS     X25, X0, X25
+	VMOVUPS    X25, K1, (AX)
+	VMOVUPS.Z  -32(AX)(CX*1), K2, Z25
+	VADDPS     Z25, Z0, Z25
+	VMOVUPS    Z25, K2, -32(AX)(CX*1)
+	LEAQ       (AX)(CX*2), AX
+	VMOVUPS.Z  (AX), K1, X25
+	VADDPS     X25, X6, X25
+	VMOVUPS    X25, K1, (AX)
+	VMOVUPS.Z  -32(AX)(CX*1), K2, Z25
+	VADDPS     Z25, Z6, Z25
+	VMOVUPS    Z25, K2, -32(AX)(CX*1)
+	LEAQ       (AX)(CX*2), AX
+	VMOVUPS.Z  (AX), K1, X25
+	VADDPS     X25, X12, X25
+	VMOVUPS    X25, K1, (AX)
+	VMOVUPS.Z  -32(AX)(CX*1), K2, Z25
+	VADDPS     Z25, Z12, Z25
+	VMOVUPS    Z25, K2, -32(AX)(CX*1)
+	LEAQ       (AX)(CX*2), AX
+	VZEROUPPER
+	RET
+
+dotTile6x3FP8IlvAVX512_store:
 	VMOVUPS X0, K1, (AX)
 	VMOVUPS Z0, K2, -32(AX)(CX*1)
 	LEAQ    (AX)(CX*2), AX
@@ -20417,6 +21444,270 @@ dotTile7x3FP8AVX512_reduce:
 	RET
 
 dotTile7x3FP8AVX512_store:
+	VMOVUPS X0, K1, (AX)
+	VMOVUPS Z0, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X6, K1, (AX)
+	VMOVUPS Z6, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X12, K1, (AX)
+	VMOVUPS Z12, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X18, K1, (AX)
+	LEAQ    (AX)(CX*2), AX
+	VZEROUPPER
+	RET
+
+// func dotTile7x3FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, ldw2 int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile7x3FP8IlvAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	LEAQ         (DX)(CX*2), BX
+	ADDQ         CX, BX
+	MOVQ         w+16(FP), SI
+	MOVQ         ldw+24(FP), DI
+	MOVQ         ldw2+32(FP), R8
+	MOVQ         pfd+64(FP), R9
+	MOVQ         kn+40(FP), R10
+	MOVQ         sc+48(FP), R11
+	MOVQ         first+56(FP), R12
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	VPXORD       Z16, Z16, Z16
+	VPXORD       Z17, Z17, Z17
+	VPXORD       Z18, Z18, Z18
+	VPXORD       Z19, Z19, Z19
+	VPXORD       Z20, Z20, Z20
+	MOVL         $0x87f00000, R13
+	VPBROADCASTD R13, Z31
+	SHRQ         $0x04, R10
+	JZ           dotTile7x3FP8IlvAVX512_reduce
+	XORQ         R14, R14
+
+dotTile7x3FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R13
+	VPBROADCASTD R13, Z24
+	MOVQ         (R11), R13
+	VBROADCASTSS (R13), Z27
+	VMULPS       Z24, Z27, Z27
+	ADDQ         $0x04, R13
+	MOVQ         R13, (R11)
+	MOVQ         8(R11), R13
+	VBROADCASTSS (R13), Z28
+	VMULPS       Z24, Z28, Z28
+	ADDQ         $0x04, R13
+	MOVQ         R13, 8(R11)
+	MOVQ         16(R11), R13
+	VBROADCASTSS (R13), Z29
+	VMULPS       Z24, Z29, Z29
+	ADDQ         $0x04, R13
+	MOVQ         R13, 16(R11)
+	CMPQ         R10, R12
+	CMOVQLT      R10, R12
+	SUBQ         R12, R10
+
+dotTile7x3FP8IlvAVX512_step:
+	VPMOVSXBD   (SI), Z24
+	VPSLLD      $0x14, Z24, Z24
+	VPANDD      Z31, Z24, Z24
+	VMULPS      Z27, Z24, Z24
+	VPMOVSXBD   (SI)(DI*1), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z28, Z25, Z25
+	VPMOVSXBD   (SI)(R8*1), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z29, Z26, Z26
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VFMADD231PS Z25, Z30, Z1
+	VFMADD231PS Z26, Z30, Z2
+	VMOVUPS     (AX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z3
+	VFMADD231PS Z25, Z30, Z4
+	VFMADD231PS Z26, Z30, Z5
+	VMOVUPS     (AX)(CX*2), Z30
+	VFMADD231PS Z24, Z30, Z6
+	VFMADD231PS Z25, Z30, Z7
+	VFMADD231PS Z26, Z30, Z8
+	VMOVUPS     (DX), Z30
+	VFMADD231PS Z24, Z30, Z9
+	VFMADD231PS Z25, Z30, Z10
+	VFMADD231PS Z26, Z30, Z11
+	VMOVUPS     (DX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z12
+	VFMADD231PS Z25, Z30, Z13
+	VFMADD231PS Z26, Z30, Z14
+	VMOVUPS     (DX)(CX*2), Z30
+	VFMADD231PS Z24, Z30, Z15
+	VFMADD231PS Z25, Z30, Z16
+	VFMADD231PS Z26, Z30, Z17
+	VMOVUPS     (BX), Z30
+	VFMADD231PS Z24, Z30, Z18
+	VFMADD231PS Z25, Z30, Z19
+	VFMADD231PS Z26, Z30, Z20
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x40, BX
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x10, R14
+	LEAQ        (SI)(R9*1), R13
+	PREFETCHT1  (R13)
+	PREFETCHT1  (R13)(DI*1)
+	PREFETCHT1  (R13)(R8*1)
+	DECQ        R12
+	JNZ         dotTile7x3FP8IlvAVX512_step
+	MOVQ        $0x00000008, R12
+	TESTQ       R10, R10
+	JNZ         dotTile7x3FP8IlvAVX512_block
+
+dotTile7x3FP8IlvAVX512_reduce:
+	MOVQ          out+72(FP), AX
+	MOVQ          ldo+80(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+88(FP), DX
+	MOVL          $0x00000007, R13
+	KMOVW         R13, K1
+	MOVL          $0x00000700, R13
+	KMOVW         R13, K2
+	VSHUFF32X4    $0x44, Z3, Z0, Z25
+	VSHUFF32X4    $0xee, Z3, Z0, Z26
+	VADDPS        Z26, Z25, Z0
+	VSHUFF32X4    $0x44, Z4, Z1, Z25
+	VSHUFF32X4    $0xee, Z4, Z1, Z26
+	VADDPS        Z26, Z25, Z1
+	VSHUFF32X4    $0x44, Z5, Z2, Z25
+	VSHUFF32X4    $0xee, Z5, Z2, Z26
+	VADDPS        Z26, Z25, Z2
+	VSHUFF32X4    $0x44, Z24, Z24, Z25
+	VSHUFF32X4    $0xee, Z24, Z24, Z26
+	VADDPS        Z26, Z25, Z24
+	VSHUFPS       $0x88, Z1, Z0, Z25
+	VSHUFPS       $0xdd, Z1, Z0, Z26
+	VADDPS        Z26, Z25, Z0
+	VSHUFPS       $0x88, Z24, Z2, Z25
+	VSHUFPS       $0xdd, Z24, Z2, Z26
+	VADDPS        Z26, Z25, Z2
+	VSHUFPS       $0x88, Z2, Z0, Z25
+	VSHUFPS       $0xdd, Z2, Z0, Z26
+	VADDPS        Z26, Z25, Z0
+	VSHUFF32X4    $0xf5, Z0, Z0, Z25
+	VADDPS        Z25, Z0, Z0
+	VSHUFF32X4    $0x44, Z9, Z6, Z25
+	VSHUFF32X4    $0xee, Z9, Z6, Z26
+	VADDPS        Z26, Z25, Z6
+	VSHUFF32X4    $0x44, Z10, Z7, Z25
+	VSHUFF32X4    $0xee, Z10, Z7, Z26
+	VADDPS        Z26, Z25, Z7
+	VSHUFF32X4    $0x44, Z11, Z8, Z25
+	VSHUFF32X4    $0xee, Z11, Z8, Z26
+	VADDPS        Z26, Z25, Z8
+	VSHUFF32X4    $0x44, Z24, Z24, Z25
+	VSHUFF32X4    $0xee, Z24, Z24, Z26
+	VADDPS        Z26, Z25, Z24
+	VSHUFPS       $0x88, Z7, Z6, Z25
+	VSHUFPS       $0xdd, Z7, Z6, Z26
+	VADDPS        Z26, Z25, Z6
+	VSHUFPS       $0x88, Z24, Z8, Z25
+	VSHUFPS       $0xdd, Z24, Z8, Z26
+	VADDPS        Z26, Z25, Z8
+	VSHUFPS       $0x88, Z8, Z6, Z25
+	VSHUFPS       $0xdd, Z8, Z6, Z26
+	VADDPS        Z26, Z25, Z6
+	VSHUFF32X4    $0xf5, Z6, Z6, Z25
+	VADDPS        Z25, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z12, Z25
+	VSHUFF32X4    $0xee, Z15, Z12, Z26
+	VADDPS        Z26, Z25, Z12
+	VSHUFF32X4    $0x44, Z16, Z13, Z25
+	VSHUFF32X4    $0xee, Z16, Z13, Z26
+	VADDPS        Z26, Z25, Z13
+	VSHUFF32X4    $0x44, Z17, Z14, Z25
+	VSHUFF32X4    $0xee, Z17, Z14, Z26
+	VADDPS        Z26, Z25, Z14
+	VSHUFF32X4    $0x44, Z24, Z24, Z25
+	VSHUFF32X4    $0xee, Z24, Z24, Z26
+	VADDPS        Z26, Z25, Z24
+	VSHUFPS       $0x88, Z13, Z12, Z25
+	VSHUFPS       $0xdd, Z13, Z12, Z26
+	VADDPS        Z26, Z25, Z12
+	VSHUFPS       $0x88, Z24, Z14, Z25
+	VSHUFPS       $0xdd, Z24, Z14, Z26
+	VADDPS        Z26, Z25, Z14
+	VSHUFPS       $0x88, Z14, Z12, Z25
+	VSHUFPS       $0xdd, Z14, Z12, Z26
+	VADDPS        Z26, Z25, Z12
+	VSHUFF32X4    $0xf5, Z12, Z12, Z25
+	VADDPS        Z25, Z12, Z12
+	VEXTRACTF64X4 $0x01, Z18, Y25
+	VADDPS        Y25, Y18, Y18
+	VEXTRACTF64X4 $0x01, Z19, Y25
+	VADDPS        Y25, Y19, Y19
+	VEXTRACTF64X4 $0x01, Z20, Y25
+	VADDPS        Y25, Y20, Y20
+	VEXTRACTF64X4 $0x01, Z24, Y25
+	VADDPS        Y25, Y24, Y24
+	VSHUFPS       $0x88, Y19, Y18, Y25
+	VSHUFPS       $0xdd, Y19, Y18, Y26
+	VADDPS        Y26, Y25, Y18
+	VSHUFPS       $0x88, Y24, Y20, Y25
+	VSHUFPS       $0xdd, Y24, Y20, Y26
+	VADDPS        Y26, Y25, Y20
+	VSHUFPS       $0x88, Y20, Y18, Y25
+	VSHUFPS       $0xdd, Y20, Y18, Y26
+	VADDPS        Y26, Y25, Y18
+	VEXTRACTF32X4 $0x01, Y18, X25
+	VADDPS        X25, X18, X18
+	TESTQ         DX, DX
+	JZ            dotTile7x3FP8IlvAVX512_store
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X0, X25
+	VMOVUPS       X25, K1, (AX)
+	VMOVUPS.Z     -32(AX)(CX*1), K2, Z25
+	VADDPS        Z25, Z0, Z25
+	VMOVUPS       Z25, K2, -32(AX)(CX*1)
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X6, X25
+	VMOVUPS       X25, K1, (AX)
+	VMOVUPS.Z     -32(AX)(CX*1), K2, Z25
+	VADDPS        Z25, Z6, Z25
+	VMOVUPS       Z25, K2, -32(AX)(CX*1)
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X12, X25
+	VMOVUPS       X25, K1, (AX)
+	VMOVUPS.Z     -32(AX)(CX*1), K2, Z25
+	VADDPS        Z25, Z12, Z25
+	VMOVUPS       Z25, K2, -32(AX)(CX*1)
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS.Z     (AX), K1, X25
+	VADDPS        X25, X18, X25
+	VMOVUPS       X25, K1, (AX)
+	LEAQ          (AX)(CX*2), AX
+	VZEROUPPER
+	RET
+
+dotTile7x3FP8IlvAVX512_store:
 	VMOVUPS X0, K1, (AX)
 	VMOVUPS Z0, K2, -32(AX)(CX*1)
 	LEAQ    (AX)(CX*2), AX
@@ -20713,6 +22004,285 @@ dotTile8x3FP8AVX512_store:
 	VZEROUPPER
 	RET
 
+// func dotTile8x3FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, ldw2 int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile8x3FP8IlvAVX512(SB), NOSPLIT, $0-96
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	LEAQ         (AX)(CX*2), DX
+	ADDQ         CX, DX
+	LEAQ         (DX)(CX*2), BX
+	ADDQ         CX, BX
+	MOVQ         w+16(FP), SI
+	MOVQ         ldw+24(FP), DI
+	MOVQ         ldw2+32(FP), R8
+	MOVQ         pfd+64(FP), R9
+	MOVQ         kn+40(FP), R10
+	MOVQ         sc+48(FP), R11
+	MOVQ         first+56(FP), R12
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	VPXORD       Z16, Z16, Z16
+	VPXORD       Z17, Z17, Z17
+	VPXORD       Z18, Z18, Z18
+	VPXORD       Z19, Z19, Z19
+	VPXORD       Z20, Z20, Z20
+	VPXORD       Z21, Z21, Z21
+	VPXORD       Z22, Z22, Z22
+	VPXORD       Z23, Z23, Z23
+	MOVL         $0x87f00000, R13
+	VPBROADCASTD R13, Z31
+	SHRQ         $0x04, R10
+	JZ           dotTile8x3FP8IlvAVX512_reduce
+	XORQ         R14, R14
+
+dotTile8x3FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R13
+	VPBROADCASTD R13, Z24
+	MOVQ         (R11), R13
+	VBROADCASTSS (R13), Z27
+	VMULPS       Z24, Z27, Z27
+	ADDQ         $0x04, R13
+	MOVQ         R13, (R11)
+	MOVQ         8(R11), R13
+	VBROADCASTSS (R13), Z28
+	VMULPS       Z24, Z28, Z28
+	ADDQ         $0x04, R13
+	MOVQ         R13, 8(R11)
+	MOVQ         16(R11), R13
+	VBROADCASTSS (R13), Z29
+	VMULPS       Z24, Z29, Z29
+	ADDQ         $0x04, R13
+	MOVQ         R13, 16(R11)
+	CMPQ         R10, R12
+	CMOVQLT      R10, R12
+	SUBQ         R12, R10
+
+dotTile8x3FP8IlvAVX512_step:
+	VPMOVSXBD   (SI), Z24
+	VPSLLD      $0x14, Z24, Z24
+	VPANDD      Z31, Z24, Z24
+	VMULPS      Z27, Z24, Z24
+	VPMOVSXBD   (SI)(DI*1), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z28, Z25, Z25
+	VPMOVSXBD   (SI)(R8*1), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z29, Z26, Z26
+	VMOVUPS     (AX), Z30
+	VFMADD231PS Z24, Z30, Z0
+	VFMADD231PS Z25, Z30, Z1
+	VFMADD231PS Z26, Z30, Z2
+	VMOVUPS     (AX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z3
+	VFMADD231PS Z25, Z30, Z4
+	VFMADD231PS Z26, Z30, Z5
+	VMOVUPS     (AX)(CX*2), Z30
+	VFMADD231PS Z24, Z30, Z6
+	VFMADD231PS Z25, Z30, Z7
+	VFMADD231PS Z26, Z30, Z8
+	VMOVUPS     (DX), Z30
+	VFMADD231PS Z24, Z30, Z9
+	VFMADD231PS Z25, Z30, Z10
+	VFMADD231PS Z26, Z30, Z11
+	VMOVUPS     (DX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z12
+	VFMADD231PS Z25, Z30, Z13
+	VFMADD231PS Z26, Z30, Z14
+	VMOVUPS     (DX)(CX*2), Z30
+	VFMADD231PS Z24, Z30, Z15
+	VFMADD231PS Z25, Z30, Z16
+	VFMADD231PS Z26, Z30, Z17
+	VMOVUPS     (BX), Z30
+	VFMADD231PS Z24, Z30, Z18
+	VFMADD231PS Z25, Z30, Z19
+	VFMADD231PS Z26, Z30, Z20
+	VMOVUPS     (BX)(CX*1), Z30
+	VFMADD231PS Z24, Z30, Z21
+	VFMADD231PS Z25, Z30, Z22
+	VFMADD231PS Z26, Z30, Z23
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, DX
+	ADDQ        $0x40, BX
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x10, R14
+	LEAQ        (SI)(R9*1), R13
+	PREFETCHT1  (R13)
+	PREFETCHT1  (R13)(DI*1)
+	PREFETCHT1  (R13)(R8*1)
+	DECQ        R12
+	JNZ         dotTile8x3FP8IlvAVX512_step
+	MOVQ        $0x00000008, R12
+	TESTQ       R10, R10
+	JNZ         dotTile8x3FP8IlvAVX512_block
+
+dotTile8x3FP8IlvAVX512_reduce:
+	MOVQ       out+72(FP), AX
+	MOVQ       ldo+80(FP), CX
+	SHLQ       $0x02, CX
+	MOVQ       add+88(FP), DX
+	MOVL       $0x00000007, R13
+	KMOVW      R13, K1
+	MOVL       $0x00000700, R13
+	KMOVW      R13, K2
+	VSHUFF32X4 $0x44, Z3, Z0, Z25
+	VSHUFF32X4 $0xee, Z3, Z0, Z26
+	VADDPS     Z26, Z25, Z0
+	VSHUFF32X4 $0x44, Z4, Z1, Z25
+	VSHUFF32X4 $0xee, Z4, Z1, Z26
+	VADDPS     Z26, Z25, Z1
+	VSHUFF32X4 $0x44, Z5, Z2, Z25
+	VSHUFF32X4 $0xee, Z5, Z2, Z26
+	VADDPS     Z26, Z25, Z2
+	VSHUFF32X4 $0x44, Z24, Z24, Z25
+	VSHUFF32X4 $0xee, Z24, Z24, Z26
+	VADDPS     Z26, Z25, Z24
+	VSHUFPS    $0x88, Z1, Z0, Z25
+	VSHUFPS    $0xdd, Z1, Z0, Z26
+	VADDPS     Z26, Z25, Z0
+	VSHUFPS    $0x88, Z24, Z2, Z25
+	VSHUFPS    $0xdd, Z24, Z2, Z26
+	VADDPS     Z26, Z25, Z2
+	VSHUFPS    $0x88, Z2, Z0, Z25
+	VSHUFPS    $0xdd, Z2, Z0, Z26
+	VADDPS     Z26, Z25, Z0
+	VSHUFF32X4 $0xf5, Z0, Z0, Z25
+	VADDPS     Z25, Z0, Z0
+	VSHUFF32X4 $0x44, Z9, Z6, Z25
+	VSHUFF32X4 $0xee, Z9, Z6, Z26
+	VADDPS     Z26, Z25, Z6
+	VSHUFF32X4 $0x44, Z10, Z7, Z25
+	VSHUFF32X4 $0xee, Z10, Z7, Z26
+	VADDPS     Z26, Z25, Z7
+	VSHUFF32X4 $0x44, Z11, Z8, Z25
+	VSHUFF32X4 $0xee, Z11, Z8, Z26
+	VADDPS     Z26, Z25, Z8
+	VSHUFF32X4 $0x44, Z24, Z24, Z25
+	VSHUFF32X4 $0xee, Z24, Z24, Z26
+	VADDPS     Z26, Z25, Z24
+	VSHUFPS    $0x88, Z7, Z6, Z25
+	VSHUFPS    $0xdd, Z7, Z6, Z26
+	VADDPS     Z26, Z25, Z6
+	VSHUFPS    $0x88, Z24, Z8, Z25
+	VSHUFPS    $0xdd, Z24, Z8, Z26
+	VADDPS     Z26, Z25, Z8
+	VSHUFPS    $0x88, Z8, Z6, Z25
+	VSHUFPS    $0xdd, Z8, Z6, Z26
+	VADDPS     Z26, Z25, Z6
+	VSHUFF32X4 $0xf5, Z6, Z6, Z25
+	VADDPS     Z25, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z12, Z25
+	VSHUFF32X4 $0xee, Z15, Z12, Z26
+	VADDPS     Z26, Z25, Z12
+	VSHUFF32X4 $0x44, Z16, Z13, Z25
+	VSHUFF32X4 $0xee, Z16, Z13, Z26
+	VADDPS     Z26, Z25, Z13
+	VSHUFF32X4 $0x44, Z17, Z14, Z25
+	VSHUFF32X4 $0xee, Z17, Z14, Z26
+	VADDPS     Z26, Z25, Z14
+	VSHUFF32X4 $0x44, Z24, Z24, Z25
+	VSHUFF32X4 $0xee, Z24, Z24, Z26
+	VADDPS     Z26, Z25, Z24
+	VSHUFPS    $0x88, Z13, Z12, Z25
+	VSHUFPS    $0xdd, Z13, Z12, Z26
+	VADDPS     Z26, Z25, Z12
+	VSHUFPS    $0x88, Z24, Z14, Z25
+	VSHUFPS    $0xdd, Z24, Z14, Z26
+	VADDPS     Z26, Z25, Z14
+	VSHUFPS    $0x88, Z14, Z12, Z25
+	VSHUFPS    $0xdd, Z14, Z12, Z26
+	VADDPS     Z26, Z25, Z12
+	VSHUFF32X4 $0xf5, Z12, Z12, Z25
+	VADDPS     Z25, Z12, Z12
+	VSHUFF32X4 $0x44, Z21, Z18, Z25
+	VSHUFF32X4 $0xee, Z21, Z18, Z26
+	VADDPS     Z26, Z25, Z18
+	VSHUFF32X4 $0x44, Z22, Z19, Z25
+	VSHUFF32X4 $0xee, Z22, Z19, Z26
+	VADDPS     Z26, Z25, Z19
+	VSHUFF32X4 $0x44, Z23, Z20, Z25
+	VSHUFF32X4 $0xee, Z23, Z20, Z26
+	VADDPS     Z26, Z25, Z20
+	VSHUFF32X4 $0x44, Z24, Z24, Z25
+	VSHUFF32X4 $0xee, Z24, Z24, Z26
+	VADDPS     Z26, Z25, Z24
+	VSHUFPS    $0x88, Z19, Z18, Z25
+	VSHUFPS    $0xdd, Z19, Z18, Z26
+	VADDPS     Z26, Z25, Z18
+	VSHUFPS    $0x88, Z24, Z20, Z25
+	VSHUFPS    $0xdd, Z24, Z20, Z26
+	VADDPS     Z26, Z25, Z20
+	VSHUFPS    $0x88, Z20, Z18, Z25
+	VSHUFPS    $0xdd, Z20, Z18, Z26
+	VADDPS     Z26, Z25, Z18
+	VSHUFF32X4 $0xf5, Z18, Z18, Z25
+	VADDPS     Z25, Z18, Z18
+	TESTQ      DX, DX
+	JZ         dotTile8x3FP8IlvAVX512_store
+	VMOVUPS.Z  (AX), K1, X25
+	VADDPS     X25, X0, X25
+	VMOVUPS    X25, K1, (AX)
+	VMOVUPS.Z  -32(AX)(CX*1), K2, Z25
+	VADDPS     Z25, Z0, Z25
+	VMOVUPS    Z25, K2, -32(AX)(CX*1)
+	LEAQ       (AX)(CX*2), AX
+	VMOVUPS.Z  (AX), K1, X25
+	VADDPS     X25, X6, X25
+	VMOVUPS    X25, K1, (AX)
+	VMOVUPS.Z  -32(AX)(CX*1), K2, Z25
+	VADDPS     Z25, Z6, Z25
+	VMOVUPS    Z25, K2, -32(AX)(CX*1)
+	LEAQ       (AX)(CX*2), AX
+	VMOVUPS.Z  (AX), K1, X25
+	VADDPS     X25, X12, X25
+	VMOVUPS    X25, K1, (AX)
+	VMOVUPS.Z  -32(AX)(CX*1), K2, Z25
+	VADDPS     Z25, Z12, Z25
+	VMOVUPS    Z25, K2, -32(AX)(CX*1)
+	LEAQ       (AX)(CX*2), AX
+	VMOVUPS.Z  (AX), K1, X25
+	VADDPS     X25, X18, X25
+	VMOVUPS    X25, K1, (AX)
+	VMOVUPS.Z  -32(AX)(CX*1), K2, Z25
+	VADDPS     Z25, Z18, Z25
+	VMOVUPS    Z25, K2, -32(AX)(CX*1)
+	LEAQ       (AX)(CX*2), AX
+	VZEROUPPER
+	RET
+
+dotTile8x3FP8IlvAVX512_store:
+	VMOVUPS X0, K1, (AX)
+	VMOVUPS Z0, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X6, K1, (AX)
+	VMOVUPS Z6, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X12, K1, (AX)
+	VMOVUPS Z12, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS X18, K1, (AX)
+	VMOVUPS Z18, K2, -32(AX)(CX*1)
+	LEAQ    (AX)(CX*2), AX
+	VZEROUPPER
+	RET
+
 // func dotTile2x8FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
 TEXT ·dotTile2x8FP8AVX512(SB), NOSPLIT, $0-88
@@ -20935,6 +22505,225 @@ dotTile2x8FP8AVX512_reduce:
 	RET
 
 dotTile2x8FP8AVX512_store:
+	VMOVUPS X0, (AX)
+	VMOVUPS X4, 16(AX)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	VMOVUPS X12, 16(AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile2x8FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile2x8FP8IlvAVX512(SB), NOSPLIT, $0-88
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	MOVQ         w+16(FP), DX
+	MOVQ         ldw+24(FP), BX
+	LEAQ         (DX)(BX*2), SI
+	ADDQ         BX, SI
+	LEAQ         (SI)(BX*2), DI
+	ADDQ         BX, DI
+	MOVQ         pfd+56(FP), R8
+	MOVQ         sc+40(FP), R9
+	MOVQ         first+48(FP), R10
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	MOVL         $0x87f00000, R11
+	VPBROADCASTD R11, Z31
+	MOVQ         kn+32(FP), R12
+	SHRQ         $0x04, R12
+	JZ           dotTile2x8FP8IlvAVX512_reduce
+	XORQ         R13, R13
+
+dotTile2x8FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R11
+	VPBROADCASTD R11, Z25
+	VBROADCASTSS (R9), Z24
+	VMULPS       Z25, Z24, Z24
+	ADDQ         $0x04, R9
+	CMPQ         R12, R10
+	CMOVQLT      R12, R10
+	SUBQ         R10, R12
+
+dotTile2x8FP8IlvAVX512_step:
+	VMOVUPS     (AX), Z28
+	VMOVUPS     (AX)(CX*1), Z29
+	VPMOVSXBD   (DX), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z24, Z25, Z25
+	VFMADD231PS Z25, Z28, Z0
+	VFMADD231PS Z25, Z29, Z8
+	VPMOVSXBD   (DX)(BX*1), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z24, Z26, Z26
+	VFMADD231PS Z26, Z28, Z1
+	VFMADD231PS Z26, Z29, Z9
+	VPMOVSXBD   (DX)(BX*2), Z27
+	VPSLLD      $0x14, Z27, Z27
+	VPANDD      Z31, Z27, Z27
+	VMULPS      Z24, Z27, Z27
+	VFMADD231PS Z27, Z28, Z2
+	VFMADD231PS Z27, Z29, Z10
+	VPMOVSXBD   (SI), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z24, Z25, Z25
+	VFMADD231PS Z25, Z28, Z3
+	VFMADD231PS Z25, Z29, Z11
+	VPMOVSXBD   (DX)(BX*4), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z24, Z26, Z26
+	VFMADD231PS Z26, Z28, Z4
+	VFMADD231PS Z26, Z29, Z12
+	VPMOVSXBD   (SI)(BX*2), Z27
+	VPSLLD      $0x14, Z27, Z27
+	VPANDD      Z31, Z27, Z27
+	VMULPS      Z24, Z27, Z27
+	VFMADD231PS Z27, Z28, Z5
+	VFMADD231PS Z27, Z29, Z13
+	VPMOVSXBD   (DI), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z24, Z25, Z25
+	VFMADD231PS Z25, Z28, Z6
+	VFMADD231PS Z25, Z29, Z14
+	VPMOVSXBD   (SI)(BX*4), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z24, Z26, Z26
+	VFMADD231PS Z26, Z28, Z7
+	VFMADD231PS Z26, Z29, Z15
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x10, R13
+	LEAQ        (DX)(R8*1), R11
+	PREFETCHT1  (R11)
+	PREFETCHT1  64(R11)
+	DECQ        R10
+	JNZ         dotTile2x8FP8IlvAVX512_step
+	MOVQ        $0x00000008, R10
+	TESTQ       R12, R12
+	JNZ         dotTile2x8FP8IlvAVX512_block
+
+dotTile2x8FP8IlvAVX512_reduce:
+	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	VEXTRACTF64X4 $0x01, Z0, Y25
+	VADDPS        Y25, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y25
+	VADDPS        Y25, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y25
+	VADDPS        Y25, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y25
+	VADDPS        Y25, Y3, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y25
+	VSHUFPS       $0xdd, Y1, Y0, Y26
+	VADDPS        Y26, Y25, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y25
+	VSHUFPS       $0xdd, Y3, Y2, Y26
+	VADDPS        Y26, Y25, Y2
+	VSHUFPS       $0x88, Y2, Y0, Y25
+	VSHUFPS       $0xdd, Y2, Y0, Y26
+	VADDPS        Y26, Y25, Y0
+	VEXTRACTF32X4 $0x01, Y0, X25
+	VADDPS        X25, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y25
+	VADDPS        Y25, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y25
+	VADDPS        Y25, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y25
+	VADDPS        Y25, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y25
+	VADDPS        Y25, Y7, Y7
+	VSHUFPS       $0x88, Y5, Y4, Y25
+	VSHUFPS       $0xdd, Y5, Y4, Y26
+	VADDPS        Y26, Y25, Y4
+	VSHUFPS       $0x88, Y7, Y6, Y25
+	VSHUFPS       $0xdd, Y7, Y6, Y26
+	VADDPS        Y26, Y25, Y6
+	VSHUFPS       $0x88, Y6, Y4, Y25
+	VSHUFPS       $0xdd, Y6, Y4, Y26
+	VADDPS        Y26, Y25, Y4
+	VEXTRACTF32X4 $0x01, Y4, X25
+	VADDPS        X25, X4, X4
+	VEXTRACTF64X4 $0x01, Z8, Y25
+	VADDPS        Y25, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y25
+	VADDPS        Y25, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y25
+	VADDPS        Y25, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y25
+	VADDPS        Y25, Y11, Y11
+	VSHUFPS       $0x88, Y9, Y8, Y25
+	VSHUFPS       $0xdd, Y9, Y8, Y26
+	VADDPS        Y26, Y25, Y8
+	VSHUFPS       $0x88, Y11, Y10, Y25
+	VSHUFPS       $0xdd, Y11, Y10, Y26
+	VADDPS        Y26, Y25, Y10
+	VSHUFPS       $0x88, Y10, Y8, Y25
+	VSHUFPS       $0xdd, Y10, Y8, Y26
+	VADDPS        Y26, Y25, Y8
+	VEXTRACTF32X4 $0x01, Y8, X25
+	VADDPS        X25, X8, X8
+	VEXTRACTF64X4 $0x01, Z12, Y25
+	VADDPS        Y25, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y25
+	VADDPS        Y25, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y25
+	VADDPS        Y25, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z15, Y25
+	VADDPS        Y25, Y15, Y15
+	VSHUFPS       $0x88, Y13, Y12, Y25
+	VSHUFPS       $0xdd, Y13, Y12, Y26
+	VADDPS        Y26, Y25, Y12
+	VSHUFPS       $0x88, Y15, Y14, Y25
+	VSHUFPS       $0xdd, Y15, Y14, Y26
+	VADDPS        Y26, Y25, Y14
+	VSHUFPS       $0x88, Y14, Y12, Y25
+	VSHUFPS       $0xdd, Y14, Y12, Y26
+	VADDPS        Y26, Y25, Y12
+	VEXTRACTF32X4 $0x01, Y12, X25
+	VADDPS        X25, X12, X12
+	TESTQ         DX, DX
+	JZ            dotTile2x8FP8IlvAVX512_store
+	VADDPS        (AX), X0, X0
+	VADDPS        16(AX), X4, X4
+	VMOVUPS       X0, (AX)
+	VMOVUPS       X4, 16(AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VADDPS        16(AX), X12, X12
+	VMOVUPS       X8, (AX)
+	VMOVUPS       X12, 16(AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile2x8FP8IlvAVX512_store:
 	VMOVUPS X0, (AX)
 	VMOVUPS X4, 16(AX)
 	ADDQ    CX, AX
@@ -21226,6 +23015,288 @@ dotTile3x8FP8AVX512_reduce:
 	RET
 
 dotTile3x8FP8AVX512_store:
+	VMOVUPS X0, (AX)
+	VMOVUPS X4, 16(AX)
+	ADDQ    CX, AX
+	VMOVUPS X8, (AX)
+	VMOVUPS X12, 16(AX)
+	ADDQ    CX, AX
+	VMOVUPS X16, (AX)
+	VMOVUPS X20, 16(AX)
+	ADDQ    CX, AX
+	VZEROUPPER
+	RET
+
+// func dotTile3x8FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile3x8FP8IlvAVX512(SB), NOSPLIT, $0-88
+	MOVQ         x+0(FP), AX
+	MOVQ         ldx+8(FP), CX
+	SHLQ         $0x02, CX
+	MOVQ         w+16(FP), DX
+	MOVQ         ldw+24(FP), BX
+	LEAQ         (DX)(BX*2), SI
+	ADDQ         BX, SI
+	LEAQ         (SI)(BX*2), DI
+	ADDQ         BX, DI
+	MOVQ         pfd+56(FP), R8
+	MOVQ         sc+40(FP), R9
+	MOVQ         first+48(FP), R10
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	VPXORD       Z16, Z16, Z16
+	VPXORD       Z17, Z17, Z17
+	VPXORD       Z18, Z18, Z18
+	VPXORD       Z19, Z19, Z19
+	VPXORD       Z20, Z20, Z20
+	VPXORD       Z21, Z21, Z21
+	VPXORD       Z22, Z22, Z22
+	VPXORD       Z23, Z23, Z23
+	MOVL         $0x87f00000, R11
+	VPBROADCASTD R11, Z31
+	MOVQ         kn+32(FP), R12
+	SHRQ         $0x04, R12
+	JZ           dotTile3x8FP8IlvAVX512_reduce
+	XORQ         R13, R13
+
+dotTile3x8FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R11
+	VPBROADCASTD R11, Z25
+	VBROADCASTSS (R9), Z24
+	VMULPS       Z25, Z24, Z24
+	ADDQ         $0x04, R9
+	CMPQ         R12, R10
+	CMOVQLT      R12, R10
+	SUBQ         R10, R12
+
+dotTile3x8FP8IlvAVX512_step:
+	VMOVUPS     (AX), Z28
+	VMOVUPS     (AX)(CX*1), Z29
+	VMOVUPS     (AX)(CX*2), Z30
+	VPMOVSXBD   (DX), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z24, Z25, Z25
+	VFMADD231PS Z25, Z28, Z0
+	VFMADD231PS Z25, Z29, Z8
+	VFMADD231PS Z25, Z30, Z16
+	VPMOVSXBD   (DX)(BX*1), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z24, Z26, Z26
+	VFMADD231PS Z26, Z28, Z1
+	VFMADD231PS Z26, Z29, Z9
+	VFMADD231PS Z26, Z30, Z17
+	VPMOVSXBD   (DX)(BX*2), Z27
+	VPSLLD      $0x14, Z27, Z27
+	VPANDD      Z31, Z27, Z27
+	VMULPS      Z24, Z27, Z27
+	VFMADD231PS Z27, Z28, Z2
+	VFMADD231PS Z27, Z29, Z10
+	VFMADD231PS Z27, Z30, Z18
+	VPMOVSXBD   (SI), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z24, Z25, Z25
+	VFMADD231PS Z25, Z28, Z3
+	VFMADD231PS Z25, Z29, Z11
+	VFMADD231PS Z25, Z30, Z19
+	VPMOVSXBD   (DX)(BX*4), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z24, Z26, Z26
+	VFMADD231PS Z26, Z28, Z4
+	VFMADD231PS Z26, Z29, Z12
+	VFMADD231PS Z26, Z30, Z20
+	VPMOVSXBD   (SI)(BX*2), Z27
+	VPSLLD      $0x14, Z27, Z27
+	VPANDD      Z31, Z27, Z27
+	VMULPS      Z24, Z27, Z27
+	VFMADD231PS Z27, Z28, Z5
+	VFMADD231PS Z27, Z29, Z13
+	VFMADD231PS Z27, Z30, Z21
+	VPMOVSXBD   (DI), Z25
+	VPSLLD      $0x14, Z25, Z25
+	VPANDD      Z31, Z25, Z25
+	VMULPS      Z24, Z25, Z25
+	VFMADD231PS Z25, Z28, Z6
+	VFMADD231PS Z25, Z29, Z14
+	VFMADD231PS Z25, Z30, Z22
+	VPMOVSXBD   (SI)(BX*4), Z26
+	VPSLLD      $0x14, Z26, Z26
+	VPANDD      Z31, Z26, Z26
+	VMULPS      Z24, Z26, Z26
+	VFMADD231PS Z26, Z28, Z7
+	VFMADD231PS Z26, Z29, Z15
+	VFMADD231PS Z26, Z30, Z23
+	ADDQ        $0x40, AX
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x10, R13
+	LEAQ        (DX)(R8*1), R11
+	PREFETCHT1  (R11)
+	PREFETCHT1  64(R11)
+	DECQ        R10
+	JNZ         dotTile3x8FP8IlvAVX512_step
+	MOVQ        $0x00000008, R10
+	TESTQ       R12, R12
+	JNZ         dotTile3x8FP8IlvAVX512_block
+
+dotTile3x8FP8IlvAVX512_reduce:
+	MOVQ          out+64(FP), AX
+	MOVQ          ldo+72(FP), CX
+	SHLQ          $0x02, CX
+	MOVQ          add+80(FP), DX
+	VEXTRACTF64X4 $0x01, Z0, Y25
+	VADDPS        Y25, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y25
+	VADDPS        Y25, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y25
+	VADDPS        Y25, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y25
+	VADDPS        Y25, Y3, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y25
+	VSHUFPS       $0xdd, Y1, Y0, Y26
+	VADDPS        Y26, Y25, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y25
+	VSHUFPS       $0xdd, Y3, Y2, Y26
+	VADDPS        Y26, Y25, Y2
+	VSHUFPS       $0x88, Y2, Y0, Y25
+	VSHUFPS       $0xdd, Y2, Y0, Y26
+	VADDPS        Y26, Y25, Y0
+	VEXTRACTF32X4 $0x01, Y0, X25
+	VADDPS        X25, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y25
+	VADDPS        Y25, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y25
+	VADDPS        Y25, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y25
+	VADDPS        Y25, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y25
+	VADDPS        Y25, Y7, Y7
+	VSHUFPS       $0x88, Y5, Y4, Y25
+	VSHUFPS       $0xdd, Y5, Y4, Y26
+	VADDPS        Y26, Y25, Y4
+	VSHUFPS       $0x88, Y7, Y6, Y25
+	VSHUFPS       $0xdd, Y7, Y6, Y26
+	VADDPS        Y26, Y25, Y6
+	VSHUFPS       $0x88, Y6, Y4, Y25
+	VSHUFPS       $0xdd, Y6, Y4, Y26
+	VADDPS        Y26, Y25, Y4
+	VEXTRACTF32X4 $0x01, Y4, X25
+	VADDPS        X25, X4, X4
+	VEXTRACTF64X4 $0x01, Z8, Y25
+	VADDPS        Y25, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y25
+	VADDPS        Y25, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y25
+	VADDPS        Y25, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y25
+	VADDPS        Y25, Y11, Y11
+	VSHUFPS       $0x88, Y9, Y8, Y25
+	VSHUFPS       $0xdd, Y9, Y8, Y26
+	VADDPS        Y26, Y25, Y8
+	VSHUFPS       $0x88, Y11, Y10, Y25
+	VSHUFPS       $0xdd, Y11, Y10, Y26
+	VADDPS        Y26, Y25, Y10
+	VSHUFPS       $0x88, Y10, Y8, Y25
+	VSHUFPS       $0xdd, Y10, Y8, Y26
+	VADDPS        Y26, Y25, Y8
+	VEXTRACTF32X4 $0x01, Y8, X25
+	VADDPS        X25, X8, X8
+	VEXTRACTF64X4 $0x01, Z12, Y25
+	VADDPS        Y25, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y25
+	VADDPS        Y25, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y25
+	VADDPS        Y25, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z15, Y25
+	VADDPS        Y25, Y15, Y15
+	VSHUFPS       $0x88, Y13, Y12, Y25
+	VSHUFPS       $0xdd, Y13, Y12, Y26
+	VADDPS        Y26, Y25, Y12
+	VSHUFPS       $0x88, Y15, Y14, Y25
+	VSHUFPS       $0xdd, Y15, Y14, Y26
+	VADDPS        Y26, Y25, Y14
+	VSHUFPS       $0x88, Y14, Y12, Y25
+	VSHUFPS       $0xdd, Y14, Y12, Y26
+	VADDPS        Y26, Y25, Y12
+	VEXTRACTF32X4 $0x01, Y12, X25
+	VADDPS        X25, X12, X12
+	VEXTRACTF64X4 $0x01, Z16, Y25
+	VADDPS        Y25, Y16, Y16
+	VEXTRACTF64X4 $0x01, Z17, Y25
+	VADDPS        Y25, Y17, Y17
+	VEXTRACTF64X4 $0x01, Z18, Y25
+	VADDPS        Y25, Y18, Y18
+	VEXTRACTF64X4 $0x01, Z19, Y25
+	VADDPS        Y25, Y19, Y19
+	VSHUFPS       $0x88, Y17, Y16, Y25
+	VSHUFPS       $0xdd, Y17, Y16, Y26
+	VADDPS        Y26, Y25, Y16
+	VSHUFPS       $0x88, Y19, Y18, Y25
+	VSHUFPS       $0xdd, Y19, Y18, Y26
+	VADDPS        Y26, Y25, Y18
+	VSHUFPS       $0x88, Y18, Y16, Y25
+	VSHUFPS       $0xdd, Y18, Y16, Y26
+	VADDPS        Y26, Y25, Y16
+	VEXTRACTF32X4 $0x01, Y16, X25
+	VADDPS        X25, X16, X16
+	VEXTRACTF64X4 $0x01, Z20, Y25
+	VADDPS        Y25, Y20, Y20
+	VEXTRACTF64X4 $0x01, Z21, Y25
+	VADDPS        Y25, Y21, Y21
+	VEXTRACTF64X4 $0x01, Z22, Y25
+	VADDPS        Y25, Y22, Y22
+	VEXTRACTF64X4 $0x01, Z23, Y25
+	VADDPS        Y25, Y23, Y23
+	VSHUFPS       $0x88, Y21, Y20, Y25
+	VSHUFPS       $0xdd, Y21, Y20, Y26
+	VADDPS        Y26, Y25, Y20
+	VSHUFPS       $0x88, Y23, Y22, Y25
+	VSHUFPS       $0xdd, Y23, Y22, Y26
+	VADDPS        Y26, Y25, Y22
+	VSHUFPS       $0x88, Y22, Y20, Y25
+	VSHUFPS       $0xdd, Y22, Y20, Y26
+	VADDPS        Y26, Y25, Y20
+	VEXTRACTF32X4 $0x01, Y20, X25
+	VADDPS        X25, X20, X20
+	TESTQ         DX, DX
+	JZ            dotTile3x8FP8IlvAVX512_store
+	VADDPS        (AX), X0, X0
+	VADDPS        16(AX), X4, X4
+	VMOVUPS       X0, (AX)
+	VMOVUPS       X4, 16(AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X8, X8
+	VADDPS        16(AX), X12, X12
+	VMOVUPS       X8, (AX)
+	VMOVUPS       X12, 16(AX)
+	ADDQ          CX, AX
+	VADDPS        (AX), X16, X16
+	VADDPS        16(AX), X20, X20
+	VMOVUPS       X16, (AX)
+	VMOVUPS       X20, 16(AX)
+	ADDQ          CX, AX
+	VZEROUPPER
+	RET
+
+dotTile3x8FP8IlvAVX512_store:
 	VMOVUPS X0, (AX)
 	VMOVUPS X4, 16(AX)
 	ADDQ    CX, AX
@@ -21652,6 +23723,417 @@ dotTile1x16FP8PrescaledAVX512_next:
 
 dotTile1x16FP8PrescaledAVX512_reduce:
 	MOVQ          out+64(FP), AX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VEXTRACTF64X4 $0x01, Z8, Y18
+	VADDPS        Y18, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y18
+	VADDPS        Y18, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y18
+	VADDPS        Y18, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y18
+	VADDPS        Y18, Y11, Y11
+	VSHUFPS       $0x88, Y9, Y8, Y18
+	VSHUFPS       $0xdd, Y9, Y8, Y19
+	VADDPS        Y19, Y18, Y8
+	VSHUFPS       $0x88, Y11, Y10, Y18
+	VSHUFPS       $0xdd, Y11, Y10, Y19
+	VADDPS        Y19, Y18, Y10
+	VSHUFPS       $0x88, Y10, Y8, Y18
+	VSHUFPS       $0xdd, Y10, Y8, Y19
+	VADDPS        Y19, Y18, Y8
+	VEXTRACTF32X4 $0x01, Y8, X18
+	VADDPS        X18, X8, X8
+	VEXTRACTF64X4 $0x01, Z12, Y18
+	VADDPS        Y18, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y18
+	VADDPS        Y18, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y18
+	VADDPS        Y18, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z15, Y18
+	VADDPS        Y18, Y15, Y15
+	VSHUFPS       $0x88, Y13, Y12, Y18
+	VSHUFPS       $0xdd, Y13, Y12, Y19
+	VADDPS        Y19, Y18, Y12
+	VSHUFPS       $0x88, Y15, Y14, Y18
+	VSHUFPS       $0xdd, Y15, Y14, Y19
+	VADDPS        Y19, Y18, Y14
+	VSHUFPS       $0x88, Y14, Y12, Y18
+	VSHUFPS       $0xdd, Y14, Y12, Y19
+	VADDPS        Y19, Y18, Y12
+	VEXTRACTF32X4 $0x01, Y12, X18
+	VADDPS        X18, X12, X12
+	VMOVUPS       X0, (AX)
+	VMOVUPS       X4, 16(AX)
+	VMOVUPS       X8, 32(AX)
+	VMOVUPS       X12, 48(AX)
+	VZEROUPPER
+	RET
+
+// func dotTile1x16FP8IlvAVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, kn int, sc *[2]*float32, first int, pfa int, pfb int, out *[16]float32)
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile1x16FP8IlvAVX512(SB), NOSPLIT, $0-80
+	MOVQ         xa+0(FP), AX
+	MOVQ         xb+8(FP), CX
+	MOVQ         wa+16(FP), DX
+	MOVQ         wb+24(FP), BX
+	MOVQ         pfa+56(FP), SI
+	MOVQ         pfb+64(FP), DI
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	MOVL         $0x87f00000, R8
+	VPBROADCASTD R8, Z23
+	MOVQ         kn+32(FP), R9
+	SHRQ         $0x04, R9
+	JZ           dotTile1x16FP8IlvAVX512_reduce
+	MOVQ         sc+40(FP), R10
+	MOVQ         first+48(FP), R11
+
+dotTile1x16FP8IlvAVX512_block:
+	MOVL         $0x7b800000, R8
+	VPBROADCASTD R8, Z18
+	MOVQ         (R10), R8
+	VBROADCASTSS (R8), Z16
+	VMULPS       Z18, Z16, Z16
+	ADDQ         $0x04, R8
+	MOVQ         R8, (R10)
+	MOVQ         8(R10), R8
+	VBROADCASTSS (R8), Z17
+	VMULPS       Z18, Z17, Z17
+	ADDQ         $0x04, R8
+	MOVQ         R8, 8(R10)
+	CMPQ         R9, R11
+	CMOVQLT      R9, R11
+	SUBQ         R11, R9
+
+dotTile1x16FP8IlvAVX512_step:
+	VMOVUPS     (AX), Z22
+	VMOVUPS     (CX), Z24
+	VPMOVSXBD   (DX), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z23, Z18, Z18
+	VMULPS      Z16, Z18, Z18
+	VFMADD231PS Z18, Z22, Z0
+	VPMOVSXBD   (BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z23, Z19, Z19
+	VMULPS      Z17, Z19, Z19
+	VFMADD231PS Z19, Z24, Z8
+	VPMOVSXBD   16(DX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z23, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z22, Z1
+	VPMOVSXBD   16(BX), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z23, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z9
+	VPMOVSXBD   32(DX), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z23, Z18, Z18
+	VMULPS      Z16, Z18, Z18
+	VFMADD231PS Z18, Z22, Z2
+	VPMOVSXBD   32(BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z23, Z19, Z19
+	VMULPS      Z17, Z19, Z19
+	VFMADD231PS Z19, Z24, Z10
+	VPMOVSXBD   48(DX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z23, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z22, Z3
+	VPMOVSXBD   48(BX), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z23, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z11
+	VPMOVSXBD   64(DX), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z23, Z18, Z18
+	VMULPS      Z16, Z18, Z18
+	VFMADD231PS Z18, Z22, Z4
+	VPMOVSXBD   64(BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z23, Z19, Z19
+	VMULPS      Z17, Z19, Z19
+	VFMADD231PS Z19, Z24, Z12
+	VPMOVSXBD   80(DX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z23, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z22, Z5
+	VPMOVSXBD   80(BX), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z23, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z13
+	VPMOVSXBD   96(DX), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z23, Z18, Z18
+	VMULPS      Z16, Z18, Z18
+	VFMADD231PS Z18, Z22, Z6
+	VPMOVSXBD   96(BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z23, Z19, Z19
+	VMULPS      Z17, Z19, Z19
+	VFMADD231PS Z19, Z24, Z14
+	VPMOVSXBD   112(DX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z23, Z20, Z20
+	VMULPS      Z16, Z20, Z20
+	VFMADD231PS Z20, Z22, Z7
+	VPMOVSXBD   112(BX), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z23, Z21, Z21
+	VMULPS      Z17, Z21, Z21
+	VFMADD231PS Z21, Z24, Z15
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, CX
+	PREFETCHT0  (DX)(SI*1)
+	PREFETCHT0  64(DX)(SI*1)
+	ADDQ        $0x00000080, DX
+	PREFETCHT0  (BX)(DI*1)
+	PREFETCHT0  64(BX)(DI*1)
+	ADDQ        $0x00000080, BX
+	DECQ        R11
+	JNZ         dotTile1x16FP8IlvAVX512_step
+	MOVQ        $0x00000008, R11
+	TESTQ       R9, R9
+	JNZ         dotTile1x16FP8IlvAVX512_block
+
+dotTile1x16FP8IlvAVX512_reduce:
+	MOVQ          out+72(FP), AX
+	VEXTRACTF64X4 $0x01, Z0, Y28
+	VADDPS        Y28, Y0, Y0
+	VEXTRACTF64X4 $0x01, Z1, Y28
+	VADDPS        Y28, Y1, Y1
+	VEXTRACTF64X4 $0x01, Z2, Y28
+	VADDPS        Y28, Y2, Y2
+	VEXTRACTF64X4 $0x01, Z3, Y28
+	VADDPS        Y28, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X28
+	VADDPS        X28, X0, X0
+	VEXTRACTF64X4 $0x01, Z4, Y28
+	VADDPS        Y28, Y4, Y4
+	VEXTRACTF64X4 $0x01, Z5, Y28
+	VADDPS        Y28, Y5, Y5
+	VEXTRACTF64X4 $0x01, Z6, Y28
+	VADDPS        Y28, Y6, Y6
+	VEXTRACTF64X4 $0x01, Z7, Y28
+	VADDPS        Y28, Y7, Y7
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X28
+	VADDPS        X28, X4, X4
+	VEXTRACTF64X4 $0x01, Z8, Y18
+	VADDPS        Y18, Y8, Y8
+	VEXTRACTF64X4 $0x01, Z9, Y18
+	VADDPS        Y18, Y9, Y9
+	VEXTRACTF64X4 $0x01, Z10, Y18
+	VADDPS        Y18, Y10, Y10
+	VEXTRACTF64X4 $0x01, Z11, Y18
+	VADDPS        Y18, Y11, Y11
+	VSHUFPS       $0x88, Y9, Y8, Y18
+	VSHUFPS       $0xdd, Y9, Y8, Y19
+	VADDPS        Y19, Y18, Y8
+	VSHUFPS       $0x88, Y11, Y10, Y18
+	VSHUFPS       $0xdd, Y11, Y10, Y19
+	VADDPS        Y19, Y18, Y10
+	VSHUFPS       $0x88, Y10, Y8, Y18
+	VSHUFPS       $0xdd, Y10, Y8, Y19
+	VADDPS        Y19, Y18, Y8
+	VEXTRACTF32X4 $0x01, Y8, X18
+	VADDPS        X18, X8, X8
+	VEXTRACTF64X4 $0x01, Z12, Y18
+	VADDPS        Y18, Y12, Y12
+	VEXTRACTF64X4 $0x01, Z13, Y18
+	VADDPS        Y18, Y13, Y13
+	VEXTRACTF64X4 $0x01, Z14, Y18
+	VADDPS        Y18, Y14, Y14
+	VEXTRACTF64X4 $0x01, Z15, Y18
+	VADDPS        Y18, Y15, Y15
+	VSHUFPS       $0x88, Y13, Y12, Y18
+	VSHUFPS       $0xdd, Y13, Y12, Y19
+	VADDPS        Y19, Y18, Y12
+	VSHUFPS       $0x88, Y15, Y14, Y18
+	VSHUFPS       $0xdd, Y15, Y14, Y19
+	VADDPS        Y19, Y18, Y14
+	VSHUFPS       $0x88, Y14, Y12, Y18
+	VSHUFPS       $0xdd, Y14, Y12, Y19
+	VADDPS        Y19, Y18, Y12
+	VEXTRACTF32X4 $0x01, Y12, X18
+	VADDPS        X18, X12, X12
+	VMOVUPS       X0, (AX)
+	VMOVUPS       X4, 16(AX)
+	VMOVUPS       X8, 32(AX)
+	VMOVUPS       X12, 48(AX)
+	VZEROUPPER
+	RET
+
+// func dotTile1x16FP8PrescaledIlvAVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, kn int, pfa int, pfb int, out *[16]float32)
+// Requires: AVX, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·dotTile1x16FP8PrescaledIlvAVX512(SB), NOSPLIT, $0-64
+	MOVQ         xa+0(FP), AX
+	MOVQ         xb+8(FP), CX
+	MOVQ         wa+16(FP), DX
+	MOVQ         wb+24(FP), BX
+	MOVQ         pfa+40(FP), SI
+	MOVQ         pfb+48(FP), DI
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	VPXORD       Z14, Z14, Z14
+	VPXORD       Z15, Z15, Z15
+	MOVL         $0x87f00000, R8
+	VPBROADCASTD R8, Z23
+	MOVQ         kn+32(FP), R8
+	SHRQ         $0x04, R8
+	JZ           dotTile1x16FP8PrescaledIlvAVX512_reduce
+	MOVQ         R8, R9
+
+dotTile1x16FP8PrescaledIlvAVX512_block:
+	CMPQ    R8, R9
+	CMOVQLT R8, R9
+	SUBQ    R9, R8
+
+dotTile1x16FP8PrescaledIlvAVX512_step:
+	VMOVUPS     (AX), Z22
+	VMOVUPS     (CX), Z24
+	VPMOVSXBD   (DX), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z23, Z18, Z18
+	VFMADD231PS Z18, Z22, Z0
+	VPMOVSXBD   (BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z23, Z19, Z19
+	VFMADD231PS Z19, Z24, Z8
+	VPMOVSXBD   16(DX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z23, Z20, Z20
+	VFMADD231PS Z20, Z22, Z1
+	VPMOVSXBD   16(BX), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z23, Z21, Z21
+	VFMADD231PS Z21, Z24, Z9
+	VPMOVSXBD   32(DX), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z23, Z18, Z18
+	VFMADD231PS Z18, Z22, Z2
+	VPMOVSXBD   32(BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z23, Z19, Z19
+	VFMADD231PS Z19, Z24, Z10
+	VPMOVSXBD   48(DX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z23, Z20, Z20
+	VFMADD231PS Z20, Z22, Z3
+	VPMOVSXBD   48(BX), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z23, Z21, Z21
+	VFMADD231PS Z21, Z24, Z11
+	VPMOVSXBD   64(DX), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z23, Z18, Z18
+	VFMADD231PS Z18, Z22, Z4
+	VPMOVSXBD   64(BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z23, Z19, Z19
+	VFMADD231PS Z19, Z24, Z12
+	VPMOVSXBD   80(DX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z23, Z20, Z20
+	VFMADD231PS Z20, Z22, Z5
+	VPMOVSXBD   80(BX), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z23, Z21, Z21
+	VFMADD231PS Z21, Z24, Z13
+	VPMOVSXBD   96(DX), Z18
+	VPSLLD      $0x14, Z18, Z18
+	VPANDD      Z23, Z18, Z18
+	VFMADD231PS Z18, Z22, Z6
+	VPMOVSXBD   96(BX), Z19
+	VPSLLD      $0x14, Z19, Z19
+	VPANDD      Z23, Z19, Z19
+	VFMADD231PS Z19, Z24, Z14
+	VPMOVSXBD   112(DX), Z20
+	VPSLLD      $0x14, Z20, Z20
+	VPANDD      Z23, Z20, Z20
+	VFMADD231PS Z20, Z22, Z7
+	VPMOVSXBD   112(BX), Z21
+	VPSLLD      $0x14, Z21, Z21
+	VPANDD      Z23, Z21, Z21
+	VFMADD231PS Z21, Z24, Z15
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, CX
+	PREFETCHT0  (DX)(SI*1)
+	PREFETCHT0  64(DX)(SI*1)
+	ADDQ        $0x00000080, DX
+	PREFETCHT0  (BX)(DI*1)
+	PREFETCHT0  64(BX)(DI*1)
+	ADDQ        $0x00000080, BX
+	DECQ        R9
+	JNZ         dotTile1x16FP8PrescaledIlvAVX512_step
+	MOVQ        $0x00000008, R9
+	TESTQ       R8, R8
+	JNZ         dotTile1x16FP8PrescaledIlvAVX512_block
+
+dotTile1x16FP8PrescaledIlvAVX512_reduce:
+	MOVQ          out+56(FP), AX
 	VEXTRACTF64X4 $0x01, Z0, Y28
 	VADDPS        Y28, Y0, Y0
 	VEXTRACTF64X4 $0x01, Z1, Y28

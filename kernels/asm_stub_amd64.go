@@ -661,6 +661,11 @@ func decodeFP8RowAVX2(dst *float32, w *uint8, kn int, sc *float32, first int, pf
 //go:noescape
 func decodeFP8RowAVX512(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) int
 
+// decodeFP8RowIlvAVX512 decodes kn (a multiple of 16) fp8 codes of one block-scaled row of an interleaved matrix (16 codes a step, steps 128 bytes apart), holding no NaN code, to float32.
+//
+//go:noescape
+func decodeFP8RowIlvAVX512(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8)
+
 // dotTile2x4FP8AVX512 computes 2 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements, stores (add 0) or adds them to out (row i at out + i·ldo floats) and reports NaN codes.
 //
 //go:noescape
@@ -670,6 +675,11 @@ func dotTile2x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]
 //
 //go:noescape
 func dotTile2x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+
+// dotTile2x4FP8IlvAVX512 is dotTile2x4FP8FiniteAVX512 for 4 weight rows of one interleaved group (row j at w + j·ldw, ldw 16; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile2x4FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 
 // dotTile3x4FP8AVX512 computes 3 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements, stores (add 0) or adds them to out (row i at out + i·ldo floats) and reports NaN codes.
 //
@@ -681,6 +691,11 @@ func dotTile3x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]
 //go:noescape
 func dotTile3x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 
+// dotTile3x4FP8IlvAVX512 is dotTile3x4FP8FiniteAVX512 for 4 weight rows of one interleaved group (row j at w + j·ldw, ldw 16; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile3x4FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+
 // dotTile4x4FP8AVX512 computes 4 activation rows' dot products with 4 fp8 weight rows of block-scaled e4m3 codes over kn (a multiple of 16) elements, stores (add 0) or adds them to out (row i at out + i·ldo floats) and reports NaN codes.
 //
 //go:noescape
@@ -691,35 +706,70 @@ func dotTile4x4FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]
 //go:noescape
 func dotTile4x4FP8FiniteAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
 
+// dotTile4x4FP8IlvAVX512 is dotTile4x4FP8FiniteAVX512 for 4 weight rows of one interleaved group (row j at w + j·ldw, ldw 16; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile4x4FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[4]*float32, first int, pfd int, out *float32, ldo int, add int) int
+
 // dotTile5x3FP8AVX512 computes 5 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //
 //go:noescape
 func dotTile5x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
+
+// dotTile5x3FP8IlvAVX512 is dotTile5x3FP8AVX512 for 3 rows of an interleaved fp8 matrix (rows at w, w + ldw and w + ldw2; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile5x3FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, ldw2 int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
 // dotTile6x3FP8AVX512 computes 6 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //
 //go:noescape
 func dotTile6x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
+// dotTile6x3FP8IlvAVX512 is dotTile6x3FP8AVX512 for 3 rows of an interleaved fp8 matrix (rows at w, w + ldw and w + ldw2; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile6x3FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, ldw2 int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
+
 // dotTile7x3FP8AVX512 computes 7 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //
 //go:noescape
 func dotTile7x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
+
+// dotTile7x3FP8IlvAVX512 is dotTile7x3FP8AVX512 for 3 rows of an interleaved fp8 matrix (rows at w, w + ldw and w + ldw2; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile7x3FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, ldw2 int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
 // dotTile8x3FP8AVX512 computes 8 activation rows' dot products with 3 fp8 weight rows of block-scaled e4m3 codes holding no NaN code over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, three values).
 //
 //go:noescape
 func dotTile8x3FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
 
+// dotTile8x3FP8IlvAVX512 is dotTile8x3FP8AVX512 for 3 rows of an interleaved fp8 matrix (rows at w, w + ldw and w + ldw2; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile8x3FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, ldw2 int, kn int, sc *[3]*float32, first int, pfd int, out *float32, ldo int, add int)
+
 // dotTile2x8FP8AVX512 computes 2 activation rows' dot products with 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, whose blocks share the scales at sc, over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
 //
 //go:noescape
 func dotTile2x8FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
 
+// dotTile2x8FP8IlvAVX512 is dotTile2x8FP8AVX512 for one interleaved group of eight rows (row j at w + j·ldw, ldw 16; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile2x8FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
+
 // dotTile3x8FP8AVX512 computes 3 activation rows' dot products with 8 fp8 weight rows of block-scaled e4m3 codes holding no NaN code, whose blocks share the scales at sc, over kn (a multiple of 16) elements, and stores (add 0) or adds them to out (row i at out + i·ldo floats, eight values).
 //
 //go:noescape
 func dotTile3x8FP8AVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
+
+// dotTile3x8FP8IlvAVX512 is dotTile3x8FP8AVX512 for one interleaved group of eight rows (row j at w + j·ldw, ldw 16; each step of 16 codes 128 bytes further), prefetching pfd bytes ahead every step.
+//
+//go:noescape
+func dotTile3x8FP8IlvAVX512(x *float32, ldx int, w *uint8, ldw int, kn int, sc *float32, first int, pfd int, out *float32, ldo int, add int)
 
 // dotTile1x16FP8AVX512 computes the dot products of the activations at xa with group a of 8 fp8 weight rows and of those at xb with group b, block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g], over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].
 //
@@ -730,6 +780,16 @@ func dotTile1x16FP8AVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw in
 //
 //go:noescape
 func dotTile1x16FP8PrescaledAVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, ldw int, kn int, pfa int, pfb int, out *[16]float32)
+
+// dotTile1x16FP8IlvAVX512 computes the dot products of the activations at xa with group a of 8 interleaved fp8 weight rows and of those at xb with group b, block-scaled e4m3 codes holding no NaN code, each group's rows sharing the scales at *sc[g], over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].
+//
+//go:noescape
+func dotTile1x16FP8IlvAVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, kn int, sc *[2]*float32, first int, pfa int, pfb int, out *[16]float32)
+
+// dotTile1x16FP8PrescaledIlvAVX512 computes the dot products of the prescaled activations at xa with group a of 8 interleaved fp8 weight rows and of those at xb with group b, e4m3 codes holding no NaN code whose block scales the activations hold, over kn (a multiple of 16) elements, prefetching group a pfa bytes ahead and group b pfb, and stores group a's sums in out[0:8] and group b's in out[8:16].
+//
+//go:noescape
+func dotTile1x16FP8PrescaledIlvAVX512(xa *float32, xb *float32, wa *uint8, wb *uint8, kn int, pfa int, pfb int, out *[16]float32)
 
 // decodeRecordsAVX512 decodes n scaled e4m3 (and bf16) records of a flat store, chosen by slot, into dst, prefetching the records of later slots.
 //

@@ -75,6 +75,12 @@
 //     (a column offset that splits a vector between blocks, a scale of
 //     magnitude 2^8 or more, a NaN code) decode a block of rows into an
 //     f32 panel that the f32 tiles read, once for all activation rows.
+//     An fp8 matrix in the interleaved layout of InterleaveFP8 (groups of
+//     eight rows alternating sixteen codes at a time) is read by tiles of
+//     the same arithmetic with each group's codes as one stream: one row
+//     two groups per call, two or three rows a group, four rows half a
+//     group, five to eight rows three rows at a time, more rows through
+//     the decoded paths with an interleaved row decoder.
 //   - RoPE angles pos·inv_freq and their cos/sin are computed in float64 and
 //     rounded to float32 once (Apply, or Angles once per position for all
 //     the vectors Rotate turns by them); the rotation itself is float32
@@ -102,9 +108,10 @@
 //     weight as a whole (its codes are usually a read-only view of the
 //     checkpoint file): the fast path dequantizes at most one block of rows
 //     of one reduction block at a time, into a pooled panel. Only SliceCols
-//     copies, and only the columns it is asked for; InterleaveBF16, called
-//     once at load, copies a bf16 weight into the layout the AVX-512 tiles
-//     stream (SliceRows of it copies too where it cuts a group of eight).
+//     copies, and only the columns it is asked for; InterleaveBF16 and
+//     InterleaveFP8, called once at load, copy a bf16 or fp8 weight into
+//     the layout the AVX-512 tiles stream (SliceRows of it copies too where
+//     it cuts a group of eight).
 //   - They never silently truncate: a length mismatch is a programming error
 //     and panics with the lengths involved.
 //   - TopK never selects a −Inf or NaN score and breaks ties by the lowest

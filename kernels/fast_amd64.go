@@ -352,6 +352,70 @@ func dotTile1x16FP8Prescaled(xa, xb *float32, wa, wb *uint8, ldw, kn, pfa, pfb i
 	dotTile1x16FP8PrescaledAVX512(xa, xb, wa, wb, ldw, kn, pfa, pfb, out)
 }
 
+// dotTile1x16FP8Ilv is dotTile1x16FP8 for two groups of an interleaved
+// fp8 matrix (Matrix.InterleaveFP8), each a stream prefetched pfa and pfb
+// bytes ahead.
+func dotTile1x16FP8Ilv(xa, xb *float32, wa, wb *uint8, kn int, sc *[2]*float32, first, pfa, pfb int, out *[16]float32) {
+	dotTile1x16FP8IlvAVX512(xa, xb, wa, wb, kn, sc, first, pfa, pfb, out)
+}
+
+// dotTile1x16FP8PrescaledIlv is dotTile1x16FP8Prescaled for two groups of
+// an interleaved fp8 matrix.
+func dotTile1x16FP8PrescaledIlv(xa, xb *float32, wa, wb *uint8, kn, pfa, pfb int, out *[16]float32) {
+	dotTile1x16FP8PrescaledIlvAVX512(xa, xb, wa, wb, kn, pfa, pfb, out)
+}
+
+// dotTileFP8Rows8Ilv is dotTileFP8Rows8 for one group of eight rows of an
+// interleaved fp8 matrix, the group's stream prefetched pfd bytes ahead.
+func dotTileFP8Rows8Ilv(m int, x *float32, ldx int, w *uint8, kn int, sc *float32, first, pfd int, out []float32, ldo int, add bool) {
+	checkTileOut(m, 8, ldo, out)
+	a := tileAdd(add)
+	if m == 2 {
+		dotTile2x8FP8IlvAVX512(x, ldx, w, fp8IlvCols, kn, sc, first, pfd, &out[0], ldo, a)
+		return
+	}
+	dotTile3x8FP8IlvAVX512(x, ldx, w, fp8IlvCols, kn, sc, first, pfd, &out[0], ldo, a)
+}
+
+// dotTileFP8RowsIlv is dotTileFP8Rows (codes holding no NaN code) for four
+// rows of one group of an interleaved fp8 matrix.
+func dotTileFP8RowsIlv(m int, x *float32, ldx int, w *uint8, kn int, sc *[4]*float32, first, pfd int, out []float32, ldo int, add bool) {
+	checkTileOut(m, 4, ldo, out)
+	o, a := &out[0], tileAdd(add)
+	switch m {
+	case 2:
+		dotTile2x4FP8IlvAVX512(x, ldx, w, fp8IlvCols, kn, sc, first, pfd, o, ldo, a)
+	case 3:
+		dotTile3x4FP8IlvAVX512(x, ldx, w, fp8IlvCols, kn, sc, first, pfd, o, ldo, a)
+	default:
+		dotTile4x4FP8IlvAVX512(x, ldx, w, fp8IlvCols, kn, sc, first, pfd, o, ldo, a)
+	}
+}
+
+// dotTileFP8Rows3Ilv is dotTileFP8Rows3 for three rows of an interleaved
+// fp8 matrix, the second ldw and the third ldw2 bytes after the first.
+func dotTileFP8Rows3Ilv(m int, x *float32, ldx int, w *uint8, ldw, ldw2, kn int, sc *[3]*float32, first, pfd int, out []float32, ldo int, add bool) {
+	checkTileOut(m, 3, ldo, out)
+	a := tileAdd(add)
+	switch m {
+	case 5:
+		dotTile5x3FP8IlvAVX512(x, ldx, w, ldw, ldw2, kn, sc, first, pfd, &out[0], ldo, a)
+	case 6:
+		dotTile6x3FP8IlvAVX512(x, ldx, w, ldw, ldw2, kn, sc, first, pfd, &out[0], ldo, a)
+	case 7:
+		dotTile7x3FP8IlvAVX512(x, ldx, w, ldw, ldw2, kn, sc, first, pfd, &out[0], ldo, a)
+	default:
+		dotTile8x3FP8IlvAVX512(x, ldx, w, ldw, ldw2, kn, sc, first, pfd, &out[0], ldo, a)
+	}
+}
+
+// decodeFP8RowIlv is decodeFP8Row on AVX-512 for one row of an
+// interleaved fp8 matrix whose codes hold no NaN code, prefetching from pf
+// on as it reads.
+func decodeFP8RowIlv(dst *float32, w *uint8, kn int, sc *float32, first int, pf *uint8) {
+	decodeFP8RowIlvAVX512(dst, w, kn, sc, first, pf)
+}
+
 // dotTile1x4FP8 is dotTile1x8FP8 for AVX2: four rows, 32-byte chunks,
 // each row prefetched pfd bytes past the codes it reads.
 func dotTile1x4FP8(x *float32, w *uint8, ldw, kn int, sc *[4]*float32, first, pfd int, out *[4]float32) bool {

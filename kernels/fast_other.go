@@ -212,3 +212,27 @@ func amxScoreTiles(*uint16, int, int, *float32, *[]float32, int, *uint16, *float
 
 // cpuVendor is empty off amd64: no walk chooses by it there.
 var cpuVendor = ""
+
+func dotTile1x16FP8Ilv(*float32, *float32, *uint8, *uint8, int, *[2]*float32, int, int, int, *[16]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func dotTile1x16FP8PrescaledIlv(*float32, *float32, *uint8, *uint8, int, int, int, *[16]float32) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func dotTileFP8Rows8Ilv(int, *float32, int, *uint8, int, *float32, int, int, []float32, int, bool) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func dotTileFP8RowsIlv(int, *float32, int, *uint8, int, *[4]*float32, int, int, []float32, int, bool) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func dotTileFP8Rows3Ilv(int, *float32, int, *uint8, int, int, int, *[3]*float32, int, int, []float32, int, bool) {
+	panic("kernels: no assembly tiles on this architecture")
+}
+
+func decodeFP8RowIlv(*float32, *uint8, int, *float32, int, *uint8) {
+	panic("kernels: no assembly tiles on this architecture")
+}

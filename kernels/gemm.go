@@ -287,7 +287,7 @@ func gemmSkinny(dst, x []float32, n int, w *Matrix, p *f32Rows, l level, j0, j1 
 // rowAlign is the multiple of rows the parts of a product take: whole groups
 // of four weight rows, of eight for an interleaved matrix.
 func (w *Matrix) rowAlign() int {
-	if w.interleaved || w.BF16 != nil && amxActive() {
+	if w.interleaved || w.fp8Ilv || w.BF16 != nil && amxActive() {
 		return ilvRows
 	}
 	return 4
@@ -587,6 +587,13 @@ func gemmRangeFP8(dst, x []float32, n int, w *Matrix, l level, j0, j1 int) {
 	in := w.Cols
 	buf := panelBufs.Get()
 	defer panelBufs.Put(buf)
+	if w.fp8Ilv {
+		if l == levelAVX512 {
+			j0 = gemmRangeIlvFP8(dst, x, n, w, buf, j0, j1)
+		}
+		gemmRangePanel(dst, x, n, w, l, buf, j0, j1)
+		return
+	}
 	if n == 1 && in > 0 && fp8InRegister(w, l, j0, j1) {
 		// GEMV: the codes are decoded in the tiles' registers, eight rows
 		// (four on AVX2) at a time; the rows left over go through the panel.
@@ -666,7 +673,7 @@ func gemmRangePanel(dst, x []float32, n int, w *Matrix, l level, buf *[panelFloa
 	}
 	// A block of rows fills the panel.
 	jb := max(4, (panelFloats/max(1, min(in, gemmKC)))&^3)
-	fast := w.FP8 != nil && !w.interleaved && l != levelRef && in > 0 && fp8InRegister(w, l, j0, j1)
+	fast := w.FP8 != nil && (l == levelAVX512 || l != levelRef && !w.fp8Ilv) && in > 0 && fp8InRegister(w, l, j0, j1)
 	for b0 := j0; b0 < j1; b0 += jb {
 		b1 := min(b0+jb, j1)
 		for k0 := 0; k0 < in || k0 == 0; k0 += gemmKC {
@@ -1134,6 +1141,12 @@ type pairGroup struct {
 func pairBlockFP8(a, b pairGroup, ka, kb, kn int) {
 	in := a.w.Cols
 	var out [16]float32
+	if a.w.fp8Ilv {
+		pairTileIlvFP8(a, b, ka, kb, kn, &out)
+		addBlock(a.d[a.j:a.j+8:a.j+8], out[:8], ka == 0)
+		addBlock(b.d[b.j:b.j+8:b.j+8], out[8:], kb == 0)
+		return
+	}
 	pfa, pfb := fp8TilePrefetch(a.w, a.j, 8, ka, fp8GEMVPrefetch), fp8TilePrefetch(b.w, b.j, 8, kb, fp8GEMVPrefetch)
 	if a.xs != nil && b.xs != nil {
 		dotTile1x16FP8Prescaled(&a.xs[ka], &b.xs[kb], &a.w.FP8[a.j*in+ka], &b.w.FP8[b.j*in+kb], in, kn, pfa, pfb, &out)
@@ -1285,6 +1298,10 @@ func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, 
 // gemvRowsFP8 is the one-row product of weight rows [jt, jt+rows) of an FP8
 // matrix, every reduction block through gemvTileFP8.
 func gemvRowsFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32, jt, rows int) {
+	if w.fp8Ilv {
+		groupIlvFP8(pairGroup{dst, x, w, jt, nil})
+		return
+	}
 	for k0 := 0; k0 < w.Cols; k0 += gemmKC {
 		gemvTileFP8(dst, x, w, l, buf, jt, rows, k0)
 	}
@@ -1401,8 +1418,14 @@ func panelWalkFP8(n int, w *Matrix, j0, j1, step int, tile func(jt, k0, pfd int)
 	end := j0 + (j1-j0)/step*step
 	panelWalk(n, in, j0, end, step, func(jt, k0, nj, nk int) {
 		pfd := fp8FewPrefetch
-		if nj+step <= w.Rows {
-			pfd = (nj-jt)*in + nk - k0
+		switch {
+		case w.fp8Ilv && nk == k0 && nj != jt:
+			// Interleaved, the walk going down the rows at these
+			// columns: the same rows of the next group, which the
+			// tiles after the rest of this group read.
+			pfd = fp8IlvRows * in
+		case nj+step <= w.Rows:
+			pfd = w.fp8At(nj, nk) - w.fp8At(jt, k0)
 		}
 		tile(jt, k0, pfd)
 	})
@@ -1504,6 +1527,15 @@ func decodePanelFP8(buf *[panelFloats]float32, w *Matrix, l level, ja, jb, k0, n
 	nan := false
 	for j := ja; j < jb; j++ {
 		row := buf[(j-ja)*kc : (j-ja+1)*kc]
+		if w.fp8Ilv {
+			// Every block a multiple of 16 columns, no NaN code.
+			pf := &w.FP8[fp8IlvAt(in, j, k0)]
+			if r := nb + j - ja; r < w.Rows {
+				pf = &w.FP8[fp8IlvAt(in, r, nk)]
+			}
+			decodeFP8RowIlv(&row[0], &w.FP8[fp8IlvAt(in, j, k0)], kc, &s.scaleRow(j)[c0], first, pf)
+			continue
+		}
 		codes := w.FP8[j*in+k0 : j*in+k0+kc]
 		srow := s.scaleRow(j)
 		if kv > 0 {
@@ -1531,8 +1563,12 @@ func dequantPanel(buf *[panelFloats]float32, w *Matrix, ja, jb, k0 int) f32Rows 
 	k1 := min(k0+gemmKC, in)
 	kc := k1 - k0
 	for j := ja; j < jb; j++ {
-		if w.interleaved {
+		switch {
+		case w.interleaved:
 			w.widenIlv(buf[(j-ja)*kc:(j-ja+1)*kc], j, k0)
+			continue
+		case w.fp8Ilv:
+			w.dequantIlvFP8(buf[(j-ja)*kc:(j-ja+1)*kc], j, k0)
 			continue
 		}
 		dequantizeRowFP8(buf[(j-ja)*kc:(j-ja+1)*kc], w.FP8[j*in+k0:j*in+k1], w.Scales.scaleRow(j), w.Scales.ColOff+k0)

@@ -29,7 +29,8 @@ var glm5GEMVShapes = []struct {
 // the same codes not marked as checked at construction, so that every
 // product checks them for NaN codes; fp8-ue8m0 quantized with power-of-two
 // scales, as DeepSeek's checkpoints are), bf16 and f32 their rounding and
-// values, bf16-ilv the bf16 values interleaved by InterleaveBF16.
+// values, bf16-ilv the bf16 values interleaved by InterleaveBF16, fp8-ilv
+// the fp8 codes interleaved by InterleaveFP8.
 func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	w := make([]float32, out*in)
 	for i := range w {
@@ -42,13 +43,16 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 		if m, err = quantizeFP8(out, in, w, numfmt.QuantizeE4M3BlocksUE8M0); err != nil {
 			panic(err)
 		}
-	case "fp8", "fp8-checked":
+	case "fp8", "fp8-checked", "fp8-ilv":
 		var err error
 		if m, err = QuantizeFP8(out, in, w); err != nil {
 			panic(err)
 		}
 		if dtype == "fp8-checked" {
 			m.finite = false
+		}
+		if dtype == "fp8-ilv" && !m.InterleaveFP8() {
+			panic("fp8-ilv weights need the AVX-512 implementation")
 		}
 	case "bf16", "bf16-ilv":
 		m.BF16 = make([]uint16, len(w))
@@ -68,13 +72,14 @@ func benchWeights(r *rand.Rand, dtype string, out, in int) []*Matrix {
 	return ms
 }
 
-// benchDtypes is dtypes without bf16-ilv (bf16 weights interleaved by
-// InterleaveBF16) where the AVX-512 implementation is not the active one.
+// benchDtypes is dtypes without bf16-ilv and fp8-ilv (weights interleaved
+// by InterleaveBF16 and InterleaveFP8) where the AVX-512 implementation is
+// not the active one.
 func benchDtypes(dtypes ...string) []string {
 	if activeLevel() == levelAVX512 {
 		return dtypes
 	}
-	return slices.DeleteFunc(dtypes, func(d string) bool { return d == "bf16-ilv" })
+	return slices.DeleteFunc(dtypes, func(d string) bool { return d == "bf16-ilv" || d == "fp8-ilv" })
 }
 
 // streamRate is the read bandwidth of threads goroutines over disjoint
@@ -109,7 +114,7 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 	for _, sh := range glm5GEMVShapes {
 		for _, threads := range []int{1, 2} {
-			for _, dtype := range benchDtypes("fp8", "fp8-ue8m0", "fp8-checked", "bf16", "bf16-ilv", "f32") {
+			for _, dtype := range benchDtypes("fp8", "fp8-ilv", "fp8-ue8m0", "fp8-checked", "bf16", "bf16-ilv", "f32") {
 				b.Run(fmt.Sprintf("%s/%dx%d/threads=%d/%s", sh.name, sh.out, sh.in, threads, dtype), func(b *testing.B) {
 					r := newRand(80)
 					ws := benchWeights(r, dtype, sh.out, sh.in)
@@ -179,7 +184,7 @@ func BenchmarkSkinnyGEMM(b *testing.B) {
 	for i := range buf {
 		buf[i] = float32(i & 1023)
 	}
-	for _, dtype := range benchDtypes("fp8", "bf16", "bf16-ilv") {
+	for _, dtype := range benchDtypes("fp8", "fp8-ilv", "bf16", "bf16-ilv") {
 		ws := benchWeights(newRand(81), dtype, out, in)
 		for _, n := range skinnyRows {
 			b.Run(fmt.Sprintf("%s/%dx%d/rows=%d", dtype, out, in, n), func(b *testing.B) {

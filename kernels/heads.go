@@ -188,7 +188,7 @@ func headsPairsFP8(dst []float32, hd int, x []float32, hx int, ws []Matrix, l le
 	}
 	for h := h0; h < h1; h++ {
 		w := &ws[h]
-		if w.FP8 == nil || w.Rows != rows || w.Cols != cols || !oneScaleTiles(w, l) || !fp8InRegister(w, l, 0, rows) {
+		if w.FP8 == nil || w.Rows != rows || w.Cols != cols || w.fp8Ilv != ws[h0].fp8Ilv || !oneScaleTiles(w, l) || !fp8InRegister(w, l, 0, rows) {
 			return false
 		}
 		for j := 0; j < rows; j += 8 {

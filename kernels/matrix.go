@@ -40,6 +40,8 @@ type Matrix struct {
 	pow2Max float32
 	// interleaved is set when BF16 holds the layout of InterleaveBF16.
 	interleaved bool
+	// fp8Ilv is set when FP8 holds the layout of InterleaveFP8.
+	fp8Ilv bool
 }
 
 // InterleaveBF16 stores a bf16 matrix in the layout the AVX-512 tiles read
@@ -84,8 +86,9 @@ func (m *Matrix) InterleaveBF16() bool {
 var hugePages = toHugePages
 
 // Interleaved reports whether m's BF16 values are in the layout of
-// InterleaveBF16 rather than row-major.
-func (m *Matrix) Interleaved() bool { return m.interleaved }
+// InterleaveBF16, or its FP8 codes in that of InterleaveFP8, rather than
+// row-major.
+func (m *Matrix) Interleaved() bool { return m.interleaved || m.fp8Ilv }
 
 // The interleaved layout: groups of ilvRows rows whose values alternate in
 // chunks of ilvCols, each chunk's values paired ilvCols/2 apart (ilvPack).
@@ -339,6 +342,8 @@ func (m *Matrix) Validate() error {
 		return fmt.Errorf("kernels: matrix [%d, %d] needs %d %s elements, has %d", m.Rows, m.Cols, want, strings.ToLower(m.DType()), have)
 	case m.FP8 == nil && m.Scales != nil:
 		return fmt.Errorf("kernels: %s matrix [%d, %d] has block scales; Scales is for FP8 storage only", strings.ToLower(m.DType()), m.Rows, m.Cols)
+	case m.fp8Ilv && (m.FP8 == nil || !fp8IlvShape(m)):
+		return fmt.Errorf("kernels: interleaved fp8 matrix [%d, %d] with %s storage: the layout holds fp8 codes of whole groups of eight rows in one block of rows and steps of sixteen columns", m.Rows, m.Cols, m.DType())
 	case m.FP8 != nil:
 		return m.Scales.validate(m.Rows, m.Cols)
 	case m.interleaved && (m.BF16 == nil || !ilvShape(m.Rows, m.Cols)):
@@ -413,6 +418,8 @@ func (m *Matrix) Row(i int, dst []float32) []float32 {
 		for k, h := range src {
 			dst[k] = bf16ToF32(h)
 		}
+	case m.fp8Ilv:
+		m.dequantIlvFP8(dst, i, 0)
 	default:
 		dequantizeRowFP8(dst, m.FP8[i*m.Cols:(i+1)*m.Cols], m.Scales.scaleRow(i), m.Scales.ColOff)
 	}
@@ -461,7 +468,15 @@ func (m *Matrix) SliceRows(lo, n int) *Matrix {
 	case m.BF16 != nil:
 		s.BF16 = m.BF16[a:b]
 	default:
-		s.FP8 = m.FP8[a:b]
+		switch {
+		case m.fp8Ilv && lo%fp8IlvRows == 0 && n%fp8IlvRows == 0 && n > 0:
+			// Whole groups: a view.
+			s.FP8, s.fp8Ilv = m.FP8[a:b], true
+		case m.fp8Ilv:
+			s.FP8 = m.rowMajorFP8(lo, n)
+		default:
+			s.FP8 = m.FP8[a:b]
+		}
 		s.Scales = m.Scales.shifted(lo, 0)
 		s.finite, s.pow2Max = m.finite, m.pow2Max
 	}
@@ -484,6 +499,10 @@ func (m *Matrix) SliceCols(lo, n int) *Matrix {
 		s.BF16 = copyCols(m.rowMajorBF16(0, m.Rows), m.Rows, m.Cols, lo, n)
 	case m.BF16 != nil:
 		s.BF16 = copyCols(m.BF16, m.Rows, m.Cols, lo, n)
+	case m.fp8Ilv:
+		s.FP8 = copyCols(m.rowMajorFP8(0, m.Rows), m.Rows, m.Cols, lo, n)
+		s.Scales = m.Scales.shifted(0, lo)
+		s.finite, s.pow2Max = m.finite, m.pow2Max
 	default:
 		s.FP8 = copyCols(m.FP8, m.Rows, m.Cols, lo, n)
 		s.Scales = m.Scales.shifted(0, lo)
@@ -594,6 +613,8 @@ func (m *Matrix) dotRow(x []float32, j int) float32 {
 		return dotBF16Ilv(x, m.BF16, in, j)
 	case m.BF16 != nil:
 		return dotBF16(x, m.BF16[j*in:(j+1)*in])
+	case m.fp8Ilv:
+		return m.dotIlvFP8(x, j)
 	}
 	return dotFP8(x, m.FP8[j*in:(j+1)*in], m.Scales.scaleRow(j), m.Scales.ColOff)
 }

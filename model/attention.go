@@ -158,9 +158,9 @@ func (t *transposer) rows(lo, n int, f32 []float32, bf16 []uint16, fp8 []uint8) 
 	switch {
 	case w.F32 != nil:
 		m.F32 = transposeRange(f32, w.F32, C, lo, n)
-	case w.BF16 != nil && w.Interleaved():
-		// Build interleaves the bf16 weights after every matrix is cut.
-		panic("model: transposer reads row-major bf16 storage, given an interleaved matrix")
+	case w.Interleaved():
+		// Build interleaves the bf16 and fp8 weights after every matrix is cut.
+		panic("model: transposer reads row-major storage, given an interleaved matrix")
 	case w.BF16 != nil:
 		m.BF16 = transposeRange(bf16, w.BF16, C, lo, n)
 	default:

@@ -9,21 +9,28 @@ import (
 	"github.com/cpmla/cpmla/kernels"
 )
 
-// TestInterleavedWeightsChangeNoBit builds the same bf16 model twice, once
-// under AVX-512 (Build interleaves its bf16 weights) and once under AVX2
-// (they stay row-major), and runs the same prefill and decodes of both under
-// AVX-512 on one and two threads: every logit has the same bits. It also
-// checks which matrices Build interleaved: every product weight whose shape
-// allows it, never the untied embedding.
+// TestInterleavedWeightsChangeNoBit builds the same bf16 or fp8 model
+// twice, once under AVX-512 (Build interleaves its weights) and once under
+// AVX2 (they stay row-major), and runs the same prefill and decodes of both
+// under AVX-512 on one and two threads: every logit has the same bits. It
+// also checks which matrices Build interleaved: every product weight whose
+// shape (and, for fp8, block offsets) allows it, never the untied
+// embedding.
 func TestInterleavedWeightsChangeNoBit(t *testing.T) {
 	if kernels.Impl() != "avx512" {
-		t.Skip("Build interleaves bf16 weights under the AVX-512 implementation only; this machine runs " + kernels.Impl())
+		t.Skip("Build interleaves bf16 and fp8 weights under the AVX-512 implementation only; this machine runs " + kernels.Impl())
 	}
+	for _, dtype := range []string{WeightBF16, WeightFP8} {
+		t.Run(dtype, func(t *testing.T) { testInterleavedWeights(t, dtype) })
+	}
+}
+
+func testInterleavedWeights(t *testing.T, dtype string) {
 	cfg, err := config.Load("glm5-mini")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err = WithWeightDType(cfg, WeightBF16); err != nil {
+	if cfg, err = WithWeightDType(cfg, dtype); err != nil {
 		t.Fatal(err)
 	}
 	build := func(impl string) *Model {
@@ -54,8 +61,11 @@ func TestInterleavedWeightsChangeNoBit(t *testing.T) {
 		t.Error("the model built under AVX-512 has no interleaved matrix")
 	}
 	for _, w := range ilv.matrices()[1:] {
-		if !w.Interleaved() && w.BF16 != nil && w.Rows%8 == 0 && w.Cols%16 == 0 {
+		if !w.Interleaved() && w.BF16 != nil && w.Rows%8 == 0 && w.Cols%32 == 0 {
 			t.Errorf("a bf16 [%d, %d] product weight was left row-major", w.Rows, w.Cols)
+		}
+		if !w.Interleaved() && w.FP8 != nil && w.Rows%8 == 0 && w.Cols%16 == 0 && w.FP8Checked() && w.Scales.RowOff%8 == 0 && w.Scales.ColOff == 0 {
+			t.Errorf("an fp8 [%d, %d] product weight was left row-major", w.Rows, w.Cols)
 		}
 	}
 	if ilv.Embed != ilv.LMHead && ilv.Embed.Interleaved() {

@@ -151,7 +151,7 @@ func Build(cfg *config.Model, src TensorSource, shard Shard) (*Model, error) {
 	if err := l.checkAllUsed(); err != nil {
 		return nil, err
 	}
-	m.interleaveBF16()
+	m.interleaveWeights()
 	if c, ok := src.(io.Closer); ok {
 		m.closer = c
 	}
@@ -240,29 +240,44 @@ func (m *Model) matrices() []*kernels.Matrix {
 	return ms
 }
 
-// interleaveBF16 moves the bf16 weights the products read into the layout
-// the AVX-512 tiles stream (kernels.Matrix.InterleaveBF16, a copy of each;
-// where another implementation runs, or a shape does not allow it, a matrix
-// stays as it is). The embedding, which only lends rows, stays row-major
-// unless it is also the LM head. Two matrices viewing the same storage end
-// up sharing one copy.
-func (m *Model) interleaveBF16() {
+// interleaveWeights moves the bf16 and fp8 weights the products read into
+// the layouts the AVX-512 tiles stream (kernels.Matrix.InterleaveBF16 and
+// InterleaveFP8, a copy of each; where another implementation runs, or a
+// shape, a block offset or a scale does not allow it, a matrix stays as it
+// is). The embedding, which only lends rows, stays row-major unless it is
+// also the LM head. Two matrices viewing the same storage end up sharing
+// one copy.
+func (m *Model) interleaveWeights() {
 	done := map[*kernels.Matrix]bool{}
-	copies := map[*uint16]*kernels.Matrix{}
+	copies := map[unsafe.Pointer]*kernels.Matrix{}
 	for _, w := range m.matrices()[1:] {
-		if w == nil || done[w] || len(w.BF16) == 0 {
+		if w == nil || done[w] || len(w.BF16) == 0 && len(w.FP8) == 0 {
 			continue
 		}
 		done[w] = true
-		src := &w.BF16[0]
-		if c, ok := copies[src]; ok && c.Rows == w.Rows && c.Cols == w.Cols {
+		src := unsafe.Pointer(unsafe.SliceData(w.BF16))
+		if w.FP8 != nil {
+			src = unsafe.Pointer(unsafe.SliceData(w.FP8))
+		}
+		if c, ok := copies[src]; ok && c.Rows == w.Rows && c.Cols == w.Cols && sameScales(c, w) {
 			*w = *c
 			continue
 		}
-		if w.InterleaveBF16() {
+		if w.InterleaveBF16() || w.InterleaveFP8() {
 			copies[src] = w
 		}
 	}
+}
+
+// sameScales reports whether two matrices over the same storage read the
+// same block scales (both none, or one grid at the same offsets), so that
+// one interleaved copy serves both.
+func sameScales(a, b *kernels.Matrix) bool {
+	if a.Scales == nil || b.Scales == nil {
+		return a.Scales == b.Scales
+	}
+	sa, sb := a.Scales, b.Scales
+	return unsafe.SliceData(sa.S) == unsafe.SliceData(sb.S) && sa.Stride == sb.Stride && sa.RowOff == sb.RowOff && sa.ColOff == sb.ColOff
 }
 
 // WeightBytes is the memory of the rank's weights: every matrix (fp8 codes
