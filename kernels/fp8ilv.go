@@ -40,7 +40,7 @@ func fp8IlvAt(in, j, k int) int {
 // rows and each block of columns whole. Products, Row, Dequantize and the
 // slices give the same bits in either layout, under every implementation.
 func (m *Matrix) InterleaveFP8() bool {
-	if m.fp8Ilv || m.FP8 == nil || !m.finite || activeLevel() != levelAVX512 || !fp8IlvShape(m) || !fp8InRegister(m, levelAVX512, 0, m.Rows) {
+	if m.fp8Ilv || !m.FP8Interleavable() {
 		return m.fp8Ilv
 	}
 	in := m.Cols
@@ -54,6 +54,14 @@ func (m *Matrix) InterleaveFP8() bool {
 	_ = hugePages(unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(v))), len(v)/2))
 	m.FP8, m.fp8Ilv = v, true
 	return true
+}
+
+// FP8Interleavable reports whether InterleaveFP8 would move m into the
+// interleaved layout (or has): fp8 codes checked to hold no NaN code, the
+// AVX-512 implementation active, and a shape, block offsets and scales the
+// layout and its tiles take.
+func (m *Matrix) FP8Interleavable() bool {
+	return m.fp8Ilv || m.FP8 != nil && m.finite && activeLevel() == levelAVX512 && fp8IlvShape(m) && fp8InRegister(m, levelAVX512, 0, m.Rows)
 }
 
 // fp8IlvShape reports whether m's shape and block offsets take the

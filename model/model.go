@@ -240,6 +240,22 @@ func (m *Model) matrices() []*kernels.Matrix {
 	return ms
 }
 
+// headLists returns every list of per-head matrices the model holds: each
+// attention's W_UKᵀ and W_UV heads, the MTP layers' included.
+func (m *Model) headLists() [][]kernels.Matrix {
+	var ls [][]kernels.Matrix
+	add := func(at *Attention) {
+		ls = append(ls, at.WUKT, at.WUV)
+	}
+	for i := range m.Layers {
+		add(&m.Layers[i].Attn)
+	}
+	for i := range m.MTP {
+		add(&m.MTP[i].Block.Attn)
+	}
+	return ls
+}
+
 // interleaveWeights moves the bf16 and fp8 weights the products read into
 // the layouts the AVX-512 tiles stream (kernels.Matrix.InterleaveBF16 and
 // InterleaveFP8, a copy of each; where another implementation runs, or a
@@ -250,6 +266,20 @@ func (m *Model) matrices() []*kernels.Matrix {
 func (m *Model) interleaveWeights() {
 	done := map[*kernels.Matrix]bool{}
 	copies := map[unsafe.Pointer]*kernels.Matrix{}
+	// A one-row product over a layer's fp8 heads walks all of them as one
+	// (kernels.MatMulTHeads) when they share a layout: heads whose block
+	// offsets differ (W_UKᵀ's, cut at every 192 columns of kv_b's blocks
+	// of 128) stay row-major together.
+	for _, heads := range m.headLists() {
+		for i := range heads {
+			if heads[i].FP8 != nil && !heads[i].FP8Interleavable() {
+				for j := range heads {
+					done[&heads[j]] = true
+				}
+				break
+			}
+		}
+	}
 	for _, w := range m.matrices()[1:] {
 		if w == nil || done[w] || len(w.BF16) == 0 && len(w.FP8) == 0 {
 			continue
