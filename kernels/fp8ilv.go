@@ -1,6 +1,10 @@
 package kernels
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/cpmla/cpmla/numfmt"
+)
 
 // The interleaved fp8 layout: groups of fp8IlvRows rows whose codes
 // alternate in steps of fp8IlvCols, each step of a group fp8IlvStep bytes
@@ -104,12 +108,26 @@ func (m *Matrix) rowMajorFP8(lo, n int) []uint8 {
 	return v
 }
 
-// dotIlvFP8 is dotFP8 over row j of an interleaved fp8 matrix: the
-// reference's output element.
+// dotIlvFP8 is dotFP8 over row j of an interleaved fp8 matrix (the
+// reference's output element): the same order, a step of fp8IlvCols codes
+// (four lanes of four) at a time, each step inside one block of columns.
 func (m *Matrix) dotIlvFP8(x []float32, j int) float32 {
-	q := make([]uint8, m.Cols)
-	m.fp8IlvCodes(q, j, 0)
-	return dotFP8(x, q, m.Scales.scaleRow(j), m.Scales.ColOff)
+	in := m.Cols
+	srow := m.Scales.scaleRow(j)
+	var s0, s1, s2, s3 float32
+	for q := 0; q < in; q += fp8IlvCols {
+		c := m.FP8[fp8IlvAt(in, j, q):][:fp8IlvCols:fp8IlvCols]
+		p := x[q : q+fp8IlvCols : q+fp8IlvCols]
+		sc := srow[q/FP8Block]
+		w := func(k int) float32 { return numfmt.F32FromE4M3(c[k]) * sc }
+		for k := 0; k < fp8IlvCols; k += 4 {
+			s0 += float32(p[k] * w(k))
+			s1 += float32(p[k+1] * w(k+1))
+			s2 += float32(p[k+2] * w(k+2))
+			s3 += float32(p[k+3] * w(k+3))
+		}
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // fp8At is where code (j, k) of an fp8 matrix lies in FP8 (k a multiple of

@@ -26,28 +26,22 @@ func ilvFP8Matrices(t *testing.T, seed uint64, rows, cols int, pow2 bool) (rm, i
 			t.Fatal(err)
 		}
 	} else {
-		rm = randFP8(r, rows, cols, 0, 0)
-		for i, q := range rm.FP8 {
-			if q&0x7F == 0x7F {
-				rm.FP8[i] = q ^ 1
-			}
+		rm = finiteFP8(randFP8(r, rows, cols, 0, 0))
+	}
+	return rm, interleavedCopy(t, rm, "InterleaveFP8", (*Matrix).InterleaveFP8)
+}
+
+// finiteFP8 replaces every NaN code of m (0x7F, 0xFF) by its neighbour
+// below and marks the codes checked, as NewFP8Matrix would, so that the
+// tiles that take checked codes (and InterleaveFP8) accept m.
+func finiteFP8(m *Matrix) *Matrix {
+	for i, q := range m.FP8 {
+		if q&0x7F == 0x7F {
+			m.FP8[i] = q ^ 1
 		}
-		rm.CheckFP8Codes()
 	}
-	c := *rm
-	ilv = &c
-	prev, err := SetImpl(levelAVX512.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer SetImpl(prev)
-	if !ilv.InterleaveFP8() {
-		t.Fatalf("InterleaveFP8 of a [%d, %d] fp8 matrix under AVX-512 did nothing", rows, cols)
-	}
-	if err := ilv.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return rm, ilv
+	m.CheckFP8Codes()
+	return m
 }
 
 // TestInterleavedFP8Layout pins the layout InterleaveFP8 documents, that it
@@ -72,23 +66,14 @@ func TestInterleavedFP8Layout(t *testing.T) {
 	}
 	prev, _ := SetImpl(levelAVX512.String())
 	defer SetImpl(prev)
-	finite := func(m *Matrix) *Matrix {
-		for i, q := range m.FP8 {
-			if q&0x7F == 0x7F {
-				m.FP8[i] = 0
-			}
-		}
-		m.CheckFP8Codes()
-		return m
-	}
-	big := finite(randFP8(newRand(92), 8, 128, 0, 0))
+	big := finiteFP8(randFP8(newRand(92), 8, 128, 0, 0))
 	big.Scales.S[0] = 0x1p9 // beyond the tiles' in-register decoding
 	unchecked := randFP8(newRand(93), 8, 128, 0, 0)
 	for name, m := range map[string]*Matrix{
-		"rows not a multiple of 8":       finite(randFP8(newRand(94), 12, 128, 0, 0)),
-		"cols not a multiple of 16":      finite(randFP8(newRand(95), 8, 120, 0, 0)),
-		"column offset":                  finite(randFP8(newRand(96), 8, 128, 0, 16)),
-		"row offset not a multiple of 8": finite(randFP8(newRand(97), 8, 128, 4, 0)),
+		"rows not a multiple of 8":       finiteFP8(randFP8(newRand(94), 12, 128, 0, 0)),
+		"cols not a multiple of 16":      finiteFP8(randFP8(newRand(95), 8, 120, 0, 0)),
+		"column offset":                  finiteFP8(randFP8(newRand(96), 8, 128, 0, 16)),
+		"row offset not a multiple of 8": finiteFP8(randFP8(newRand(97), 8, 128, 4, 0)),
 		"scale of 2^9":                   big,
 		"codes not checked":              unchecked,
 		"bf16":                           {Rows: 8, Cols: 32, BF16: make([]uint16, 8*32)},
@@ -97,7 +82,7 @@ func TestInterleavedFP8Layout(t *testing.T) {
 			t.Errorf("%s: InterleaveFP8 interleaved it; want it left as it is", name)
 		}
 	}
-	if m := finite(randFP8(newRand(98), 16, 128, 8, 0)); !m.InterleaveFP8() {
+	if m := finiteFP8(randFP8(newRand(98), 16, 128, 8, 0)); !m.InterleaveFP8() {
 		t.Error("a row offset that is a multiple of 8 keeps each group in one block of rows; want it interleaved")
 	}
 	for _, name := range impls() {
@@ -105,12 +90,12 @@ func TestInterleavedFP8Layout(t *testing.T) {
 			continue
 		}
 		SetImpl(name)
-		if m := finite(randFP8(newRand(99), 8, 128, 0, 0)); m.InterleaveFP8() {
+		if m := finiteFP8(randFP8(newRand(99), 8, 128, 0, 0)); m.InterleaveFP8() {
 			t.Errorf("InterleaveFP8 under %s interleaved; only AVX-512 reads the layout", name)
 		}
 	}
 	SetImpl(levelAVX512.String())
-	bad := finite(randFP8(newRand(100), 12, 128, 0, 0))
+	bad := finiteFP8(randFP8(newRand(100), 12, 128, 0, 0))
 	bad.fp8Ilv = true
 	if err := bad.Validate(); err == nil {
 		t.Error("Validate accepted an interleaved fp8 matrix of 12 rows")

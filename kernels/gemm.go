@@ -1296,7 +1296,8 @@ func gemvPairsFP8Lagged(dst, x []float32, w *Matrix, buf *[panelFloats]float32, 
 }
 
 // gemvRowsFP8 is the one-row product of weight rows [jt, jt+rows) of an FP8
-// matrix, every reduction block through gemvTileFP8.
+// matrix, every reduction block through gemvTileFP8; of an interleaved one
+// (whose callers pass whole groups, rows 8) through groupIlvFP8.
 func gemvRowsFP8(dst, x []float32, w *Matrix, l level, buf *[panelFloats]float32, jt, rows int) {
 	if w.fp8Ilv {
 		groupIlvFP8(pairGroup{dst, x, w, jt, nil})
@@ -1418,14 +1419,14 @@ func panelWalkFP8(n int, w *Matrix, j0, j1, step int, tile func(jt, k0, pfd int)
 	end := j0 + (j1-j0)/step*step
 	panelWalk(n, in, j0, end, step, func(jt, k0, nj, nk int) {
 		pfd := fp8FewPrefetch
-		switch {
-		case w.fp8Ilv && nk == k0 && nj != jt:
-			// Interleaved, the walk going down the rows at these
-			// columns: the same rows of the next group, which the
-			// tiles after the rest of this group read.
-			pfd = fp8IlvRows * in
-		case nj+step <= w.Rows:
+		if nj+step <= w.Rows {
 			pfd = w.fp8At(nj, nk) - w.fp8At(jt, k0)
+			if w.fp8Ilv && nk == k0 && nj != jt {
+				// Interleaved, the walk going down the rows at these
+				// columns: the same rows of the next group, which the
+				// tiles after the rest of this group read.
+				pfd = fp8IlvRows * in
+			}
 		}
 		tile(jt, k0, pfd)
 	})

@@ -23,20 +23,28 @@ func ilvMatrices(t *testing.T, seed uint64, rows, cols int) (rm, ilv *Matrix) {
 	for i, v := range randSlice(r, rows*cols, 1) {
 		rm.BF16[i] = toBF16(v)
 	}
+	return rm, interleavedCopy(t, rm, "InterleaveBF16", (*Matrix).InterleaveBF16)
+}
+
+// interleavedCopy returns a copy of rm moved into an interleaved layout by
+// interleave (InterleaveBF16 or InterleaveFP8, named name) under the
+// AVX-512 implementation, failing the test unless it acted and the result
+// validates.
+func interleavedCopy(t *testing.T, rm *Matrix, name string, interleave func(*Matrix) bool) *Matrix {
+	t.Helper()
 	c := *rm
-	ilv = &c
 	prev, err := SetImpl(levelAVX512.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer SetImpl(prev)
-	if !ilv.InterleaveBF16() {
-		t.Fatalf("InterleaveBF16 of a [%d, %d] bf16 matrix under AVX-512 did nothing", rows, cols)
+	if !interleave(&c) {
+		t.Fatalf("%s of a [%d, %d] %s matrix under AVX-512 did nothing", name, rm.Rows, rm.Cols, strings.ToLower(rm.DType()))
 	}
-	if err := ilv.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return rm, ilv
+	return &c
 }
 
 // TestInterleavedLayout pins the layout InterleaveBF16 documents, that it
