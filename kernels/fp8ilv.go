@@ -41,23 +41,68 @@ func fp8IlvAt(in, j, k int) int {
 // NaN code (NewFP8Matrix, CheckFP8Codes), every block scale decodes in
 // registers (fp8InRegister), Rows is a positive multiple of 8, Cols of 16
 // and the scales' offsets keep each group of eight rows in one block of
-// rows and each block of columns whole. Products, Row, Dequantize and the
-// slices give the same bits in either layout, under every implementation.
+// rows and each step of sixteen columns in one block of columns. Products,
+// Row, Dequantize and the slices give the same bits in either layout,
+// under every implementation.
 func (m *Matrix) InterleaveFP8() bool {
 	if m.fp8Ilv || !m.FP8Interleavable() {
 		return m.fp8Ilv
 	}
-	in := m.Cols
 	v := make([]uint8, len(m.FP8))
+	m.interleaveFP8Into(v)
+	fp8HugePages(v)
+	return true
+}
+
+// InterleaveFP8Each moves every matrix of ms into the layout of
+// InterleaveFP8 with all their codes in one new allocation, one matrix
+// after another in the order of ms, so that a one-row product over all of
+// them (MatMulTHeads over a layer's absorbed heads) reads one stream front
+// to back, on huge pages where a matrix alone is too small for one. It
+// does so only if every matrix takes the layout (FP8Interleavable; one
+// already interleaved is copied as it is) and otherwise leaves every one
+// as it is. It reports whether they are interleaved now.
+func InterleaveFP8Each(ms []Matrix) bool {
+	n := 0
+	for i := range ms {
+		if !ms[i].FP8Interleavable() {
+			return false
+		}
+		n += len(ms[i].FP8)
+	}
+	v := make([]uint8, n)
+	at := 0
+	for i := range ms {
+		m := &ms[i]
+		part := v[at : at+len(m.FP8) : at+len(m.FP8)]
+		at += len(m.FP8)
+		if m.fp8Ilv {
+			copy(part, m.FP8)
+			m.FP8 = part
+			continue
+		}
+		m.interleaveFP8Into(part)
+	}
+	fp8HugePages(v)
+	return true
+}
+
+// interleaveFP8Into writes m's row-major codes to v (len(m.FP8) bytes) in
+// the interleaved layout and makes v m's codes.
+func (m *Matrix) interleaveFP8Into(v []uint8) {
+	in := m.Cols
 	for j := range m.Rows {
 		for k := 0; k < in; k += fp8IlvCols {
 			copy(v[fp8IlvAt(in, j, k):][:fp8IlvCols], m.FP8[j*in+k:])
 		}
 	}
-	// Advice: ordinary pages give the same values.
-	_ = hugePages(unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(v))), len(v)/2))
 	m.FP8, m.fp8Ilv = v, true
-	return true
+}
+
+// fp8HugePages asks for huge pages under fp8 codes (toHugePages), as
+// advice: ordinary pages give the same values.
+func fp8HugePages(v []uint8) {
+	_ = hugePages(unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(v))), len(v)/2))
 }
 
 // FP8Interleavable reports whether InterleaveFP8 would move m into the
@@ -69,10 +114,12 @@ func (m *Matrix) FP8Interleavable() bool {
 }
 
 // fp8IlvShape reports whether m's shape and block offsets take the
-// interleaved fp8 layout.
+// interleaved fp8 layout: each group of eight rows in one block of rows,
+// each step of sixteen columns in one block of columns (a column offset of
+// 64, as half the heads of an absorbed W_UKᵀ have, is one).
 func fp8IlvShape(m *Matrix) bool {
 	return m.Rows > 0 && m.Rows%fp8IlvRows == 0 && m.Cols > 0 && m.Cols%fp8IlvCols == 0 &&
-		m.Scales != nil && m.Scales.RowOff%fp8IlvRows == 0 && m.Scales.ColOff == 0
+		m.Scales != nil && m.Scales.RowOff%fp8IlvRows == 0 && m.Scales.ColOff%fp8IlvCols == 0
 }
 
 // fp8IlvCodes copies the codes of row j from column k0 on (a multiple of
@@ -88,10 +135,10 @@ func (m *Matrix) fp8IlvCodes(dst []uint8, j, k0 int) {
 // a block of columns at a time.
 func (m *Matrix) dequantIlvFP8(dst []float32, j, k0 int) {
 	var c [FP8Block]uint8
-	srow := m.Scales.scaleRow(j)
+	srow, off := m.Scales.scaleRow(j), m.Scales.ColOff
 	for k := 0; k < len(dst); {
-		b := (k0 + k) / FP8Block
-		end := min(len(dst), (b+1)*FP8Block-k0)
+		b := (k0 + k + off) / FP8Block
+		end := min(len(dst), (b+1)*FP8Block-k0-off)
 		m.fp8IlvCodes(c[:end-k], j, k0+k)
 		DecodeE4M3Scaled(dst[k:end], c[:end-k], srow[b])
 		k = end
@@ -113,12 +160,12 @@ func (m *Matrix) rowMajorFP8(lo, n int) []uint8 {
 // (four lanes of four) at a time, each step inside one block of columns.
 func (m *Matrix) dotIlvFP8(x []float32, j int) float32 {
 	in := m.Cols
-	srow := m.Scales.scaleRow(j)
+	srow, off := m.Scales.scaleRow(j), m.Scales.ColOff
 	var s0, s1, s2, s3 float32
 	for q := 0; q < in; q += fp8IlvCols {
 		c := m.FP8[fp8IlvAt(in, j, q):][:fp8IlvCols:fp8IlvCols]
 		p := x[q : q+fp8IlvCols : q+fp8IlvCols]
-		sc := srow[q/FP8Block]
+		sc := srow[(q+off)/FP8Block]
 		w := func(k int) float32 { return numfmt.F32FromE4M3(c[k]) * sc }
 		for k := 0; k < fp8IlvCols; k += 4 {
 			s0 += float32(p[k] * w(k))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/cpmla/cpmla/numfmt"
 	"github.com/google/go-cmp/cmp"
@@ -11,22 +12,28 @@ import (
 
 // ilvFP8Matrices returns a row-major fp8 matrix [rows, cols] of random
 // codes holding no NaN code (with power-of-two block scales when pow2 is
-// set, as DeepSeek's ue8m0 checkpoints have them) and its interleaved copy
-// (made under AVX-512), or skips the test where this machine has no
-// AVX-512.
-func ilvFP8Matrices(t *testing.T, seed uint64, rows, cols int, pow2 bool) (rm, ilv *Matrix) {
+// set, as DeepSeek's ue8m0 checkpoints have them), its blocks of columns
+// starting colOff columns before its first (the columns of a wider weight
+// from colOff on, as the absorbed W_UKᵀ heads are cut), and its
+// interleaved copy (made under AVX-512), or skips the test where this
+// machine has no AVX-512.
+func ilvFP8Matrices(t *testing.T, seed uint64, rows, cols, colOff int, pow2 bool) (rm, ilv *Matrix) {
 	t.Helper()
 	if !supported(levelAVX512) {
 		t.Skip("InterleaveFP8 acts under the AVX-512 implementation only; this machine has none")
 	}
 	r := newRand(seed)
 	if pow2 {
-		var err error
-		if rm, err = quantizeFP8(rows, cols, randSlice(r, rows*cols, 1), numfmt.QuantizeE4M3BlocksUE8M0); err != nil {
+		wide, err := quantizeFP8(rows, colOff+cols, randSlice(r, rows*(colOff+cols), 1), numfmt.QuantizeE4M3BlocksUE8M0)
+		if err != nil {
 			t.Fatal(err)
 		}
+		rm = wide.SliceCols(colOff, cols)
 	} else {
-		rm = finiteFP8(randFP8(r, rows, cols, 0, 0))
+		rm = finiteFP8(randFP8(r, rows, cols, 0, colOff))
+	}
+	if rm.Scales.ColOff != colOff {
+		t.Fatalf("built a matrix at column offset %d, want %d", rm.Scales.ColOff, colOff)
 	}
 	return rm, interleavedCopy(t, rm, "InterleaveFP8", (*Matrix).InterleaveFP8)
 }
@@ -48,7 +55,7 @@ func finiteFP8(m *Matrix) *Matrix {
 // copies rather than rewrites the storage it was given, and the matrices it
 // leaves alone.
 func TestInterleavedFP8Layout(t *testing.T) {
-	rm, ilv := ilvFP8Matrices(t, 90, 16, 96, false)
+	rm, ilv := ilvFP8Matrices(t, 90, 16, 96, 0, false)
 	orig := slices.Clone(rm.FP8)
 	for j := range 16 {
 		for k := range 96 {
@@ -72,7 +79,7 @@ func TestInterleavedFP8Layout(t *testing.T) {
 	for name, m := range map[string]*Matrix{
 		"rows not a multiple of 8":       finiteFP8(randFP8(newRand(94), 12, 128, 0, 0)),
 		"cols not a multiple of 16":      finiteFP8(randFP8(newRand(95), 8, 120, 0, 0)),
-		"column offset":                  finiteFP8(randFP8(newRand(96), 8, 128, 0, 16)),
+		"column offset of 8":             finiteFP8(randFP8(newRand(96), 8, 128, 0, 8)),
 		"row offset not a multiple of 8": finiteFP8(randFP8(newRand(97), 8, 128, 4, 0)),
 		"scale of 2^9":                   big,
 		"codes not checked":              unchecked,
@@ -84,6 +91,9 @@ func TestInterleavedFP8Layout(t *testing.T) {
 	}
 	if m := finiteFP8(randFP8(newRand(98), 16, 128, 8, 0)); !m.InterleaveFP8() {
 		t.Error("a row offset that is a multiple of 8 keeps each group in one block of rows; want it interleaved")
+	}
+	if m := finiteFP8(randFP8(newRand(91), 16, 128, 0, 64)); !m.InterleaveFP8() {
+		t.Error("a column offset that is a multiple of 16 keeps each step of 16 columns in one block; want it interleaved")
 	}
 	for _, name := range impls() {
 		if name == levelAVX512.String() || name == "avx512-amx" {
@@ -112,12 +122,17 @@ func TestInterleavedFP8Layout(t *testing.T) {
 // scales.
 func TestInterleavedFP8Products(t *testing.T) {
 	shapes := []struct {
-		rows, cols int
-		pow2       bool
-	}{{8, 16, false}, {24, 64, false}, {64, 1056, false}, {136, 2080, false}, {16, 3072, true}, {40, 4096, true}, {256, 2048, false}}
+		rows, cols, colOff int
+		pow2               bool
+	}{
+		{8, 16, 0, false}, {24, 64, 0, false}, {64, 1056, 0, false}, {136, 2080, 0, false},
+		{16, 3072, 0, true}, {40, 4096, 0, true}, {256, 2048, 0, false},
+		// Blocks of columns that start before the matrix: W_UKᵀ's odd heads.
+		{512, 192, 64, false}, {24, 192, 64, true}, {16, 2080, 16, false}, {40, 272, 112, true},
+	}
 	ns := []int{1, 2, 3, 4, 5, 6, 7, 8, 13, 40, 65, 130}
 	for si, sh := range shapes {
-		rm, ilv := ilvFP8Matrices(t, uint64(100+si), sh.rows, sh.cols, sh.pow2)
+		rm, ilv := ilvFP8Matrices(t, uint64(100+si), sh.rows, sh.cols, sh.colOff, sh.pow2)
 		forEachImpl(t, func(t *testing.T) {
 			for _, threads := range []int{1, 2, 3} {
 				SetThreads(threads)
@@ -128,13 +143,13 @@ func TestInterleavedFP8Products(t *testing.T) {
 					MatMulT(want, x, n, rm)
 					MatMulT(got, x, n, ilv)
 					if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
-						t.Fatalf("[%d, %d], n=%d, %d threads: interleaved product differs from row-major (-want +got):\n%s", sh.rows, sh.cols, n, threads, d)
+						t.Fatalf("[%d, %d] at column offset %d, n=%d, %d threads: interleaved product differs from row-major (-want +got):\n%s", sh.rows, sh.cols, sh.colOff, n, threads, d)
 					}
 					if n == 1 {
 						clear(got)
 						MatVecT(got, x, ilv)
 						if d := cmp.Diff(bitsOf(want), bitsOf(got)); d != "" {
-							t.Fatalf("[%d, %d], %d threads: MatVecT differs (-want +got):\n%s", sh.rows, sh.cols, threads, d)
+							t.Fatalf("[%d, %d] at column offset %d, %d threads: MatVecT differs (-want +got):\n%s", sh.rows, sh.cols, sh.colOff, threads, d)
 						}
 					}
 				}
@@ -149,9 +164,13 @@ func TestInterleavedFP8Products(t *testing.T) {
 // groups of eight rows stays an interleaved view, any other a row-major
 // copy, with the same block scales.
 func TestInterleavedFP8RowsAndSlices(t *testing.T) {
-	rm, ilv := ilvFP8Matrices(t, 92, 144, 272, false)
+	rm, ilv := ilvFP8Matrices(t, 92, 144, 272, 0, false)
 	if d := cmp.Diff(bitsOf(rm.Dequantize().F32), bitsOf(ilv.Dequantize().F32)); d != "" {
 		t.Fatalf("Dequantize differs (-row-major +interleaved):\n%s", d)
+	}
+	rmo, ilvo := ilvFP8Matrices(t, 93, 16, 192, 64, false)
+	if d := cmp.Diff(bitsOf(rmo.Dequantize().F32), bitsOf(ilvo.Dequantize().F32)); d != "" {
+		t.Fatalf("at column offset 64, Dequantize differs (-row-major +interleaved):\n%s", d)
 	}
 	rows := []struct {
 		lo, n    int
@@ -198,10 +217,13 @@ func TestInterleavedFP8RowsAndSlices(t *testing.T) {
 // (one row: the walk over all heads' groups in pairs) against row-major
 // ones.
 func TestInterleavedFP8Heads(t *testing.T) {
-	const heads, rows, cols = 3, 24, 256
+	// Every other head's blocks of columns start 64 columns before it, as
+	// W_UKᵀ's do in GLM-5 (448 kv_b rows a head): pairs of groups of two
+	// heads at one offset go through the pair tile, the others alone.
+	const heads, rows, cols = 3, 24, 192
 	var rms, ilvs []Matrix
 	for h := range heads {
-		rm, ilv := ilvFP8Matrices(t, uint64(300+h), rows, cols, h == 1)
+		rm, ilv := ilvFP8Matrices(t, uint64(300+h), rows, cols, 64*(h%2), h == 1)
 		rms, ilvs = append(rms, *rm), append(ilvs, *ilv)
 	}
 	forEachImpl(t, func(t *testing.T) {
@@ -217,4 +239,45 @@ func TestInterleavedFP8Heads(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestInterleaveFP8Each checks that InterleaveFP8Each interleaves a list of
+// matrices into one allocation, one after another, each with the bits of
+// InterleaveFP8 (one already interleaved kept as it is), and leaves every
+// one of a list as it is when one cannot take the layout.
+func TestInterleaveFP8Each(t *testing.T) {
+	var rms, each []Matrix
+	for h := range 4 {
+		rm, _ := ilvFP8Matrices(t, uint64(400+h), 16, 192, 64*(h%2), false)
+		rms, each = append(rms, *rm), append(each, *rm)
+	}
+	prev, _ := SetImpl(levelAVX512.String())
+	defer SetImpl(prev)
+	each[2].InterleaveFP8()
+	if !InterleaveFP8Each(each) {
+		t.Fatal("InterleaveFP8Each refused four matrices that each take the layout")
+	}
+	for h := range each {
+		one := rms[h]
+		one.InterleaveFP8()
+		if !each[h].Interleaved() || !cmp.Equal(each[h].FP8, one.FP8) {
+			t.Errorf("matrix %d: codes differ from InterleaveFP8's", h)
+		}
+		if h > 0 && unsafe.Pointer(&each[h].FP8[0]) != unsafe.Add(unsafe.Pointer(&each[h-1].FP8[0]), len(each[h-1].FP8)) {
+			t.Errorf("matrix %d does not follow matrix %d in memory", h, h-1)
+		}
+	}
+	mixed := []Matrix{rms[0], *finiteFP8(randFP8(newRand(410), 12, 192, 0, 0)), rms[1]}
+	orig := slices.Clone(mixed[0].FP8)
+	if InterleaveFP8Each(mixed) {
+		t.Error("InterleaveFP8Each interleaved a list holding a matrix of 12 rows")
+	}
+	for i := range mixed {
+		if mixed[i].Interleaved() {
+			t.Errorf("matrix %d of the refused list was interleaved", i)
+		}
+	}
+	if !cmp.Equal(mixed[0].FP8, orig) {
+		t.Error("the refused list's codes changed")
+	}
 }

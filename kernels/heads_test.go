@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -197,12 +198,14 @@ func TestMatMulTHeadsDoesNotAllocate(t *testing.T) {
 
 // BenchmarkMatMulTHeadsFP8 times MLA's absorbed per-head products at GLM-5's
 // shapes with fp8 weights on one thread: 64 heads of W_UK (512×192) and of
-// W_UV (256×512), over one row (a decode step of one sequence) and eight.
-// The heads are row views of one matrix, one after another in memory as the
-// model keeps its W_UKᵀ heads, and the calls cycle through copies of them
-// (256 MiB in all) so that the codes stream from memory as in a step. GB/s
-// counts the codes read per call; cpu-ms is the calling thread's CPU time
-// per call (Linux).
+// W_UV (256×512), over one row (a decode step of one sequence) and eight,
+// row-major and interleaved. The row-major heads are row views of one
+// matrix, one after another in memory as the model keeps its W_UKᵀ heads
+// row-major; the interleaved ones are those heads after InterleaveFP8Each,
+// as the model keeps them on AVX-512. The calls cycle through copies of
+// them (256 MiB in all) so that the codes stream from memory as in a step.
+// GB/s counts the codes read per call; cpu-ms is the calling thread's CPU
+// time per call (Linux).
 func BenchmarkMatMulTHeadsFP8(b *testing.B) {
 	for _, sh := range []struct {
 		name    string
@@ -211,6 +214,7 @@ func BenchmarkMatMulTHeadsFP8(b *testing.B) {
 		const heads = 64
 		r := newRand(85)
 		sets := make([][]Matrix, (256<<20)/(heads*sh.out*sh.in))
+		ilvSets := make([][]Matrix, len(sets))
 		for s := range sets {
 			m, err := QuantizeFP8(heads*sh.out, sh.in, randSlice(r, heads*sh.out*sh.in, 0.02))
 			if err != nil {
@@ -220,29 +224,48 @@ func BenchmarkMatMulTHeadsFP8(b *testing.B) {
 			for h := range sets[s] {
 				sets[s][h] = *m.SliceRows(h*sh.out, sh.out)
 			}
+			ilvSets[s] = slices.Clone(sets[s])
+			if !InterleaveFP8Each(ilvSets[s]) {
+				ilvSets[s] = nil
+			}
 		}
 		for _, n := range []int{1, 8} {
-			b.Run(fmt.Sprintf("%s/rows=%d", sh.name, n), func(b *testing.B) {
-				ldx, ldd := heads*sh.in, heads*sh.out
-				x := randSlice(newRand(86), n*ldx, 1)
-				dst := make([]float32, n*ldd)
-				scratch := make([]float32, MatMulTHeadsScratch(n, sets[0]))
-				defer SetThreads(SetThreads(1))
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				MatMulTHeads(dst, ldd, sh.out, x, ldx, sh.in, n, sets[0], scratch)
-				k := 0
-				cpu0, cpuOK := threadCPU()
-				for b.Loop() {
-					MatMulTHeads(dst, ldd, sh.out, x, ldx, sh.in, n, sets[k], scratch)
-					k = (k + 1) % len(sets)
+			for _, layout := range []string{"row-major", "interleaved"} {
+				sets := sets
+				if layout == "interleaved" {
+					sets = ilvSets
 				}
-				if cpu1, _ := threadCPU(); cpuOK {
-					b.ReportMetric((cpu1-cpu0)*1e3/float64(b.N), "cpu-ms")
-				}
-				reportRate(b, float64(heads*sh.out*sh.in), "GB/s")
-				reportRate(b, float64(2*n*heads*sh.out*sh.in), "GFLOP/s")
-			})
+				b.Run(fmt.Sprintf("%s/rows=%d/%s", sh.name, n, layout), func(b *testing.B) {
+					if sets[0] == nil {
+						b.Skip("InterleaveFP8Each acts under the AVX-512 implementation only")
+					}
+					benchHeadsFP8(b, sets, heads, sh.out, sh.in, n)
+				})
+			}
 		}
 	}
+}
+
+// benchHeadsFP8 is one case of BenchmarkMatMulTHeadsFP8: n rows through
+// the heads of sets[k], k cycling.
+func benchHeadsFP8(b *testing.B, sets [][]Matrix, heads, out, in, n int) {
+	ldx, ldd := heads*in, heads*out
+	x := randSlice(newRand(86), n*ldx, 1)
+	dst := make([]float32, n*ldd)
+	scratch := make([]float32, MatMulTHeadsScratch(n, sets[0]))
+	defer SetThreads(SetThreads(1))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	MatMulTHeads(dst, ldd, out, x, ldx, in, n, sets[0], scratch)
+	k := 0
+	cpu0, cpuOK := threadCPU()
+	for b.Loop() {
+		MatMulTHeads(dst, ldd, out, x, ldx, in, n, sets[k], scratch)
+		k = (k + 1) % len(sets)
+	}
+	if cpu1, _ := threadCPU(); cpuOK {
+		b.ReportMetric((cpu1-cpu0)*1e3/float64(b.N), "cpu-ms")
+	}
+	reportRate(b, float64(heads*out*in), "GB/s")
+	reportRate(b, float64(2*n*heads*out*in), "GFLOP/s")
 }

@@ -267,16 +267,22 @@ func (m *Model) interleaveWeights() {
 	done := map[*kernels.Matrix]bool{}
 	copies := map[unsafe.Pointer]*kernels.Matrix{}
 	// A one-row product over a layer's fp8 heads walks all of them as one
-	// (kernels.MatMulTHeads) when they share a layout: heads whose block
-	// offsets differ (W_UKᵀ's, cut at every 192 columns of kv_b's blocks
-	// of 128) stay row-major together.
+	// (kernels.MatMulTHeads) when they share a layout, and streams best
+	// from one allocation: a list is interleaved into one, or, if any head
+	// cannot take the layout, every head stays row-major.
 	for _, heads := range m.headLists() {
+		if len(heads) == 0 || heads[0].FP8 == nil {
+			continue
+		}
+		srcs := make([]unsafe.Pointer, len(heads))
 		for i := range heads {
-			if heads[i].FP8 != nil && !heads[i].FP8Interleavable() {
-				for j := range heads {
-					done[&heads[j]] = true
-				}
-				break
+			srcs[i] = unsafe.Pointer(unsafe.SliceData(heads[i].FP8))
+		}
+		ok := kernels.InterleaveFP8Each(heads)
+		for i := range heads {
+			done[&heads[i]] = true
+			if ok {
+				copies[srcs[i]] = &heads[i]
 			}
 		}
 	}
