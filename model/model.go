@@ -269,21 +269,15 @@ func (m *Model) interleaveWeights() {
 	// A one-row product over a layer's fp8 heads walks all of them as one
 	// (kernels.MatMulTHeads) when they share a layout, and streams best
 	// from one allocation: a list is interleaved into one, or, if any head
-	// cannot take the layout, every head stays row-major.
+	// cannot take the layout, every head stays row-major. No other matrix
+	// views a head's storage (W_UKᵀ is a copy, kv_b of W_UV is not kept).
 	for _, heads := range m.headLists() {
 		if len(heads) == 0 || heads[0].FP8 == nil {
 			continue
 		}
-		srcs := make([]unsafe.Pointer, len(heads))
-		for i := range heads {
-			srcs[i] = unsafe.Pointer(unsafe.SliceData(heads[i].FP8))
-		}
-		ok := kernels.InterleaveFP8Each(heads)
+		kernels.InterleaveFP8Each(heads)
 		for i := range heads {
 			done[&heads[i]] = true
-			if ok {
-				copies[srcs[i]] = &heads[i]
-			}
 		}
 	}
 	for _, w := range m.matrices()[1:] {
