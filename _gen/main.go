@@ -4318,9 +4318,10 @@ func fp8GEMVPair512(prescaled, ilv bool) {
 	VMOVUPS(Mem{Base: x}, xv)
 	VMOVUPS(Mem{Base: xb}, xvb)
 	// Each group's eight rows by stages (decodeE4M3Stages), then their
-	// eight FMAs: decoding row by row, each code's operations back to back,
-	// decoded 14 % fewer codes a second from L2 on a Zen 4 core; by stages
-	// the tile decodes about as fast as fp8ProductPeak.
+	// eight FMAs: on a Zen 4 core a one-row product from L2 decoded at
+	// 84–85 % of fp8ProductPeak's rate row by row, each code's operations
+	// back to back, and at 90–92 % by stages (kernels'
+	// BenchmarkFP8OneRowCached).
 	dvs := make([]VecPhysical, 8)
 	for j := range dvs {
 		dvs[j] = dv(j)

@@ -48,6 +48,39 @@ func BenchmarkFP8ProductPeak(b *testing.B) {
 	}
 }
 
+// BenchmarkFP8OneRowCached times the one-row product of an interleaved
+// fp8 weight small enough to stay in the core's L2 ([128, 2048], 256 KiB)
+// on one thread: the tile's own decoding rate without the memory's, in
+// Gcodes/s and as of-probe-% of the one-row rate FP8ProductLoop measures
+// right after in the same run (the fastest of 20 calls) (the ceiling the rooflines at the fp8 rates
+// take). A streamed product cannot beat this rate.
+func BenchmarkFP8OneRowCached(b *testing.B) {
+	const out, in = 128, 2048
+	r := newRand(31)
+	w, err := QuantizeFP8(out, in, randSlice(r, out*in, 0.05))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !w.InterleaveFP8() {
+		b.Skip("interleaved fp8 weights need the AVX-512 implementation")
+	}
+	x, dst := randSlice(r, in, 1), make([]float32, out)
+	defer SetThreads(SetThreads(1))
+	MatVecT(dst, x, w)
+	for b.Loop() {
+		MatVecT(dst, x, w)
+	}
+	s := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(out*in/s/1e9, "Gcodes/s")
+	probe := 0.0 // the fastest of 20 calls, codes a second
+	for range 20 {
+		t := time.Now()
+		codes := FP8ProductLoop(1, 100_000)
+		probe = max(probe, codes/time.Since(t).Seconds())
+	}
+	b.ReportMetric(100*out*in/s/probe, "of-probe-%")
+}
+
 // BenchmarkStreamSum measures the read bandwidth of one core over buffers
 // of 16 MiB to 1 GiB: the yardstick of the GEMV and indexer kernels is the
 // rate over buffers far larger than the last-level cache, and the smaller
