@@ -4219,8 +4219,8 @@ func fp8Tile3W512(m int, ilv bool) {
 // first block holding first steps of sixteen codes and every later one
 // eight), over kn (a multiple of 16) elements. Per 16 columns it decodes
 // each group's eight rows by stages (decodeE4M3Stages) and fuses each into
-// its row's accumulator, so sixteen streams of codes from two regions are in flight
-// where the one-row tile reads eight from one. Every accumulator sums its
+// its row's accumulator, so sixteen streams of codes from two regions are
+// in flight where the one-row tile reads eight from one. Every accumulator sums its
 // lanes as dotTile1x8FP8AVX512's does and is reduced by the same tree, so
 // each output has that tile's bits. Group a's sums go to out[0:8], group
 // b's to out[8:16]. Accumulators Z0–Z15, the scales Z16–Z17, decoded codes
@@ -4256,8 +4256,8 @@ func fp8GEMVPair512(prescaled, ilv bool) {
 	sva, svb := Z16, Z17
 	tv := func(j int) VecPhysical { return zmm[18+j%4] }
 	xv, xvb, mask := Z22, Z24, Z23
-	// A group's eight decoded vectors: Z18–Z21 and Z25–Z28.
-	dv := func(j int) VecPhysical { return []VecPhysical{Z18, Z19, Z20, Z21, Z25, Z26, Z27, Z28}[j] }
+	// A group's eight decoded vectors.
+	dvs := []VecPhysical{Z18, Z19, Z20, Z21, Z25, Z26, Z27, Z28}
 	x := Load(Param("xa"), GP64())
 	xb := Load(Param("xb"), GP64())
 	var ldw Register
@@ -4322,10 +4322,6 @@ func fp8GEMVPair512(prescaled, ilv bool) {
 	// 84–85 % of fp8ProductPeak's rate row by row, each code's operations
 	// back to back, and at 90–92 % by stages (kernels'
 	// BenchmarkFP8OneRowCached).
-	dvs := make([]VecPhysical, 8)
-	for j := range dvs {
-		dvs[j] = dv(j)
-	}
 	for g, sv := range []VecPhysical{sva, svb} {
 		row, xg := rowA, xv
 		if g == 1 {
@@ -4341,7 +4337,7 @@ func fp8GEMVPair512(prescaled, ilv bool) {
 		}
 		decodeE4M3Stages(srcs, dvs, mask, scales)
 		for j := range 8 {
-			VFMADD231PS(dv(j), xg, acc(8*g+j))
+			VFMADD231PS(dvs[j], xg, acc(8*g+j))
 		}
 	}
 	ADDQ(U8(64), x)

@@ -52,8 +52,9 @@ func BenchmarkFP8ProductPeak(b *testing.B) {
 // fp8 weight small enough to stay in the core's L2 ([128, 2048], 256 KiB)
 // on one thread: the tile's own decoding rate without the memory's, in
 // Gcodes/s and as of-probe-% of the one-row rate FP8ProductLoop measures
-// right after in the same run (the fastest of 20 calls) (the ceiling the rooflines at the fp8 rates
-// take). A streamed product cannot beat this rate.
+// right after in the same run (the fastest of 20 calls), the ceiling the
+// rooflines at the fp8 rates take. A streamed product cannot beat this
+// rate.
 func BenchmarkFP8OneRowCached(b *testing.B) {
 	const out, in = 128, 2048
 	r := newRand(31)
